@@ -1,0 +1,78 @@
+//! Every Redis key of the fleet. Nothing else in the workspace spells one.
+//!
+//! Layout: `nanobot:<bot>:<area>:<…>`. Session keys are user data and are kept verbatim
+//! after the prefix (Redis keys are binary safe), so `SCAN nanobot:<bot>:session:*` finds them.
+
+/// Session metadata hash: `created_at`, `updated_at`, `last_consolidated`, `metadata` (JSON).
+pub fn session_meta(bot: &str, session: &str) -> String {
+    format!("nanobot:{bot}:session:{session}:meta")
+}
+
+/// Session messages: a list of JSON rows in nanobot's session format, append-only.
+pub fn session_messages(bot: &str, session: &str) -> String {
+    format!("nanobot:{bot}:session:{session}:messages")
+}
+
+/// The set of session keys of `bot`.
+pub fn sessions(bot: &str) -> String {
+    format!("nanobot:{bot}:sessions")
+}
+
+/// Marker that an inbound message id was already processed (with a TTL).
+pub fn inbound_seen(bot: &str, message_id: &str) -> String {
+    format!("nanobot:{bot}:seen:inbound:{message_id}")
+}
+
+/// Marker that an outbound delivery id was already delivered (with a TTL).
+pub fn outbound_delivered(bot: &str, delivery_id: &str) -> String {
+    format!("nanobot:{bot}:seen:outbound:{delivery_id}")
+}
+
+/// Per-session lease (holder + fencing token).
+pub fn session_lease(bot: &str, session: &str) -> String {
+    format!("nanobot:{bot}:lease:{session}")
+}
+
+/// Monotonic fencing-token counter of a session.
+pub fn session_fence(bot: &str, session: &str) -> String {
+    format!("nanobot:{bot}:fence:{session}")
+}
+
+/// Per-bot lock held by the memory worker that writes history.jsonl and the cursors.
+pub fn memory_lock(bot: &str) -> String {
+    format!("nanobot:{bot}:lock:memory")
+}
+
+/// The cron leader lease (one leader fires for the whole fleet).
+pub const CRON_LEADER: &str = "nanobot:fleet:cron:leader";
+
+/// Last fire time of a cron job (unix ms), so a new leader neither skips nor repeats.
+pub fn cron_last_fire(bot: &str, job_id: &str) -> String {
+    format!("nanobot:{bot}:cron:last:{job_id}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_bot_prefix_and_have_no_spaces() {
+        let all = [
+            session_meta("b", "api:x"),
+            session_messages("b", "api:x"),
+            sessions("b"),
+            inbound_seen("b", "1"),
+            outbound_delivered("b", "1"),
+            session_lease("b", "s"),
+            session_fence("b", "s"),
+            memory_lock("b"),
+            cron_last_fire("b", "j"),
+        ];
+        for k in &all {
+            assert!(k.starts_with("nanobot:b:"), "{k}");
+            assert!(!k.contains(' '), "{k}");
+        }
+        assert_ne!(session_meta("b", "s"), session_messages("b", "s"));
+        assert!(CRON_LEADER.starts_with("nanobot:"));
+    }
+}

@@ -1,0 +1,119 @@
+//! Wire contracts of the nanobot fleet: the protobuf messages every service exchanges, the
+//! [`subjects`] module naming every NATS subject, the [`keys`] module naming every Redis key,
+//! and the [`Rpc`] trait binding each request type to its subject and response type.
+//!
+//! # Layout
+//! - `gen/`: code generated from `nanobot/v1/*.proto` (regenerate with `make proto`).
+//! - [`subjects`]: NATS subjects, streams, consumers, queue groups.
+//! - [`keys`]: Redis keys.
+//! - [`ErrorCode`]: stable error codes carried in the `Nanobot-Error-Code` header.
+#![forbid(unsafe_code)]
+
+pub mod keys;
+pub mod subjects;
+
+/// Messages of the `nanobot.v1` protobuf package.
+pub mod v1 {
+    #![allow(clippy::derive_partial_eq_without_eq, missing_docs, unreachable_pub)]
+    include!("gen/nanobot.v1.rs");
+}
+
+pub use v1::*;
+
+/// Header carrying an [`ErrorCode`] on a failed NATS reply.
+pub const ERROR_CODE_HEADER: &str = "Nanobot-Error-Code";
+/// Header carrying the human-readable error text on a failed NATS reply.
+pub const ERROR_HEADER: &str = "Nanobot-Error";
+
+/// Stable error codes of service replies (never renumbered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The request could not be decoded.
+    BadRequest,
+    /// The named thing (tool, session, bot) does not exist.
+    NotFound,
+    /// The service is shutting down or not ready.
+    Unavailable,
+    /// The handler failed.
+    Internal,
+}
+
+impl ErrorCode {
+    /// Returns the code's wire text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::BadRequest => "bad_request",
+            Self::NotFound => "not_found",
+            Self::Unavailable => "unavailable",
+            Self::Internal => "internal",
+        }
+    }
+
+    /// Parses the wire text; unknown codes map to `Internal`.
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "bad_request" => Self::BadRequest,
+            "not_found" => Self::NotFound,
+            "unavailable" => Self::Unavailable,
+            _ => Self::Internal,
+        }
+    }
+}
+
+/// Binds a request message to its response type. The subject is parameterised by bot (and
+/// tool), so it comes from [`Rpc::subject`].
+pub trait Rpc: prost::Message + Default {
+    /// The reply message type.
+    type Response: prost::Message + Default;
+    /// Returns the subject this request is sent on.
+    fn subject(&self) -> String;
+}
+
+impl Rpc for ToolCallRequest {
+    type Response = ToolCallResult;
+    fn subject(&self) -> String {
+        subjects::tool_call(&self.bot, &self.name)
+    }
+}
+
+impl Rpc for ToolListRequest {
+    type Response = ToolListResponse;
+    fn subject(&self) -> String {
+        subjects::tool_list(&self.bot)
+    }
+}
+
+impl Rpc for StatusRequest {
+    type Response = ServiceStatus;
+    fn subject(&self) -> String {
+        subjects::STATUS.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+
+    #[test]
+    fn inbound_round_trips_and_garbage_is_an_error() {
+        let msg = InboundMessage {
+            id: "m1".into(),
+            bot: "default".into(),
+            channel: "cli".into(),
+            content: "hi".into(),
+            ..Default::default()
+        };
+        let bytes = msg.encode_to_vec();
+        assert_eq!(InboundMessage::decode(bytes.as_slice()).unwrap(), msg);
+        assert!(InboundMessage::decode(&b"\xff\xff\xff\xff"[..]).is_err());
+    }
+
+    #[test]
+    fn error_codes_round_trip() {
+        for c in [ErrorCode::BadRequest, ErrorCode::NotFound, ErrorCode::Unavailable, ErrorCode::Internal] {
+            assert_eq!(ErrorCode::parse(c.as_str()), c);
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Every NATS subject, stream, consumer and queue group name of the fleet. Nothing else in the
+//! workspace spells one.
+//!
+//! Layout: `nanobot.<bot>.<area>.<…>`. Bot ids, channel names and chat ids are turned into
+//! single subject tokens by [`token`], so user data can never add tokens or wildcards.
+
+/// The JetStream stream holding inbound chat messages of every bot (file storage).
+pub const INBOUND_STREAM: &str = "NANOBOT_INBOUND";
+/// Subjects captured by [`INBOUND_STREAM`].
+pub const INBOUND_ALL: &str = "nanobot.*.inbound.>";
+/// Durable consumer shared by all agent runners (work-queue style).
+pub const INBOUND_CONSUMER: &str = "agent-runners";
+
+/// The JetStream stream holding outbound replies and events of every bot.
+pub const OUTBOUND_STREAM: &str = "NANOBOT_OUTBOUND";
+/// Subjects captured by [`OUTBOUND_STREAM`].
+pub const OUTBOUND_ALL: &str = "nanobot.*.outbound.>";
+
+/// The JetStream work-queue stream for background jobs (consolidation, cron fires).
+pub const JOBS_STREAM: &str = "NANOBOT_JOBS";
+/// Subjects captured by [`JOBS_STREAM`].
+pub const JOBS_ALL: &str = "nanobot.*.jobs.>";
+/// Durable consumer of the memory workers.
+pub const CONSOLIDATE_CONSUMER: &str = "memory-workers";
+/// Durable consumer of the agent runners for cron fires.
+pub const CRON_FIRE_CONSUMER: &str = "agent-cron";
+/// Filter for every bot's consolidation requests.
+pub const CONSOLIDATE_ALL: &str = "nanobot.*.jobs.consolidate";
+/// Filter for every bot's cron fires.
+pub const CRON_FIRE_ALL: &str = "nanobot.*.jobs.cron";
+
+/// Events that need no durability (consolidation results, stream deltas mirrors).
+pub const EVENTS_ALL: &str = "nanobot.*.events.>";
+
+/// Queue group every tool executor joins.
+pub const TOOLS_QUEUE_GROUP: &str = "nanobot-tools";
+/// Every tool call of every bot: `nanobot.<bot>.tools.call.<tool>`.
+pub const TOOL_CALL_ALL: &str = "nanobot.*.tools.call.*";
+/// Every bot's tool-list request.
+pub const TOOL_LIST_ALL: &str = "nanobot.*.tools.list";
+
+/// Fleet status probe: every service instance answers (no queue group).
+pub const STATUS: &str = "nanobot.fleet.status";
+/// Cancels a running turn wherever it runs: `nanobot.<bot>.control.stop.<session>`.
+pub const STOP_ALL: &str = "nanobot.*.control.stop.*";
+
+/// The characters allowed verbatim in a subject token.
+fn is_plain(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '@' | '+' | '=')
+}
+
+/// Returns `value` as one safe subject token: verbatim when it only holds plain characters,
+/// otherwise `~` followed by its unpadded base64url (so `.`, `*`, `>` and spaces can't leak).
+pub fn token(value: &str) -> String {
+    if !value.is_empty() && value.chars().all(is_plain) {
+        return value.to_string();
+    }
+    let mut out = String::from("~");
+    out.push_str(&base64url(value.as_bytes()));
+    out
+}
+
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] =
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            let idx = (n >> (18 - 6 * i)) & 63;
+            out.push(char::from(ALPHABET[idx as usize]));
+        }
+    }
+    out
+}
+
+/// Inbound messages of `bot` from `channel`: `nanobot.<bot>.inbound.<channel>`.
+pub fn inbound(bot: &str, channel: &str) -> String {
+    format!("nanobot.{}.inbound.{}", token(bot), token(channel))
+}
+
+/// Outbound messages of `bot` for one chat: `nanobot.<bot>.outbound.<channel>.<chat>`.
+pub fn outbound(bot: &str, channel: &str, chat_id: &str) -> String {
+    format!("nanobot.{}.outbound.{}.{}", token(bot), token(channel), token(chat_id))
+}
+
+/// All outbound messages of `bot` for `channel` (a consumer filter).
+pub fn outbound_channel(bot: &str, channel: &str) -> String {
+    format!("nanobot.{}.outbound.{}.*", token(bot), token(channel))
+}
+
+/// All outbound messages for `channel`, whatever the bot (a consumer filter).
+pub fn outbound_channel_all_bots(channel: &str) -> String {
+    format!("nanobot.*.outbound.{}.*", token(channel))
+}
+
+/// One tool of `bot`: `nanobot.<bot>.tools.call.<tool>`.
+pub fn tool_call(bot: &str, tool: &str) -> String {
+    format!("nanobot.{}.tools.call.{}", token(bot), token(tool))
+}
+
+/// The tool-list request of `bot`.
+pub fn tool_list(bot: &str) -> String {
+    format!("nanobot.{}.tools.list", token(bot))
+}
+
+/// Consolidation requests for `bot` (JetStream work queue).
+pub fn consolidate(bot: &str) -> String {
+    format!("nanobot.{}.jobs.consolidate", token(bot))
+}
+
+/// Cron fires for `bot` (JetStream work queue).
+pub fn cron_fire(bot: &str) -> String {
+    format!("nanobot.{}.jobs.cron", token(bot))
+}
+
+/// Consolidation results for `bot` (core NATS event).
+pub fn consolidated(bot: &str) -> String {
+    format!("nanobot.{}.events.consolidated", token(bot))
+}
+
+/// Stop request for one session of `bot`.
+pub fn stop(bot: &str, session_key: &str) -> String {
+    format!("nanobot.{}.control.stop.{}", token(bot), token(session_key))
+}
+
+/// Returns the bot token of any `nanobot.<bot>.…` subject.
+pub fn bot_of(subject: &str) -> Option<&str> {
+    let mut parts = subject.split('.');
+    (parts.next()? == "nanobot").then_some(())?;
+    parts.next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_valid(subject: &str, wildcards: bool) {
+        assert!(!subject.is_empty(), "empty subject");
+        for t in subject.split('.') {
+            assert!(!t.is_empty(), "empty token in {subject}");
+            assert!(!t.contains(char::is_whitespace), "whitespace in {subject}");
+            if !wildcards {
+                assert!(t != "*" && t != ">", "wildcard in concrete subject {subject}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_subject_is_well_formed() {
+        for s in [
+            INBOUND_ALL, OUTBOUND_ALL, JOBS_ALL, CONSOLIDATE_ALL, CRON_FIRE_ALL, EVENTS_ALL,
+            TOOL_CALL_ALL, TOOL_LIST_ALL, STATUS, STOP_ALL,
+        ] {
+            assert_valid(s, true);
+        }
+        let concrete = [
+            inbound("b", "telegram"),
+            outbound("b", "api", "x"),
+            tool_call("b", "read_file"),
+            tool_list("b"),
+            consolidate("b"),
+            cron_fire("b"),
+            consolidated("b"),
+            stop("b", "api:x"),
+        ];
+        for s in &concrete {
+            assert_valid(s, false);
+        }
+        for s in [outbound_channel("b", "api"), outbound_channel_all_bots("api")] {
+            assert_valid(&s, true);
+        }
+    }
+
+    #[test]
+    fn user_data_never_adds_tokens_or_wildcards() {
+        let s = outbound("my.bot", "api", "a.b *>");
+        assert_eq!(s.split('.').count(), 5, "{s}");
+        assert_valid(&s, false);
+        assert_eq!(token("-100123"), "-100123");
+        assert_eq!(token("api:default"), "api:default");
+        assert_eq!(token("a.b"), "~YS5i");
+        assert_ne!(token(""), "");
+    }
+
+    #[test]
+    fn concrete_subjects_fall_under_their_stream_filters() {
+        assert!(inbound("b", "cli").starts_with("nanobot.b.inbound."));
+        assert_eq!(bot_of(&consolidate("bot1")), Some("bot1"));
+        assert_eq!(bot_of("other.x"), None);
+    }
+}

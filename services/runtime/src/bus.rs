@@ -1,0 +1,234 @@
+//! NATS: connection with credentials and retry, the JetStream streams, and helpers that carry
+//! the W3C trace context in headers on every publish and request.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+use async_nats::{Client, HeaderMap, ServerAddr};
+use bytes::Bytes;
+use prost::Message as _;
+use tokio_util::sync::CancellationToken;
+
+use nanobot_proto::{ERROR_CODE_HEADER, ERROR_HEADER, ErrorCode, Rpc, subjects};
+
+use crate::config::BusConfig;
+use crate::telemetry;
+
+/// Header with the JetStream de-duplication id (publish idempotency).
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+
+/// NATS errors.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// The server URL is invalid.
+    #[error("invalid nats url {url:?}: {source}")]
+    Url { url: String, source: std::io::Error },
+    /// Shut down before NATS became reachable.
+    #[error("cancelled while waiting for nats")]
+    Cancelled,
+    /// The credentials file could not be read.
+    #[error("read nats credentials {path}: {source}")]
+    Creds { path: String, source: std::io::Error },
+    /// A JetStream operation failed.
+    #[error("jetstream {op} failed: {cause}")]
+    JetStream { op: &'static str, cause: String },
+}
+
+/// A connected client and its JetStream context.
+#[derive(Clone, Debug)]
+pub struct Bus {
+    /// Core NATS client.
+    pub client: Client,
+    /// JetStream context.
+    pub js: jetstream::Context,
+}
+
+async fn options(cfg: &BusConfig, name: &str) -> Result<async_nats::ConnectOptions, BusError> {
+    let mut opts = async_nats::ConnectOptions::new()
+        .name(name)
+        .connection_timeout(Duration::from_secs(5))
+        .request_timeout(Some(Duration::from_secs(30)))
+        .event_callback(|event| async move {
+            match event {
+                async_nats::Event::Disconnected => tracing::warn!("nats disconnected"),
+                async_nats::Event::Connected => tracing::info!("nats connected"),
+                other => tracing::debug!(event = %other, "nats event"),
+            }
+        });
+    if let (Some(user), Some(password)) = (&cfg.user, &cfg.password) {
+        opts = opts.user_and_password(user.clone(), password.clone());
+    }
+    if let Some(token) = &cfg.token {
+        opts = opts.token(token.clone());
+    }
+    if let Some(path) = &cfg.creds_file {
+        opts = opts
+            .credentials_file(path)
+            .await
+            .map_err(|source| BusError::Creds { path: path.clone(), source })?;
+    }
+    Ok(opts)
+}
+
+/// Connects to NATS (retrying with backoff until it answers or `cancel` fires) and makes sure
+/// the fleet's streams exist.
+pub async fn connect(cfg: &BusConfig, name: &str, cancel: &CancellationToken) -> Result<Bus, BusError> {
+    let mut addrs = Vec::new();
+    for url in cfg.url.split(',') {
+        let addr: ServerAddr = url
+            .trim()
+            .parse()
+            .map_err(|source| BusError::Url { url: url.to_string(), source })?;
+        addrs.push(addr);
+    }
+    let mut delay = Duration::from_millis(100);
+    let client = loop {
+        match options(cfg, name).await?.connect(addrs.clone()).await {
+            Ok(client) => break client,
+            Err(e) => tracing::warn!(error = %e, retry_in = ?delay, "nats not reachable"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Err(BusError::Cancelled),
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(5));
+    };
+    let js = jetstream::new(client.clone());
+    let bus = Bus { client, js };
+    ensure_streams(&bus.js).await?;
+    Ok(bus)
+}
+
+/// Creates the fleet's streams if missing (file storage, so accepted messages survive).
+pub async fn ensure_streams(js: &jetstream::Context) -> Result<(), BusError> {
+    let day = Duration::from_secs(24 * 3600);
+    let streams = [
+        stream::Config {
+            name: subjects::INBOUND_STREAM.into(),
+            subjects: vec![subjects::INBOUND_ALL.into()],
+            storage: stream::StorageType::File,
+            max_age: 7 * day,
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        },
+        stream::Config {
+            name: subjects::OUTBOUND_STREAM.into(),
+            subjects: vec![subjects::OUTBOUND_ALL.into()],
+            storage: stream::StorageType::File,
+            max_age: day,
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        },
+        stream::Config {
+            name: subjects::JOBS_STREAM.into(),
+            subjects: vec![subjects::JOBS_ALL.into()],
+            storage: stream::StorageType::File,
+            retention: stream::RetentionPolicy::WorkQueue,
+            max_age: 7 * day,
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        },
+    ];
+    for config in streams {
+        js.get_or_create_stream(config)
+            .await
+            .map_err(|e| BusError::JetStream { op: "create stream", cause: e.to_string() })?;
+    }
+    Ok(())
+}
+
+/// Returns headers holding the current trace context and, when given, a de-duplication id.
+pub fn headers(msg_id: Option<&str>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    telemetry::inject_current(&mut headers);
+    if let Some(id) = msg_id {
+        headers.insert(MSG_ID_HEADER, id);
+    }
+    headers
+}
+
+/// Publishes `msg` to JetStream and waits for the stream's ack. `msg_id` de-duplicates
+/// re-publishes within the stream's duplicate window.
+pub async fn publish<M: prost::Message>(
+    js: &jetstream::Context,
+    subject: String,
+    msg_id: Option<&str>,
+    msg: &M,
+) -> Result<(), BusError> {
+    let payload = Bytes::from(msg.encode_to_vec());
+    let ack = js
+        .publish_with_headers(subject, headers(msg_id), payload)
+        .await
+        .map_err(|e| BusError::JetStream { op: "publish", cause: e.to_string() })?;
+    ack.await.map_err(|e| BusError::JetStream { op: "publish ack", cause: e.to_string() })?;
+    Ok(())
+}
+
+/// Failure of a typed request.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    /// Nobody serves the subject.
+    #[error("no service answers {subject}")]
+    NoResponders { subject: String },
+    /// The deadline passed.
+    #[error("{subject} did not answer within {timeout:?}")]
+    Timeout { subject: String, timeout: Duration },
+    /// The service answered with an error.
+    #[error("{subject} failed ({}): {message}", code.as_str())]
+    Service { subject: String, code: ErrorCode, message: String },
+    /// The reply could not be decoded, or the transport failed.
+    #[error("{subject}: {cause}")]
+    Transport { subject: String, cause: String },
+}
+
+/// Sends a typed request and decodes its typed reply, carrying the trace context.
+pub async fn request<R: Rpc>(client: &Client, msg: &R, timeout: Duration) -> Result<R::Response, RpcError> {
+    let subject = msg.subject();
+    let request = async_nats::Request::new()
+        .payload(Bytes::from(msg.encode_to_vec()))
+        .headers(headers(None))
+        .timeout(Some(timeout));
+    let reply = client.send_request(subject.clone(), request).await.map_err(|e| {
+        use async_nats::RequestErrorKind as K;
+        match e.kind() {
+            K::NoResponders => RpcError::NoResponders { subject: subject.clone() },
+            K::TimedOut => RpcError::Timeout { subject: subject.clone(), timeout },
+            _ => RpcError::Transport { subject: subject.clone(), cause: e.to_string() },
+        }
+    })?;
+    if let Some(code) = reply.headers.as_ref().and_then(|h| h.get(ERROR_CODE_HEADER)) {
+        let message = reply
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(ERROR_HEADER))
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_default();
+        return Err(RpcError::Service { subject, code: ErrorCode::parse(code.as_str()), message });
+    }
+    R::Response::decode(reply.payload).map_err(|e| RpcError::Transport { subject, cause: e.to_string() })
+}
+
+/// Answers a request with a message.
+pub async fn reply<M: prost::Message>(client: &Client, reply_to: Option<async_nats::Subject>, msg: &M) {
+    let Some(reply_to) = reply_to else { return };
+    let payload = Bytes::from(msg.encode_to_vec());
+    if let Err(e) = client.publish_with_headers(reply_to, headers(None), payload).await {
+        tracing::warn!(error = %e, "failed to send reply");
+    }
+}
+
+/// Answers a request with an error code and text in headers.
+pub async fn reply_error(
+    client: &Client,
+    reply_to: Option<async_nats::Subject>,
+    code: ErrorCode,
+    message: &str,
+) {
+    let Some(reply_to) = reply_to else { return };
+    let mut h = headers(None);
+    h.insert(ERROR_CODE_HEADER, code.as_str());
+    h.insert(ERROR_HEADER, message);
+    if let Err(e) = client.publish_with_headers(reply_to, h, Bytes::new()).await {
+        tracing::warn!(error = %e, "failed to send error reply");
+    }
+}

@@ -1,0 +1,214 @@
+//! Configuration: nanobot's `config.json` plus the fleet sections, with env overrides.
+//!
+//! # Layout
+//! - [`schema`]: the typed tree and upstream defaults.
+//! - [`load`]: file, `${VAR}` interpolation, `NANOBOT_…__…` env overrides, per-section parsing.
+//! - `validate`: semantic checks; every problem is reported at once.
+
+pub mod load;
+pub mod schema;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+pub use load::{ConfigError, default_path, load, load_str};
+pub use schema::*;
+
+/// The bot id used when `bots` is empty.
+pub const DEFAULT_BOT: &str = "default";
+
+/// A bot with its overrides applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BotSpec {
+    /// Bot id (a subject and key token).
+    pub id: String,
+    /// Absolute workspace directory.
+    pub workspace: PathBuf,
+    /// Model name.
+    pub model: String,
+    /// Provider name or `auto`.
+    pub provider: String,
+}
+
+/// Expands a leading `~` to the home directory.
+pub fn expand_home(path: &str) -> PathBuf {
+    if let Some(rest) = path.strip_prefix("~/") {
+        if let Some(home) = dirs::home_dir() {
+            return home.join(rest);
+        }
+    }
+    if path == "~" {
+        return dirs::home_dir().unwrap_or_else(|| PathBuf::from("."));
+    }
+    PathBuf::from(path)
+}
+
+impl Config {
+    /// Returns every bot this fleet serves (`default` when `bots` is empty).
+    pub fn bots(&self) -> Vec<BotSpec> {
+        let d = &self.agents.defaults;
+        if self.bots.is_empty() {
+            return vec![BotSpec {
+                id: DEFAULT_BOT.into(),
+                workspace: expand_home(&d.workspace),
+                model: d.model.clone(),
+                provider: d.provider.clone(),
+            }];
+        }
+        self.bots
+            .iter()
+            .map(|(id, b)| BotSpec {
+                id: id.clone(),
+                workspace: expand_home(b.workspace.as_deref().unwrap_or(&d.workspace)),
+                model: b.model.clone().unwrap_or_else(|| d.model.clone()),
+                provider: b.provider.clone().unwrap_or_else(|| d.provider.clone()),
+            })
+            .collect()
+    }
+
+    /// Returns the bot with id `id`.
+    pub fn bot(&self, id: &str) -> Option<BotSpec> {
+        self.bots().into_iter().find(|b| b.id == id)
+    }
+
+    /// Returns the directory of runtime data (the config file's parent), as upstream.
+    pub fn data_dir(config_path: &Path) -> PathBuf {
+        config_path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+    }
+
+    /// Returns the config as pretty JSON with secrets masked (for `--dump-config`).
+    pub fn dump_redacted(&self) -> String {
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        redact(&mut value);
+        serde_json::to_string_pretty(&value).unwrap_or_default()
+    }
+}
+
+fn redact(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                let lower = k.to_lowercase();
+                let secret = ["apikey", "password", "token", "secret"].iter().any(|s| lower.contains(s));
+                if secret && v.as_str().is_some_and(|s| !s.is_empty()) {
+                    *v = serde_json::Value::String("***".into());
+                } else {
+                    redact(v);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(redact),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn parse(json: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env: HashMap<String, String> =
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        load_str(Some(json), Path::new("config.json"), &env)
+    }
+
+    #[test]
+    fn empty_config_has_upstream_defaults() {
+        let c = parse("{}", &[]).unwrap();
+        let d = &c.agents.defaults;
+        assert_eq!(d.model, "anthropic/claude-opus-4-5");
+        assert_eq!(d.max_tokens, 8192);
+        assert_eq!(d.max_tool_iterations, 200);
+        assert_eq!(d.max_tool_result_chars, 16000);
+        assert_eq!(d.context_window_tokens, 200_000);
+        assert_eq!((c.api.host.as_str(), c.api.port), ("127.0.0.1", 8900));
+        assert_eq!(c.gateway.port, 18790);
+        assert!(c.channels.send_progress && c.channels.send_tool_hints);
+        assert_eq!(c.tools.exec.timeout, 60);
+        assert_eq!(c.bots()[0].id, "default");
+    }
+
+    #[test]
+    fn camel_and_snake_case_keys_are_both_accepted() {
+        let camel = parse(r#"{"agents":{"defaults":{"maxTokens":10,"maxToolIterations":3}}}"#, &[]).unwrap();
+        let snake = parse(r#"{"agents":{"defaults":{"max_tokens":10,"max_tool_iterations":3}}}"#, &[]).unwrap();
+        assert_eq!(camel, snake);
+        assert_eq!(camel.agents.defaults.max_tokens, 10);
+        let p = parse(r#"{"providers":{"custom":{"api_base":"http://x/v1","apiKey":"k"}}}"#, &[]).unwrap();
+        assert_eq!(p.providers["custom"].api_base.as_deref(), Some("http://x/v1"));
+    }
+
+    #[test]
+    fn env_overrides_nest_with_double_underscore_and_win_over_the_file() {
+        let c = parse(
+            r#"{"agents":{"defaults":{"maxTokens":10}},"bus":{"url":"nats://a:1"}}"#,
+            &[
+                ("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "1234"),
+                ("NANOBOT_BUS__URL", "nats://b:2"),
+                ("NANOBOT_PROVIDERS__CUSTOM__API_BASE", "http://llm/v1"),
+                ("NANOBOT_CONFIG", "/ignored/by/overrides.json"),
+                ("NANOBOT_LLM_TIMEOUT_S", "5"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.agents.defaults.max_tokens, 1234);
+        assert_eq!(c.bus.url, "nats://b:2");
+        assert_eq!(c.providers["custom"].api_base.as_deref(), Some("http://llm/v1"));
+    }
+
+    #[test]
+    fn every_problem_is_listed_at_once() {
+        let err = parse(
+            r#"{"agents":{"defaults":{"maxTokns":1,"temperature":9}},
+                "bus":{"url":"http://nope"},"store":{"url":"x"},"bogus":1,
+                "api":{"port":"eighty"}}"#,
+            &[],
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        for needle in ["agents.defaults.maxTokns: unknown key", "temperature", "bus.url", "store.url", "bogus: unknown key", "api.port"] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+        assert!(err.problems.len() >= 6, "{text}");
+    }
+
+    #[test]
+    fn variables_are_interpolated_and_a_missing_one_is_an_error() {
+        let c = parse(r#"{"providers":{"custom":{"apiKey":"${KEY}"}}}"#, &[("KEY", "s3cret")]).unwrap();
+        assert_eq!(c.providers["custom"].api_key, "s3cret");
+        let err = parse(r#"{"providers":{"custom":{"apiKey":"${NOPE}"}}}"#, &[]).unwrap_err();
+        assert!(err.to_string().contains("NOPE is not set"), "{err}");
+    }
+
+    #[test]
+    fn upstream_only_keys_load_and_exec_restriction_migrates() {
+        let c = parse(
+            r#"{"agents":{"defaults":{"dream":{"enabled":true},"fallbackModels":[]}},
+                "channels":{"telegram":{"enabled":true,"token":"t"},"showReasoning":false},
+                "tools":{"exec":{"restrictToWorkspace":true},"web":{}},
+                "transcription":{"enabled":true},"modelPresets":{}}"#,
+            &[],
+        )
+        .unwrap();
+        assert!(c.tools.restrict_to_workspace);
+        assert!(c.channels.extra.contains_key("telegram"));
+    }
+
+    #[test]
+    fn bots_inherit_defaults_and_redaction_hides_secrets() {
+        let c = parse(
+            r#"{"agents":{"defaults":{"model":"m","workspace":"/w"}},
+                "bots":{"alpha":{},"beta":{"model":"n","workspace":"/b"}},
+                "providers":{"custom":{"apiKey":"s3cret"}}}"#,
+            &[],
+        )
+        .unwrap();
+        let bots = c.bots();
+        assert_eq!(bots[0], BotSpec { id: "alpha".into(), workspace: "/w".into(), model: "m".into(), provider: "auto".into() });
+        assert_eq!(bots[1].model, "n");
+        assert!(!c.dump_redacted().contains("s3cret"));
+        assert!(parse(r#"{"bots":{"a.b":{}}}"#, &[]).is_err());
+    }
+}

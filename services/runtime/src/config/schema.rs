@@ -1,0 +1,369 @@
+//! The typed config tree: nanobot's `config.json` schema (camelCase or snake_case keys,
+//! upstream defaults) plus the fleet sections `bus`, `store`, `telemetry`, `runner` and `bots`.
+//!
+//! Sections the fleet does not interpret yet (other channels, transcription, model presets,
+//! web search settings) are kept as JSON so an upstream config loads unchanged.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Config {
+    /// Agent settings (`agents.defaults`).
+    pub agents: AgentsConfig,
+    /// Channel settings.
+    pub channels: ChannelsConfig,
+    /// LLM providers by name (`custom`, `openrouter`, `anthropic`, ...).
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// The OpenAI-compatible HTTP API served by the gateway.
+    pub api: ApiConfig,
+    /// Gateway settings (health port, heartbeat).
+    pub gateway: GatewayConfig,
+    /// Tool settings.
+    pub tools: ToolsConfig,
+    /// Audio transcription (kept as given; not used by the fleet yet).
+    pub transcription: Value,
+    /// Model presets (kept as given).
+    #[serde(alias = "model_presets")]
+    pub model_presets: Value,
+    /// NATS connection.
+    pub bus: BusConfig,
+    /// Redis connection.
+    pub store: StoreConfig,
+    /// Logs and traces.
+    pub telemetry: TelemetryConfig,
+    /// Agent-runner limits.
+    pub runner: RunnerConfig,
+    /// Bots served by this fleet, by id. Empty means one bot, `default`, using `agents.defaults`.
+    pub bots: BTreeMap<String, BotConfig>,
+}
+
+/// `agents` section.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentsConfig {
+    /// Defaults every bot inherits.
+    pub defaults: AgentDefaults,
+}
+
+/// `agents.defaults`: upstream names and defaults.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentDefaults {
+    /// Workspace directory (`~` expanded). Default `~/.nanobot/workspace`.
+    pub workspace: String,
+    /// Model name, e.g. `anthropic/claude-opus-4-5`.
+    pub model: String,
+    /// Provider name or `auto` (detected from the model).
+    pub provider: String,
+    /// Maximum completion tokens per LLM call. Default 8192.
+    #[serde(alias = "max_tokens")]
+    pub max_tokens: u32,
+    /// Context window in tokens. Default 200000.
+    #[serde(alias = "context_window_tokens")]
+    pub context_window_tokens: u32,
+    /// Sampling temperature. Default 0.1.
+    pub temperature: f64,
+    /// Maximum LLM/tool iterations per turn. Default 200.
+    #[serde(alias = "max_tool_iterations")]
+    pub max_tool_iterations: u32,
+    /// Tool results longer than this are persisted/truncated. Default 16000.
+    #[serde(alias = "max_tool_result_chars")]
+    pub max_tool_result_chars: usize,
+    /// Reasoning effort hint passed to reasoning models.
+    #[serde(alias = "reasoning_effort")]
+    pub reasoning_effort: Option<String>,
+    /// IANA time zone. Default `UTC`.
+    pub timezone: String,
+    /// Bot display name. Default `nanobot`.
+    #[serde(alias = "bot_name")]
+    pub bot_name: String,
+    /// Share one session across channels.
+    #[serde(alias = "unified_session")]
+    pub unified_session: bool,
+    /// Fraction of the context budget consolidation aims for. Default 0.5.
+    #[serde(alias = "consolidation_ratio")]
+    pub consolidation_ratio: f64,
+    /// Every other upstream key (`modelPreset`, `fallbackModels`, `dream`, ...), kept as given.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl Default for AgentDefaults {
+    fn default() -> Self {
+        Self {
+            workspace: "~/.nanobot/workspace".into(),
+            model: "anthropic/claude-opus-4-5".into(),
+            provider: "auto".into(),
+            max_tokens: 8192,
+            context_window_tokens: 200_000,
+            temperature: 0.1,
+            max_tool_iterations: 200,
+            max_tool_result_chars: 16_000,
+            reasoning_effort: None,
+            timezone: "UTC".into(),
+            bot_name: "nanobot".into(),
+            unified_session: false,
+            consolidation_ratio: 0.5,
+            extra: BTreeMap::new(),
+        }
+    }
+}
+
+/// `channels` section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ChannelsConfig {
+    /// Send progress messages while a turn runs. Default true.
+    #[serde(alias = "send_progress")]
+    pub send_progress: bool,
+    /// Send tool-call hints while a turn runs. Default true.
+    #[serde(alias = "send_tool_hints")]
+    pub send_tool_hints: bool,
+    /// Retries per delivery. Default 3.
+    #[serde(alias = "send_max_retries")]
+    pub send_max_retries: u32,
+    /// Every channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl Default for ChannelsConfig {
+    fn default() -> Self {
+        Self { send_progress: true, send_tool_hints: true, send_max_retries: 3, extra: BTreeMap::new() }
+    }
+}
+
+/// One `providers.<name>` entry.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ProviderConfig {
+    /// API key (secret; never logged).
+    #[serde(alias = "api_key")]
+    pub api_key: String,
+    /// Base URL, e.g. `http://127.0.0.1:8080/v1`.
+    #[serde(alias = "api_base")]
+    pub api_base: Option<String>,
+    /// Extra HTTP headers sent with every request.
+    #[serde(alias = "extra_headers")]
+    pub extra_headers: BTreeMap<String, String>,
+    /// Every other upstream key (`apiType`, `extraBody`, `proxy`, ...), kept as given.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// `api` section: the OpenAI-compatible HTTP API.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ApiConfig {
+    /// Listen host. Default `127.0.0.1`.
+    pub host: String,
+    /// Listen port. Default 8900.
+    pub port: u16,
+    /// Seconds a request waits for its reply. Default 120.
+    pub timeout: f64,
+    /// Bearer token required when set (required when listening on all interfaces).
+    #[serde(alias = "api_key")]
+    pub api_key: String,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self { host: "127.0.0.1".into(), port: 8900, timeout: 120.0, api_key: String::new() }
+    }
+}
+
+/// `gateway` section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayConfig {
+    /// Health endpoint host. Default `127.0.0.1`.
+    pub host: String,
+    /// Health endpoint port. Default 18790.
+    pub port: u16,
+    /// Other upstream keys (`restartMode`, `heartbeat`), kept as given.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self { host: "127.0.0.1".into(), port: 18790, extra: BTreeMap::new() }
+    }
+}
+
+/// `tools` section.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ToolsConfig {
+    /// Shell tool settings.
+    pub exec: ExecConfig,
+    /// Refuse paths outside the workspace.
+    #[serde(alias = "restrict_to_workspace")]
+    pub restrict_to_workspace: bool,
+    /// MCP servers by name (kept as given).
+    #[serde(alias = "mcp_servers")]
+    pub mcp_servers: BTreeMap<String, Value>,
+    /// Other upstream keys (`web`, `file`, `cliApps`, `ssrfWhitelist`, ...), kept as given.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// `tools.exec` section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ExecConfig {
+    /// Register the `exec` tool. Default true.
+    pub enable: bool,
+    /// Default timeout in seconds. Default 60.
+    pub timeout: u64,
+    /// Prepended to PATH.
+    #[serde(alias = "path_prepend")]
+    pub path_prepend: Option<String>,
+    /// Appended to PATH.
+    #[serde(alias = "path_append")]
+    pub path_append: Option<String>,
+    /// Environment variables passed through to commands.
+    #[serde(alias = "allowed_env_keys")]
+    pub allowed_env_keys: Vec<String>,
+    /// When non-empty, every shell segment must match one of these regexes.
+    #[serde(alias = "allow_patterns")]
+    pub allow_patterns: Vec<String>,
+    /// Extra deny regexes on top of the built-in ones.
+    #[serde(alias = "deny_patterns")]
+    pub deny_patterns: Vec<String>,
+    /// Other upstream keys (`sandbox`, binds), kept as given.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl Default for ExecConfig {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            timeout: 60,
+            path_prepend: None,
+            path_append: None,
+            allowed_env_keys: Vec::new(),
+            allow_patterns: Vec::new(),
+            deny_patterns: Vec::new(),
+            extra: BTreeMap::new(),
+        }
+    }
+}
+
+/// `bus` section: NATS.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct BusConfig {
+    /// Server URL(s), comma separated. Default `nats://127.0.0.1:4222`.
+    pub url: String,
+    /// User name (with `password`).
+    pub user: Option<String>,
+    /// Password (secret).
+    pub password: Option<String>,
+    /// Token (secret).
+    pub token: Option<String>,
+    /// Path of a `.creds` file.
+    #[serde(alias = "creds_file")]
+    pub creds_file: Option<String>,
+    /// Tool-call deadline in seconds. Default 120.
+    #[serde(alias = "tool_timeout_secs")]
+    pub tool_timeout_secs: u64,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        Self {
+            url: "nats://127.0.0.1:4222".into(),
+            user: None,
+            password: None,
+            token: None,
+            creds_file: None,
+            tool_timeout_secs: 120,
+        }
+    }
+}
+
+/// `store` section: Redis.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `redis://[user:password@]host:port[/db]`. Default `redis://127.0.0.1:6379`.
+    pub url: String,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { url: "redis://127.0.0.1:6379".into() }
+    }
+}
+
+/// `telemetry` section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// OTLP/gRPC endpoint, e.g. `http://127.0.0.1:4317`; `OTEL_EXPORTER_OTLP_ENDPOINT` also works.
+    #[serde(alias = "otlp_endpoint")]
+    pub otlp_endpoint: Option<String>,
+    /// `text` or `json`. Default `text`.
+    #[serde(alias = "log_format")]
+    pub log_format: String,
+    /// Default log filter when `RUST_LOG` is unset. Default `info`.
+    #[serde(alias = "log_level")]
+    pub log_level: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self { otlp_endpoint: None, log_format: "text".into(), log_level: "info".into() }
+    }
+}
+
+/// `runner` section: agent-runner limits (fleet extension).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct RunnerConfig {
+    /// Turns one runner runs at once. Default 16.
+    #[serde(alias = "max_concurrent_turns")]
+    pub max_concurrent_turns: u32,
+    /// Wall timeout of one LLM call in seconds (0 disables). Default 300.
+    #[serde(alias = "llm_timeout_secs")]
+    pub llm_timeout_secs: u64,
+    /// OpenAI-compatible endpoint used when no provider has a key. Default
+    /// `http://127.0.0.1:18080/v1` (the local model `make run` starts).
+    #[serde(alias = "local_model_url")]
+    pub local_model_url: String,
+    /// Model name sent to the local endpoint. Default `SmolLM2-135M-Instruct`.
+    #[serde(alias = "local_model")]
+    pub local_model: String,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self {
+            max_concurrent_turns: 16,
+            llm_timeout_secs: 300,
+            local_model_url: "http://127.0.0.1:18080/v1".into(),
+            local_model: "SmolLM2-135M-Instruct".into(),
+        }
+    }
+}
+
+/// One `bots.<id>` entry: overrides on top of `agents.defaults`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct BotConfig {
+    /// Workspace of this bot (default: `agents.defaults.workspace`).
+    pub workspace: Option<String>,
+    /// Model of this bot.
+    pub model: Option<String>,
+    /// Provider of this bot.
+    pub provider: Option<String>,
+    /// Channel settings of this bot (e.g. its own Telegram token), kept as given.
+    pub channels: BTreeMap<String, Value>,
+}

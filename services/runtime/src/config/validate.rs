@@ -1,0 +1,127 @@
+//! Semantic checks run once after parsing; every problem is reported, not just the first.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::load::norm as normalise_key;
+use super::schema::Config;
+
+/// Upstream keys of `agents.defaults` the fleet accepts but does not interpret.
+const AGENT_EXTRAS: &[&str] = &[
+    "modelPreset", "contextBlockLimit", "fallbackModels", "maxConcurrentSubagents",
+    "failOnToolError", "providerRetryMode", "toolHintMaxLength", "timezoneMode", "botIcon",
+    "disabledSkills", "idleCompactAfterMinutes", "sessionTtlMinutes",
+    "idleCompactCheckIntervalSeconds", "dream",
+];
+/// Upstream keys of `channels` besides the per-channel objects.
+const CHANNEL_EXTRAS: &[&str] =
+    &["showReasoning", "extractDocumentText", "transcriptionProvider", "transcriptionLanguage"];
+/// Upstream keys of `providers.<name>` the fleet keeps as given.
+const PROVIDER_EXTRAS: &[&str] =
+    &["apiType", "extraBody", "extraQuery", "proxy", "thinkingStyle", "region", "profile"];
+/// Upstream keys of `gateway` the fleet keeps as given.
+const GATEWAY_EXTRAS: &[&str] = &["restartMode", "heartbeat"];
+/// Upstream keys of `tools` the fleet keeps as given.
+const TOOLS_EXTRAS: &[&str] = &[
+    "web", "file", "cliApps", "my", "imageGeneration", "maxSessionMessagesPerMinute",
+    "webuiAllowLocalServiceAccess", "webuiAllowRemotePackageInstall", "ssrfWhitelist",
+    "myEnabled", "mySet",
+];
+/// Upstream keys of `tools.exec` the fleet keeps as given.
+const EXEC_EXTRAS: &[&str] = &["sandbox", "sandboxRoBinds", "sandboxRwBinds"];
+
+fn check_extras(at: &str, extras: &BTreeMap<String, Value>, known: &[&str], problems: &mut Vec<String>) {
+    for key in extras.keys() {
+        let k = normalise_key(key);
+        if !known.iter().any(|n| normalise_key(n) == k) {
+            problems.push(format!("{at}.{key}: unknown key"));
+        }
+    }
+}
+
+/// Reports keys that landed in a section's catch-all map but are not upstream keys (typos).
+pub(crate) fn unknown_extras(config: &Config, problems: &mut Vec<String>) {
+    check_extras("agents.defaults", &config.agents.defaults.extra, AGENT_EXTRAS, problems);
+    for (key, value) in &config.channels.extra {
+        let known = CHANNEL_EXTRAS.iter().any(|n| normalise_key(n) == normalise_key(key));
+        if !known && !value.is_object() {
+            problems.push(format!("channels.{key}: expected a channel settings object"));
+        }
+    }
+    for (name, provider) in &config.providers {
+        check_extras(&format!("providers.{name}"), &provider.extra, PROVIDER_EXTRAS, problems);
+    }
+    check_extras("gateway", &config.gateway.extra, GATEWAY_EXTRAS, problems);
+    check_extras("tools", &config.tools.extra, TOOLS_EXTRAS, problems);
+    check_extras("tools.exec", &config.tools.exec.extra, EXEC_EXTRAS, problems);
+}
+
+fn is_url(url: &str, schemes: &[&str]) -> bool {
+    schemes.iter().any(|s| url.starts_with(&format!("{s}://")) && url.len() > s.len() + 3)
+}
+
+/// Returns every semantic problem of a parsed config.
+pub(crate) fn validate(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    let d = &config.agents.defaults;
+    if d.model.trim().is_empty() {
+        problems.push("agents.defaults.model: must not be empty".into());
+    }
+    if d.max_tokens == 0 {
+        problems.push("agents.defaults.maxTokens: must be at least 1".into());
+    }
+    if d.max_tool_iterations == 0 {
+        problems.push("agents.defaults.maxToolIterations: must be at least 1".into());
+    }
+    if !(0.0..=2.0).contains(&d.temperature) {
+        problems.push(format!("agents.defaults.temperature: {} is outside 0..=2", d.temperature));
+    }
+    if !(0.0..=1.0).contains(&d.consolidation_ratio) {
+        problems.push("agents.defaults.consolidationRatio: must be within 0..=1".into());
+    }
+    if config.channels.send_max_retries > 10 {
+        problems.push("channels.sendMaxRetries: must be within 0..=10".into());
+    }
+    for url in config.bus.url.split(',') {
+        if !is_url(url.trim(), &["nats", "tls", "ws", "wss"]) {
+            problems.push(format!("bus.url: {url:?} is not a nats:// URL"));
+        }
+    }
+    if !is_url(&config.store.url, &["redis", "rediss", "redis+unix", "unix"]) {
+        problems.push(format!("store.url: {:?} is not a redis:// URL", config.store.url));
+    }
+    if let Some(endpoint) = &config.telemetry.otlp_endpoint {
+        if !is_url(endpoint, &["http", "https"]) {
+            problems.push(format!("telemetry.otlpEndpoint: {endpoint:?} is not an http(s) URL"));
+        }
+    }
+    if !matches!(config.telemetry.log_format.as_str(), "text" | "json") {
+        problems.push("telemetry.logFormat: must be \"text\" or \"json\"".into());
+    }
+    let open_host = matches!(config.api.host.as_str(), "0.0.0.0" | "::" | "[::]");
+    if open_host && config.api.api_key.is_empty() {
+        problems.push("api.apiKey: required when api.host listens on all interfaces".into());
+    }
+    if config.api.timeout <= 0.0 {
+        problems.push("api.timeout: must be positive".into());
+    }
+    if config.runner.max_concurrent_turns == 0 {
+        problems.push("runner.maxConcurrentTurns: must be at least 1".into());
+    }
+    for (name, provider) in &config.providers {
+        if let Some(base) = &provider.api_base {
+            if !is_url(base, &["http", "https"]) {
+                problems.push(format!("providers.{name}.apiBase: {base:?} is not an http(s) URL"));
+            }
+        }
+    }
+    for id in config.bots.keys() {
+        let ok = !id.is_empty()
+            && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !ok {
+            problems.push(format!("bots.{id}: a bot id may only hold letters, digits, - and _"));
+        }
+    }
+    problems
+}

@@ -1,0 +1,26 @@
+//! Process plumbing shared by every nanobot service: config loading, telemetry, shutdown,
+//! NATS (JetStream streams, trace-carrying publish/request helpers), Redis and the health probe.
+//! No business logic lives here.
+//!
+//! # Layout
+//! - [`config`]: nanobot's `config.json` schema + fleet sections, env overrides, validation.
+//! - [`telemetry`]: tracing subscriber, OTLP export, W3C trace context in NATS headers.
+//! - [`shutdown`]: SIGINT/SIGTERM handling and the drain deadline.
+//! - [`bus`]: NATS connection, streams, typed requests and replies.
+//! - [`store`]: Redis connection.
+//! - [`health`]: HTTP `/health` + `/ready` and the fleet status responder.
+//! - [`cli`]: the flags every binary shares and the launcher.
+//! - [`service`]: the shared start-up sequence.
+#![forbid(unsafe_code)]
+
+pub mod bus;
+pub mod cli;
+pub mod config;
+pub mod health;
+pub mod service;
+pub mod shutdown;
+pub mod store;
+pub mod telemetry;
+
+/// The fleet's version, reported by every service.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

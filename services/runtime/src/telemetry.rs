@@ -1,0 +1,122 @@
+//! Logs and traces. A tracing subscriber (text or JSON lines) always; an OpenTelemetry tracer
+//! always (so every NATS message carries a W3C `traceparent`), exporting over OTLP/gRPC only
+//! when `telemetry.otlpEndpoint` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+
+use anyhow::Context as _;
+use async_nats::HeaderMap;
+use opentelemetry::propagation::{Extractor, Injector};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
+
+use crate::config::TelemetryConfig;
+
+/// Flushes exported spans on shutdown.
+#[must_use = "call shutdown() before exiting to flush spans"]
+pub struct TelemetryGuard {
+    provider: SdkTracerProvider,
+}
+
+impl TelemetryGuard {
+    /// Flushes and stops the exporter.
+    pub fn shutdown(self) {
+        if let Err(e) = self.provider.shutdown() {
+            eprintln!("failed to flush traces: {e}");
+        }
+    }
+}
+
+/// Returns the OTLP endpoint from config or `OTEL_EXPORTER_OTLP_ENDPOINT`.
+pub fn otlp_endpoint(cfg: &TelemetryConfig) -> Option<String> {
+    cfg.otlp_endpoint
+        .clone()
+        .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
+        .filter(|e| !e.trim().is_empty())
+}
+
+/// Installs the global subscriber, propagator and tracer for `service`.
+pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    let resource = opentelemetry_sdk::Resource::builder().with_service_name(service).build();
+    let mut builder = SdkTracerProvider::builder().with_resource(resource);
+    let endpoint = otlp_endpoint(cfg);
+    if let Some(endpoint) = &endpoint {
+        use opentelemetry_otlp::WithExportConfig as _;
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint.clone())
+            .build()
+            .context("build the otlp exporter")?;
+        builder = builder.with_batch_exporter(exporter);
+    }
+    let provider = builder.build();
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service));
+
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{},h2=warn,hyper=warn,tower=warn", cfg.log_level)));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false);
+    let fmt = if cfg.log_format == "json" { fmt.json().boxed() } else { fmt.boxed() };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init()
+        .context("install the tracing subscriber")?;
+    install_panic_hook();
+    if let Some(endpoint) = endpoint {
+        tracing::info!(%endpoint, "exporting traces over otlp");
+    }
+    Ok(TelemetryGuard { provider })
+}
+
+fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        tracing::error!(panic = %info, "panic");
+        default(info);
+    }));
+}
+
+struct HeaderInjector<'a>(&'a mut HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key, value.as_str());
+    }
+}
+
+struct HeaderExtractor<'a>(&'a HeaderMap);
+
+impl Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(|v| v.as_str())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.iter().map(|(k, _)| k.as_ref()).collect()
+    }
+}
+
+/// Writes the current span's W3C trace context into `headers`.
+pub fn inject_current(headers: &mut HeaderMap) {
+    let cx = tracing::Span::current().context();
+    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut HeaderInjector(headers)));
+}
+
+/// Makes `span` a child of the trace context carried in `headers` (if any).
+pub fn set_parent_from(span: &tracing::Span, headers: Option<&HeaderMap>) {
+    let Some(headers) = headers else { return };
+    let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
+    let _ = span.set_parent(cx);
+}
+
+/// Returns the trace id carried in `headers`' `traceparent`, if any.
+pub fn trace_id_of(headers: Option<&HeaderMap>) -> Option<String> {
+    let value = headers?.get("traceparent")?.as_str().to_string();
+    value.split('-').nth(1).map(str::to_string)
+}
