@@ -182,6 +182,10 @@ pub struct ConsolidationRequest {
     /// "tokens" (over budget), "archive" (/new: archive the whole unconsolidated tail).
     #[prost(string, tag = "4")]
     pub reason: ::prost::alloc::string::String,
+    /// For "archive": the rows to archive (a JSON array), snapshotted before the session was
+    /// cleared.
+    #[prost(string, tag = "5")]
+    pub messages_json: ::prost::alloc::string::String,
 }
 /// Reply published on `subjects::consolidated(bot)` once the work is done.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
