@@ -1,1 +1,137 @@
-//! placeholder
+//! Agent runners: pull inbound chat messages (`subjects::INBOUND_ALL`) and cron fires
+//! (`subjects::CRON_FIRE_ALL`) from JetStream, run each as a turn (session from Redis, LLM,
+//! tool calls as NATS requests to `nanobot-tools`), save the session, and publish replies on
+//! `subjects::outbound`. Any number of runners share the durable consumers.
+//!
+//! # Layout
+//! - `bots`: per-bot session store, tool client, provider and context builder.
+//! - `handlers`: one handler per message type; session locks, de-duplication, ack handling.
+//! - `turn`: one turn end to end.
+//! - `outbox`: publishing replies.
+#![forbid(unsafe_code)]
+
+pub mod bots;
+pub mod handlers;
+pub mod outbox;
+pub mod turn;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::{self, consumer::pull};
+use futures::StreamExt as _;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use nanobot_proto::subjects;
+use nanobot_runtime::config::Config;
+use nanobot_runtime::{service, shutdown, store};
+
+use crate::handlers::{Deps, SessionLocks};
+
+/// How long JetStream waits for an ack before redelivering (extended while a turn runs).
+const ACK_WAIT: Duration = Duration::from_secs(60);
+
+/// Runs an agent runner until `shutdown` completes, then drains in-flight turns.
+pub async fn run(cfg: Config, health_addr: Option<SocketAddr>, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    let started = service::start("agent", &cfg, health_addr, shutdown).await?;
+    let cancel = started.cancel.clone();
+    let redis = store::connect(&cfg.store, &cancel).await.context("connect to redis")?;
+    let bots = bots::build(&cfg, &started.bus.client, &redis);
+    let permits = Arc::new(Semaphore::new(cfg.runner.max_concurrent_turns as usize));
+    let deps = Arc::new(Deps { cfg, js: started.bus.js.clone(), redis, bots, locks: SessionLocks::default() });
+
+    let inbound = consumer(&deps.js, subjects::INBOUND_STREAM, subjects::INBOUND_CONSUMER, subjects::INBOUND_ALL).await?;
+    let cron = consumer(&deps.js, subjects::JOBS_STREAM, subjects::CRON_FIRE_CONSUMER, subjects::CRON_FIRE_ALL).await?;
+    let tracker = TaskTracker::new();
+    let loops = [
+        tokio::spawn(consume(inbound, Kind::Inbound, deps.clone(), permits.clone(), tracker.clone(), cancel.clone())),
+        tokio::spawn(consume(cron, Kind::Cron, deps.clone(), permits.clone(), tracker.clone(), cancel.clone())),
+    ];
+    started.health.set_ready(true);
+    tracing::info!(instance = %started.health.instance, "agent runner ready");
+    cancel.cancelled().await;
+    started.health.set_ready(false);
+    for l in loops {
+        let _ = l.await;
+    }
+    tracker.close();
+    let in_flight = tracker.len();
+    shutdown::drain("agent turns", tracker.wait()).await;
+    tracing::info!(in_flight, "agent runner stopped");
+    Ok(())
+}
+
+async fn consumer(js: &jetstream::Context, stream: &str, name: &str, filter: &str) -> anyhow::Result<jetstream::consumer::Consumer<pull::Config>> {
+    let stream = js.get_stream(stream).await.with_context(|| format!("open stream {stream}"))?;
+    stream
+        .get_or_create_consumer(name, pull::Config {
+            durable_name: Some(name.into()),
+            filter_subject: filter.into(),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: ACK_WAIT,
+            max_deliver: 20,
+            max_ack_pending: 10_000,
+            ..Default::default()
+        })
+        .await
+        .with_context(|| format!("create consumer {name}"))
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Inbound,
+    Cron,
+}
+
+/// Pulls messages while a permit is free, so at most `maxConcurrentTurns` turns run here and
+/// the rest wait in JetStream, not in memory.
+async fn consume(
+    consumer: jetstream::consumer::Consumer<pull::Config>,
+    kind: Kind,
+    deps: Arc<Deps>,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+) {
+    loop {
+        let permit = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        };
+        let batch = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            b = consumer.fetch().max_messages(1).expires(Duration::from_secs(5)).messages() => b,
+        };
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to pull messages, retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        let Some(next) = batch.next().await else { continue };
+        let msg = match next {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to receive message");
+                continue;
+            }
+        };
+        let deps = deps.clone();
+        tracker.spawn(async move {
+            match kind {
+                Kind::Inbound => handlers::inbound::handle(&deps, msg).await,
+                Kind::Cron => handlers::cron_fire::handle(&deps, msg).await,
+            }
+            drop(permit);
+        });
+    }
+}

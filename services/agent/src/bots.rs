@@ -1,0 +1,75 @@
+//! Per-bot state of a runner: session store, tool client, provider and context builder.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use nanobot_core::context::ContextBuilder;
+use nanobot_core::provider::OpenAiProvider;
+use nanobot_core::resolve::{self, Target};
+use nanobot_core::session::SessionStore;
+use nanobot_core::tools::ToolClient;
+use nanobot_runtime::config::{BotSpec, Config};
+
+/// Everything a turn of one bot needs.
+#[derive(Debug)]
+pub struct Bot {
+    /// The bot's resolved config.
+    pub spec: BotSpec,
+    /// Its sessions.
+    pub sessions: SessionStore,
+    /// Its tools.
+    pub tools: ToolClient,
+    /// Its LLM client.
+    pub provider: OpenAiProvider,
+    /// Where the LLM calls go.
+    pub target: Target,
+    /// Its prompt builder.
+    pub context: ContextBuilder,
+}
+
+/// Returns the directory of builtin skills: `NANOBOT_SKILLS_DIR`, a `skills/` directory next
+/// to (or above) the executable, or `/usr/share/nanobot/skills`.
+pub fn builtin_skills_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("NANOBOT_SKILLS_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let exe = std::env::current_exe().ok()?;
+    for dir in exe.ancestors().skip(1) {
+        let candidate = dir.join("skills");
+        if candidate.join("memory/SKILL.md").is_file() {
+            return Some(candidate);
+        }
+    }
+    let system = PathBuf::from("/usr/share/nanobot/skills");
+    system.is_dir().then_some(system)
+}
+
+/// Builds the per-bot state of every configured bot, by id.
+pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &ConnectionManager) -> HashMap<String, Arc<Bot>> {
+    let skills = builtin_skills_dir();
+    let tool_timeout = Duration::from_secs(cfg.bus.tool_timeout_secs.max(1));
+    cfg.bots()
+        .into_iter()
+        .map(|spec| {
+            let (target, provider) = resolve::provider_for(cfg, &spec);
+            tracing::info!(bot = %spec.id, provider = %target.provider, model = %target.model, "bot ready");
+            let bot = Bot {
+                sessions: SessionStore::new(redis.clone(), &spec.id),
+                tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout),
+                provider,
+                target,
+                context: ContextBuilder {
+                    workspace: spec.workspace.clone(),
+                    builtin_skills: skills.clone(),
+                    timezone: cfg.agents.defaults.timezone.clone(),
+                },
+                spec,
+            };
+            (bot.spec.id.clone(), Arc::new(bot))
+        })
+        .collect()
+}
