@@ -1,1 +1,16 @@
-//! placeholder
+//! The `nanobot` command line: `onboard`, `agent` (one-shot or interactive, through the fleet),
+//! `status`, `up`/`down` (the local fleet), `probe` (health checks for containers).
+//!
+//! # Layout
+//! - `commands`: clap definitions and dispatch.
+//! - `chat`: `nanobot agent` over inbound/outbound JetStream.
+//! - `status`: fleet status from the status subject.
+//! - `fleet`: `up` / `down`.
+//! - `onboard`: config and workspace from `templates/`.
+#![forbid(unsafe_code)]
+
+pub mod chat;
+pub mod commands;
+pub mod fleet;
+pub mod onboard;
+pub mod status;

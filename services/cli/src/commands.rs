@@ -1,0 +1,142 @@
+//! Command-line definitions and dispatch.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use nanobot_runtime::bus;
+use nanobot_runtime::config::{self, Config};
+
+/// nanobot — a personal AI agent, running as a fleet of services over NATS and Redis.
+#[derive(Debug, Parser)]
+#[command(name = "nanobot", version)]
+pub struct Cli {
+    /// Config file (default `~/.nanobot/config.json`).
+    #[arg(long, short = 'c', global = true, env = "NANOBOT_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the config and workspace (never overwrites existing files).
+    Onboard {
+        /// Workspace directory (default from the config).
+        #[arg(long, short = 'w')]
+        workspace: Option<PathBuf>,
+    },
+    /// Chat with the agent through the fleet: one message with `-m`, else interactive.
+    Agent {
+        /// Message to send.
+        #[arg(long, short = 'm')]
+        message: Option<String>,
+        /// Session key (default `cli:direct`).
+        #[arg(long, short = 's')]
+        session: Option<String>,
+        /// Bot id (default: the first bot).
+        #[arg(long)]
+        bot: Option<String>,
+    },
+    /// Show every live service replica and the work waiting; exits 1 when a role is down.
+    Status,
+    /// Start the whole local fleet (NATS, Redis, local model, every role) in the background.
+    Up {
+        /// Directory for pids, logs and data (default `~/.nanobot/run`).
+        #[arg(long)]
+        run_dir: Option<PathBuf>,
+        /// Start the local default model even when a provider is configured.
+        #[arg(long)]
+        with_model: bool,
+    },
+    /// Stop what `up` started, by pid.
+    Down {
+        /// Directory used by `up`.
+        #[arg(long)]
+        run_dir: Option<PathBuf>,
+    },
+    /// Exit 0 when `GET <url>` answers 2xx (container health checks).
+    Probe {
+        /// URL to check.
+        url: String,
+    },
+}
+
+fn load(cli: &Cli) -> anyhow::Result<Config> {
+    let env: HashMap<String, String> = std::env::vars().collect();
+    Ok(config::load(cli.config.as_deref(), &env)?)
+}
+
+async fn connect(cfg: &Config) -> anyhow::Result<bus::Bus> {
+    let cancel = CancellationToken::new();
+    let guard = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        guard.cancel();
+    });
+    bus::connect(&cfg.bus, "nanobot-cli", &cancel)
+        .await
+        .with_context(|| format!("connect to nats at {} (is the fleet running? `make run` or `nanobot up`)", cfg.bus.url))
+}
+
+/// Runs the command; returns the exit code.
+pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    match &cli.command {
+        Command::Onboard { workspace } => {
+            let path = cli.config.clone().unwrap_or_else(config::default_path);
+            let report = crate::onboard::onboard(&path, workspace.as_deref())?;
+            println!("{report}");
+            Ok(0)
+        }
+        Command::Agent { message, session, bot } => {
+            let cfg = load(&cli)?;
+            let bus = connect(&cfg).await?;
+            if crate::chat::live(&bus, "agent").await == 0 {
+                eprintln!("warning: no nanobot-agent replica answered; the message will wait in JetStream until one starts");
+            }
+            let mut chat = crate::chat::Chat::open(&cfg, bus, session.as_deref(), bot.as_deref()).await?;
+            match message {
+                Some(text) => crate::chat::one_shot(&mut chat, text).await?,
+                None => crate::chat::interactive(&mut chat).await?,
+            }
+            Ok(0)
+        }
+        Command::Status => {
+            let cfg = load(&cli)?;
+            let bus = connect(&cfg).await?;
+            Ok(crate::status::print(&bus).await)
+        }
+        Command::Up { run_dir, with_model } => {
+            let cfg = load(&cli)?;
+            let mut opts = crate::fleet::UpOptions::new(cli.config.clone());
+            if let Some(dir) = run_dir {
+                opts.run_dir = dir.clone();
+            }
+            if *with_model {
+                opts.with_model = Some(true);
+            }
+            crate::fleet::up(&opts, &cfg).await?;
+            Ok(0)
+        }
+        Command::Down { run_dir } => {
+            let dir = run_dir.clone().unwrap_or_else(crate::fleet::default_run_dir);
+            crate::fleet::down(&dir).await?;
+            Ok(0)
+        }
+        Command::Probe { url } => {
+            let ok = reqwest::Client::new()
+                .get(url)
+                .timeout(Duration::from_secs(3))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            Ok(if ok { 0 } else { 1 })
+        }
+    }
+}
