@@ -1,1 +1,93 @@
-//! placeholder
+//! Channel gateways of the nanobot fleet: they turn chat events into
+//! [`InboundMessage`](nanobot_proto::InboundMessage)s published on
+//! [`subjects::inbound`](nanobot_proto::subjects::inbound) (JetStream stream
+//! [`subjects::INBOUND_STREAM`](nanobot_proto::subjects::INBOUND_STREAM)), and deliver the
+//! [`OutboundMessage`](nanobot_proto::OutboundMessage)s the agent runners publish on
+//! [`subjects::outbound`](nanobot_proto::subjects::outbound) (stream
+//! [`subjects::OUTBOUND_STREAM`](nanobot_proto::subjects::OUTBOUND_STREAM)).
+//!
+//! Channels served today: the OpenAI-compatible HTTP API (`nanobot serve` upstream).
+//!
+//! # Layout
+//! - [`api`]: the OpenAI-compatible HTTP API (`/v1/chat/completions`, `/v1/models`, `/health`).
+//! - [`outbound`]: outbound delivery: the per-replica consumer of a channel's replies and the
+//!   routing of each reply to the request waiting for it.
+//! - [`error`]: the split between user-facing text and internal error detail.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod error;
+pub mod outbound;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+
+use nanobot_runtime::config::Config;
+use nanobot_runtime::{service, shutdown};
+
+/// Channel name of the HTTP API, as upstream (`api:<session_id>` session keys).
+pub const API_CHANNEL: &str = "api";
+
+/// Runs the gateway until `shutdown` completes: starts the outbound consumer of the API
+/// channel, then serves the HTTP API on `api.host:api.port`. On shutdown it stops accepting,
+/// lets in-flight requests finish within [`shutdown::GRACE`] and returns.
+pub async fn run(
+    cfg: Config,
+    health_addr: Option<SocketAddr>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let started = service::start("gateway", &cfg, health_addr, shutdown).await?;
+    let pending = Arc::new(outbound::Pending::default());
+    // The consumer outlives the HTTP drain: in-flight requests still need their replies.
+    let consumer_cancel = CancellationToken::new();
+    let consumer = outbound::start(
+        &started.bus.js,
+        API_CHANNEL,
+        pending.clone(),
+        consumer_cancel.clone(),
+    )
+    .await
+    .context("start the api outbound consumer")?;
+
+    let addr = format!("{}:{}", cfg.api.host, cfg.api.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("bind the api listener {addr}"))?;
+    let bound = listener
+        .local_addr()
+        .context("read the api listener address")?;
+    let state = api::AppState::new(
+        &cfg,
+        started.bus.js.clone(),
+        pending,
+        started.health.clone(),
+    );
+    let server_cancel = started.cancel.clone();
+    let server = axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(async move { server_cancel.cancelled().await });
+    let server = tokio::spawn(server.into_future());
+    started.health.set_ready(true);
+    tracing::info!(addr = %bound, "api listening");
+
+    started.cancel.cancelled().await;
+    started.health.set_ready(false);
+    let in_flight = started.health.in_flight();
+    tracing::info!(in_flight, "stopping the api");
+    shutdown::drain("api requests", async {
+        match server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "api server stopped with an error"),
+            Err(e) => tracing::warn!(error = %e, "api server task failed"),
+        }
+    })
+    .await;
+    consumer_cancel.cancel();
+    if let Err(e) = consumer.await {
+        tracing::warn!(error = %e, "outbound consumer task failed");
+    }
+    Ok(())
+}
