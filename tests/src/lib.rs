@@ -1,1 +1,18 @@
-//! tests
+//! Test support for the nanobot fleet: a scripted OpenAI/Anthropic-compatible LLM server,
+//! a harness that runs real `nats-server`, `redis-server` and service binaries, and the
+//! end-to-end suite built on them.
+//!
+//! # Layout
+//! - [`scripted_llm`]: the scripted LLM HTTP server ([`scripted_llm::ScriptedLlm`],
+//!   [`scripted_llm::Reply`]).
+//! - [`harness`]: real processes killed on drop ([`harness::Nats`], [`harness::Redis`],
+//!   [`harness::ServiceProc`], [`harness::Fleet`]) and waiting helpers.
+//! - `e2e` (tests only): end-to-end tests of the whole fleet.
+//! - `bin/mock_llm.rs`: `nanobot-mock-llm`, a standalone fast OpenAI-compatible server.
+#![forbid(unsafe_code)]
+
+pub mod harness;
+pub mod scripted_llm;
+
+#[cfg(test)]
+mod e2e;

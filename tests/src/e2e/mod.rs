@@ -1,0 +1,2 @@
+//! End-to-end tests of the whole fleet, built on [`crate::harness::Fleet`] and
+//! [`crate::scripted_llm::ScriptedLlm`].

@@ -1,0 +1,346 @@
+//! A whole fleet for end-to-end tests: NATS, Redis and the scripted LLM, a config file
+//! pointing at them, and the role binaries, started and waited on until each reports ready.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use prost::Message as _;
+use serde_json::{Value, json};
+
+use nanobot_proto::{ServiceStatus, StatusRequest, subjects};
+
+use super::{Nats, Redis, ServiceProc, bin_path, free_port};
+use crate::scripted_llm::ScriptedLlm;
+
+/// How long status replies are collected per probe.
+const STATUS_WINDOW: Duration = Duration::from_millis(200);
+/// Default time every role gets to report ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a CLI invocation may run.
+const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+/// Log lines shown for a role that failed.
+const LOG_TAIL: usize = 60;
+
+/// Builds a [`Fleet`].
+#[derive(Debug)]
+pub struct FleetBuilder {
+    roles: Vec<String>,
+    extra: Value,
+    env: Vec<(String, String)>,
+    ready_timeout: Duration,
+}
+
+impl FleetBuilder {
+    /// Sets the roles to start (`agent`, `tools`, `gateway`, `memory`, `cron`); each runs the
+    /// binary `nanobot-<role>`.
+    pub fn roles(mut self, roles: &[&str]) -> Self {
+        self.roles = roles.iter().map(|r| (*r).to_string()).collect();
+        self
+    }
+
+    /// Deep-merges `extra` into the generated config (objects merge, other values replace).
+    pub fn config(mut self, extra: Value) -> Self {
+        merge(&mut self.extra, extra);
+        self
+    }
+
+    /// Adds an environment variable for every role process.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets how long roles get to report ready (default 20 s).
+    pub fn ready_timeout(mut self, timeout: Duration) -> Self {
+        self.ready_timeout = timeout;
+        self
+    }
+
+    /// Starts NATS, Redis and the scripted LLM, writes the config, spawns every role and
+    /// waits until each has a ready instance.
+    pub async fn start(self) -> anyhow::Result<Fleet> {
+        let (nats, redis, llm) =
+            tokio::try_join!(Nats::start(), Redis::start(), ScriptedLlm::start())?;
+        let root = tempfile::Builder::new()
+            .prefix("nanobot-fleet-")
+            .tempdir()?;
+        let workspace = root.path().join("workspace");
+        std::fs::create_dir_all(&workspace).context("create workspace")?;
+        let api_port = free_port()?;
+        let mut config = json!({
+            "bus": {"url": nats.url()},
+            "store": {"url": redis.url()},
+            "providers": {"custom": {"apiBase": llm.base_url(), "apiKey": "test-key"}},
+            "agents": {"defaults": {
+                "model": "test-model",
+                "provider": "custom",
+                "workspace": workspace.display().to_string(),
+            }},
+            "api": {"host": "127.0.0.1", "port": api_port},
+            "gateway": {"host": "127.0.0.1", "port": free_port()?},
+        });
+        merge(&mut config, self.extra);
+        let config_path = root.path().join("config.json");
+        let text = serde_json::to_string_pretty(&config).context("encode config")?;
+        std::fs::write(&config_path, text).context("write config")?;
+        let mut fleet = Fleet {
+            services: Vec::new(),
+            nats,
+            redis,
+            llm,
+            env: self.env,
+            config_path,
+            workspace,
+            api_port,
+            ready_timeout: self.ready_timeout,
+            _root: root,
+        };
+        for role in &self.roles {
+            fleet.spawn_role(role)?;
+        }
+        fleet.wait_ready().await?;
+        Ok(fleet)
+    }
+}
+
+/// A running fleet; every process stops when it drops (services first).
+#[derive(Debug)]
+pub struct Fleet {
+    services: Vec<(String, ServiceProc)>,
+    /// The NATS server.
+    pub nats: Nats,
+    /// The Redis server.
+    pub redis: Redis,
+    /// The scripted LLM every bot talks to.
+    pub llm: ScriptedLlm,
+    env: Vec<(String, String)>,
+    config_path: PathBuf,
+    workspace: PathBuf,
+    api_port: u16,
+    ready_timeout: Duration,
+    _root: tempfile::TempDir,
+}
+
+impl Fleet {
+    /// Returns a builder with no roles and no extra config.
+    pub fn builder() -> FleetBuilder {
+        FleetBuilder {
+            roles: Vec::new(),
+            extra: json!({}),
+            env: Vec::new(),
+            ready_timeout: READY_TIMEOUT,
+        }
+    }
+
+    /// Returns the bot workspace directory (`agents.defaults.workspace`).
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// Returns the config file every process was started with.
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    /// Returns the gateway's HTTP API root, `http://127.0.0.1:PORT` (`/v1/...`, `/health`).
+    pub fn api_base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.api_port)
+    }
+
+    /// Returns the first instance of `role`.
+    ///
+    /// # Panics
+    /// When the fleet runs no such role (a mistake in the test).
+    pub fn service(&mut self, role: &str) -> &mut ServiceProc {
+        self.service_at(role, 0)
+    }
+
+    /// Returns the `index`-th instance of `role` (in start order).
+    ///
+    /// # Panics
+    /// When there is no such instance (a mistake in the test).
+    pub fn service_at(&mut self, role: &str, index: usize) -> &mut ServiceProc {
+        self.services
+            .iter_mut()
+            .filter(|(r, _)| r == role)
+            .nth(index)
+            .map(|(_, p)| p)
+            .unwrap_or_else(|| panic!("the fleet has no instance {index} of role {role}"))
+    }
+
+    /// Returns every instance of `role`.
+    pub fn replicas(&mut self, role: &str) -> Vec<&mut ServiceProc> {
+        self.services
+            .iter_mut()
+            .filter(|(r, _)| r == role)
+            .map(|(_, p)| p)
+            .collect()
+    }
+
+    /// Starts one more instance of `role` and waits until it reports ready.
+    pub async fn add_replica(&mut self, role: &str) -> anyhow::Result<&mut ServiceProc> {
+        self.spawn_role(role)?;
+        self.wait_ready().await?;
+        let last = self.services.last_mut().context("replica vanished")?;
+        Ok(&mut last.1)
+    }
+
+    /// Connects a NATS client.
+    pub async fn nats_client(&self) -> anyhow::Result<async_nats::Client> {
+        self.nats.client().await
+    }
+
+    /// Connects a reconnecting Redis connection.
+    pub async fn redis_conn(&self) -> anyhow::Result<redis::aio::ConnectionManager> {
+        self.redis.conn().await
+    }
+
+    /// Runs the `nanobot` CLI with `--config <path>` and `args`, and returns its output.
+    pub async fn cli(&self, args: &[&str]) -> anyhow::Result<Output> {
+        let mut command = tokio::process::Command::new(bin_path("nanobot")?);
+        command
+            .arg("--config")
+            .arg(&self.config_path)
+            .args(args)
+            .kill_on_drop(true);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("NANOBOT_") {
+                command.env_remove(key);
+            }
+        }
+        command.env("NANOBOT_CONFIG", &self.config_path);
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        let run = command.output();
+        let output = tokio::time::timeout(CLI_TIMEOUT, run)
+            .await
+            .with_context(|| format!("nanobot {args:?} still running after {CLI_TIMEOUT:?}"))?;
+        output.with_context(|| format!("run nanobot {args:?}"))
+    }
+
+    /// Probes [`subjects::STATUS`] once and returns every answer.
+    pub async fn statuses(&self) -> anyhow::Result<Vec<ServiceStatus>> {
+        let client = self.nats_client().await?;
+        request_statuses(&client, STATUS_WINDOW).await
+    }
+
+    /// Waits until every running role process is matched by a ready instance. Fails early
+    /// when a process exits, or after the ready timeout, with that role's logs.
+    pub async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let client = self.nats_client().await?;
+        let deadline = tokio::time::Instant::now() + self.ready_timeout;
+        loop {
+            let mut expected: BTreeMap<String, usize> = BTreeMap::new();
+            for (role, proc) in &mut self.services {
+                if let Some(status) = proc.exit_status() {
+                    anyhow::bail!(
+                        "nanobot-{role} exited with {status} before it was ready:\n{}",
+                        proc.log_tail(LOG_TAIL)
+                    );
+                }
+                *expected.entry(role.clone()).or_default() += 1;
+            }
+            let missing = missing_ready_roles(&client, &expected).await?;
+            let Some(role) = missing.first() else {
+                return Ok(());
+            };
+            if tokio::time::Instant::now() >= deadline {
+                let logs = self
+                    .replicas(role)
+                    .iter()
+                    .map(|p| p.log_tail(LOG_TAIL))
+                    .collect::<Vec<_>>();
+                anyhow::bail!(
+                    "nanobot-{role} not ready within {:?}:\n{}",
+                    self.ready_timeout,
+                    logs.join("\n---\n")
+                );
+            }
+        }
+    }
+
+    fn spawn_role(&mut self, role: &str) -> anyhow::Result<()> {
+        let config = self.config_path.display().to_string();
+        let args = ["--config", config.as_str(), "--health-addr", "127.0.0.1:0"];
+        let mut env: Vec<(&str, &str)> = vec![("RUST_LOG", "info")];
+        env.extend(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let proc = ServiceProc::spawn(&format!("nanobot-{role}"), &args, &env)?;
+        self.services.push((role.to_string(), proc));
+        Ok(())
+    }
+}
+
+/// Sends one [`StatusRequest`] on [`subjects::STATUS`] with a reply inbox and collects the
+/// [`ServiceStatus`] answers that arrive within `window` (undecodable answers are skipped).
+pub async fn request_statuses(
+    client: &async_nats::Client,
+    window: Duration,
+) -> anyhow::Result<Vec<ServiceStatus>> {
+    let inbox = client.new_inbox();
+    let mut sub = client
+        .subscribe(inbox.clone())
+        .await
+        .context("subscribe to status inbox")?;
+    let request = StatusRequest {}.encode_to_vec();
+    client
+        .publish_with_reply(subjects::STATUS, inbox, request.into())
+        .await
+        .context("publish status request")?;
+    client.flush().await.context("flush status request")?;
+    let deadline = tokio::time::Instant::now() + window;
+    let mut statuses = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout_at(deadline, sub.next()).await {
+        // A "no responders" status message carries no payload: nobody is up yet.
+        if msg.status.is_some() {
+            continue;
+        }
+        if let Ok(status) = ServiceStatus::decode(msg.payload) {
+            statuses.push(status);
+        }
+    }
+    // The subscription ends when dropped; an unsubscribe failure changes nothing here.
+    let _ = sub.unsubscribe().await;
+    Ok(statuses)
+}
+
+/// Returns the roles of `expected` (role → instance count) that have fewer ready instances
+/// than expected, after one status probe.
+pub async fn missing_ready_roles(
+    client: &async_nats::Client,
+    expected: &BTreeMap<String, usize>,
+) -> anyhow::Result<Vec<String>> {
+    if expected.is_empty() {
+        return Ok(Vec::new());
+    }
+    let statuses = request_statuses(client, STATUS_WINDOW).await?;
+    let mut ready: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+    for status in statuses.iter().filter(|s| s.ready) {
+        ready
+            .entry(status.role.as_str())
+            .or_default()
+            .insert(status.instance.as_str());
+    }
+    let mut missing = Vec::new();
+    for (role, want) in expected {
+        let have = ready.get(role.as_str()).map_or(0, |set| set.len());
+        if have < *want {
+            missing.push(role.clone());
+        }
+    }
+    Ok(missing)
+}
+
+/// Deep-merges `extra` into `base`: objects merge key by key, anything else replaces.
+pub(crate) fn merge(base: &mut Value, extra: Value) {
+    match (base, extra) {
+        (Value::Object(base), Value::Object(extra)) => {
+            for (key, value) in extra {
+                merge(base.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (base, extra) => *base = extra,
+    }
+}

@@ -1,0 +1,270 @@
+//! `nats-server` (JetStream) and `redis-server` (AOF) on free loopback ports, with their data
+//! in a temporary directory that survives [`Nats::restart`] / [`Redis::restart`].
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use super::{ServiceProc, find_server_binary, free_port};
+
+/// How long a server may take to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a graceful stop may take before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Attempts with fresh ports when a server fails to start (a port taken meanwhile).
+const START_ATTEMPTS: usize = 3;
+
+/// A `nats-server -js` process on free ports, killed on drop.
+#[derive(Debug)]
+pub struct Nats {
+    proc: ServiceProc,
+    port: u16,
+    monitor_port: u16,
+    store: tempfile::TempDir,
+}
+
+impl Nats {
+    /// Starts `nats-server` with JetStream and waits until `/healthz?js-enabled-only=true`.
+    pub async fn start() -> anyhow::Result<Self> {
+        let bin = find_server_binary("nats-server", "NATS_SERVER")?;
+        let mut store = tempfile::Builder::new().prefix("nats-store-").tempdir()?;
+        let mut last_error = None;
+        for _ in 0..START_ATTEMPTS {
+            let (port, monitor_port) = (free_port()?, free_port()?);
+            let proc = ServiceProc::spawn_program(
+                &bin,
+                &nats_args(port, monitor_port, store.path()),
+                &[],
+            )?;
+            let mut nats = Self {
+                proc,
+                port,
+                monitor_port,
+                store,
+            };
+            match nats.wait_ready().await {
+                Ok(()) => return Ok(nats),
+                Err(e) => {
+                    last_error = Some(e);
+                    nats.proc.sigkill()?;
+                    store = nats.into_store();
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| anyhow::anyhow!("nats-server did not start")))
+    }
+
+    fn into_store(self) -> tempfile::TempDir {
+        let Self { proc, store, .. } = self;
+        drop(proc);
+        store
+    }
+
+    /// Returns the client URL, `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Returns the monitoring URL, `http://127.0.0.1:PORT` (`/varz`, `/jsz`, `/healthz`).
+    pub fn monitor_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.monitor_port)
+    }
+
+    /// Returns the JetStream store directory.
+    pub fn store_dir(&self) -> &Path {
+        self.store.path()
+    }
+
+    /// Connects a client.
+    pub async fn client(&self) -> anyhow::Result<async_nats::Client> {
+        async_nats::connect(self.url())
+            .await
+            .with_context(|| format!("connect to {}", self.url()))
+    }
+
+    /// Kills the server with SIGKILL (a crash).
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        self.proc.sigkill()
+    }
+
+    /// Stops the server (gracefully if it runs) and starts it again on the same ports and
+    /// store directory, so JetStream data survives.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        if self.proc.is_running() {
+            self.proc.stop(STOP_GRACE).await?;
+        }
+        self.proc.restart()?;
+        self.wait_ready().await
+    }
+
+    /// Returns the server log.
+    pub fn logs(&self) -> String {
+        self.proc.logs()
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let url = format!("{}/healthz?js-enabled-only=true", self.monitor_url());
+        let http = reqwest::Client::new();
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.proc.exit_status() {
+                anyhow::bail!(
+                    "nats-server exited with {status}:\n{}",
+                    self.proc.log_tail(30)
+                );
+            }
+            let healthy = http
+                .get(&url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if healthy {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "nats-server not ready in {READY_TIMEOUT:?}:\n{}",
+                    self.proc.log_tail(30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+fn nats_args(port: u16, monitor_port: u16, store: &Path) -> Vec<String> {
+    let store = store.display().to_string();
+    let (port, monitor_port) = (port.to_string(), monitor_port.to_string());
+    [
+        "-js",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-m",
+        &monitor_port,
+        "-sd",
+        &store,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// A `redis-server` process on a free port with AOF persistence, killed on drop.
+#[derive(Debug)]
+pub struct Redis {
+    proc: ServiceProc,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    /// Starts `redis-server` and waits until it answers PING.
+    pub async fn start() -> anyhow::Result<Self> {
+        let bin = find_server_binary("redis-server", "REDIS_SERVER")?;
+        let mut dir = tempfile::Builder::new().prefix("redis-data-").tempdir()?;
+        let mut last_error = None;
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port()?;
+            let proc = ServiceProc::spawn_program(&bin, &redis_args(port, dir.path()), &[])?;
+            let mut redis = Self { proc, port, dir };
+            match redis.wait_ready().await {
+                Ok(()) => return Ok(redis),
+                Err(e) => {
+                    last_error = Some(e);
+                    redis.proc.sigkill()?;
+                    let Self {
+                        proc, dir: kept, ..
+                    } = redis;
+                    drop(proc);
+                    dir = kept;
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+    }
+
+    /// Returns the URL, `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Returns a reconnecting connection.
+    pub async fn conn(&self) -> anyhow::Result<redis::aio::ConnectionManager> {
+        let client = redis::Client::open(self.url()).context("parse redis url")?;
+        redis::aio::ConnectionManager::new(client)
+            .await
+            .with_context(|| format!("connect to {}", self.url()))
+    }
+
+    /// Kills the server with SIGKILL (a crash; AOF keeps acknowledged writes).
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        self.proc.sigkill()
+    }
+
+    /// Stops the server (gracefully if it runs) and starts it again on the same port and
+    /// data directory.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        if self.proc.is_running() {
+            self.proc.stop(STOP_GRACE).await?;
+        }
+        self.proc.restart()?;
+        self.wait_ready().await
+    }
+
+    /// Returns the server log.
+    pub fn logs(&self) -> String {
+        self.proc.logs()
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let client = redis::Client::open(self.url()).context("parse redis url")?;
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.proc.exit_status() {
+                anyhow::bail!(
+                    "redis-server exited with {status}:\n{}",
+                    self.proc.log_tail(30)
+                );
+            }
+            if ping(&client).await {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "redis-server not ready in {READY_TIMEOUT:?}:\n{}",
+                    self.proc.log_tail(30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+/// Returns whether the server answers PONG (not LOADING or an error).
+async fn ping(client: &redis::Client) -> bool {
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return false;
+    };
+    let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
+    pong.is_ok_and(|p| p == "PONG")
+}
+
+fn redis_args(port: u16, dir: &Path) -> Vec<String> {
+    let (port, dir) = (port.to_string(), dir.display().to_string());
+    [
+        "--port",
+        &port,
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--dir",
+        &dir,
+    ]
+    .map(String::from)
+    .to_vec()
+}

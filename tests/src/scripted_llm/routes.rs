@@ -1,0 +1,103 @@
+//! The HTTP routes: OpenAI chat completions and models, Anthropic messages.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::reply::Resolved;
+use super::{Shared, anthropic, openai};
+
+pub(super) async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    let (body, delay, resolved) = shared.take(uri.path(), &headers, &raw);
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    let turn = match resolved {
+        Resolved::Turn(turn) => turn,
+        Resolved::Error {
+            status,
+            body,
+            retry_after,
+        } => return error(status, body, retry_after),
+    };
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("test-model");
+    let id = shared.response_id("chatcmpl-");
+    if body.get("stream").and_then(Value::as_bool) == Some(true) {
+        let events = openai::stream(&turn, model, &id);
+        let events = events
+            .into_iter()
+            .map(|d| Ok::<_, std::convert::Infallible>(Event::default().data(d)));
+        return Sse::new(futures::stream::iter(events)).into_response();
+    }
+    Json(openai::completion(&turn, model, &id)).into_response()
+}
+
+pub(super) async fn messages(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    let (body, delay, resolved) = shared.take(uri.path(), &headers, &raw);
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    let turn = match resolved {
+        Resolved::Turn(turn) => turn,
+        Resolved::Error {
+            status,
+            body,
+            retry_after,
+        } => return error(status, body, retry_after),
+    };
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("test-model");
+    let id = shared.response_id("msg_");
+    if body.get("stream").and_then(Value::as_bool) == Some(true) {
+        let events = anthropic::stream(&turn, model, &id);
+        let events = events.into_iter().map(|(name, d)| {
+            Ok::<_, std::convert::Infallible>(Event::default().event(name).data(d))
+        });
+        return Sse::new(futures::stream::iter(events)).into_response();
+    }
+    Json(anthropic::message(&turn, model, &id)).into_response()
+}
+
+pub(super) async fn models() -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{"id": "test-model", "object": "model", "created": 0, "owned_by": "scripted"}],
+    }))
+}
+
+fn error(status: u16, body: String, retry_after: Option<u64>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let content_type = if serde_json::from_str::<Value>(&body).is_ok() {
+        "application/json"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Some(secs) = retry_after {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
