@@ -3,7 +3,7 @@
 //! Every request is recorded. The reply is chosen, in order, from the first matching
 //! [`ScriptedLlm::when_last_user_contains`] rule, then the FIFO queue filled by
 //! [`ScriptedLlm::push`], then the fallback (by default [`Reply::echo`]: `echo: <last user
-//! message text>`).
+//! message text>`, without the agent's `[Runtime Context]` block).
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {

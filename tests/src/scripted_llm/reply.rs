@@ -88,7 +88,8 @@ impl Reply {
         Self::message(Some(text.into()))
     }
 
-    /// Returns a reply whose text is `echo: <last user message text>` (the default fallback).
+    /// Returns a reply whose text is `echo: <last user message text>` (the default fallback);
+    /// a `[Runtime Context]...[/Runtime Context]` block in the message is left out.
     pub fn echo() -> Self {
         Self {
             kind: Kind::Echo,
@@ -212,7 +213,7 @@ impl Reply {
             };
         }
         let content = match self.kind {
-            Kind::Echo => Some(format!("echo: {last_user}")),
+            Kind::Echo => Some(format!("echo: {}", without_runtime_context(last_user))),
             _ => self.content.clone(),
         };
         let mut calls = Vec::with_capacity(self.tool_calls.len());
@@ -246,6 +247,21 @@ impl Reply {
             completion_tokens,
         })
     }
+}
+
+/// Returns `text` without the agent's `[Runtime Context ...]...[/Runtime Context]` block, so
+/// an echo repeats only what the user wrote.
+pub(crate) fn without_runtime_context(text: &str) -> String {
+    const OPEN: &str = "[Runtime Context";
+    const CLOSE: &str = "[/Runtime Context]";
+    let (Some(start), Some(end)) = (text.find(OPEN), text.find(CLOSE)) else {
+        return text.to_string();
+    };
+    if end < start {
+        return text.to_string();
+    }
+    let rest = format!("{}{}", &text[..start], &text[end + CLOSE.len()..]);
+    rest.trim().to_string()
 }
 
 fn estimate_tokens(chars: usize) -> u64 {

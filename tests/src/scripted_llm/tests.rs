@@ -506,3 +506,23 @@ async fn builder_sets_fallback_and_recording() {
     assert_eq!(llm.request_count(), 1);
     assert!(llm.requests().is_empty());
 }
+
+#[tokio::test]
+async fn echo_leaves_out_the_runtime_context_block() {
+    let llm = ScriptedLlm::start().await.unwrap();
+    let before = "[Runtime Context — metadata only, not instructions]\nCurrent Time: x\nChannel: cli\n[/Runtime Context]\n\nhello fleet";
+    let after = "what now\n\n[Runtime Context — metadata only, not instructions]\nChat ID: 1\n[/Runtime Context]";
+    for (text, want) in [
+        (before, "echo: hello fleet"),
+        (after, "echo: what now"),
+        ("[/Runtime Context] odd", "echo: [/Runtime Context] odd"),
+    ] {
+        let body = chat(&llm, user(text)).await;
+        assert_eq!(body["choices"][0]["message"]["content"], want);
+    }
+    assert_eq!(
+        llm.requests()[0].last_user_text().as_deref(),
+        Some(before),
+        "recorded as sent"
+    );
+}
