@@ -59,7 +59,11 @@ pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<Tele
 
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(format!("{},h2=warn,hyper=warn,tower=warn", cfg.log_level)));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false);
+    use std::io::IsTerminal as _;
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false);
     let fmt = if cfg.log_format == "json" { fmt.json().boxed() } else { fmt.boxed() };
     tracing_subscriber::registry()
         .with(filter)

@@ -1,2 +1,49 @@
 //! End-to-end tests of the whole fleet, built on [`crate::harness::Fleet`] and
-//! [`crate::scripted_llm::ScriptedLlm`].
+//! [`crate::scripted_llm::ScriptedLlm`]: every role runs as its own OS process against real
+//! `nats-server` and `redis-server`.
+
+mod api;
+mod background;
+mod turns;
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::harness::Fleet;
+
+/// Generous bound for a turn to complete on a loaded 2-core machine.
+pub(crate) const TURN: Duration = Duration::from_secs(30);
+
+/// Runs `nanobot agent -m text [--session key]` and returns stdout; fails with stderr and the
+/// agent log when the command fails.
+pub(crate) async fn ask(fleet: &mut Fleet, text: &str, session: Option<&str>) -> String {
+    let mut args = vec!["agent", "-m", text];
+    if let Some(s) = session {
+        args.extend(["--session", s]);
+    }
+    let out = fleet.cli(&args).await.expect("run nanobot agent");
+    if !out.status.success() {
+        let logs = fleet.service("agent").log_tail(40);
+        panic!(
+            "nanobot agent failed: {}\nagent log:\n{logs}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Reads a session's stored rows from Redis.
+pub(crate) async fn session_rows(fleet: &Fleet, bot: &str, session: &str) -> Vec<Value> {
+    let mut conn = fleet.redis_conn().await.expect("redis");
+    let rows: Vec<String> = redis::cmd("LRANGE")
+        .arg(nanobot_proto::keys::session_messages(bot, session))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .expect("lrange");
+    rows.iter()
+        .map(|r| serde_json::from_str(r).expect("row is json"))
+        .collect()
+}

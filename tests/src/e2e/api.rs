@@ -1,0 +1,84 @@
+//! The gateway's OpenAI-compatible API, end to end through the agent runner.
+
+use serde_json::{Value, json};
+
+use super::session_rows;
+use crate::harness::Fleet;
+use crate::scripted_llm::Reply;
+
+#[tokio::test]
+async fn chat_completions_reach_the_agent_and_use_the_api_session() {
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    fleet.llm.push(Reply::text("Hi over HTTP"));
+    let http = reqwest::Client::new();
+    let response: Value = http
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&json!({"model": "test-model", "session_id": "s1", "messages": [{"role": "user", "content": "hello"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        response["choices"][0]["message"]["content"], "Hi over HTTP",
+        "{response}"
+    );
+    assert_eq!(response["object"], "chat.completion");
+    let rows = session_rows(&fleet, "default", "api:s1").await;
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+
+    let models: Value = http
+        .get(format!("{}/v1/models", fleet.api_base()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "test-model");
+}
+
+#[tokio::test]
+async fn streamed_completions_arrive_as_sse_chunks_ending_with_done() {
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    fleet.llm.push(Reply::text("streaming works fine"));
+    let body = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&json!({"stream": true, "messages": [{"role": "user", "content": "stream please"}]}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let chunks: Vec<Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "streaming works fine", "{body}");
+    assert!(
+        chunks.len() >= 3,
+        "content arrived in several deltas: {body}"
+    );
+    assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+    assert_eq!(
+        fleet.llm.requests()[0].body["stream"],
+        true,
+        "the runner streamed from the model"
+    );
+}

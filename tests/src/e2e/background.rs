@@ -1,0 +1,138 @@
+//! Background roles: the memory worker archives old messages, cron fires jobs as turns, and
+//! trace context travels in NATS headers.
+
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+
+use nanobot_proto::subjects;
+
+use super::{TURN, ask, session_rows};
+use crate::harness::{Fleet, wait_until};
+use crate::scripted_llm::Reply;
+
+#[tokio::test]
+async fn memory_archives_old_messages_into_history_jsonl() {
+    // A tiny context budget (4000 - 1000 - 1024 tokens) forces consolidation after a few turns.
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools", "memory"])
+        .config(json!({"agents": {"defaults": {"contextWindowTokens": 4000, "maxTokens": 1000}}}))
+        .start()
+        .await
+        .unwrap();
+    let filler = "lorem ipsum dolor sit amet ".repeat(120);
+    for i in 0..4 {
+        ask(&mut fleet, &format!("turn {i}: {filler}"), Some("cli:mem")).await;
+    }
+    let history = fleet.workspace().join("memory/history.jsonl");
+    wait_until(|| async { history.exists() }, TURN)
+        .await
+        .unwrap_or_else(|_| panic!("memory log: {}", fleet.service("memory").logs()));
+    let text = std::fs::read_to_string(&history).unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["cursor"], 1);
+    assert_eq!(first["session_key"], "cli:mem");
+    assert!(
+        first["content"].as_str().unwrap().starts_with("[RAW] "),
+        "{first}"
+    );
+    assert!(first["content"].as_str().unwrap().contains("USER: turn 0"));
+    let mut conn = fleet.redis_conn().await.unwrap();
+    let last: usize = redis::cmd("HGET")
+        .arg(nanobot_proto::keys::session_meta("default", "cli:mem"))
+        .arg("last_consolidated")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        last >= 2,
+        "last_consolidated advanced to a user boundary: {last}"
+    );
+    assert_eq!(
+        session_rows(&fleet, "default", "cli:mem").await[last]["role"],
+        "user"
+    );
+}
+
+#[tokio::test]
+async fn cron_fires_an_every_job_as_a_turn() {
+    let fleet = Fleet::builder()
+        .roles(&["agent", "tools", "cron"])
+        .start()
+        .await
+        .unwrap();
+    std::fs::create_dir_all(fleet.workspace().join("cron")).unwrap();
+    let now = chrono_ms();
+    let jobs = json!({"version": 1, "jobs": [{
+        "id": "tick1234", "name": "tick", "enabled": true,
+        "schedule": {"kind": "every", "everyMs": 1000},
+        "payload": {"kind": "agent_turn", "message": "cron says tick", "deliver": false},
+        "createdAtMs": now - 5000
+    }]});
+    std::fs::write(fleet.workspace().join("cron/jobs.json"), jobs.to_string()).unwrap();
+    fleet
+        .llm
+        .when_last_user_contains("cron says tick", Reply::text("tock"));
+    wait_until(|| async { fleet.llm.request_count() >= 2 }, TURN)
+        .await
+        .unwrap();
+    let rows = session_rows(&fleet, "default", "cron:tick1234").await;
+    assert!(rows.len() >= 2, "{rows:#?}");
+    assert_eq!(rows[0]["content"], "cron says tick");
+    assert_eq!(rows[1]["content"], "tock");
+}
+
+fn chrono_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn one_turn_is_one_trace_across_inbound_and_tool_calls() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    let client = fleet.nats_client().await.unwrap();
+    let mut tool_calls = client.subscribe(subjects::TOOL_CALL_ALL).await.unwrap();
+    let mut inbound = client.subscribe(subjects::INBOUND_ALL).await.unwrap();
+    client.flush().await.unwrap();
+    fleet
+        .llm
+        .push(Reply::tool_calls([("list_dir", json!({"path": "."}))]));
+    fleet.llm.push(Reply::text("listed"));
+    assert_eq!(ask(&mut fleet, "list files", None).await, "listed");
+    let first = tokio::time::timeout(Duration::from_secs(5), inbound.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let call = tokio::time::timeout(Duration::from_secs(5), tool_calls.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let trace = |m: &async_nats::Message| {
+        let tp = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("traceparent"))
+            .map(|v| v.as_str().to_string());
+        tp.expect("traceparent header")
+            .split('-')
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(trace(&first).len(), 32);
+    assert_eq!(
+        trace(&first),
+        trace(&call),
+        "the tool call continues the inbound message's trace"
+    );
+}
