@@ -296,3 +296,48 @@ async fn readiness_needs_one_ready_instance_per_expected_replica() {
         "a not-ready instance and a silent role are both missing"
     );
 }
+
+#[tokio::test]
+async fn fleet_waits_for_every_replica_and_stops_roles_cleanly() {
+    let mut fleet = Fleet::builder().roles(&["agent"]).start().await.unwrap();
+    fleet.add_replica("agent").await.unwrap();
+    let ready: Vec<ServiceStatus> = fleet
+        .statuses()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.role == "agent" && s.ready)
+        .collect();
+    assert_eq!(ready.len(), 2, "{ready:?}");
+    assert_eq!(fleet.replicas("agent").len(), 2);
+    let second = fleet.service_at("agent", 1);
+    second.sigterm().unwrap();
+    let status = second
+        .wait_exit(Duration::from_secs(15))
+        .await
+        .expect("exits on sigterm");
+    assert!(status.success(), "{status}: {}", second.log_tail(20));
+    assert!(fleet.service("agent").is_running());
+}
+
+#[tokio::test]
+async fn fleet_start_fails_fast_with_the_logs_of_a_role_that_exits() {
+    let started = std::time::Instant::now();
+    let bad = json!({"bus": {"notAKey": true}});
+    let err = Fleet::builder()
+        .roles(&["agent"])
+        .config(bad)
+        .start()
+        .await
+        .unwrap_err();
+    let text = format!("{err:#}");
+    assert!(text.contains("nanobot-agent exited"), "{text}");
+    assert!(
+        text.contains("notAKey"),
+        "the role's own error is shown: {text}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "no waiting for the ready timeout"
+    );
+}
