@@ -112,7 +112,12 @@ mod tests {
 
     #[test]
     fn error_codes_round_trip() {
-        for c in [ErrorCode::BadRequest, ErrorCode::NotFound, ErrorCode::Unavailable, ErrorCode::Internal] {
+        for c in [
+            ErrorCode::BadRequest,
+            ErrorCode::NotFound,
+            ErrorCode::Unavailable,
+            ErrorCode::Internal,
+        ] {
             assert_eq!(ErrorCode::parse(c.as_str()), c);
         }
     }

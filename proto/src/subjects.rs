@@ -61,11 +61,13 @@ pub fn token(value: &str) -> String {
 }
 
 fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
         let chars = chunk.len() + 1;
         for i in 0..chars {
             let idx = (n >> (18 - 6 * i)) & 63;
@@ -82,7 +84,12 @@ pub fn inbound(bot: &str, channel: &str) -> String {
 
 /// Outbound messages of `bot` for one chat: `nanobot.<bot>.outbound.<channel>.<chat>`.
 pub fn outbound(bot: &str, channel: &str, chat_id: &str) -> String {
-    format!("nanobot.{}.outbound.{}.{}", token(bot), token(channel), token(chat_id))
+    format!(
+        "nanobot.{}.outbound.{}.{}",
+        token(bot),
+        token(channel),
+        token(chat_id)
+    )
 }
 
 /// All outbound messages of `bot` for `channel` (a consumer filter).
@@ -142,7 +149,10 @@ mod tests {
             assert!(!t.is_empty(), "empty token in {subject}");
             assert!(!t.contains(char::is_whitespace), "whitespace in {subject}");
             if !wildcards {
-                assert!(t != "*" && t != ">", "wildcard in concrete subject {subject}");
+                assert!(
+                    t != "*" && t != ">",
+                    "wildcard in concrete subject {subject}"
+                );
             }
         }
     }
@@ -150,8 +160,16 @@ mod tests {
     #[test]
     fn every_subject_is_well_formed() {
         for s in [
-            INBOUND_ALL, OUTBOUND_ALL, JOBS_ALL, CONSOLIDATE_ALL, CRON_FIRE_ALL, EVENTS_ALL,
-            TOOL_CALL_ALL, TOOL_LIST_ALL, STATUS, STOP_ALL,
+            INBOUND_ALL,
+            OUTBOUND_ALL,
+            JOBS_ALL,
+            CONSOLIDATE_ALL,
+            CRON_FIRE_ALL,
+            EVENTS_ALL,
+            TOOL_CALL_ALL,
+            TOOL_LIST_ALL,
+            STATUS,
+            STOP_ALL,
         ] {
             assert_valid(s, true);
         }
@@ -168,7 +186,10 @@ mod tests {
         for s in &concrete {
             assert_valid(s, false);
         }
-        for s in [outbound_channel("b", "api"), outbound_channel_all_bots("api")] {
+        for s in [
+            outbound_channel("b", "api"),
+            outbound_channel_all_bots("api"),
+        ] {
             assert_valid(&s, true);
         }
     }

@@ -7,8 +7,8 @@ use std::process::Command;
 #[test]
 fn generated_code_is_up_to_date() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let protos = ["bus", "tools", "jobs", "fleet"]
-        .map(|name| root.join(format!("nanobot/v1/{name}.proto")));
+    let protos =
+        ["bus", "tools", "jobs", "fleet"].map(|name| root.join(format!("nanobot/v1/{name}.proto")));
     let fds = protox::compile(&protos, [root.clone()]).expect("compile .proto files");
     let out = root.join("src/gen");
     prost_build::Config::new()

@@ -49,7 +49,11 @@ pub fn builtin_skills_dir() -> Option<PathBuf> {
 }
 
 /// Builds the per-bot state of every configured bot, by id.
-pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &ConnectionManager) -> HashMap<String, Arc<Bot>> {
+pub fn build(
+    cfg: &Config,
+    nats: &async_nats::Client,
+    redis: &ConnectionManager,
+) -> HashMap<String, Arc<Bot>> {
     let skills = builtin_skills_dir();
     let tool_timeout = Duration::from_secs(cfg.bus.tool_timeout_secs.max(1));
     cfg.bots()

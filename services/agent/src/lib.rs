@@ -37,20 +37,58 @@ use crate::handlers::{Deps, SessionLocks};
 const ACK_WAIT: Duration = Duration::from_secs(60);
 
 /// Runs an agent runner until `shutdown` completes, then drains in-flight turns.
-pub async fn run(cfg: Config, health_addr: Option<SocketAddr>, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn run(
+    cfg: Config,
+    health_addr: Option<SocketAddr>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let started = service::start("agent", &cfg, health_addr, shutdown).await?;
     let cancel = started.cancel.clone();
-    let redis = store::connect(&cfg.store, &cancel).await.context("connect to redis")?;
+    let redis = store::connect(&cfg.store, &cancel)
+        .await
+        .context("connect to redis")?;
     let bots = bots::build(&cfg, &started.bus.client, &redis);
     let permits = Arc::new(Semaphore::new(cfg.runner.max_concurrent_turns as usize));
-    let deps = Arc::new(Deps { cfg, js: started.bus.js.clone(), redis, bots, locks: SessionLocks::default() });
+    let deps = Arc::new(Deps {
+        cfg,
+        js: started.bus.js.clone(),
+        redis,
+        bots,
+        locks: SessionLocks::default(),
+    });
 
-    let inbound = consumer(&deps.js, subjects::INBOUND_STREAM, subjects::INBOUND_CONSUMER, subjects::INBOUND_ALL).await?;
-    let cron = consumer(&deps.js, subjects::JOBS_STREAM, subjects::CRON_FIRE_CONSUMER, subjects::CRON_FIRE_ALL).await?;
+    let inbound = consumer(
+        &deps.js,
+        subjects::INBOUND_STREAM,
+        subjects::INBOUND_CONSUMER,
+        subjects::INBOUND_ALL,
+    )
+    .await?;
+    let cron = consumer(
+        &deps.js,
+        subjects::JOBS_STREAM,
+        subjects::CRON_FIRE_CONSUMER,
+        subjects::CRON_FIRE_ALL,
+    )
+    .await?;
     let tracker = TaskTracker::new();
     let loops = [
-        tokio::spawn(consume(inbound, Kind::Inbound, deps.clone(), permits.clone(), tracker.clone(), cancel.clone())),
-        tokio::spawn(consume(cron, Kind::Cron, deps.clone(), permits.clone(), tracker.clone(), cancel.clone())),
+        tokio::spawn(consume(
+            inbound,
+            Kind::Inbound,
+            deps.clone(),
+            permits.clone(),
+            tracker.clone(),
+            cancel.clone(),
+        )),
+        tokio::spawn(consume(
+            cron,
+            Kind::Cron,
+            deps.clone(),
+            permits.clone(),
+            tracker.clone(),
+            cancel.clone(),
+        )),
     ];
     started.health.set_ready(true);
     tracing::info!(instance = %started.health.instance, "agent runner ready");
@@ -66,18 +104,29 @@ pub async fn run(cfg: Config, health_addr: Option<SocketAddr>, shutdown: impl Fu
     Ok(())
 }
 
-async fn consumer(js: &jetstream::Context, stream: &str, name: &str, filter: &str) -> anyhow::Result<jetstream::consumer::Consumer<pull::Config>> {
-    let stream = js.get_stream(stream).await.with_context(|| format!("open stream {stream}"))?;
+async fn consumer(
+    js: &jetstream::Context,
+    stream: &str,
+    name: &str,
+    filter: &str,
+) -> anyhow::Result<jetstream::consumer::Consumer<pull::Config>> {
+    let stream = js
+        .get_stream(stream)
+        .await
+        .with_context(|| format!("open stream {stream}"))?;
     stream
-        .get_or_create_consumer(name, pull::Config {
-            durable_name: Some(name.into()),
-            filter_subject: filter.into(),
-            ack_policy: jetstream::consumer::AckPolicy::Explicit,
-            ack_wait: ACK_WAIT,
-            max_deliver: 20,
-            max_ack_pending: 10_000,
-            ..Default::default()
-        })
+        .get_or_create_consumer(
+            name,
+            pull::Config {
+                durable_name: Some(name.into()),
+                filter_subject: filter.into(),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: ACK_WAIT,
+                max_deliver: 20,
+                max_ack_pending: 10_000,
+                ..Default::default()
+            },
+        )
         .await
         .with_context(|| format!("create consumer {name}"))
 }
@@ -117,7 +166,9 @@ async fn consume(
                 continue;
             }
         };
-        let Some(next) = batch.next().await else { continue };
+        let Some(next) = batch.next().await else {
+            continue;
+        };
         let msg = match next {
             Ok(m) => m,
             Err(e) => {

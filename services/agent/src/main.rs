@@ -13,7 +13,11 @@ struct Args {
 async fn main() {
     let args = Args::parse();
     let code = nanobot_runtime::cli::launch("nanobot-agent", args.common, |cfg, common| {
-        nanobot_agent::run(cfg, common.health_addr, nanobot_runtime::shutdown::shutdown_signal())
+        nanobot_agent::run(
+            cfg,
+            common.health_addr,
+            nanobot_runtime::shutdown::shutdown_signal(),
+        )
     })
     .await;
     std::process::exit(code);

@@ -28,14 +28,26 @@ pub struct Chat {
 
 impl Chat {
     /// Opens a chat for `session` (default `cli:direct`) of the first bot.
-    pub async fn open(cfg: &Config, bus: Bus, session: Option<&str>, bot: Option<&str>) -> anyhow::Result<Self> {
+    pub async fn open(
+        cfg: &Config,
+        bus: Bus,
+        session: Option<&str>,
+        bot: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let bot = match bot {
             Some(b) => cfg.bot(b).with_context(|| format!("unknown bot {b:?}"))?.id,
             None => cfg.bots()[0].id.clone(),
         };
         let session_key = session.unwrap_or("cli:direct").to_string();
-        let chat_id = session_key.strip_prefix("cli:").unwrap_or(&session_key).to_string();
-        let stream = bus.js.get_stream(subjects::OUTBOUND_STREAM).await.context("open outbound stream")?;
+        let chat_id = session_key
+            .strip_prefix("cli:")
+            .unwrap_or(&session_key)
+            .to_string();
+        let stream = bus
+            .js
+            .get_stream(subjects::OUTBOUND_STREAM)
+            .await
+            .context("open outbound stream")?;
         let consumer = stream
             .create_consumer(jetstream::consumer::pull::OrderedConfig {
                 filter_subject: subjects::outbound(&bot, "cli", &chat_id),
@@ -46,11 +58,22 @@ impl Chat {
             .context("create reply consumer")?;
         let replies = consumer.messages().await.context("subscribe to replies")?;
         let timeout = Duration::from_secs_f64(cfg.api.timeout.max(1.0) * 2.5);
-        Ok(Self { bus, bot, chat_id, session_key, timeout, replies })
+        Ok(Self {
+            bus,
+            bot,
+            chat_id,
+            session_key,
+            timeout,
+            replies,
+        })
     }
 
     /// Sends `text` and returns the final reply; tool hints go to `on_event`.
-    pub async fn ask(&mut self, text: &str, on_event: &mut dyn FnMut(&OutboundMessage)) -> anyhow::Result<String> {
+    pub async fn ask(
+        &mut self,
+        text: &str,
+        on_event: &mut dyn FnMut(&OutboundMessage),
+    ) -> anyhow::Result<String> {
         let id = uuid::Uuid::new_v4().to_string();
         let msg = InboundMessage {
             id: id.clone(),
@@ -64,16 +87,29 @@ impl Chat {
             metadata_json: "{}".into(),
             ..Default::default()
         };
-        bus::publish(&self.bus.js, subjects::inbound(&self.bot, "cli"), Some(&id), &msg).await?;
+        bus::publish(
+            &self.bus.js,
+            subjects::inbound(&self.bot, "cli"),
+            Some(&id),
+            &msg,
+        )
+        .await?;
         let deadline = tokio::time::Instant::now() + self.timeout;
         loop {
             let next = tokio::time::timeout_at(deadline, self.replies.next()).await;
             let Ok(next) = next else {
-                bail!("no reply within {}s (is an agent runner running? `nanobot status`)", self.timeout.as_secs())
+                bail!(
+                    "no reply within {}s (is an agent runner running? `nanobot status`)",
+                    self.timeout.as_secs()
+                )
             };
-            let Some(next) = next else { bail!("reply stream closed") };
+            let Some(next) = next else {
+                bail!("reply stream closed")
+            };
             let raw = next.context("receive reply")?;
-            let Ok(out) = OutboundMessage::decode(raw.payload.clone()) else { continue };
+            let Ok(out) = OutboundMessage::decode(raw.payload.clone()) else {
+                continue;
+            };
             if out.reply_to != id {
                 continue;
             }
@@ -116,7 +152,9 @@ pub async fn interactive(chat: &mut Chat) -> anyhow::Result<()> {
     loop {
         stdout.write_all(b"You: ").await?;
         stdout.flush().await?;
-        let Some(line) = lines.next_line().await? else { break };
+        let Some(line) = lines.next_line().await? else {
+            break;
+        };
         let text = line.trim();
         if text.is_empty() {
             continue;

@@ -82,7 +82,12 @@ async fn connect(cfg: &Config) -> anyhow::Result<bus::Bus> {
     });
     bus::connect(&cfg.bus, "nanobot-cli", &cancel)
         .await
-        .with_context(|| format!("connect to nats at {} (is the fleet running? `make run` or `nanobot up`)", cfg.bus.url))
+        .with_context(|| {
+            format!(
+                "connect to nats at {} (is the fleet running? `make run` or `nanobot up`)",
+                cfg.bus.url
+            )
+        })
 }
 
 /// Runs the command; returns the exit code.
@@ -94,13 +99,20 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             println!("{report}");
             Ok(0)
         }
-        Command::Agent { message, session, bot } => {
+        Command::Agent {
+            message,
+            session,
+            bot,
+        } => {
             let cfg = load(&cli)?;
             let bus = connect(&cfg).await?;
             if crate::chat::live(&bus, "agent").await == 0 {
-                eprintln!("warning: no nanobot-agent replica answered; the message will wait in JetStream until one starts");
+                eprintln!(
+                    "warning: no nanobot-agent replica answered; the message will wait in JetStream until one starts"
+                );
             }
-            let mut chat = crate::chat::Chat::open(&cfg, bus, session.as_deref(), bot.as_deref()).await?;
+            let mut chat =
+                crate::chat::Chat::open(&cfg, bus, session.as_deref(), bot.as_deref()).await?;
             match message {
                 Some(text) => crate::chat::one_shot(&mut chat, text).await?,
                 None => crate::chat::interactive(&mut chat).await?,
@@ -112,7 +124,10 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             let bus = connect(&cfg).await?;
             Ok(crate::status::print(&bus).await)
         }
-        Command::Up { run_dir, with_model } => {
+        Command::Up {
+            run_dir,
+            with_model,
+        } => {
             let cfg = load(&cli)?;
             let mut opts = crate::fleet::UpOptions::new(cli.config.clone());
             if let Some(dir) = run_dir {
@@ -125,7 +140,9 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Down { run_dir } => {
-            let dir = run_dir.clone().unwrap_or_else(crate::fleet::default_run_dir);
+            let dir = run_dir
+                .clone()
+                .unwrap_or_else(crate::fleet::default_run_dir);
             crate::fleet::down(&dir).await?;
             Ok(0)
         }

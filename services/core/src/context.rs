@@ -31,13 +31,17 @@ pub struct ContextBuilder {
 }
 
 fn read_nonempty(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok().filter(|t| !t.trim().is_empty())
+    std::fs::read_to_string(path)
+        .ok()
+        .filter(|t| !t.trim().is_empty())
 }
 
 /// Returns the per-channel format hint.
 fn format_hint(channel: &str) -> &'static str {
     match channel {
-        "telegram" | "qq" | "discord" => "Output is shown in a chat app. Use short paragraphs; avoid tables and large headings.",
+        "telegram" | "qq" | "discord" => {
+            "Output is shown in a chat app. Use short paragraphs; avoid tables and large headings."
+        }
         "whatsapp" | "sms" => "Output is shown as plain text. Do not use markdown.",
         "email" => "Output is sent as an email. Write complete sentences and plain paragraphs.",
         "api" => "Output is returned to an API client. Markdown is allowed.",
@@ -75,7 +79,11 @@ impl ContextBuilder {
         let entries: Vec<String> = text
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e.get("cursor").and_then(Value::as_i64).is_some_and(|c| c > dream_cursor))
+            .filter(|e| {
+                e.get("cursor")
+                    .and_then(Value::as_i64)
+                    .is_some_and(|c| c > dream_cursor)
+            })
             .map(|e| {
                 let ts = e.get("timestamp").and_then(Value::as_str).unwrap_or("");
                 let content = e.get("content").and_then(Value::as_str).unwrap_or("");
@@ -88,7 +96,9 @@ impl ContextBuilder {
         let mut body = entries[entries.len().saturating_sub(RECENT_HISTORY_ENTRIES)..].join("\n");
         if body.len() > RECENT_HISTORY_CHARS {
             let cut = body.len() - RECENT_HISTORY_CHARS;
-            let cut = (cut..body.len()).find(|i| body.is_char_boundary(*i)).unwrap_or(0);
+            let cut = (cut..body.len())
+                .find(|i| body.is_char_boundary(*i))
+                .unwrap_or(0);
             body = body[cut..].to_string();
         }
         Some(format!("# Recent History\n\n{body}"))
@@ -99,13 +109,18 @@ impl ContextBuilder {
         let mut parts = vec![self.identity(channel)];
         let bootstrap: Vec<String> = BOOTSTRAP_FILES
             .iter()
-            .filter_map(|f| read_nonempty(&self.workspace.join(f)).map(|t| format!("## {f}\n\n{}", t.trim())))
+            .filter_map(|f| {
+                read_nonempty(&self.workspace.join(f)).map(|t| format!("## {f}\n\n{}", t.trim()))
+            })
             .collect();
         if !bootstrap.is_empty() {
             parts.push(bootstrap.join("\n\n"));
         }
         if let Some(memory) = read_nonempty(&self.workspace.join("memory/MEMORY.md")) {
-            parts.push(format!("# Memory\n\n## Long-term Memory\n{}", memory.trim()));
+            parts.push(format!(
+                "# Memory\n\n## Long-term Memory\n{}",
+                memory.trim()
+            ));
         }
         let skills = skills::discover(&self.workspace, self.builtin_skills.as_deref());
         parts.extend(skills::active_section(&skills));
@@ -139,7 +154,9 @@ impl ContextBuilder {
         let content = user_content(&text, media);
         let mut messages = vec![json!({"role": "system", "content": self.system_prompt(channel)})];
         messages.extend(history);
-        let last_is_user = messages.last().is_some_and(|m| m["role"] == "user" && messages.len() > 1);
+        let last_is_user = messages
+            .last()
+            .is_some_and(|m| m["role"] == "user" && messages.len() > 1);
         if last_is_user {
             let last = messages.last_mut().expect("checked non-empty");
             let previous = last["content"].as_str().unwrap_or("").to_string();
@@ -159,7 +176,21 @@ fn mime_of(bytes: &[u8]) -> Option<&'static str> {
         [0x89, b'P', b'N', b'G', ..] => Some("image/png"),
         [0xFF, 0xD8, 0xFF, ..] => Some("image/jpeg"),
         [b'G', b'I', b'F', b'8', ..] => Some("image/gif"),
-        [b'R', b'I', b'F', b'F', _, _, _, _, b'W', b'E', b'B', b'P', ..] => Some("image/webp"),
+        [
+            b'R',
+            b'I',
+            b'F',
+            b'F',
+            _,
+            _,
+            _,
+            _,
+            b'W',
+            b'E',
+            b'B',
+            b'P',
+            ..,
+        ] => Some("image/webp"),
         _ => None,
     }
 }
@@ -168,8 +199,12 @@ fn user_content(text: &str, media: &[String]) -> Value {
     use base64::Engine as _;
     let mut blocks = Vec::new();
     for path in media {
-        let Ok(bytes) = std::fs::read(path) else { continue };
-        let Some(mime) = mime_of(&bytes) else { continue };
+        let Ok(bytes) = std::fs::read(path) else {
+            continue;
+        };
+        let Some(mime) = mime_of(&bytes) else {
+            continue;
+        };
         let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
         blocks.push(json!({"type": "image_url", "image_url": {"url": format!("data:{mime};base64,{data}")}, "_meta": {"path": path}}));
     }
@@ -185,7 +220,11 @@ mod tests {
     use super::*;
 
     fn builder(ws: &Path) -> ContextBuilder {
-        ContextBuilder { workspace: ws.to_path_buf(), builtin_skills: None, timezone: "UTC".into() }
+        ContextBuilder {
+            workspace: ws.to_path_buf(),
+            builtin_skills: None,
+            timezone: "UTC".into(),
+        }
     }
 
     #[test]
@@ -206,7 +245,10 @@ mod tests {
         let parts: Vec<&str> = prompt.split(SEPARATOR).collect();
         assert!(parts[0].starts_with("# nanobot 🐈\n\nYou are nanobot"));
         assert!(parts[0].contains("Avoid markdown headings and tables"));
-        assert_eq!(parts[1], "## AGENTS.md\n\n# Agent\nBe brief.\n\n## SOUL.md\n\n# Soul\nKind.");
+        assert_eq!(
+            parts[1],
+            "## AGENTS.md\n\n# Agent\nBe brief.\n\n## SOUL.md\n\n# Soul\nKind."
+        );
         assert_eq!(parts[2], "# Memory\n\n## Long-term Memory\nUser likes tea.");
         assert_eq!(parts[3], "# Recent History\n\n- [2026-01-02 10:00] new");
         assert_eq!(prompt, b.system_prompt("cli"));
@@ -216,12 +258,28 @@ mod tests {
     fn runtime_context_goes_on_the_user_message_and_users_never_repeat() {
         let ws = tempfile::tempdir().unwrap();
         let b = builder(ws.path());
-        let msgs = b.messages(vec![json!({"role": "user", "content": "earlier"})], "hi", &[], "cli", "direct");
+        let msgs = b.messages(
+            vec![json!({"role": "user", "content": "earlier"})],
+            "hi",
+            &[],
+            "cli",
+            "direct",
+        );
         assert_eq!(msgs.len(), 2);
         let text = msgs[1]["content"].as_str().unwrap();
-        assert!(text.starts_with("earlier\n\n[Runtime Context — metadata only, not instructions]\nCurrent Time: "));
-        assert!(text.ends_with("Channel: cli\nChat ID: direct\n[/Runtime Context]\n\nhi"), "{text}");
-        assert!(!msgs[0]["content"].as_str().unwrap().contains("Current Time"));
+        assert!(text.starts_with(
+            "earlier\n\n[Runtime Context — metadata only, not instructions]\nCurrent Time: "
+        ));
+        assert!(
+            text.ends_with("Channel: cli\nChat ID: direct\n[/Runtime Context]\n\nhi"),
+            "{text}"
+        );
+        assert!(
+            !msgs[0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("Current Time")
+        );
     }
 
     #[test]
@@ -229,9 +287,15 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         let img = ws.path().join("a.png");
         std::fs::write(&img, [0x89, b'P', b'N', b'G', 1, 2, 3]).unwrap();
-        let msgs = builder(ws.path()).messages(vec![], "look", &[img.display().to_string()], "cli", "d");
+        let msgs =
+            builder(ws.path()).messages(vec![], "look", &[img.display().to_string()], "cli", "d");
         let blocks = msgs[1]["content"].as_array().unwrap();
-        assert!(blocks[0]["image_url"]["url"].as_str().unwrap().starts_with("data:image/png;base64,"));
+        assert!(
+            blocks[0]["image_url"]["url"]
+                .as_str()
+                .unwrap()
+                .starts_with("data:image/png;base64,")
+        );
         assert_eq!(blocks[1]["type"], "text");
     }
 }

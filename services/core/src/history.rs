@@ -12,8 +12,15 @@ pub const MAX_REPLAY_MESSAGES: usize = 120;
 /// Suffix kept replayable even when archived (upstream `MIN_COMPACTED_REPLAY_MESSAGES`).
 pub const MIN_COMPACTED_REPLAY_MESSAGES: usize = 8;
 
-const REPLAY_KEYS: &[&str] =
-    &["role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "thinking_blocks"];
+const REPLAY_KEYS: &[&str] = &[
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "reasoning_content",
+    "thinking_blocks",
+];
 
 fn role(m: &Value) -> &str {
     m.get("role").and_then(Value::as_str).unwrap_or("")
@@ -32,7 +39,9 @@ pub fn replay(messages: &[Value], last_consolidated: usize, max_messages: usize)
     let tail_start = messages.len().saturating_sub(MIN_COMPACTED_REPLAY_MESSAGES);
     let mut start = last_consolidated.min(tail_start);
     start = start.max(messages.len().saturating_sub(max_messages));
-    let Some(start) = legal_start(messages, start) else { return Vec::new() };
+    let Some(start) = legal_start(messages, start) else {
+        return Vec::new();
+    };
     let mut declared = HashSet::new();
     let mut out = Vec::new();
     for m in &messages[start..] {
@@ -40,7 +49,10 @@ pub fn replay(messages: &[Value], last_consolidated: usize, max_messages: usize)
             continue;
         }
         let r = role(m);
-        let has_calls = m.get("tool_calls").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+        let has_calls = m
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
         if r == "assistant" && !has_calls && is_blank(m.get("content")) {
             continue;
         }
@@ -59,10 +71,10 @@ pub fn replay(messages: &[Value], last_consolidated: usize, max_messages: usize)
         }
         let mut row = serde_json::Map::new();
         for key in REPLAY_KEYS {
-            if let Some(v) = m.get(*key) {
-                if !v.is_null() {
-                    row.insert((*key).to_string(), v.clone());
-                }
+            if let Some(v) = m.get(*key)
+                && !v.is_null()
+            {
+                row.insert((*key).to_string(), v.clone());
             }
         }
         if r == "user" {
@@ -74,8 +86,14 @@ pub fn replay(messages: &[Value], last_consolidated: usize, max_messages: usize)
 }
 
 fn append_media_breadcrumbs(row: &mut serde_json::Map<String, Value>, m: &Value) {
-    let Some(media) = m.get("media").and_then(Value::as_array) else { return };
-    let mut text = row.get("content").and_then(Value::as_str).unwrap_or("").to_string();
+    let Some(media) = m.get("media").and_then(Value::as_array) else {
+        return;
+    };
+    let mut text = row
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     for path in media.iter().filter_map(Value::as_str) {
         text.push_str(&format!("\n[image: {path}]"));
     }
@@ -108,18 +126,24 @@ pub fn rows_to_save(new_messages: &[Value], max_tool_result_chars: usize) -> Vec
     for m in new_messages {
         let mut row = m.clone();
         let r = role(m).to_string();
-        let has_calls = m.get("tool_calls").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+        let has_calls = m
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
         if r == "assistant" && !has_calls && is_blank(m.get("content")) {
             continue;
         }
         if r == "tool" || r == "user" {
             let content = row.get("content").cloned().unwrap_or(Value::Null);
             let saved = match content {
-                Value::String(s) if r == "tool" => Value::String(truncate_text(&s, max_tool_result_chars)),
+                Value::String(s) if r == "tool" => {
+                    Value::String(truncate_text(&s, max_tool_result_chars))
+                }
                 Value::Array(blocks) => Value::Array(strip_images(blocks)),
                 other => other,
             };
-            let empty = saved.as_str().is_some_and(str::is_empty) || saved.as_array().is_some_and(Vec::is_empty);
+            let empty = saved.as_str().is_some_and(str::is_empty)
+                || saved.as_array().is_some_and(Vec::is_empty);
             let saved = if r == "tool" && empty {
                 Value::String("[tool result omitted during persistence]".into())
             } else {
@@ -139,9 +163,15 @@ fn strip_images(blocks: Vec<Value>) -> Vec<Value> {
     blocks
         .into_iter()
         .map(|b| {
-            let url = b.pointer("/image_url/url").and_then(Value::as_str).unwrap_or("");
+            let url = b
+                .pointer("/image_url/url")
+                .and_then(Value::as_str)
+                .unwrap_or("");
             if url.starts_with("data:image/") {
-                let path = b.pointer("/_meta/path").and_then(Value::as_str).unwrap_or("image");
+                let path = b
+                    .pointer("/_meta/path")
+                    .and_then(Value::as_str)
+                    .unwrap_or("image");
                 json!({"type": "text", "text": format!("[image: {path}]")})
             } else {
                 b
@@ -176,7 +206,10 @@ mod tests {
         let out = replay(&msgs, 0, 120);
         assert_eq!(out[0], user("q1"));
         assert_eq!(out.len(), 4, "{out:#?}");
-        assert!(out[2].get("timestamp").is_none(), "only model keys are replayed");
+        assert!(
+            out[2].get("timestamp").is_none(),
+            "only model keys are replayed"
+        );
         assert_eq!(out[3], asst("a1"));
     }
 
@@ -209,7 +242,10 @@ mod tests {
         );
         assert_eq!(rows.len(), 3, "empty assistant skipped");
         assert_eq!(rows[0]["content"], "xxxxxxxxxx\n... (truncated)");
-        assert_eq!(rows[1]["content"], "[tool result omitted during persistence]");
+        assert_eq!(
+            rows[1]["content"],
+            "[tool result omitted during persistence]"
+        );
         assert_eq!(rows[2]["content"][0]["text"], "[image: /p.png]");
         assert!(rows.iter().all(|r| r.get("timestamp").is_some()));
     }

@@ -29,10 +29,18 @@ fn last_cursor(history: &str) -> i64 {
 
 /// Appends one entry to `history.jsonl` and returns its cursor. Safe across processes: the
 /// cursor is allocated under an exclusive lock on `memory/.history.lock`.
-pub fn append_history(workspace: &Path, content: &str, session_key: Option<&str>) -> std::io::Result<i64> {
+pub fn append_history(
+    workspace: &Path,
+    content: &str,
+    session_key: Option<&str>,
+) -> std::io::Result<i64> {
     let dir = memory_dir(workspace);
     std::fs::create_dir_all(&dir)?;
-    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(".history.lock"))?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(".history.lock"))?;
     lock.lock()?;
     let path = dir.join("history.jsonl");
     let existing = std::fs::read_to_string(&path).unwrap_or_default();
@@ -50,7 +58,10 @@ pub fn append_history(workspace: &Path, content: &str, session_key: Option<&str>
     if let Some(key) = session_key {
         entry["session_key"] = json!(key);
     }
-    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
     writeln!(file, "{entry}")?;
     file.sync_data()?;
     std::fs::write(dir.join(".cursor"), cursor.to_string())?;
@@ -85,14 +96,33 @@ pub fn pick_boundary(messages: &[Value], from: usize, needed: usize) -> Option<u
 pub fn raw_archive(messages: &[Value]) -> String {
     let mut out = format!("[RAW] {} messages\n", messages.len());
     for m in messages {
-        let ts: String = m.get("timestamp").and_then(Value::as_str).unwrap_or("").chars().take(16).collect();
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("?").to_uppercase();
+        let ts: String = m
+            .get("timestamp")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .chars()
+            .take(16)
+            .collect();
+        let role = m
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_uppercase();
         let tools: Vec<&str> = m
             .get("tool_calls")
             .and_then(Value::as_array)
-            .map(|calls| calls.iter().filter_map(|c| c.pointer("/function/name").and_then(Value::as_str)).collect())
+            .map(|calls| {
+                calls
+                    .iter()
+                    .filter_map(|c| c.pointer("/function/name").and_then(Value::as_str))
+                    .collect()
+            })
             .unwrap_or_default();
-        let tools = if tools.is_empty() { String::new() } else { format!(" [tools: {}]", tools.join(", ")) };
+        let tools = if tools.is_empty() {
+            String::new()
+        } else {
+            format!(" [tools: {}]", tools.join(", "))
+        };
         let content = match m.get("content") {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Null) | None => String::new(),
@@ -111,11 +141,17 @@ mod tests {
     fn cursors_increase_and_survive_a_missing_cursor_file() {
         let ws = tempfile::tempdir().unwrap();
         assert_eq!(append_history(ws.path(), "first", None).unwrap(), 1);
-        assert_eq!(append_history(ws.path(), "second", Some("cli:direct")).unwrap(), 2);
+        assert_eq!(
+            append_history(ws.path(), "second", Some("cli:direct")).unwrap(),
+            2
+        );
         std::fs::remove_file(ws.path().join("memory/.cursor")).unwrap();
         assert_eq!(append_history(ws.path(), "third", None).unwrap(), 3);
         let text = std::fs::read_to_string(ws.path().join("memory/history.jsonl")).unwrap();
-        let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let rows: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(rows[1]["session_key"], "cli:direct");
         assert_eq!(rows[2]["content"], "third");
     }
@@ -149,6 +185,9 @@ mod tests {
         assert_eq!(pick_boundary(&msgs[..2], 0, 1), None);
         let raw = raw_archive(&msgs[..2]);
         assert!(raw.starts_with("[RAW] 2 messages\n[2026-01-01T10:00] USER: aaa"));
-        assert!(raw.contains("[2026-01-01T10:00] ASSISTANT [tools: exec]: \n"), "{raw}");
+        assert!(
+            raw.contains("[2026-01-01T10:00] ASSISTANT [tools: exec]: \n"),
+            "{raw}"
+        );
     }
 }

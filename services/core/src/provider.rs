@@ -8,8 +8,11 @@ use futures::StreamExt as _;
 use serde_json::{Map, Value, json};
 
 /// Backoff before each retry (upstream `providers/base.py`).
-pub const RETRY_DELAYS: [Duration; 3] =
-    [Duration::from_secs(1), Duration::from_secs(2), Duration::from_secs(4)];
+pub const RETRY_DELAYS: [Duration; 3] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
 
 /// A chat request.
 #[derive(Debug, Clone, Default)]
@@ -68,7 +71,11 @@ pub struct ChatResponse {
 pub enum LlmError {
     /// HTTP error status with (truncated) body.
     #[error("llm returned {status}: {body}")]
-    Status { status: u16, body: String, retry_after: Option<Duration> },
+    Status {
+        status: u16,
+        body: String,
+        retry_after: Option<Duration>,
+    },
     /// Connection failure or timeout.
     #[error("llm request failed: {0}")]
     Transport(String),
@@ -177,7 +184,10 @@ impl OpenAiProvider {
     }
 
     async fn send(&self, body: &Value) -> Result<reqwest::Response, LlmError> {
-        let url = format!("{}/chat/completions", self.endpoint.api_base.trim_end_matches('/'));
+        let url = format!(
+            "{}/chat/completions",
+            self.endpoint.api_base.trim_end_matches('/')
+        );
         let mut request = self.http.post(url).json(body);
         if !self.endpoint.api_key.is_empty() {
             request = request.bearer_auth(&self.endpoint.api_key);
@@ -185,7 +195,10 @@ impl OpenAiProvider {
         for (k, v) in &self.endpoint.headers {
             request = request.header(k, v);
         }
-        let response = request.send().await.map_err(|e| LlmError::Transport(e.without_url().to_string()))?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| LlmError::Transport(e.without_url().to_string()))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -198,7 +211,11 @@ impl OpenAiProvider {
             .map(|s| Duration::from_secs_f64(s.clamp(0.0, 60.0)));
         let text = response.text().await.unwrap_or_default();
         let body: String = text.chars().take(500).collect();
-        Err(LlmError::Status { status: status.as_u16(), body, retry_after })
+        Err(LlmError::Status {
+            status: status.as_u16(),
+            body,
+            retry_after,
+        })
     }
 
     /// Sends one chat request; with `on_delta`, streams and forwards each content delta.
@@ -212,8 +229,10 @@ impl OpenAiProvider {
         let mut parsed = match on_delta {
             Some(f) => read_stream(response, f).await?,
             None => {
-                let value: Value =
-                    response.json().await.map_err(|e| LlmError::Malformed(e.without_url().to_string()))?;
+                let value: Value = response
+                    .json()
+                    .await
+                    .map_err(|e| LlmError::Malformed(e.without_url().to_string()))?;
                 parse_completion(&value)?
             }
         };
@@ -240,7 +259,10 @@ impl OpenAiProvider {
                 Ok(r) => return Ok(r),
                 Err(e) if e.retryable() && attempt < RETRY_DELAYS.len() => {
                     let delay = match &e {
-                        LlmError::Status { retry_after: Some(d), .. } => *d,
+                        LlmError::Status {
+                            retry_after: Some(d),
+                            ..
+                        } => *d,
                         _ => RETRY_DELAYS[attempt],
                     };
                     tracing::warn!(attempt = attempt + 1, ?delay, error = %e, "llm call failed, retrying");
@@ -264,11 +286,21 @@ fn parse_completion(value: &Value) -> Result<ChatResponse, LlmError> {
         .map(|calls| calls.iter().filter_map(parse_tool_call).collect())
         .unwrap_or_default();
     Ok(ChatResponse {
-        content: message.get("content").and_then(Value::as_str).map(str::to_string),
+        content: message
+            .get("content")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         tool_calls,
-        finish_reason: choice.get("finish_reason").and_then(Value::as_str).unwrap_or("stop").to_string(),
+        finish_reason: choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .unwrap_or("stop")
+            .to_string(),
         usage: parse_usage(value.get("usage")),
-        reasoning_content: message.get("reasoning_content").and_then(Value::as_str).map(str::to_string),
+        reasoning_content: message
+            .get("reasoning_content")
+            .and_then(Value::as_str)
+            .map(str::to_string),
     })
 }
 
@@ -281,20 +313,42 @@ fn parse_tool_call(call: &Value) -> Option<ToolCall> {
         Some(other) if !other.is_null() => other.to_string(),
         _ => "{}".into(),
     };
-    let id = call.get("id").and_then(Value::as_str).unwrap_or("").to_string();
-    Some(ToolCall { id, name, arguments })
+    let id = call
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    Some(ToolCall {
+        id,
+        name,
+        arguments,
+    })
 }
 
 fn parse_usage(usage: Option<&Value>) -> Usage {
-    let get = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
-    Usage { prompt_tokens: get("prompt_tokens"), completion_tokens: get("completion_tokens") }
+    let get = |k: &str| {
+        usage
+            .and_then(|u| u.get(k))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    Usage {
+        prompt_tokens: get("prompt_tokens"),
+        completion_tokens: get("completion_tokens"),
+    }
 }
 
-async fn read_stream(response: reqwest::Response, on_delta: &(dyn Fn(&str) + Send + Sync)) -> Result<ChatResponse, LlmError> {
+async fn read_stream(
+    response: reqwest::Response,
+    on_delta: &(dyn Fn(&str) + Send + Sync),
+) -> Result<ChatResponse, LlmError> {
     let mut content = String::new();
     let mut reasoning = String::new();
     let mut calls: Map<String, Value> = Map::new();
-    let mut out = ChatResponse { finish_reason: "stop".into(), ..Default::default() };
+    let mut out = ChatResponse {
+        finish_reason: "stop".into(),
+        ..Default::default()
+    };
     let mut buffer = String::new();
     let mut body = response.bytes_stream();
     while let Some(chunk) = body.next().await {
@@ -303,15 +357,21 @@ async fn read_stream(response: reqwest::Response, on_delta: &(dyn Fn(&str) + Sen
         while let Some(pos) = buffer.find('\n') {
             let line = buffer[..pos].trim().to_string();
             buffer.drain(..=pos);
-            let Some(data) = line.strip_prefix("data:").map(str::trim) else { continue };
+            let Some(data) = line.strip_prefix("data:").map(str::trim) else {
+                continue;
+            };
             if data == "[DONE]" {
                 continue;
             }
-            let Ok(event) = serde_json::from_str::<Value>(data) else { continue };
+            let Ok(event) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
             if event.get("usage").is_some_and(|u| !u.is_null()) {
                 out.usage = parse_usage(event.get("usage"));
             }
-            let Some(choice) = event.pointer("/choices/0") else { continue };
+            let Some(choice) = event.pointer("/choices/0") else {
+                continue;
+            };
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                 out.finish_reason = reason.to_string();
             }
@@ -323,9 +383,20 @@ async fn read_stream(response: reqwest::Response, on_delta: &(dyn Fn(&str) + Sen
             if let Some(text) = delta.get("reasoning_content").and_then(Value::as_str) {
                 reasoning.push_str(text);
             }
-            for call in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-                let index = call.get("index").and_then(Value::as_u64).unwrap_or(0).to_string();
-                let entry = calls.entry(index).or_insert_with(|| json!({"id": "", "name": "", "arguments": ""}));
+            for call in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let index = call
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
+                    .to_string();
+                let entry = calls
+                    .entry(index)
+                    .or_insert_with(|| json!({"id": "", "name": "", "arguments": ""}));
                 if let Some(id) = call.get("id").and_then(Value::as_str) {
                     entry["id"] = json!(id);
                 }
@@ -340,8 +411,10 @@ async fn read_stream(response: reqwest::Response, on_delta: &(dyn Fn(&str) + Sen
             }
         }
     }
-    let mut indexed: Vec<(u64, Value)> =
-        calls.into_iter().map(|(k, v)| (k.parse().unwrap_or(0), v)).collect();
+    let mut indexed: Vec<(u64, Value)> = calls
+        .into_iter()
+        .map(|(k, v)| (k.parse().unwrap_or(0), v))
+        .collect();
     indexed.sort_by_key(|(i, _)| *i);
     out.tool_calls = indexed
         .into_iter()
@@ -350,7 +423,11 @@ async fn read_stream(response: reqwest::Response, on_delta: &(dyn Fn(&str) + Sen
             Some(ToolCall {
                 id: c["id"].as_str().unwrap_or("").to_string(),
                 name,
-                arguments: c["arguments"].as_str().filter(|a| !a.is_empty()).unwrap_or("{}").to_string(),
+                arguments: c["arguments"]
+                    .as_str()
+                    .filter(|a| !a.is_empty())
+                    .unwrap_or("{}")
+                    .to_string(),
             })
         })
         .collect();
@@ -382,8 +459,21 @@ mod tests {
             "usage": {"prompt_tokens": 7, "completion_tokens": 3}
         }))
         .unwrap();
-        assert_eq!(r.tool_calls, vec![ToolCall { id: "c1".into(), name: "read_file".into(), arguments: "{\"path\":\"a\"}".into() }]);
-        assert_eq!(r.usage, Usage { prompt_tokens: 7, completion_tokens: 3 });
+        assert_eq!(
+            r.tool_calls,
+            vec![ToolCall {
+                id: "c1".into(),
+                name: "read_file".into(),
+                arguments: "{\"path\":\"a\"}".into()
+            }]
+        );
+        assert_eq!(
+            r.usage,
+            Usage {
+                prompt_tokens: 7,
+                completion_tokens: 3
+            }
+        );
         assert!(parse_completion(&json!({"nope": 1})).is_err());
     }
 }

@@ -14,8 +14,7 @@ use crate::tools::ToolClient;
 /// Upstream's error reply when the model cannot be called.
 pub const LLM_ERROR_MESSAGE: &str = "Sorry, I encountered an error calling the AI model.";
 /// Upstream's reply when a turn ends without text.
-pub const EMPTY_FINAL_RESPONSE_MESSAGE: &str =
-    "I completed the tool steps but couldn't produce a final answer. Please try again or narrow the task.";
+pub const EMPTY_FINAL_RESPONSE_MESSAGE: &str = "I completed the tool steps but couldn't produce a final answer. Please try again or narrow the task.";
 
 /// Returns upstream's max-iterations message.
 pub fn max_iterations_message(max: u32) -> String {
@@ -23,6 +22,11 @@ pub fn max_iterations_message(max: u32) -> String {
         "I reached the maximum number of tool call iterations ({max}) without completing the task. You can try breaking the task into smaller steps."
     )
 }
+
+/// Receives streamed text deltas.
+pub type DeltaSink = Arc<dyn Fn(&str) + Send + Sync>;
+/// Receives each tool call before it runs.
+pub type ToolHintSink = Arc<dyn Fn(&ToolCall) + Send + Sync>;
 
 /// What a run needs.
 pub struct RunSpec<'a> {
@@ -43,9 +47,9 @@ pub struct RunSpec<'a> {
     /// Chat id of the turn.
     pub chat_id: &'a str,
     /// Forwards streamed text deltas when set.
-    pub on_delta: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub on_delta: Option<DeltaSink>,
     /// Called with each tool call before it runs (progress hints).
-    pub on_tool_hint: Option<Arc<dyn Fn(&ToolCall) + Send + Sync>>,
+    pub on_tool_hint: Option<ToolHintSink>,
 }
 
 /// What a run produced.
@@ -64,10 +68,18 @@ pub struct RunResult {
 }
 
 /// Runs the LLM/tool loop.
-pub async fn run(provider: &OpenAiProvider, tools: &ToolClient, specs: &[ToolSpec], mut spec: RunSpec<'_>) -> RunResult {
+pub async fn run(
+    provider: &OpenAiProvider,
+    tools: &ToolClient,
+    specs: &[ToolSpec],
+    mut spec: RunSpec<'_>,
+) -> RunResult {
     let definitions = ToolClient::definitions(specs);
-    let read_only: std::collections::HashSet<&str> =
-        specs.iter().filter(|s| s.read_only).map(|s| s.name.as_str()).collect();
+    let read_only: std::collections::HashSet<&str> = specs
+        .iter()
+        .filter(|s| s.read_only)
+        .map(|s| s.name.as_str())
+        .collect();
     let mut messages = std::mem::take(&mut spec.messages);
     let mut result = RunResult::default();
     for _ in 0..spec.max_iterations {
@@ -98,7 +110,11 @@ pub async fn run(provider: &OpenAiProvider, tools: &ToolClient, specs: &[ToolSpe
                 row["reasoning_content"] = json!(r);
             }
             result.new_messages.push(row);
-            result.content = if text.trim().is_empty() { EMPTY_FINAL_RESPONSE_MESSAGE.into() } else { text };
+            result.content = if text.trim().is_empty() {
+                EMPTY_FINAL_RESPONSE_MESSAGE.into()
+            } else {
+                text
+            };
             result.stop_reason = "completed";
             return result;
         }
@@ -159,7 +175,14 @@ async fn execute(
             batch.iter().for_each(|c| hint(c));
         }
         let results = join_all(batch.iter().map(|c| {
-            tools.call(spec.session_key, &c.id, &c.name, &c.arguments, spec.channel, spec.chat_id)
+            tools.call(
+                spec.session_key,
+                &c.id,
+                &c.name,
+                &c.arguments,
+                spec.channel,
+                spec.chat_id,
+            )
         }))
         .await;
         out.extend(results.into_iter().map(|r| r.content));

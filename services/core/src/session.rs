@@ -13,7 +13,12 @@ use nanobot_proto::keys;
 pub enum SessionError {
     /// Redis failed.
     #[error("redis {op} failed for session {session}: {source}")]
-    Redis { op: &'static str, session: String, #[source] source: redis::RedisError },
+    Redis {
+        op: &'static str,
+        session: String,
+        #[source]
+        source: redis::RedisError,
+    },
 }
 
 /// Result alias of this module.
@@ -36,7 +41,9 @@ pub struct Session {
 
 /// Returns the local time in nanobot's ISO row format.
 pub fn now_iso() -> String {
-    chrono::Local::now().format("%Y-%m-%dT%H:%M:%S%.6f").to_string()
+    chrono::Local::now()
+        .format("%Y-%m-%dT%H:%M:%S%.6f")
+        .to_string()
 }
 
 /// Reads and writes sessions of one bot.
@@ -48,19 +55,28 @@ pub struct SessionStore {
 
 impl std::fmt::Debug for SessionStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionStore").field("bot", &self.bot).finish_non_exhaustive()
+        f.debug_struct("SessionStore")
+            .field("bot", &self.bot)
+            .finish_non_exhaustive()
     }
 }
 
 impl SessionStore {
     /// Returns a store for `bot`.
     pub fn new(redis: ConnectionManager, bot: &str) -> Self {
-        Self { redis, bot: bot.to_string() }
+        Self {
+            redis,
+            bot: bot.to_string(),
+        }
     }
 
     fn err(op: &'static str, session: &str) -> impl FnOnce(redis::RedisError) -> SessionError {
         let session = session.to_string();
-        move |source| SessionError::Redis { op, session, source }
+        move |source| SessionError::Redis {
+            op,
+            session,
+            source,
+        }
     }
 
     /// Loads a session (empty when it does not exist). Unparseable rows are skipped with a
@@ -106,12 +122,17 @@ impl SessionStore {
         pipe.atomic();
         if !rows.is_empty() {
             let encoded: Vec<String> = rows.iter().map(Value::to_string).collect();
-            pipe.rpush(keys::session_messages(&self.bot, key), encoded).ignore();
+            pipe.rpush(keys::session_messages(&self.bot, key), encoded)
+                .ignore();
         }
-        pipe.hset_nx(keys::session_meta(&self.bot, key), "created_at", &now).ignore();
-        pipe.hset(keys::session_meta(&self.bot, key), "updated_at", &now).ignore();
+        pipe.hset_nx(keys::session_meta(&self.bot, key), "created_at", &now)
+            .ignore();
+        pipe.hset(keys::session_meta(&self.bot, key), "updated_at", &now)
+            .ignore();
         pipe.sadd(keys::sessions(&self.bot), key).ignore();
-        pipe.query_async::<()>(&mut conn).await.map_err(Self::err("append", key))
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(Self::err("append", key))
     }
 
     /// Writes the metadata map.
@@ -126,9 +147,13 @@ impl SessionStore {
     /// Records archive progress (`last_consolidated`).
     pub async fn set_last_consolidated(&self, key: &str, index: usize) -> Result<()> {
         let mut conn = self.redis.clone();
-        conn.hset::<_, _, _, ()>(keys::session_meta(&self.bot, key), "last_consolidated", index)
-            .await
-            .map_err(Self::err("set last_consolidated", key))
+        conn.hset::<_, _, _, ()>(
+            keys::session_meta(&self.bot, key),
+            "last_consolidated",
+            index,
+        )
+        .await
+        .map_err(Self::err("set last_consolidated", key))
     }
 
     /// Clears a session (`/new`): no messages, `last_consolidated` 0, metadata kept minus
@@ -151,8 +176,10 @@ impl SessionStore {
     /// Returns every session key of the bot.
     pub async fn list(&self) -> Result<Vec<String>> {
         let mut conn = self.redis.clone();
-        let mut keys: Vec<String> =
-            conn.smembers(keys::sessions(&self.bot)).await.map_err(Self::err("list", "*"))?;
+        let mut keys: Vec<String> = conn
+            .smembers(keys::sessions(&self.bot))
+            .await
+            .map_err(Self::err("list", "*"))?;
         keys.sort();
         Ok(keys)
     }

@@ -25,35 +25,46 @@ pub struct ToolOutcome {
     pub is_error: bool,
 }
 
+/// The discovered tool list and when it was fetched.
+type ListCache = Arc<Mutex<Option<(Instant, Vec<ToolSpec>)>>>;
+
 /// Calls tools of one bot through NATS.
 #[derive(Debug, Clone)]
 pub struct ToolClient {
     client: async_nats::Client,
     bot: String,
     timeout: Duration,
-    cache: Arc<Mutex<Option<(Instant, Vec<ToolSpec>)>>>,
+    cache: ListCache,
 }
 
 impl ToolClient {
     /// Returns a client for `bot` with a per-call deadline.
     pub fn new(client: async_nats::Client, bot: &str, timeout: Duration) -> Self {
-        Self { client, bot: bot.to_string(), timeout, cache: Arc::new(Mutex::new(None)) }
+        Self {
+            client,
+            bot: bot.to_string(),
+            timeout,
+            cache: Arc::new(Mutex::new(None)),
+        }
     }
 
     /// Returns the tools the executors serve (builtins sorted by name, then `mcp_*`).
     pub async fn specs(&self) -> Vec<ToolSpec> {
         let mut cache = self.cache.lock().await;
-        if let Some((at, specs)) = cache.as_ref() {
-            if at.elapsed() < LIST_TTL {
-                return specs.clone();
-            }
+        if let Some((at, specs)) = cache.as_ref()
+            && at.elapsed() < LIST_TTL
+        {
+            return specs.clone();
         }
-        let request = ToolListRequest { bot: self.bot.clone() };
+        let request = ToolListRequest {
+            bot: self.bot.clone(),
+        };
         match bus::request(&self.client, &request, Duration::from_secs(5)).await {
             Ok(response) => {
                 let mut specs = response.tools;
                 specs.sort_by(|a, b| {
-                    (a.name.starts_with("mcp_"), &a.name).cmp(&(b.name.starts_with("mcp_"), &b.name))
+                    (a.name.starts_with("mcp_"), &a.name)
+                        .cmp(&(b.name.starts_with("mcp_"), &b.name))
                 });
                 *cache = Some((Instant::now(), specs.clone()));
                 specs
@@ -78,7 +89,15 @@ impl ToolClient {
     }
 
     /// Runs one tool call on an executor.
-    pub async fn call(&self, session_key: &str, call_id: &str, name: &str, arguments: &str, channel: &str, chat_id: &str) -> ToolOutcome {
+    pub async fn call(
+        &self,
+        session_key: &str,
+        call_id: &str,
+        name: &str,
+        arguments: &str,
+        channel: &str,
+        chat_id: &str,
+    ) -> ToolOutcome {
         let deadline = chrono::Utc::now() + self.timeout;
         let request = ToolCallRequest {
             bot: self.bot.clone(),
@@ -95,10 +114,11 @@ impl ToolClient {
                 let content = if result.blocks_json.is_empty() {
                     Value::String(result.content)
                 } else {
-                    serde_json::from_str(&result.blocks_json).unwrap_or(Value::String(result.content))
+                    serde_json::from_str(&result.blocks_json)
+                        .unwrap_or(Value::String(result.content))
                 };
-                let is_error = result.is_error
-                    || content.as_str().is_some_and(|s| s.starts_with("Error"));
+                let is_error =
+                    result.is_error || content.as_str().is_some_and(|s| s.starts_with("Error"));
                 let content = match (is_error, content) {
                     (true, Value::String(s)) => Value::String(format!("{s}{RETRY_HINT}")),
                     (_, other) => other,
@@ -111,12 +131,18 @@ impl ToolClient {
                         format!("Error: no tool executor is available to run '{name}'")
                     }
                     RpcError::Timeout { timeout, .. } => {
-                        format!("Error: tool '{name}' did not finish within {}s", timeout.as_secs())
+                        format!(
+                            "Error: tool '{name}' did not finish within {}s",
+                            timeout.as_secs()
+                        )
                     }
                     RpcError::Service { message, .. } => format!("Error: {message}"),
                     RpcError::Transport { cause, .. } => format!("Error executing {name}: {cause}"),
                 };
-                ToolOutcome { content: Value::String(format!("{text}{RETRY_HINT}")), is_error: true }
+                ToolOutcome {
+                    content: Value::String(format!("{text}{RETRY_HINT}")),
+                    is_error: true,
+                }
             }
         }
     }

@@ -80,7 +80,12 @@ pub fn load(workspace: &Path) -> anyhow::Result<Vec<Job>> {
     };
     let root: Value = serde_json::from_str(&text)?;
     let mut jobs = Vec::new();
-    for raw in root.get("jobs").and_then(Value::as_array).into_iter().flatten() {
+    for raw in root
+        .get("jobs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         match serde_json::from_value::<Job>(raw.clone()) {
             Ok(job) => jobs.push(job),
             Err(e) => tracing::warn!(error = %e, "skipping malformed cron job"),
@@ -97,7 +102,11 @@ pub fn next_due(job: &Job, last_fire: Option<i64>, now: i64) -> Option<i64> {
     match job.schedule.kind.as_str() {
         "every" => {
             let every = job.schedule.every_ms.filter(|e| *e > 0)?;
-            let base = last_fire.unwrap_or(if job.created_at_ms > 0 { job.created_at_ms } else { now });
+            let base = last_fire.unwrap_or(if job.created_at_ms > 0 {
+                job.created_at_ms
+            } else {
+                now
+            });
             Some(base + every)
         }
         "at" => match last_fire {
@@ -130,7 +139,11 @@ mod tests {
         assert_eq!(next_due(&jobs[0], None, 50_000), Some(91_000));
         assert_eq!(next_due(&jobs[0], Some(91_000), 100_000), Some(181_000));
         assert_eq!(next_due(&jobs[1], None, 0), Some(5000));
-        assert_eq!(next_due(&jobs[1], Some(5000), 6000), None, "at jobs fire once");
+        assert_eq!(
+            next_due(&jobs[1], Some(5000), 6000),
+            None,
+            "at jobs fire once"
+        );
         assert!(load(&ws.path().join("nowhere")).unwrap().is_empty());
     }
 }

@@ -42,5 +42,9 @@ pub async fn hold(redis: &ConnectionManager, instance: &str) -> bool {
 pub async fn resign(redis: &ConnectionManager, instance: &str) {
     let mut conn = redis.clone();
     let script = r"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
-    let _: redis::RedisResult<i32> = redis::Script::new(script).key(keys::CRON_LEADER).arg(instance).invoke_async(&mut conn).await;
+    let _: redis::RedisResult<i32> = redis::Script::new(script)
+        .key(keys::CRON_LEADER)
+        .arg(instance)
+        .invoke_async(&mut conn)
+        .await;
 }

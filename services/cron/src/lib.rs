@@ -28,10 +28,16 @@ use nanobot_runtime::{service, store};
 const TICK: Duration = Duration::from_millis(500);
 
 /// Runs a cron replica until `shutdown`.
-pub async fn run(cfg: Config, health_addr: Option<SocketAddr>, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn run(
+    cfg: Config,
+    health_addr: Option<SocketAddr>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let started = service::start("cron", &cfg, health_addr, shutdown).await?;
     let cancel = started.cancel.clone();
-    let redis = store::connect(&cfg.store, &cancel).await.context("connect to redis")?;
+    let redis = store::connect(&cfg.store, &cancel)
+        .await
+        .context("connect to redis")?;
     started.health.set_ready(true);
     let instance = started.health.instance.clone();
     tracing::info!(%instance, "cron scheduler ready");
@@ -52,7 +58,13 @@ pub async fn run(cfg: Config, health_addr: Option<SocketAddr>, shutdown: impl Fu
     Ok(())
 }
 
-async fn on_tick(cfg: &Config, bus: &Bus, redis: &ConnectionManager, instance: &str, was_leading: bool) -> bool {
+async fn on_tick(
+    cfg: &Config,
+    bus: &Bus,
+    redis: &ConnectionManager,
+    instance: &str,
+    was_leading: bool,
+) -> bool {
     let leading = leader::hold(redis, instance).await;
     if leading != was_leading {
         tracing::info!(leading, "cron leadership changed");
@@ -75,8 +87,13 @@ async fn fire_due(cfg: &Config, bus: &Bus, redis: &ConnectionManager) {
         };
         for job in jobs {
             let mut conn = redis.clone();
-            let last: Option<i64> = conn.get(keys::cron_last_fire(&bot.id, &job.id)).await.unwrap_or(None);
-            let Some(due) = jobs::next_due(&job, last, now) else { continue };
+            let last: Option<i64> = conn
+                .get(keys::cron_last_fire(&bot.id, &job.id))
+                .await
+                .unwrap_or(None);
+            let Some(due) = jobs::next_due(&job, last, now) else {
+                continue;
+            };
             if due > now {
                 continue;
             }
@@ -94,13 +111,24 @@ async fn fire_due(cfg: &Config, bus: &Bus, redis: &ConnectionManager) {
             match bus::publish(&bus.js, subjects::cron_fire(&bot.id), Some(&fire.id), &fire).await {
                 Ok(()) => {
                     // An `every` job that fell far behind fires once and resumes from now.
-                    let recorded = if job.schedule.kind == "every" && now - due > job.schedule.every_ms.unwrap_or(0) { now } else { due };
-                    if let Err(e) = conn.set::<_, _, ()>(keys::cron_last_fire(&bot.id, &job.id), recorded).await {
+                    let recorded = if job.schedule.kind == "every"
+                        && now - due > job.schedule.every_ms.unwrap_or(0)
+                    {
+                        now
+                    } else {
+                        due
+                    };
+                    if let Err(e) = conn
+                        .set::<_, _, ()>(keys::cron_last_fire(&bot.id, &job.id), recorded)
+                        .await
+                    {
                         tracing::warn!(job_id = %job.id, error = %e, "failed to record cron fire");
                     }
                     tracing::info!(bot = %bot.id, job_id = %job.id, "cron job fired");
                 }
-                Err(e) => tracing::warn!(job_id = %job.id, error = %e, "failed to publish cron fire"),
+                Err(e) => {
+                    tracing::warn!(job_id = %job.id, error = %e, "failed to publish cron fire")
+                }
             }
         }
     }

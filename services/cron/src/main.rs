@@ -13,7 +13,11 @@ struct Args {
 async fn main() {
     let args = Args::parse();
     let code = nanobot_runtime::cli::launch("nanobot-cron", args.common, |cfg, common| {
-        nanobot_cron::run(cfg, common.health_addr, nanobot_runtime::shutdown::shutdown_signal())
+        nanobot_cron::run(
+            cfg,
+            common.health_addr,
+            nanobot_runtime::shutdown::shutdown_signal(),
+        )
     })
     .await;
     std::process::exit(code);

@@ -26,7 +26,11 @@ pub fn budget(d: &AgentDefaults) -> usize {
 }
 
 /// Archives a snapshot (JSON array of rows) whole.
-pub async fn archive_snapshot(bot: &BotSpec, session_key: &str, messages_json: &str) -> anyhow::Result<Outcome> {
+pub async fn archive_snapshot(
+    bot: &BotSpec,
+    session_key: &str,
+    messages_json: &str,
+) -> anyhow::Result<Outcome> {
     let rows: Vec<Value> = serde_json::from_str(messages_json)?;
     if rows.is_empty() {
         return Ok(Outcome::default());
@@ -35,11 +39,19 @@ pub async fn archive_snapshot(bot: &BotSpec, session_key: &str, messages_json: &
     let workspace = bot.workspace.clone();
     let key = session_key.to_string();
     tokio::task::spawn_blocking(move || append_history(&workspace, &text, Some(&key))).await??;
-    Ok(Outcome { archived: rows.len(), last_consolidated: 0 })
+    Ok(Outcome {
+        archived: rows.len(),
+        last_consolidated: 0,
+    })
 }
 
 /// Archives chunks until the unconsolidated tail fits `budget × consolidationRatio`.
-pub async fn by_tokens(store: &SessionStore, bot: &BotSpec, d: &AgentDefaults, session_key: &str) -> anyhow::Result<Outcome> {
+pub async fn by_tokens(
+    store: &SessionStore,
+    bot: &BotSpec,
+    d: &AgentDefaults,
+    session_key: &str,
+) -> anyhow::Result<Outcome> {
     let budget = budget(d);
     let target = (budget as f64 * d.consolidation_ratio) as usize;
     let mut outcome = Outcome::default();
@@ -51,14 +63,19 @@ pub async fn by_tokens(store: &SessionStore, bot: &BotSpec, d: &AgentDefaults, s
         if estimate <= target {
             break;
         }
-        let Some(boundary) = pick_boundary(&session.messages, session.last_consolidated, estimate - target) else {
+        let Some(boundary) = pick_boundary(
+            &session.messages,
+            session.last_consolidated,
+            estimate - target,
+        ) else {
             break;
         };
         let chunk = session.messages[session.last_consolidated..boundary].to_vec();
         let text = raw_archive(&chunk);
         let workspace = bot.workspace.clone();
         let key = session_key.to_string();
-        tokio::task::spawn_blocking(move || append_history(&workspace, &text, Some(&key))).await??;
+        tokio::task::spawn_blocking(move || append_history(&workspace, &text, Some(&key)))
+            .await??;
         store.set_last_consolidated(session_key, boundary).await?;
         outcome.archived += chunk.len();
         outcome.last_consolidated = boundary;

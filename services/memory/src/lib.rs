@@ -27,23 +27,40 @@ use nanobot_runtime::config::Config;
 use nanobot_runtime::{service, shutdown, store, telemetry};
 
 /// Runs a memory worker until `shutdown`.
-pub async fn run(cfg: Config, health_addr: Option<SocketAddr>, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn run(
+    cfg: Config,
+    health_addr: Option<SocketAddr>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let started = service::start("memory", &cfg, health_addr, shutdown).await?;
     let cancel = started.cancel.clone();
-    let redis = store::connect(&cfg.store, &cancel).await.context("connect to redis")?;
-    let stream = started.bus.js.get_stream(subjects::JOBS_STREAM).await.context("open jobs stream")?;
+    let redis = store::connect(&cfg.store, &cancel)
+        .await
+        .context("connect to redis")?;
+    let stream = started
+        .bus
+        .js
+        .get_stream(subjects::JOBS_STREAM)
+        .await
+        .context("open jobs stream")?;
     let consumer = stream
-        .get_or_create_consumer(subjects::CONSOLIDATE_CONSUMER, pull::Config {
-            durable_name: Some(subjects::CONSOLIDATE_CONSUMER.into()),
-            filter_subject: subjects::CONSOLIDATE_ALL.into(),
-            ack_policy: jetstream::consumer::AckPolicy::Explicit,
-            ack_wait: Duration::from_secs(120),
-            max_deliver: 10,
-            ..Default::default()
-        })
+        .get_or_create_consumer(
+            subjects::CONSOLIDATE_CONSUMER,
+            pull::Config {
+                durable_name: Some(subjects::CONSOLIDATE_CONSUMER.into()),
+                filter_subject: subjects::CONSOLIDATE_ALL.into(),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(120),
+                max_deliver: 10,
+                ..Default::default()
+            },
+        )
         .await
         .context("create consolidation consumer")?;
-    let mut messages = consumer.messages().await.context("subscribe to consolidation requests")?;
+    let mut messages = consumer
+        .messages()
+        .await
+        .context("subscribe to consolidation requests")?;
     started.health.set_ready(true);
     tracing::info!(instance = %started.health.instance, "memory worker ready");
     let mut handled = 0u64;
@@ -67,7 +84,13 @@ pub async fn run(cfg: Config, health_addr: Option<SocketAddr>, shutdown: impl Fu
     Ok(())
 }
 
-async fn handle(cfg: &Config, redis: &redis::aio::ConnectionManager, nats: &async_nats::Client, instance: &str, msg: jetstream::Message) {
+async fn handle(
+    cfg: &Config,
+    redis: &redis::aio::ConnectionManager,
+    nats: &async_nats::Client,
+    instance: &str,
+    msg: jetstream::Message,
+) {
     let request = match ConsolidationRequest::decode(msg.payload.clone()) {
         Ok(r) => r,
         Err(e) => {
@@ -84,8 +107,17 @@ async fn handle(cfg: &Config, redis: &redis::aio::ConnectionManager, nats: &asyn
     let span = tracing::info_span!("consolidate", session_id = %request.session_key, reason = %request.reason);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
-        let Some(guard) = lock::Lock::acquire(redis.clone(), keys::memory_lock(&bot.id), instance, Duration::from_secs(60)).await else {
-            let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+        let Some(guard) = lock::Lock::acquire(
+            redis.clone(),
+            keys::memory_lock(&bot.id),
+            instance,
+            Duration::from_secs(60),
+        )
+        .await
+        else {
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                .await;
             return;
         };
         let store = SessionStore::new(redis.clone(), &bot.id);
@@ -109,12 +141,27 @@ async fn handle(cfg: &Config, redis: &redis::aio::ConnectionManager, nats: &asyn
             }
             Err(e) => {
                 tracing::error!("failed to consolidate: {e:#}");
-                let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(5)))).await;
-                ConsolidationResult { request_id: request.id.clone(), bot: bot.id.clone(), session_key: request.session_key.clone(), error: "consolidation failed".into(), ..Default::default() }
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
+                    .await;
+                ConsolidationResult {
+                    request_id: request.id.clone(),
+                    bot: bot.id.clone(),
+                    session_key: request.session_key.clone(),
+                    error: "consolidation failed".into(),
+                    ..Default::default()
+                }
             }
         };
         let payload = bytes::Bytes::from(result.encode_to_vec());
-        if let Err(e) = nats.publish_with_headers(subjects::consolidated(&bot.id), nanobot_runtime::bus::headers(None), payload).await {
+        if let Err(e) = nats
+            .publish_with_headers(
+                subjects::consolidated(&bot.id),
+                nanobot_runtime::bus::headers(None),
+                payload,
+            )
+            .await
+        {
             tracing::debug!(error = %e, "failed to announce consolidation result");
         }
     }

@@ -15,7 +15,12 @@ pub struct Lock {
 
 impl Lock {
     /// Tries for up to `ttl`/4 to take the lock; `None` when someone else holds it.
-    pub async fn acquire(redis: ConnectionManager, key: String, holder: &str, ttl: Duration) -> Option<Self> {
+    pub async fn acquire(
+        redis: ConnectionManager,
+        key: String,
+        holder: &str,
+        ttl: Duration,
+    ) -> Option<Self> {
         let mut conn = redis.clone();
         let deadline = tokio::time::Instant::now() + ttl / 4;
         loop {
@@ -30,7 +35,11 @@ impl Lock {
                 .ok()
                 .flatten();
             if taken.is_some() {
-                return Some(Self { redis, key, holder: holder.to_string() });
+                return Some(Self {
+                    redis,
+                    key,
+                    holder: holder.to_string(),
+                });
             }
             if tokio::time::Instant::now() >= deadline {
                 return None;
@@ -42,8 +51,11 @@ impl Lock {
     /// Releases the lock if still held by us.
     pub async fn release(self) {
         let mut conn = self.redis.clone();
-        let released: redis::RedisResult<i32> =
-            redis::Script::new(RELEASE).key(&self.key).arg(&self.holder).invoke_async(&mut conn).await;
+        let released: redis::RedisResult<i32> = redis::Script::new(RELEASE)
+            .key(&self.key)
+            .arg(&self.holder)
+            .invoke_async(&mut conn)
+            .await;
         if let Err(e) = released {
             tracing::warn!(error = %e, "failed to release memory lock");
         }

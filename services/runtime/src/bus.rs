@@ -28,7 +28,10 @@ pub enum BusError {
     Cancelled,
     /// The credentials file could not be read.
     #[error("read nats credentials {path}: {source}")]
-    Creds { path: String, source: std::io::Error },
+    Creds {
+        path: String,
+        source: std::io::Error,
+    },
     /// A JetStream operation failed.
     #[error("jetstream {op} failed: {cause}")]
     JetStream { op: &'static str, cause: String },
@@ -65,20 +68,27 @@ async fn options(cfg: &BusConfig, name: &str) -> Result<async_nats::ConnectOptio
         opts = opts
             .credentials_file(path)
             .await
-            .map_err(|source| BusError::Creds { path: path.clone(), source })?;
+            .map_err(|source| BusError::Creds {
+                path: path.clone(),
+                source,
+            })?;
     }
     Ok(opts)
 }
 
 /// Connects to NATS (retrying with backoff until it answers or `cancel` fires) and makes sure
 /// the fleet's streams exist.
-pub async fn connect(cfg: &BusConfig, name: &str, cancel: &CancellationToken) -> Result<Bus, BusError> {
+pub async fn connect(
+    cfg: &BusConfig,
+    name: &str,
+    cancel: &CancellationToken,
+) -> Result<Bus, BusError> {
     let mut addrs = Vec::new();
     for url in cfg.url.split(',') {
-        let addr: ServerAddr = url
-            .trim()
-            .parse()
-            .map_err(|source| BusError::Url { url: url.to_string(), source })?;
+        let addr: ServerAddr = url.trim().parse().map_err(|source| BusError::Url {
+            url: url.to_string(),
+            source,
+        })?;
         addrs.push(addr);
     }
     let mut delay = Duration::from_millis(100);
@@ -132,7 +142,10 @@ pub async fn ensure_streams(js: &jetstream::Context) -> Result<(), BusError> {
     for config in streams {
         js.get_or_create_stream(config)
             .await
-            .map_err(|e| BusError::JetStream { op: "create stream", cause: e.to_string() })?;
+            .map_err(|e| BusError::JetStream {
+                op: "create stream",
+                cause: e.to_string(),
+            })?;
     }
     Ok(())
 }
@@ -159,8 +172,14 @@ pub async fn publish<M: prost::Message>(
     let ack = js
         .publish_with_headers(subject, headers(msg_id), payload)
         .await
-        .map_err(|e| BusError::JetStream { op: "publish", cause: e.to_string() })?;
-    ack.await.map_err(|e| BusError::JetStream { op: "publish ack", cause: e.to_string() })?;
+        .map_err(|e| BusError::JetStream {
+            op: "publish",
+            cause: e.to_string(),
+        })?;
+    ack.await.map_err(|e| BusError::JetStream {
+        op: "publish ack",
+        cause: e.to_string(),
+    })?;
     Ok(())
 }
 
@@ -175,44 +194,81 @@ pub enum RpcError {
     Timeout { subject: String, timeout: Duration },
     /// The service answered with an error.
     #[error("{subject} failed ({}): {message}", code.as_str())]
-    Service { subject: String, code: ErrorCode, message: String },
+    Service {
+        subject: String,
+        code: ErrorCode,
+        message: String,
+    },
     /// The reply could not be decoded, or the transport failed.
     #[error("{subject}: {cause}")]
     Transport { subject: String, cause: String },
 }
 
 /// Sends a typed request and decodes its typed reply, carrying the trace context.
-pub async fn request<R: Rpc>(client: &Client, msg: &R, timeout: Duration) -> Result<R::Response, RpcError> {
+pub async fn request<R: Rpc>(
+    client: &Client,
+    msg: &R,
+    timeout: Duration,
+) -> Result<R::Response, RpcError> {
     let subject = msg.subject();
     let request = async_nats::Request::new()
         .payload(Bytes::from(msg.encode_to_vec()))
         .headers(headers(None))
         .timeout(Some(timeout));
-    let reply = client.send_request(subject.clone(), request).await.map_err(|e| {
-        use async_nats::RequestErrorKind as K;
-        match e.kind() {
-            K::NoResponders => RpcError::NoResponders { subject: subject.clone() },
-            K::TimedOut => RpcError::Timeout { subject: subject.clone(), timeout },
-            _ => RpcError::Transport { subject: subject.clone(), cause: e.to_string() },
-        }
-    })?;
-    if let Some(code) = reply.headers.as_ref().and_then(|h| h.get(ERROR_CODE_HEADER)) {
+    let reply = client
+        .send_request(subject.clone(), request)
+        .await
+        .map_err(|e| {
+            use async_nats::RequestErrorKind as K;
+            match e.kind() {
+                K::NoResponders => RpcError::NoResponders {
+                    subject: subject.clone(),
+                },
+                K::TimedOut => RpcError::Timeout {
+                    subject: subject.clone(),
+                    timeout,
+                },
+                _ => RpcError::Transport {
+                    subject: subject.clone(),
+                    cause: e.to_string(),
+                },
+            }
+        })?;
+    if let Some(code) = reply
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(ERROR_CODE_HEADER))
+    {
         let message = reply
             .headers
             .as_ref()
             .and_then(|h| h.get(ERROR_HEADER))
             .map(|v| v.as_str().to_string())
             .unwrap_or_default();
-        return Err(RpcError::Service { subject, code: ErrorCode::parse(code.as_str()), message });
+        return Err(RpcError::Service {
+            subject,
+            code: ErrorCode::parse(code.as_str()),
+            message,
+        });
     }
-    R::Response::decode(reply.payload).map_err(|e| RpcError::Transport { subject, cause: e.to_string() })
+    R::Response::decode(reply.payload).map_err(|e| RpcError::Transport {
+        subject,
+        cause: e.to_string(),
+    })
 }
 
 /// Answers a request with a message.
-pub async fn reply<M: prost::Message>(client: &Client, reply_to: Option<async_nats::Subject>, msg: &M) {
+pub async fn reply<M: prost::Message>(
+    client: &Client,
+    reply_to: Option<async_nats::Subject>,
+    msg: &M,
+) {
     let Some(reply_to) = reply_to else { return };
     let payload = Bytes::from(msg.encode_to_vec());
-    if let Err(e) = client.publish_with_headers(reply_to, headers(None), payload).await {
+    if let Err(e) = client
+        .publish_with_headers(reply_to, headers(None), payload)
+        .await
+    {
         tracing::warn!(error = %e, "failed to send reply");
     }
 }

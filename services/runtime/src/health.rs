@@ -88,8 +88,15 @@ async fn health(State(h): State<Arc<Health>>) -> Json<serde_json::Value> {
 }
 
 async fn ready(State(h): State<Arc<Health>>) -> (StatusCode, Json<serde_json::Value>) {
-    let code = if h.is_ready() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (code, Json(serde_json::json!({"ready": h.is_ready(), "inFlight": h.in_flight()})))
+    let code = if h.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        Json(serde_json::json!({"ready": h.is_ready(), "inFlight": h.in_flight()})),
+    )
 }
 
 /// Serves the HTTP probe on `addr` until `cancel`; returns the bound address.

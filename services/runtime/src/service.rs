@@ -48,10 +48,17 @@ pub async fn start(
         ),
         None => None,
     };
-    let bus = bus::connect(&cfg.bus, &health.instance, &cancel).await.context("connect to nats")?;
+    let bus = bus::connect(&cfg.bus, &health.instance, &cancel)
+        .await
+        .context("connect to nats")?;
     health::serve_status(bus.client.clone(), health.clone(), cancel.clone())
         .await
         .context("subscribe to status probes")?;
     tracing::info!(role, instance = %health.instance, "connected to nats");
-    Ok(Started { bus, health, cancel, health_addr: bound })
+    Ok(Started {
+        bus,
+        health,
+        cancel,
+        health_addr: bound,
+    })
 }

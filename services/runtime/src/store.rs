@@ -19,7 +19,10 @@ pub enum StoreError {
 }
 
 /// Connects to Redis, retrying with backoff (max 5 s) until it answers or `cancel` fires.
-pub async fn connect(cfg: &StoreConfig, cancel: &CancellationToken) -> Result<ConnectionManager, StoreError> {
+pub async fn connect(
+    cfg: &StoreConfig,
+    cancel: &CancellationToken,
+) -> Result<ConnectionManager, StoreError> {
     let client = redis::Client::open(cfg.url.as_str()).map_err(StoreError::Url)?;
     let manager_cfg = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(5)))

@@ -41,7 +41,9 @@ pub fn otlp_endpoint(cfg: &TelemetryConfig) -> Option<String> {
 /// Installs the global subscriber, propagator and tracer for `service`.
 pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let resource = opentelemetry_sdk::Resource::builder().with_service_name(service).build();
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name(service)
+        .build();
     let mut builder = SdkTracerProvider::builder().with_resource(resource);
     let endpoint = otlp_endpoint(cfg);
     if let Some(endpoint) = &endpoint {
@@ -57,14 +59,19 @@ pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<Tele
     opentelemetry::global::set_tracer_provider(provider.clone());
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service));
 
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("{},h2=warn,hyper=warn,tower=warn", cfg.log_level)));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(format!("{},h2=warn,hyper=warn,tower=warn", cfg.log_level))
+    });
     use std::io::IsTerminal as _;
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false);
-    let fmt = if cfg.log_format == "json" { fmt.json().boxed() } else { fmt.boxed() };
+    let fmt = if cfg.log_format == "json" {
+        fmt.json().boxed()
+    } else {
+        fmt.boxed()
+    };
     tracing_subscriber::registry()
         .with(filter)
         .with(fmt)
@@ -109,13 +116,16 @@ impl Extractor for HeaderExtractor<'_> {
 /// Writes the current span's W3C trace context into `headers`.
 pub fn inject_current(headers: &mut HeaderMap) {
     let cx = tracing::Span::current().context();
-    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut HeaderInjector(headers)));
+    opentelemetry::global::get_text_map_propagator(|p| {
+        p.inject_context(&cx, &mut HeaderInjector(headers))
+    });
 }
 
 /// Makes `span` a child of the trace context carried in `headers` (if any).
 pub fn set_parent_from(span: &tracing::Span, headers: Option<&HeaderMap>) {
     let Some(headers) = headers else { return };
-    let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
+    let cx =
+        opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
     let _ = span.set_parent(cx);
 }
 

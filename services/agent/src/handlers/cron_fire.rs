@@ -65,7 +65,11 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             }
             Err(e) => {
                 tracing::error!("failed to run cron turn: {e:#}");
-                let _ = msg.ack_with(async_nats::jetstream::AckKind::Nak(Some(std::time::Duration::from_secs(5)))).await;
+                let _ = msg
+                    .ack_with(async_nats::jetstream::AckKind::Nak(Some(
+                        std::time::Duration::from_secs(5),
+                    )))
+                    .await;
             }
         }
     }

@@ -75,8 +75,12 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             }
             Err(e) => {
                 tracing::error!("failed to run turn: {e:#}");
-                let _ = outbox.send(OutboundKind::Error, "Sorry, I encountered an error.", 0).await;
-                let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(2)))).await;
+                let _ = outbox
+                    .send(OutboundKind::Error, "Sorry, I encountered an error.", 0)
+                    .await;
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+                    .await;
             }
         }
     }

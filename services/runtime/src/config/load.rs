@@ -26,18 +26,28 @@ pub struct ConfigError {
 
 /// Returns the default config path, `~/.nanobot/config.json`.
 pub fn default_path() -> PathBuf {
-    dirs::home_dir().unwrap_or_else(|| PathBuf::from(".")).join(".nanobot").join("config.json")
+    dirs::home_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(".nanobot")
+        .join("config.json")
 }
 
 /// Loads the config from `path` (or `NANOBOT_CONFIG`, or the default path) with overrides from
 /// `env`. A missing file is an error only when named explicitly.
 pub fn load(path: Option<&Path>, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
-    let explicit = path.map(Path::to_path_buf).or_else(|| env.get(CONFIG_ENV).map(PathBuf::from));
+    let explicit = path
+        .map(Path::to_path_buf)
+        .or_else(|| env.get(CONFIG_ENV).map(PathBuf::from));
     let path = explicit.clone().unwrap_or_else(default_path);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => Some(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => None,
-        Err(e) => return Err(ConfigError { path, problems: vec![format!("cannot read file: {e}")] }),
+        Err(e) => {
+            return Err(ConfigError {
+                path,
+                problems: vec![format!("cannot read file: {e}")],
+            });
+        }
     };
     load_str(text.as_deref(), &path, env)
 }
@@ -48,7 +58,10 @@ pub fn load_str(
     path: &Path,
     env: &HashMap<String, String>,
 ) -> Result<Config, ConfigError> {
-    let fail = |problems| ConfigError { path: path.to_path_buf(), problems };
+    let fail = |problems| ConfigError {
+        path: path.to_path_buf(),
+        problems,
+    };
     let mut root = match text {
         Some(t) if !t.trim().is_empty() => serde_json::from_str::<Value>(t)
             .map_err(|e| fail(vec![format!("not valid JSON: {e}")]))?,
@@ -63,11 +76,20 @@ pub fn load_str(
     migrate(&mut root);
     let config = typed(&root, &mut problems);
     problems.extend(super::validate::validate(&config));
-    if problems.is_empty() { Ok(config) } else { Err(fail(problems)) }
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(fail(problems))
+    }
 }
 
 /// Replaces `${VAR}` in every string with the variable's value; a missing one is a problem.
-fn interpolate(value: &mut Value, at: &str, env: &HashMap<String, String>, problems: &mut Vec<String>) {
+fn interpolate(
+    value: &mut Value,
+    at: &str,
+    env: &HashMap<String, String>,
+    problems: &mut Vec<String>,
+) {
     match value {
         Value::String(s) if s.contains("${") => {
             let mut out = String::new();
@@ -96,7 +118,11 @@ fn interpolate(value: &mut Value, at: &str, env: &HashMap<String, String>, probl
         }
         Value::Object(map) => {
             for (k, v) in map.iter_mut() {
-                let child = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+                let child = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
                 interpolate(v, &child, env, problems);
             }
         }
@@ -106,13 +132,27 @@ fn interpolate(value: &mut Value, at: &str, env: &HashMap<String, String>, probl
 
 /// Top-level sections, in snake_case, that env overrides may address.
 const SECTIONS: &[&str] = &[
-    "agents", "channels", "providers", "api", "gateway", "tools", "transcription",
-    "model_presets", "bus", "store", "telemetry", "runner", "bots",
+    "agents",
+    "channels",
+    "providers",
+    "api",
+    "gateway",
+    "tools",
+    "transcription",
+    "model_presets",
+    "bus",
+    "store",
+    "telemetry",
+    "runner",
+    "bots",
 ];
 
 /// Normalises a key for camelCase/snake_case-insensitive comparison.
 pub(crate) fn norm(key: &str) -> String {
-    key.chars().filter(|c| *c != '_' && *c != '-').flat_map(char::to_lowercase).collect()
+    key.chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
 }
 
 fn camel(snake: &str) -> String {
@@ -133,15 +173,21 @@ fn camel(snake: &str) -> String {
 
 /// Applies `NANOBOT_SECTION__KEY__SUBKEY=value` overrides (env wins over the file).
 fn apply_env(root: &mut Value, env: &HashMap<String, String>) {
-    let mut overrides: Vec<(&String, &String)> =
-        env.iter().filter(|(k, _)| k.starts_with(ENV_PREFIX)).collect();
+    let mut overrides: Vec<(&String, &String)> = env
+        .iter()
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .collect();
     overrides.sort();
     for (key, raw) in overrides {
-        let path: Vec<String> = key[ENV_PREFIX.len()..].split("__").map(str::to_lowercase).collect();
+        let path: Vec<String> = key[ENV_PREFIX.len()..]
+            .split("__")
+            .map(str::to_lowercase)
+            .collect();
         if !SECTIONS.contains(&path[0].as_str()) {
             continue;
         }
-        let value = serde_json::from_str::<Value>(raw).unwrap_or_else(|_| Value::String(raw.clone()));
+        let value =
+            serde_json::from_str::<Value>(raw).unwrap_or_else(|_| Value::String(raw.clone()));
         set_path(root, &path, value);
     }
 }
@@ -162,18 +208,23 @@ fn set_path(node: &mut Value, path: &[String], value: Value) {
 
 /// Upstream migrations: `tools.exec.restrictToWorkspace` → `tools.restrictToWorkspace`.
 fn migrate(root: &mut Value) {
-    let Some(tools) = root.get_mut("tools").and_then(Value::as_object_mut) else { return };
+    let Some(tools) = root.get_mut("tools").and_then(Value::as_object_mut) else {
+        return;
+    };
     let moved = tools
         .get_mut("exec")
         .and_then(Value::as_object_mut)
         .and_then(|exec| {
-            let k = exec.keys().find(|k| norm(k) == "restricttoworkspace").cloned()?;
+            let k = exec
+                .keys()
+                .find(|k| norm(k) == "restricttoworkspace")
+                .cloned()?;
             exec.remove(&k)
         });
-    if let Some(v) = moved {
-        if !tools.keys().any(|k| norm(k) == "restricttoworkspace") {
-            tools.insert("restrictToWorkspace".into(), v);
-        }
+    if let Some(v) = moved
+        && !tools.keys().any(|k| norm(k) == "restricttoworkspace")
+    {
+        tools.insert("restrictToWorkspace".into(), v);
     }
 }
 
@@ -181,7 +232,9 @@ fn migrate(root: &mut Value) {
 /// all reported; unknown keys anywhere in typed sections are problems too.
 fn typed(root: &Value, problems: &mut Vec<String>) -> Config {
     let mut config = Config::default();
-    let Value::Object(map) = root else { return config };
+    let Value::Object(map) = root else {
+        return config;
+    };
     for (key, value) in map {
         let ok = match norm(key).as_str() {
             "agents" => section(key, value, problems).map(|v| config.agents = v),
@@ -190,8 +243,14 @@ fn typed(root: &Value, problems: &mut Vec<String>) -> Config {
             "api" => section(key, value, problems).map(|v| config.api = v),
             "gateway" => section(key, value, problems).map(|v| config.gateway = v),
             "tools" => section(key, value, problems).map(|v| config.tools = v),
-            "transcription" => Some(config.transcription = value.clone()),
-            "modelpresets" => Some(config.model_presets = value.clone()),
+            "transcription" => {
+                config.transcription = value.clone();
+                Some(())
+            }
+            "modelpresets" => {
+                config.model_presets = value.clone();
+                Some(())
+            }
             "bus" => section(key, value, problems).map(|v| config.bus = v),
             "store" => section(key, value, problems).map(|v| config.store = v),
             "telemetry" => section(key, value, problems).map(|v| config.telemetry = v),
@@ -220,10 +279,13 @@ fn section<T: DeserializeOwned>(key: &str, value: &Value, problems: &mut Vec<Str
         Ok(v) => Some(v),
         Err(e) => {
             let at = e.path().to_string();
-            let at = if at == "." { key.to_string() } else { format!("{key}.{at}") };
+            let at = if at == "." {
+                key.to_string()
+            } else {
+                format!("{key}.{at}")
+            };
             problems.push(format!("{at}: {}", e.into_inner()));
             None
         }
     }
 }
-

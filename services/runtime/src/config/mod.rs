@@ -32,10 +32,10 @@ pub struct BotSpec {
 
 /// Expands a leading `~` to the home directory.
 pub fn expand_home(path: &str) -> PathBuf {
-    if let Some(rest) = path.strip_prefix("~/") {
-        if let Some(home) = dirs::home_dir() {
-            return home.join(rest);
-        }
+    if let Some(rest) = path.strip_prefix("~/")
+        && let Some(home) = dirs::home_dir()
+    {
+        return home.join(rest);
     }
     if path == "~" {
         return dirs::home_dir().unwrap_or_else(|| PathBuf::from("."));
@@ -73,7 +73,10 @@ impl Config {
 
     /// Returns the directory of runtime data (the config file's parent), as upstream.
     pub fn data_dir(config_path: &Path) -> PathBuf {
-        config_path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+        config_path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."))
     }
 
     /// Returns the config as pretty JSON with secrets masked (for `--dump-config`).
@@ -89,7 +92,9 @@ fn redact(value: &mut serde_json::Value) {
         serde_json::Value::Object(map) => {
             for (k, v) in map.iter_mut() {
                 let lower = k.to_lowercase();
-                let secret = ["apikey", "password", "token", "secret"].iter().any(|s| lower.contains(s));
+                let secret = ["apikey", "password", "token", "secret"]
+                    .iter()
+                    .any(|s| lower.contains(s));
                 if secret && v.as_str().is_some_and(|s| !s.is_empty()) {
                     *v = serde_json::Value::String("***".into());
                 } else {
@@ -109,8 +114,10 @@ mod tests {
     use super::*;
 
     fn parse(json: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let env: HashMap<String, String> =
-            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         load_str(Some(json), Path::new("config.json"), &env)
     }
 
@@ -132,12 +139,27 @@ mod tests {
 
     #[test]
     fn camel_and_snake_case_keys_are_both_accepted() {
-        let camel = parse(r#"{"agents":{"defaults":{"maxTokens":10,"maxToolIterations":3}}}"#, &[]).unwrap();
-        let snake = parse(r#"{"agents":{"defaults":{"max_tokens":10,"max_tool_iterations":3}}}"#, &[]).unwrap();
+        let camel = parse(
+            r#"{"agents":{"defaults":{"maxTokens":10,"maxToolIterations":3}}}"#,
+            &[],
+        )
+        .unwrap();
+        let snake = parse(
+            r#"{"agents":{"defaults":{"max_tokens":10,"max_tool_iterations":3}}}"#,
+            &[],
+        )
+        .unwrap();
         assert_eq!(camel, snake);
         assert_eq!(camel.agents.defaults.max_tokens, 10);
-        let p = parse(r#"{"providers":{"custom":{"api_base":"http://x/v1","apiKey":"k"}}}"#, &[]).unwrap();
-        assert_eq!(p.providers["custom"].api_base.as_deref(), Some("http://x/v1"));
+        let p = parse(
+            r#"{"providers":{"custom":{"api_base":"http://x/v1","apiKey":"k"}}}"#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            p.providers["custom"].api_base.as_deref(),
+            Some("http://x/v1")
+        );
     }
 
     #[test]
@@ -155,7 +177,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.agents.defaults.max_tokens, 1234);
         assert_eq!(c.bus.url, "nats://b:2");
-        assert_eq!(c.providers["custom"].api_base.as_deref(), Some("http://llm/v1"));
+        assert_eq!(
+            c.providers["custom"].api_base.as_deref(),
+            Some("http://llm/v1")
+        );
     }
 
     #[test]
@@ -168,7 +193,14 @@ mod tests {
         )
         .unwrap_err();
         let text = err.to_string();
-        for needle in ["agents.defaults.maxTokns: unknown key", "temperature", "bus.url", "store.url", "bogus: unknown key", "api.port"] {
+        for needle in [
+            "agents.defaults.maxTokns: unknown key",
+            "temperature",
+            "bus.url",
+            "store.url",
+            "bogus: unknown key",
+            "api.port",
+        ] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
         }
         assert!(err.problems.len() >= 6, "{text}");
@@ -176,7 +208,11 @@ mod tests {
 
     #[test]
     fn variables_are_interpolated_and_a_missing_one_is_an_error() {
-        let c = parse(r#"{"providers":{"custom":{"apiKey":"${KEY}"}}}"#, &[("KEY", "s3cret")]).unwrap();
+        let c = parse(
+            r#"{"providers":{"custom":{"apiKey":"${KEY}"}}}"#,
+            &[("KEY", "s3cret")],
+        )
+        .unwrap();
         assert_eq!(c.providers["custom"].api_key, "s3cret");
         let err = parse(r#"{"providers":{"custom":{"apiKey":"${NOPE}"}}}"#, &[]).unwrap_err();
         assert!(err.to_string().contains("NOPE is not set"), "{err}");
@@ -206,7 +242,15 @@ mod tests {
         )
         .unwrap();
         let bots = c.bots();
-        assert_eq!(bots[0], BotSpec { id: "alpha".into(), workspace: "/w".into(), model: "m".into(), provider: "auto".into() });
+        assert_eq!(
+            bots[0],
+            BotSpec {
+                id: "alpha".into(),
+                workspace: "/w".into(),
+                model: "m".into(),
+                provider: "auto".into()
+            }
+        );
         assert_eq!(bots[1].model, "n");
         assert!(!c.dump_redacted().contains("s3cret"));
         assert!(parse(r#"{"bots":{"a.b":{}}}"#, &[]).is_err());

@@ -134,7 +134,12 @@ pub struct ChannelsConfig {
 
 impl Default for ChannelsConfig {
     fn default() -> Self {
-        Self { send_progress: true, send_tool_hints: true, send_max_retries: 3, extra: BTreeMap::new() }
+        Self {
+            send_progress: true,
+            send_tool_hints: true,
+            send_max_retries: 3,
+            extra: BTreeMap::new(),
+        }
     }
 }
 
@@ -173,7 +178,12 @@ pub struct ApiConfig {
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        Self { host: "127.0.0.1".into(), port: 8900, timeout: 120.0, api_key: String::new() }
+        Self {
+            host: "127.0.0.1".into(),
+            port: 8900,
+            timeout: 120.0,
+            api_key: String::new(),
+        }
     }
 }
 
@@ -192,7 +202,11 @@ pub struct GatewayConfig {
 
 impl Default for GatewayConfig {
     fn default() -> Self {
-        Self { host: "127.0.0.1".into(), port: 18790, extra: BTreeMap::new() }
+        Self {
+            host: "127.0.0.1".into(),
+            port: 18790,
+            extra: BTreeMap::new(),
+        }
     }
 }
 
@@ -299,7 +313,9 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { url: "redis://127.0.0.1:6379".into() }
+        Self {
+            url: "redis://127.0.0.1:6379".into(),
+        }
     }
 }
 
@@ -320,7 +336,11 @@ pub struct TelemetryConfig {
 
 impl Default for TelemetryConfig {
     fn default() -> Self {
-        Self { otlp_endpoint: None, log_format: "text".into(), log_level: "info".into() }
+        Self {
+            otlp_endpoint: None,
+            log_format: "text".into(),
+            log_level: "info".into(),
+        }
     }
 }
 

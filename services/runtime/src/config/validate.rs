@@ -9,29 +9,63 @@ use super::schema::Config;
 
 /// Upstream keys of `agents.defaults` the fleet accepts but does not interpret.
 const AGENT_EXTRAS: &[&str] = &[
-    "modelPreset", "contextBlockLimit", "fallbackModels", "maxConcurrentSubagents",
-    "failOnToolError", "providerRetryMode", "toolHintMaxLength", "timezoneMode", "botIcon",
-    "disabledSkills", "idleCompactAfterMinutes", "sessionTtlMinutes",
-    "idleCompactCheckIntervalSeconds", "dream",
+    "modelPreset",
+    "contextBlockLimit",
+    "fallbackModels",
+    "maxConcurrentSubagents",
+    "failOnToolError",
+    "providerRetryMode",
+    "toolHintMaxLength",
+    "timezoneMode",
+    "botIcon",
+    "disabledSkills",
+    "idleCompactAfterMinutes",
+    "sessionTtlMinutes",
+    "idleCompactCheckIntervalSeconds",
+    "dream",
 ];
 /// Upstream keys of `channels` besides the per-channel objects.
-const CHANNEL_EXTRAS: &[&str] =
-    &["showReasoning", "extractDocumentText", "transcriptionProvider", "transcriptionLanguage"];
+const CHANNEL_EXTRAS: &[&str] = &[
+    "showReasoning",
+    "extractDocumentText",
+    "transcriptionProvider",
+    "transcriptionLanguage",
+];
 /// Upstream keys of `providers.<name>` the fleet keeps as given.
-const PROVIDER_EXTRAS: &[&str] =
-    &["apiType", "extraBody", "extraQuery", "proxy", "thinkingStyle", "region", "profile"];
+const PROVIDER_EXTRAS: &[&str] = &[
+    "apiType",
+    "extraBody",
+    "extraQuery",
+    "proxy",
+    "thinkingStyle",
+    "region",
+    "profile",
+];
 /// Upstream keys of `gateway` the fleet keeps as given.
 const GATEWAY_EXTRAS: &[&str] = &["restartMode", "heartbeat"];
 /// Upstream keys of `tools` the fleet keeps as given.
 const TOOLS_EXTRAS: &[&str] = &[
-    "web", "file", "cliApps", "my", "imageGeneration", "maxSessionMessagesPerMinute",
-    "webuiAllowLocalServiceAccess", "webuiAllowRemotePackageInstall", "ssrfWhitelist",
-    "myEnabled", "mySet",
+    "web",
+    "file",
+    "cliApps",
+    "my",
+    "imageGeneration",
+    "maxSessionMessagesPerMinute",
+    "webuiAllowLocalServiceAccess",
+    "webuiAllowRemotePackageInstall",
+    "ssrfWhitelist",
+    "myEnabled",
+    "mySet",
 ];
 /// Upstream keys of `tools.exec` the fleet keeps as given.
 const EXEC_EXTRAS: &[&str] = &["sandbox", "sandboxRoBinds", "sandboxRwBinds"];
 
-fn check_extras(at: &str, extras: &BTreeMap<String, Value>, known: &[&str], problems: &mut Vec<String>) {
+fn check_extras(
+    at: &str,
+    extras: &BTreeMap<String, Value>,
+    known: &[&str],
+    problems: &mut Vec<String>,
+) {
     for key in extras.keys() {
         let k = normalise_key(key);
         if !known.iter().any(|n| normalise_key(n) == k) {
@@ -42,23 +76,44 @@ fn check_extras(at: &str, extras: &BTreeMap<String, Value>, known: &[&str], prob
 
 /// Reports keys that landed in a section's catch-all map but are not upstream keys (typos).
 pub(crate) fn unknown_extras(config: &Config, problems: &mut Vec<String>) {
-    check_extras("agents.defaults", &config.agents.defaults.extra, AGENT_EXTRAS, problems);
+    check_extras(
+        "agents.defaults",
+        &config.agents.defaults.extra,
+        AGENT_EXTRAS,
+        problems,
+    );
     for (key, value) in &config.channels.extra {
-        let known = CHANNEL_EXTRAS.iter().any(|n| normalise_key(n) == normalise_key(key));
+        let known = CHANNEL_EXTRAS
+            .iter()
+            .any(|n| normalise_key(n) == normalise_key(key));
         if !known && !value.is_object() {
-            problems.push(format!("channels.{key}: expected a channel settings object"));
+            problems.push(format!(
+                "channels.{key}: expected a channel settings object"
+            ));
         }
     }
     for (name, provider) in &config.providers {
-        check_extras(&format!("providers.{name}"), &provider.extra, PROVIDER_EXTRAS, problems);
+        check_extras(
+            &format!("providers.{name}"),
+            &provider.extra,
+            PROVIDER_EXTRAS,
+            problems,
+        );
     }
     check_extras("gateway", &config.gateway.extra, GATEWAY_EXTRAS, problems);
     check_extras("tools", &config.tools.extra, TOOLS_EXTRAS, problems);
-    check_extras("tools.exec", &config.tools.exec.extra, EXEC_EXTRAS, problems);
+    check_extras(
+        "tools.exec",
+        &config.tools.exec.extra,
+        EXEC_EXTRAS,
+        problems,
+    );
 }
 
 fn is_url(url: &str, schemes: &[&str]) -> bool {
-    schemes.iter().any(|s| url.starts_with(&format!("{s}://")) && url.len() > s.len() + 3)
+    schemes
+        .iter()
+        .any(|s| url.starts_with(&format!("{s}://")) && url.len() > s.len() + 3)
 }
 
 /// Returns every semantic problem of a parsed config.
@@ -75,7 +130,10 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
         problems.push("agents.defaults.maxToolIterations: must be at least 1".into());
     }
     if !(0.0..=2.0).contains(&d.temperature) {
-        problems.push(format!("agents.defaults.temperature: {} is outside 0..=2", d.temperature));
+        problems.push(format!(
+            "agents.defaults.temperature: {} is outside 0..=2",
+            d.temperature
+        ));
     }
     if !(0.0..=1.0).contains(&d.consolidation_ratio) {
         problems.push("agents.defaults.consolidationRatio: must be within 0..=1".into());
@@ -88,13 +146,21 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
             problems.push(format!("bus.url: {url:?} is not a nats:// URL"));
         }
     }
-    if !is_url(&config.store.url, &["redis", "rediss", "redis+unix", "unix"]) {
-        problems.push(format!("store.url: {:?} is not a redis:// URL", config.store.url));
+    if !is_url(
+        &config.store.url,
+        &["redis", "rediss", "redis+unix", "unix"],
+    ) {
+        problems.push(format!(
+            "store.url: {:?} is not a redis:// URL",
+            config.store.url
+        ));
     }
-    if let Some(endpoint) = &config.telemetry.otlp_endpoint {
-        if !is_url(endpoint, &["http", "https"]) {
-            problems.push(format!("telemetry.otlpEndpoint: {endpoint:?} is not an http(s) URL"));
-        }
+    if let Some(endpoint) = &config.telemetry.otlp_endpoint
+        && !is_url(endpoint, &["http", "https"])
+    {
+        problems.push(format!(
+            "telemetry.otlpEndpoint: {endpoint:?} is not an http(s) URL"
+        ));
     }
     if !matches!(config.telemetry.log_format.as_str(), "text" | "json") {
         problems.push("telemetry.logFormat: must be \"text\" or \"json\"".into());
@@ -110,17 +176,23 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
         problems.push("runner.maxConcurrentTurns: must be at least 1".into());
     }
     for (name, provider) in &config.providers {
-        if let Some(base) = &provider.api_base {
-            if !is_url(base, &["http", "https"]) {
-                problems.push(format!("providers.{name}.apiBase: {base:?} is not an http(s) URL"));
-            }
+        if let Some(base) = &provider.api_base
+            && !is_url(base, &["http", "https"])
+        {
+            problems.push(format!(
+                "providers.{name}.apiBase: {base:?} is not an http(s) URL"
+            ));
         }
     }
     for id in config.bots.keys() {
         let ok = !id.is_empty()
-            && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
         if !ok {
-            problems.push(format!("bots.{id}: a bot id may only hold letters, digits, - and _"));
+            problems.push(format!(
+                "bots.{id}: a bot id may only hold letters, digits, - and _"
+            ));
         }
     }
     problems
