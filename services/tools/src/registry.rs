@@ -1,0 +1,204 @@
+//! The tool contract (`Tool`), what a call sees (`ToolContext`) and returns (`ToolOutput`),
+//! and the `Registry` that prepares a call (coercion, cast, validation) and runs it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use nanobot_proto::ToolSpec;
+use nanobot_runtime::config::ToolsConfig;
+
+use crate::params;
+use crate::sandbox::Sandbox;
+use crate::tools;
+
+/// Validated parameters of one call.
+pub type Args = Map<String, Value>;
+
+/// What one tool call runs against.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The bot's workspace and whether tools are confined to it.
+    pub sandbox: Sandbox,
+    /// The calling session (`channel:chat`).
+    pub session_key: String,
+}
+
+/// The result of one tool call, as the model will see it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolOutput {
+    /// Text result, or the `Error: …` text.
+    pub content: String,
+    /// Whether the call failed (upstream: the text starts with `Error`).
+    pub is_error: bool,
+    /// Content blocks as a JSON array when the result is not plain text (images).
+    pub blocks_json: String,
+}
+
+impl ToolOutput {
+    /// Returns a successful text result.
+    pub fn text(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: false,
+            blocks_json: String::new(),
+        }
+    }
+
+    /// Returns a failed result (the text should start with `Error`).
+    pub fn error(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: true,
+            blocks_json: String::new(),
+        }
+    }
+}
+
+/// One tool served by the executors.
+#[async_trait::async_trait]
+pub trait Tool: Send + Sync + std::fmt::Debug {
+    /// Returns the name the model calls the tool by.
+    fn name(&self) -> &'static str;
+    /// Returns the description shown to the model.
+    fn description(&self) -> &'static str;
+    /// Returns the JSON Schema of the parameters (an object schema).
+    fn parameters(&self) -> Value;
+    /// Returns whether the tool has no side effects (safe to run concurrently and to retry).
+    fn read_only(&self) -> bool {
+        false
+    }
+    /// Runs the tool with validated parameters.
+    async fn execute(&self, ctx: &ToolContext, args: Args) -> ToolOutput;
+}
+
+/// Failure to build the registry from config.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// A configured `denyPatterns`/`allowPatterns` entry is not a valid regex.
+    #[error("invalid tools.exec.{field} pattern {pattern:?}: {cause}")]
+    Pattern {
+        field: &'static str,
+        pattern: String,
+        cause: String,
+    },
+}
+
+/// The tools one executor serves, by name.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+}
+
+impl Registry {
+    /// Returns the builtin tools enabled by `cfg`.
+    pub fn builtin(cfg: &ToolsConfig) -> Result<Self, RegistryError> {
+        let mut registry = Self::default();
+        for tool in tools::builtin(cfg)? {
+            registry.register(tool);
+        }
+        Ok(registry)
+    }
+
+    /// Adds (or replaces) a tool.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.insert(tool.name(), tool);
+    }
+
+    /// Returns the registered names, sorted.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tools.keys().copied().collect()
+    }
+
+    /// Returns the tool specs: builtins sorted by name, then `mcp_*` sorted (a stable prompt
+    /// prefix, as upstream).
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        let mut specs: Vec<ToolSpec> = self
+            .tools
+            .values()
+            .map(|t| ToolSpec {
+                name: t.name().into(),
+                description: t.description().into(),
+                parameters_json: t.parameters().to_string(),
+                read_only: t.read_only(),
+            })
+            .collect();
+        specs.sort_by(|a, b| {
+            (a.name.starts_with("mcp_"), &a.name).cmp(&(b.name.starts_with("mcp_"), &b.name))
+        });
+        specs
+    }
+
+    /// Prepares a call as upstream's `prepare_call`: unknown tool, argument coercion,
+    /// non-object parameters, cast and validation. `Err` holds the error text for the model.
+    pub fn prepare(
+        &self,
+        name: &str,
+        arguments_json: &str,
+    ) -> Result<(Arc<dyn Tool>, Args), String> {
+        let Some(tool) = self.tools.get(name) else {
+            return Err(params::unknown_tool_error(name, &self.names()));
+        };
+        let schema = tool.parameters();
+        let raw = params::unwrap_arguments(params::coerce_arguments(arguments_json), &schema);
+        if !raw.is_object() {
+            return Err(params::not_an_object_error(name, &raw));
+        }
+        let cast = params::cast_params(raw, &schema);
+        let errors = params::validate_params(&cast, &schema);
+        if !errors.is_empty() {
+            return Err(params::invalid_params_error(name, &errors));
+        }
+        match cast {
+            Value::Object(args) => Ok((tool.clone(), args)),
+            other => Err(params::not_an_object_error(name, &other)),
+        }
+    }
+
+    /// Prepares and runs one call; every failure is a tool-level error result.
+    pub async fn call(&self, ctx: &ToolContext, name: &str, arguments_json: &str) -> ToolOutput {
+        match self.prepare(name, arguments_json) {
+            Ok((tool, args)) => tool.execute(ctx, args).await,
+            Err(message) => ToolOutput::error(message),
+        }
+    }
+}
+
+/// Returns an object schema for builtin tools (unknown parameters refused, as upstream's
+/// `tool_parameters_schema`).
+pub fn object_schema(properties: Value, required: &[&str]) -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
+/// Reads a string parameter.
+pub fn arg_str<'a>(args: &'a Args, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str)
+}
+
+/// Reads an integer parameter.
+pub fn arg_i64(args: &Args, key: &str) -> Option<i64> {
+    args.get(key).and_then(Value::as_i64)
+}
+
+/// Reads a boolean parameter (`false` when absent).
+pub fn arg_bool(args: &Args, key: &str) -> bool {
+    args.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// Runs blocking filesystem work off the async runtime; a panic becomes upstream's
+/// `Error executing {name}: …` result.
+pub async fn blocking<F>(name: &'static str, work: F) -> ToolOutput
+where
+    F: FnOnce() -> ToolOutput + Send + 'static,
+{
+    match tokio::task::spawn_blocking(work).await {
+        Ok(output) => output,
+        Err(e) => ToolOutput::error(format!("Error executing {name}: {e}")),
+    }
+}

@@ -1,0 +1,523 @@
+//! `exec`: runs a shell command (`sh -c`) in the workspace with a minimal environment, a
+//! timeout that kills the whole process group, and upstream's output format and truncation.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+
+use nanobot_runtime::config::ExecConfig;
+
+use super::exec_guard::{ExecPolicy, check_paths, working_dir_allowed};
+use crate::registry::{
+    Args, RegistryError, Tool, ToolContext, ToolOutput, arg_i64, arg_str, object_schema,
+};
+use crate::sandbox::BOUNDARY_NOTE;
+
+/// Largest per-call timeout in seconds.
+const MAX_TIMEOUT: u64 = 600;
+/// Output longer than this (in characters) keeps only its head and tail.
+const MAX_OUTPUT: usize = 10_000;
+/// Bytes kept per stream; the rest is read and dropped so the command never blocks.
+const CAPTURE_LIMIT: usize = 8 * 1024 * 1024;
+/// PATH when the executor itself has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Runs shell commands.
+#[derive(Debug)]
+pub struct Exec {
+    policy: ExecPolicy,
+    cfg: ExecConfig,
+}
+
+impl Exec {
+    /// Returns the tool configured by `tools.exec`.
+    pub fn new(cfg: &ExecConfig) -> Result<Self, RegistryError> {
+        Ok(Self {
+            policy: ExecPolicy::new(cfg)?,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Returns the child's environment: PATH, HOME, LANG, TERM and `allowedEnvKeys` only, so
+    /// no secret of the executor leaks into commands.
+    fn env(&self) -> HashMap<String, String> {
+        let var = |key: &str, default: &str| std::env::var(key).unwrap_or_else(|_| default.into());
+        let path_parts = [
+            self.cfg.path_prepend.clone(),
+            Some(var("PATH", DEFAULT_PATH)),
+            self.cfg.path_append.clone(),
+        ];
+        let path: Vec<String> = path_parts
+            .into_iter()
+            .flatten()
+            .filter(|p| !p.is_empty())
+            .collect();
+        let mut env = HashMap::from([
+            ("PATH".to_string(), path.join(":")),
+            ("HOME".to_string(), var("HOME", "/tmp")),
+            ("LANG".to_string(), var("LANG", "C.UTF-8")),
+            ("TERM".to_string(), var("TERM", "dumb")),
+            ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
+        ]);
+        for key in &self.cfg.allowed_env_keys {
+            if let Ok(value) = std::env::var(key) {
+                env.insert(key.clone(), value);
+            }
+        }
+        env
+    }
+
+    /// Returns the effective timeout: the call's (capped at 600 s), else the config's
+    /// (`0` = none, not capped).
+    fn timeout(&self, requested: Option<i64>) -> Option<u64> {
+        match requested
+            .and_then(|t| u64::try_from(t).ok())
+            .filter(|t| *t > 0)
+        {
+            Some(t) => Some(t.min(MAX_TIMEOUT)),
+            None => (self.cfg.timeout > 0).then_some(self.cfg.timeout),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Exec {
+    fn name(&self) -> &'static str {
+        "exec"
+    }
+
+    fn description(&self) -> &'static str {
+        "Execute a shell command and return its output. Prefer read_file/write_file/edit_file \
+         over cat/echo/sed, and list_dir over ls. Use -y or --yes flags to avoid interactive \
+         prompts. Output is truncated at 10,000 chars; timeout defaults to 60s (max 600s)."
+    }
+
+    fn parameters(&self) -> Value {
+        object_schema(
+            json!({
+                "command": {"type": "string", "minLength": 1, "description": "The shell command to execute"},
+                "working_dir": {"type": "string", "description": "Optional working directory for the command"},
+                "timeout": {"type": "integer", "minimum": 1, "maximum": 600,
+                    "description": "Timeout in seconds. Increase for long-running commands like compilation or installation (default 60, max 600)."},
+            }),
+            &["command"],
+        )
+    }
+
+    async fn execute(&self, ctx: &ToolContext, args: Args) -> ToolOutput {
+        let command = arg_str(&args, "command").unwrap_or_default();
+        let cwd = match working_dir(ctx, arg_str(&args, "working_dir")) {
+            Ok(cwd) => cwd,
+            Err(message) => return ToolOutput::error(message),
+        };
+        if let Some(refusal) = self.policy.check(command) {
+            return ToolOutput::error(refusal);
+        }
+        let env = self.env();
+        if ctx.sandbox.restricted()
+            && let Some(refusal) = check_paths(command, &ctx.sandbox, &env)
+        {
+            return ToolOutput::error(refusal);
+        }
+        let timeout = self.timeout(arg_i64(&args, "timeout"));
+        run(command, &cwd, &env, timeout).await
+    }
+}
+
+fn working_dir(ctx: &ToolContext, requested: Option<&str>) -> Result<PathBuf, String> {
+    let Some(requested) = requested.filter(|w| !w.is_empty()) else {
+        return Ok(ctx.sandbox.root().to_path_buf());
+    };
+    let open = crate::sandbox::Sandbox::new(ctx.sandbox.root(), false);
+    let dir = open.resolve(requested)?;
+    if !working_dir_allowed(&ctx.sandbox, &dir) {
+        return Err(format!(
+            "Error: working_dir is outside the configured workspace{BOUNDARY_NOTE}"
+        ));
+    }
+    match std::fs::metadata(&dir) {
+        Err(_) => Err(format!("Error: working_dir not found: {requested}")),
+        Ok(meta) if !meta.is_dir() => Err(format!(
+            "Error: working_dir is not a directory: {requested}"
+        )),
+        Ok(_) => Ok(dir),
+    }
+}
+
+/// Kills a process group when dropped, unless disarmed: a call cancelled mid-run (or timed
+/// out) never leaves its processes behind.
+struct GroupKill(Option<u32>);
+
+impl GroupKill {
+    fn kill_now(&mut self) {
+        let Some(pgid) = self.0.take() else { return };
+        let pid = i32::try_from(pgid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw);
+        if let Some(pid) = pid {
+            // ESRCH (already gone) is fine.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        self.kill_now();
+    }
+}
+
+async fn run(
+    command: &str,
+    cwd: &PathBuf,
+    env: &HashMap<String, String>,
+    timeout: Option<u64>,
+) -> ToolOutput {
+    let mut child = match tokio::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => return ToolOutput::error(format!("Error executing command: {e}")),
+    };
+    let mut group = GroupKill(child.id());
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let finished = {
+        let collect = async { tokio::join!(capture(stdout), capture(stderr), child.wait()) };
+        match timeout {
+            Some(secs) => tokio::time::timeout(Duration::from_secs(secs), collect)
+                .await
+                .ok(),
+            None => Some(collect.await),
+        }
+    };
+    let Some((out, err, status)) = finished else {
+        group.kill_now();
+        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+        let secs = timeout.unwrap_or_default();
+        return ToolOutput::error(format!("Error: Command timed out after {secs} seconds"));
+    };
+    group.disarm();
+    let status = match status {
+        Ok(status) => status,
+        Err(e) => return ToolOutput::error(format!("Error executing command: {e}")),
+    };
+    ToolOutput::text(format_output(&out, &err, exit_code(status)))
+}
+
+async fn capture<R: AsyncRead + Unpin>(stream: Option<R>) -> Vec<u8> {
+    let Some(mut stream) = stream else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return kept,
+            Ok(n) => {
+                let room = CAPTURE_LIMIT.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+}
+
+/// Returns the exit code as Python reports it (`-signal` when killed by a signal).
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    status
+        .code()
+        .unwrap_or_else(|| -status.signal().unwrap_or(0))
+}
+
+/// Formats output as upstream: stdout, `STDERR:` block, exit code, then head+tail
+/// truncation past 10 000 characters.
+fn format_output(stdout: &[u8], stderr: &[u8], code: i32) -> String {
+    let mut parts = Vec::new();
+    if !stdout.is_empty() {
+        parts.push(String::from_utf8_lossy(stdout).into_owned());
+    }
+    let err = String::from_utf8_lossy(stderr);
+    if !err.trim().is_empty() {
+        parts.push(format!("STDERR:\n{err}"));
+    }
+    parts.push(format!("\nExit code: {code}"));
+    truncate(&parts.join("\n"))
+}
+
+fn truncate(text: &str) -> String {
+    let total = text.chars().count();
+    if total <= MAX_OUTPUT {
+        return text.to_string();
+    }
+    let half = MAX_OUTPUT / 2;
+    let head: String = text.chars().take(half).collect();
+    let tail: String = text.chars().skip(total - half).collect();
+    format!(
+        "{head}\n\n... ({} chars truncated) ...\n\n{tail}",
+        thousands(total - MAX_OUTPUT)
+    )
+}
+
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::sandbox::Sandbox;
+
+    fn ctx(restrict: bool) -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        (
+            dir,
+            ToolContext {
+                sandbox: Sandbox::new(&ws, restrict),
+                session_key: "s".into(),
+            },
+        )
+    }
+
+    fn exec(cfg: ExecConfig) -> Exec {
+        Exec::new(&cfg).unwrap()
+    }
+
+    async fn call(tool: &Exec, ctx: &ToolContext, args: Value) -> ToolOutput {
+        let Value::Object(args) = args else {
+            panic!("args must be an object")
+        };
+        tool.execute(ctx, args).await
+    }
+
+    #[tokio::test]
+    async fn formats_stdout_stderr_and_exit_code_like_upstream() {
+        let (_dir, ctx) = ctx(true);
+        let tool = exec(ExecConfig::default());
+        let out = call(
+            &tool,
+            &ctx,
+            json!({"command": "echo hi; echo err >&2; exit 3"}),
+        )
+        .await;
+        assert_eq!(
+            out,
+            ToolOutput::text("hi\n\nSTDERR:\nerr\n\n\nExit code: 3")
+        );
+        assert_eq!(
+            call(&tool, &ctx, json!({"command": "true"})).await.content,
+            "\nExit code: 0"
+        );
+        let pwd = call(&tool, &ctx, json!({"command": "pwd"})).await.content;
+        assert_eq!(
+            pwd,
+            format!("{}\n\n\nExit code: 0", ctx.sandbox.root().display())
+        );
+        let sub = call(&tool, &ctx, json!({"command": "pwd", "working_dir": "sub"}))
+            .await
+            .content;
+        assert!(
+            sub.starts_with(&ctx.sandbox.root().join("sub").display().to_string()),
+            "{sub}"
+        );
+    }
+
+    #[tokio::test]
+    async fn long_output_keeps_head_and_tail() {
+        let (_dir, ctx) = ctx(true);
+        let tool = exec(ExecConfig::default());
+        let out = call(
+            &tool,
+            &ctx,
+            json!({"command": "head -c 20000 /dev/zero | tr '\\0' a"}),
+        )
+        .await
+        .content;
+        assert!(out.starts_with(&"a".repeat(5000)));
+        assert!(
+            out.contains("\n\n... (10,014 chars truncated) ...\n\n"),
+            "{}",
+            &out[4990..5060]
+        );
+        assert!(out.ends_with("a\n\nExit code: 0"));
+        assert_eq!(
+            out.chars().count(),
+            10_000 + "\n\n... (10,014 chars truncated) ...\n\n".len()
+        );
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_process_group() {
+        let (_dir, ctx) = ctx(true);
+        let tool = exec(ExecConfig::default());
+        let started = Instant::now();
+        let out = call(
+            &tool,
+            &ctx,
+            json!({"command": "sleep 100 & echo $! > bg.pid; sleep 100", "timeout": 1}),
+        )
+        .await;
+        assert_eq!(
+            out,
+            ToolOutput::error("Error: Command timed out after 1 seconds")
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            started.elapsed()
+        );
+        let pid = std::fs::read_to_string(ctx.sandbox.root().join("bg.pid")).unwrap();
+        let stat = format!("/proc/{}/stat", pid.trim());
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            // Gone, or a zombie waiting for a reaper: either way no longer running.
+            let state = std::fs::read_to_string(&stat)
+                .ok()
+                .and_then(|s| s.rsplit(')').next().map(|r| r.trim().chars().next()));
+            if matches!(state, None | Some(Some('Z'))) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "background sleeper {pid} survived: {state:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(tool.timeout(None), Some(60));
+        assert_eq!(tool.timeout(Some(5000)), Some(600));
+        assert_eq!(
+            exec(ExecConfig {
+                timeout: 0,
+                ..ExecConfig::default()
+            })
+            .timeout(None),
+            None
+        );
+        assert_eq!(
+            exec(ExecConfig {
+                timeout: 900,
+                ..ExecConfig::default()
+            })
+            .timeout(None),
+            Some(900)
+        );
+    }
+
+    #[tokio::test]
+    async fn environment_is_minimal_plus_allowed_keys() {
+        let (_dir, ctx) = ctx(false);
+        let minimal = [
+            "PATH",
+            "HOME",
+            "LANG",
+            "TERM",
+            "PWD",
+            "SHLVL",
+            "_",
+            "OLDPWD",
+            "PYTHONUNBUFFERED",
+        ];
+        let secret = std::env::vars()
+            .map(|(k, _)| k)
+            .find(|k| !minimal.contains(&k.as_str()) && !k.contains('='))
+            .expect("the test process has some variable");
+        let plain = call(
+            &exec(ExecConfig::default()),
+            &ctx,
+            json!({"command": "env"}),
+        )
+        .await
+        .content;
+        assert!(
+            !plain.contains(&format!("{secret}=")),
+            "{secret} leaked:\n{plain}"
+        );
+        assert!(plain.contains("PYTHONUNBUFFERED=1") && plain.contains("PATH="));
+        let allowed = exec(ExecConfig {
+            allowed_env_keys: vec![secret.clone()],
+            path_prepend: Some("/opt/pre".into()),
+            ..ExecConfig::default()
+        });
+        let out = call(&allowed, &ctx, json!({"command": "env"}))
+            .await
+            .content;
+        assert!(out.contains(&format!("{secret}=")), "{out}");
+        assert!(out.contains("PATH=/opt/pre:"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn guards_refuse_before_running() {
+        let (dir, ctx) = ctx(true);
+        let tool = exec(ExecConfig::default());
+        let marker = dir.path().join("ran");
+        let denied = call(
+            &tool,
+            &ctx,
+            json!({"command": format!("touch {}; rm -rf /", marker.display())}),
+        )
+        .await;
+        assert_eq!(
+            denied,
+            ToolOutput::error("Error: Command blocked by deny pattern filter")
+        );
+        let outside = call(
+            &tool,
+            &ctx,
+            json!({"command": format!("touch {}", marker.display())}),
+        )
+        .await;
+        assert!(
+            outside
+                .content
+                .starts_with("Error: Command blocked by safety guard (path outside working dir)")
+        );
+        assert!(!marker.exists(), "a refused command never runs");
+        let wd = call(&tool, &ctx, json!({"command": "ls", "working_dir": "/tmp"})).await;
+        assert_eq!(
+            wd.content,
+            format!("Error: working_dir is outside the configured workspace{BOUNDARY_NOTE}")
+        );
+        let missing = call(&tool, &ctx, json!({"command": "ls", "working_dir": "nope"})).await;
+        assert_eq!(missing.content, "Error: working_dir not found: nope");
+        let allow = exec(ExecConfig {
+            allow_patterns: vec!["ls.*".into()],
+            ..ExecConfig::default()
+        });
+        let sneaky = call(&allow, &ctx, json!({"command": "ls $(touch pwned)"})).await;
+        assert_eq!(
+            sneaky.content,
+            "Error: Command blocked by allowlist filter (not in allowlist)"
+        );
+        assert!(!ctx.sandbox.root().join("pwned").exists());
+    }
+}

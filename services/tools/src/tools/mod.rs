@@ -1,0 +1,36 @@
+//! The builtin tools, one file each.
+
+use std::sync::Arc;
+
+use nanobot_runtime::config::ToolsConfig;
+
+use crate::registry::{RegistryError, Tool};
+
+pub mod edit_file;
+pub mod exec;
+pub mod exec_guard;
+pub mod list_dir;
+pub mod read_file;
+pub mod shell_split;
+pub mod write_file;
+
+/// Returns the builtin tools enabled by `cfg` (`tools.file.enable`, `tools.exec.enable`).
+pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
+    let file_enabled = cfg
+        .extra
+        .get("file")
+        .and_then(|f| f.get("enable"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(true);
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    if file_enabled {
+        tools.push(Arc::new(read_file::ReadFile));
+        tools.push(Arc::new(write_file::WriteFile));
+        tools.push(Arc::new(edit_file::EditFile));
+        tools.push(Arc::new(list_dir::ListDir));
+    }
+    if cfg.exec.enable {
+        tools.push(Arc::new(exec::Exec::new(&cfg.exec)?));
+    }
+    Ok(tools)
+}

@@ -1,0 +1,399 @@
+//! `read_file`: numbered lines with offset/limit paging and upstream's footers; images come
+//! back as content blocks; devices, FIFOs and binaries are refused.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::registry::{
+    Args, Tool, ToolContext, ToolOutput, arg_i64, arg_str, blocking, object_schema,
+};
+
+/// Most characters one read returns.
+const MAX_CHARS: usize = 128_000;
+/// Lines returned when no `limit` is given.
+const DEFAULT_LIMIT: usize = 2000;
+/// Largest file read at all (100 MiB).
+const MAX_FILE_BYTES: u64 = 100 * 1024 * 1024;
+
+/// Reads a file as numbered lines.
+#[derive(Debug, Default)]
+pub struct ReadFile;
+
+#[async_trait::async_trait]
+impl Tool for ReadFile {
+    fn name(&self) -> &'static str {
+        "read_file"
+    }
+
+    fn description(&self) -> &'static str {
+        "Read a file (text or image). Text output format: LINE_NUM| CONTENT. Images return \
+         visual content for analysis. Use list_dir first when the path is uncertain. Use \
+         offset and limit for large text files. Reads exceeding ~128K chars are truncated."
+    }
+
+    fn parameters(&self) -> Value {
+        object_schema(
+            json!({
+                "path": {"type": "string", "description": "The file path to read"},
+                "offset": {"type": "integer", "minimum": 1,
+                    "description": "Line number to start reading from (1-indexed, default 1)"},
+                "limit": {"type": "integer", "minimum": 1,
+                    "description": "Maximum number of lines to read (default 2000)"},
+                "force": {"type": "boolean",
+                    "description": "Return the content even if it was read before (always fresh here)"},
+            }),
+            &["path"],
+        )
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn execute(&self, ctx: &ToolContext, args: Args) -> ToolOutput {
+        let ctx = ctx.clone();
+        blocking(self.name(), move || read(&ctx, &args)).await
+    }
+}
+
+fn read(ctx: &ToolContext, args: &Args) -> ToolOutput {
+    let path = arg_str(args, "path").unwrap_or_default();
+    let offset = usize::try_from(arg_i64(args, "offset").unwrap_or(1).max(1)).unwrap_or(1);
+    let limit = arg_i64(args, "limit")
+        .and_then(|l| usize::try_from(l).ok())
+        .unwrap_or(DEFAULT_LIMIT);
+    if is_blocked_device(Path::new(path)) {
+        return blocked(path);
+    }
+    let fp = match ctx.sandbox.resolve(path) {
+        Ok(fp) => fp,
+        Err(message) => return ToolOutput::error(message),
+    };
+    if is_blocked_device(&fp) {
+        return blocked(&fp.display().to_string());
+    }
+    let meta = match std::fs::metadata(&fp) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return ToolOutput::error(format!("Error: File not found: {path}"));
+        }
+        Err(e) => return ToolOutput::error(format!("Error reading file: {e}")),
+    };
+    if !meta.is_file() {
+        // Directories, FIFOs, sockets and devices: reading could hang or never end.
+        return ToolOutput::error(format!("Error: Not a file: {path}"));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return ToolOutput::error(format!(
+            "Error: {path} is too large for read_file ({} bytes; the limit is {} bytes).",
+            meta.len(),
+            MAX_FILE_BYTES
+        ));
+    }
+    let raw = match std::fs::read(&fp) {
+        Ok(raw) => raw,
+        Err(e) => return ToolOutput::error(format!("Error reading file: {e}")),
+    };
+    if raw.is_empty() {
+        return ToolOutput::text(format!("(Empty file: {path})"));
+    }
+    if let Some(mime) = image_mime(&raw) {
+        return image(&raw, mime, &fp, path);
+    }
+    let text = match String::from_utf8(raw) {
+        Ok(text) if !text.contains('\0') => text,
+        _ => {
+            let mime = mime_from_extension(&fp).unwrap_or("unknown");
+            return ToolOutput::error(format!(
+                "Error: Cannot read binary file {path} (MIME: {mime}). Only UTF-8 text and \
+                 images are supported."
+            ));
+        }
+    };
+    match page(&text.replace("\r\n", "\n"), offset, limit) {
+        Ok(page) => ToolOutput::text(page),
+        Err(message) => ToolOutput::error(message),
+    }
+}
+
+fn blocked(path: &str) -> ToolOutput {
+    ToolOutput::error(format!(
+        "Error: Reading {path} is blocked (device path that could hang or produce infinite output)."
+    ))
+}
+
+/// Returns whether `path` is a device or a process's standard stream (`/dev/*`,
+/// `/proc/<pid>/fd/0-2`), which could block or produce infinite output.
+pub fn is_blocked_device(path: &Path) -> bool {
+    let text = path.to_string_lossy();
+    if text.starts_with("/dev/") {
+        return true;
+    }
+    let parts: Vec<&str> = text.split('/').collect();
+    matches!(
+        parts.as_slice(),
+        ["", "proc", pid, "fd", "0" | "1" | "2"]
+            if *pid == "self" || pid.chars().all(|c| c.is_ascii_digit())
+    )
+}
+
+/// Returns the numbered page of `text` with upstream's footer, or the offset error.
+fn page(text: &str, offset: usize, limit: usize) -> Result<String, String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let total = lines.len();
+    if offset > total {
+        return Err(format!(
+            "Error: offset {offset} is beyond end of file ({total} lines)"
+        ));
+    }
+    let start = offset - 1;
+    let mut end = start.saturating_add(limit).min(total);
+    let numbered: Vec<String> = lines[start..end]
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!("{}| {l}", start + i + 1))
+        .collect();
+    let mut out = numbered.join("\n");
+    if out.chars().count() > MAX_CHARS {
+        let mut kept = 0;
+        let mut chars = 0;
+        for line in &numbered {
+            chars += line.chars().count() + 1;
+            if chars > MAX_CHARS {
+                break;
+            }
+            kept += 1;
+        }
+        if kept == 0 {
+            // One line longer than the cap: show its head so paging can move past it.
+            out = numbered[0].chars().take(MAX_CHARS).collect();
+            kept = 1;
+        } else {
+            out = numbered[..kept].join("\n");
+        }
+        end = start + kept;
+    }
+    if end < total {
+        out.push_str(&format!(
+            "\n\n(Showing lines {offset}-{end} of {total}. Use offset={} to continue.)",
+            end + 1
+        ));
+    } else {
+        out.push_str(&format!("\n\n(End of file — {total} lines total)"));
+    }
+    Ok(out)
+}
+
+fn image_mime(raw: &[u8]) -> Option<&'static str> {
+    match raw {
+        [0x89, b'P', b'N', b'G', ..] => Some("image/png"),
+        [0xFF, 0xD8, 0xFF, ..] => Some("image/jpeg"),
+        [b'G', b'I', b'F', b'8', ..] => Some("image/gif"),
+        [
+            b'R',
+            b'I',
+            b'F',
+            b'F',
+            _,
+            _,
+            _,
+            _,
+            b'W',
+            b'E',
+            b'B',
+            b'P',
+            ..,
+        ] => Some("image/webp"),
+        _ => None,
+    }
+}
+
+fn mime_from_extension(path: &Path) -> Option<&'static str> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "pdf" => "application/pdf",
+        "zip" => "application/zip",
+        "gz" => "application/gzip",
+        "tar" => "application/x-tar",
+        "docx" => "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "xlsx" => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "mp3" => "audio/mpeg",
+        "mp4" => "video/mp4",
+        "exe" | "bin" | "so" | "o" => "application/octet-stream",
+        _ => return None,
+    })
+}
+
+fn image(raw: &[u8], mime: &str, fp: &Path, path: &str) -> ToolOutput {
+    let label = format!("(Image file: {path})");
+    let data = base64::engine::general_purpose::STANDARD.encode(raw);
+    let blocks = json!([
+        {"type": "image_url", "image_url": {"url": format!("data:{mime};base64,{data}")},
+         "_meta": {"path": fp.display().to_string()}},
+        {"type": "text", "text": label},
+    ]);
+    ToolOutput {
+        content: label,
+        is_error: false,
+        blocks_json: blocks.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+    use crate::sandbox::Sandbox;
+
+    fn ctx(restrict: bool) -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let sandbox = Sandbox::new(&ws, restrict);
+        (
+            dir,
+            ToolContext {
+                sandbox,
+                session_key: "cli:direct".into(),
+            },
+        )
+    }
+
+    async fn call(ctx: &ToolContext, args: Value) -> ToolOutput {
+        let Value::Object(args) = args else {
+            panic!("args must be an object")
+        };
+        ReadFile.execute(ctx, args).await
+    }
+
+    #[tokio::test]
+    async fn returns_numbered_lines_with_paging_footers() {
+        let (_dir, ctx) = ctx(true);
+        let body: String = (1..=5).map(|i| format!("line {i}\r\n")).collect();
+        std::fs::write(ctx.sandbox.root().join("f.txt"), body).unwrap();
+        let all = call(&ctx, json!({"path": "f.txt"})).await;
+        assert_eq!(
+            all.content,
+            "1| line 1\n2| line 2\n3| line 3\n4| line 4\n5| line 5\n\n(End of file — 5 lines total)"
+        );
+        assert!(!all.is_error);
+        let part = call(&ctx, json!({"path": "f.txt", "offset": 2, "limit": 2})).await;
+        assert_eq!(
+            part.content,
+            "2| line 2\n3| line 3\n\n(Showing lines 2-3 of 5. Use offset=4 to continue.)"
+        );
+        let beyond = call(&ctx, json!({"path": "f.txt", "offset": 9})).await;
+        assert_eq!(
+            beyond.content,
+            "Error: offset 9 is beyond end of file (5 lines)"
+        );
+        assert!(beyond.is_error);
+    }
+
+    #[tokio::test]
+    async fn caps_output_at_128k_chars() {
+        let (_dir, ctx) = ctx(true);
+        let line = "x".repeat(1000);
+        let body: String = (0..200).map(|_| format!("{line}\n")).collect();
+        std::fs::write(ctx.sandbox.root().join("big.txt"), body).unwrap();
+        let out = call(&ctx, json!({"path": "big.txt"})).await.content;
+        assert!(out.chars().count() < MAX_CHARS + 200, "{}", out.len());
+        assert!(
+            out.ends_with("(Showing lines 1-127 of 200. Use offset=128 to continue.)"),
+            "{}",
+            &out[out.len() - 80..]
+        );
+        std::fs::write(
+            ctx.sandbox.root().join("wide.txt"),
+            "y".repeat(MAX_CHARS * 2),
+        )
+        .unwrap();
+        let wide = call(&ctx, json!({"path": "wide.txt"})).await.content;
+        assert!(
+            wide.ends_with("(End of file — 1 lines total)"),
+            "a single huge line still pages"
+        );
+    }
+
+    #[tokio::test]
+    async fn refuses_missing_binary_device_and_escaping_paths() {
+        let (dir, ctx) = ctx(true);
+        let root = ctx.sandbox.root().to_path_buf();
+        assert_eq!(
+            call(&ctx, json!({"path": "nope.txt"})).await.content,
+            "Error: File not found: nope.txt"
+        );
+        std::fs::write(root.join("blob.bin"), [0u8, 159, 146, 150, 1, 2]).unwrap();
+        let binary = call(&ctx, json!({"path": "blob.bin"})).await;
+        assert_eq!(
+            binary.content,
+            "Error: Cannot read binary file blob.bin (MIME: application/octet-stream). Only UTF-8 text and images are supported."
+        );
+        std::fs::write(root.join("nul.txt"), "a\0b").unwrap();
+        assert!(
+            call(&ctx, json!({"path": "nul.txt"}))
+                .await
+                .content
+                .starts_with("Error: Cannot read binary file nul.txt")
+        );
+        for device in ["/dev/zero", "/dev/stdin", "/proc/self/fd/0"] {
+            let out = call(&ctx, json!({"path": device})).await;
+            assert_eq!(
+                out.content,
+                format!(
+                    "Error: Reading {device} is blocked (device path that could hang or produce infinite output)."
+                )
+            );
+        }
+        symlink("/dev/urandom", root.join("rand")).unwrap();
+        let (_d2, open) = self::ctx(false);
+        let via_link = call(&open, json!({"path": root.join("rand").to_str().unwrap()})).await;
+        assert!(
+            via_link
+                .content
+                .starts_with("Error: Reading /dev/urandom is blocked"),
+            "{}",
+            via_link.content
+        );
+        std::fs::create_dir(root.join("d")).unwrap();
+        assert_eq!(
+            call(&ctx, json!({"path": "d"})).await.content,
+            "Error: Not a file: d"
+        );
+        std::fs::write(dir.path().join("secret"), "s").unwrap();
+        let escape = call(&ctx, json!({"path": "../secret"})).await;
+        assert!(
+            escape.is_error && escape.content.contains("is outside allowed directory"),
+            "{}",
+            escape.content
+        );
+        std::fs::write(root.join("empty"), "").unwrap();
+        assert_eq!(
+            call(&ctx, json!({"path": "empty"})).await.content,
+            "(Empty file: empty)"
+        );
+    }
+
+    #[tokio::test]
+    async fn images_come_back_as_content_blocks() {
+        let (_dir, ctx) = ctx(true);
+        std::fs::write(
+            ctx.sandbox.root().join("p.png"),
+            [0x89, b'P', b'N', b'G', 13, 10, 26, 10],
+        )
+        .unwrap();
+        let out = call(&ctx, json!({"path": "p.png"})).await;
+        assert_eq!(out.content, "(Image file: p.png)");
+        let blocks: Value = serde_json::from_str(&out.blocks_json).unwrap();
+        assert!(
+            blocks[0]["image_url"]["url"]
+                .as_str()
+                .unwrap()
+                .starts_with("data:image/png;base64,iVBORw")
+        );
+        assert_eq!(blocks[1]["text"], "(Image file: p.png)");
+    }
+}
