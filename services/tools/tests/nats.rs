@@ -1,0 +1,251 @@
+//! The executor over a real `nats-server`: tool calls and lists through the queue group,
+//! error replies for garbage and unknown bots, and a graceful shutdown that finishes
+//! in-flight calls.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use nanobot_proto::{
+    ERROR_CODE_HEADER, ErrorCode, ToolCallRequest, ToolCallResult, ToolListRequest, subjects,
+};
+use nanobot_runtime::bus::{self, RpcError};
+use nanobot_runtime::config::{Config, load_str};
+
+/// A `nats-server` with JetStream on a free loopback port, killed on drop.
+struct NatsServer {
+    child: Child,
+    url: String,
+    _store: tempfile::TempDir,
+}
+
+impl NatsServer {
+    fn start() -> Self {
+        let binary = std::env::var("NATS_SERVER")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| {
+                let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+                Path::new(&home).join(".cache/nanobot/bin/nats-server")
+            });
+        assert!(
+            binary.exists(),
+            "nats-server not found at {}: run scripts/deps.sh or set NATS_SERVER",
+            binary.display()
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let store = tempfile::tempdir().unwrap();
+        let child = Command::new(&binary)
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn nats-server");
+        Self {
+            child,
+            url: format!("nats://127.0.0.1:{port}"),
+            _store: store,
+        }
+    }
+
+    async fn client(&self) -> async_nats::Client {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match async_nats::connect(&self.url).await {
+                Ok(client) => return client,
+                Err(e) if Instant::now() > deadline => panic!("nats-server never came up: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config(url: &str, workspace: &Path) -> Config {
+    let json = serde_json::json!({
+        "agents": {"defaults": {"workspace": workspace}},
+        "bus": {"url": url},
+        "tools": {"restrictToWorkspace": true},
+    });
+    load_str(
+        Some(&json.to_string()),
+        Path::new("config.json"),
+        &HashMap::new(),
+    )
+    .unwrap()
+}
+
+fn call(name: &str, arguments: serde_json::Value) -> ToolCallRequest {
+    ToolCallRequest {
+        bot: "default".into(),
+        session_key: "cli:test".into(),
+        call_id: format!("call-{name}"),
+        name: name.into(),
+        arguments_json: arguments.to_string(),
+        ..Default::default()
+    }
+}
+
+async fn request(
+    client: &async_nats::Client,
+    req: &ToolCallRequest,
+) -> Result<ToolCallResult, RpcError> {
+    bus::request(client, req, Duration::from_secs(10)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
+    let nats = NatsServer::start();
+    let client = nats.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("notes.txt"), "alpha\nbeta\n").unwrap();
+
+    let (stop, stopped) = oneshot::channel::<()>();
+    let executor = tokio::spawn(nanobot_tools::run(
+        config(&nats.url, &workspace),
+        None,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+
+    // Ready once it answers the tool list.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let list = loop {
+        let req = ToolListRequest {
+            bot: "default".into(),
+        };
+        match bus::request(&client, &req, Duration::from_secs(1)).await {
+            Ok(list) => break list,
+            Err(e) if Instant::now() > deadline => panic!("executor never became ready: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let names: Vec<&str> = list.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["edit_file", "exec", "list_dir", "read_file", "write_file"]
+    );
+    assert!(
+        list.tools
+            .iter()
+            .find(|t| t.name == "read_file")
+            .unwrap()
+            .read_only
+    );
+    assert!(!list.executor.is_empty());
+
+    let read = request(
+        &client,
+        &call("read_file", serde_json::json!({"path": "notes.txt"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        read.content,
+        "1| alpha\n2| beta\n\n(End of file — 2 lines total)"
+    );
+    assert_eq!(read.call_id, "call-read_file");
+    assert!(!read.is_error && read.executor.starts_with("tools-"));
+
+    let exec = request(
+        &client,
+        &call("exec", serde_json::json!({"command": "echo hi"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(exec.content, "hi\n\n\nExit code: 0");
+
+    // Tool-level failures are results, not NATS errors.
+    let escape = request(
+        &client,
+        &call("read_file", serde_json::json!({"path": "/etc/passwd"})),
+    )
+    .await
+    .unwrap();
+    assert!(
+        escape.is_error && escape.content.contains("is outside allowed directory"),
+        "{}",
+        escape.content
+    );
+    let invalid = request(
+        &client,
+        &call("exec", serde_json::json!({"command": "ls", "timeout": 0})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        invalid.content,
+        "Error: Invalid parameters for tool 'exec': timeout must be >= 1"
+    );
+
+    // Garbage gets a BadRequest reply and the executor keeps serving.
+    let garbage = client
+        .request(
+            subjects::tool_call("default", "read_file"),
+            Bytes::from_static(b"\xff\xff\xff\xff"),
+        )
+        .await
+        .unwrap();
+    let code = garbage
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(ERROR_CODE_HEADER))
+        .map(|v| v.to_string());
+    assert_eq!(code.as_deref(), Some(ErrorCode::BadRequest.as_str()));
+    let unknown_bot = ToolCallRequest {
+        bot: "ghost".into(),
+        ..call("read_file", serde_json::json!({"path": "x"}))
+    };
+    match request(&client, &unknown_bot).await {
+        Err(RpcError::Service { code, .. }) => assert_eq!(code, ErrorCode::NotFound),
+        other => panic!("expected a not_found reply, got {other:?}"),
+    }
+    let again = request(
+        &client,
+        &call(
+            "read_file",
+            serde_json::json!({"path": "notes.txt", "offset": 2}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.content, "2| beta\n\n(End of file — 2 lines total)");
+
+    // A call in flight when shutdown starts still gets its answer; then run returns Ok.
+    let slow_client = client.clone();
+    let slow = tokio::spawn(async move {
+        request(
+            &slow_client,
+            &call("exec", serde_json::json!({"command": "sleep 1; echo done"})),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shutdown_at = Instant::now();
+    stop.send(()).unwrap();
+    let slow = slow.await.unwrap().unwrap();
+    assert_eq!(slow.content, "done\n\n\nExit code: 0");
+    let result = tokio::time::timeout(Duration::from_secs(5), executor).await;
+    let outcome = result
+        .expect("run returns within 5 s")
+        .expect("run task does not panic");
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert!(shutdown_at.elapsed() < Duration::from_secs(5));
+}
