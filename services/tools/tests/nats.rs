@@ -140,7 +140,15 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
     let names: Vec<&str> = list.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
-        ["edit_file", "exec", "list_dir", "read_file", "write_file"]
+        [
+            "edit_file",
+            "exec",
+            "glob",
+            "grep",
+            "list_dir",
+            "read_file",
+            "write_file"
+        ]
     );
     assert!(
         list.tools

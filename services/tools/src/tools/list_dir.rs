@@ -14,7 +14,7 @@ const DEFAULT_MAX: usize = 200;
 /// Most entries a recursive walk visits (keeps a huge tree from stalling a worker).
 const WALK_LIMIT: usize = 100_000;
 /// Directories never listed.
-const IGNORE_DIRS: &[&str] = &[
+pub const IGNORE_DIRS: &[&str] = &[
     ".git",
     "node_modules",
     "__pycache__",

@@ -9,8 +9,11 @@ use crate::registry::{RegistryError, Tool};
 pub mod edit_file;
 pub mod exec;
 pub mod exec_guard;
+pub mod glob;
+pub mod grep;
 pub mod list_dir;
 pub mod read_file;
+pub mod search;
 pub mod shell_split;
 pub mod write_file;
 
@@ -28,6 +31,8 @@ pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
         tools.push(Arc::new(write_file::WriteFile));
         tools.push(Arc::new(edit_file::EditFile));
         tools.push(Arc::new(list_dir::ListDir));
+        tools.push(Arc::new(glob::Glob));
+        tools.push(Arc::new(grep::Grep));
     }
     if cfg.exec.enable {
         tools.push(Arc::new(exec::Exec::new(&cfg.exec)?));
