@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _};
 use nanobot_runtime::config::ExecConfig;
 
 use super::exec_guard::{ExecPolicy, check_paths, working_dir_allowed};
+use super::exec_url::{Cidr, check_urls};
 use crate::registry::{
     Args, RegistryError, Tool, ToolContext, ToolOutput, arg_i64, arg_str, object_schema,
 };
@@ -31,6 +32,7 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 pub struct Exec {
     policy: ExecPolicy,
     cfg: ExecConfig,
+    ssrf_whitelist: Vec<Cidr>,
 }
 
 impl Exec {
@@ -39,7 +41,14 @@ impl Exec {
         Ok(Self {
             policy: ExecPolicy::new(cfg)?,
             cfg: cfg.clone(),
+            ssrf_whitelist: Vec::new(),
         })
+    }
+
+    /// Lets URLs on these internal ranges through (`tools.ssrfWhitelist`).
+    pub fn with_ssrf_whitelist(mut self, whitelist: Vec<Cidr>) -> Self {
+        self.ssrf_whitelist = whitelist;
+        self
     }
 
     /// Returns the child's environment: PATH, HOME, LANG, TERM and `allowedEnvKeys` only, so
@@ -115,6 +124,9 @@ impl Tool for Exec {
             Err(message) => return ToolOutput::error(message),
         };
         if let Some(refusal) = self.policy.check(command) {
+            return ToolOutput::error(refusal);
+        }
+        if let Some(refusal) = check_urls(command, &self.ssrf_whitelist).await {
             return ToolOutput::error(refusal);
         }
         let env = self.env();
@@ -509,6 +521,16 @@ mod tests {
         );
         let missing = call(&tool, &ctx, json!({"command": "ls", "working_dir": "nope"})).await;
         assert_eq!(missing.content, "Error: working_dir not found: nope");
+        let ssrf = call(
+            &tool,
+            &ctx,
+            json!({"command": "curl -s http://127.0.0.1:1/"}),
+        )
+        .await;
+        assert_eq!(
+            ssrf.content,
+            "Error: Command blocked by safety guard (internal/private URL detected)"
+        );
         let allow = exec(ExecConfig {
             allow_patterns: vec!["ls.*".into()],
             ..ExecConfig::default()

@@ -9,6 +9,7 @@ use crate::registry::{RegistryError, Tool};
 pub mod edit_file;
 pub mod exec;
 pub mod exec_guard;
+pub mod exec_url;
 pub mod glob;
 pub mod grep;
 pub mod list_dir;
@@ -35,7 +36,19 @@ pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
         tools.push(Arc::new(grep::Grep));
     }
     if cfg.exec.enable {
-        tools.push(Arc::new(exec::Exec::new(&cfg.exec)?));
+        let whitelist = cfg
+            .extra
+            .get("ssrfWhitelist")
+            .and_then(serde_json::Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(|v| v.as_str().and_then(exec_url::Cidr::parse))
+                    .collect()
+            })
+            .unwrap_or_default();
+        tools.push(Arc::new(
+            exec::Exec::new(&cfg.exec)?.with_ssrf_whitelist(whitelist),
+        ));
     }
     Ok(tools)
 }
