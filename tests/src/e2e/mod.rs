@@ -4,6 +4,8 @@
 
 mod api;
 mod background;
+mod observability;
+mod repo;
 mod turns;
 
 use std::time::Duration;
