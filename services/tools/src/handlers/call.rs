@@ -127,7 +127,7 @@ mod tests {
 
     #[test]
     fn garbage_and_nameless_requests_are_bad_requests() {
-        let garbage = decode("nanobot.b.tools.call.x", b"\xff\xff\xff\xff").unwrap_err();
+        let garbage = decode(&nanobot_proto::subjects::tool_call("b", "x"), b"\xff\xff\xff\xff").unwrap_err();
         assert!(
             matches!(garbage, ServiceError::BadRequest { .. }),
             "{garbage}"
@@ -137,7 +137,7 @@ mod tests {
                 .to_string()
                 .contains("cannot decode ToolCallRequest")
         );
-        let nameless = decode("nanobot.b.tools.call.x", &[]).unwrap_err();
+        let nameless = decode(&nanobot_proto::subjects::tool_call("b", "x"), &[]).unwrap_err();
         assert!(nameless.to_string().contains("without a tool name"));
     }
 

@@ -122,7 +122,7 @@ mod tests {
     fn subjects_route_to_their_handler() {
         assert_eq!(kind_of(&subjects::tool_call("b", "read_file")), Kind::Call);
         assert_eq!(kind_of(&subjects::tool_list("b")), Kind::List);
-        assert_eq!(kind_of("nanobot.b.tools.other"), Kind::Unknown);
+        assert_eq!(kind_of(&subjects::consolidate("b")), Kind::Unknown);
         assert_eq!(bot_id("", &subjects::tool_list("alpha")), "alpha");
         assert_eq!(bot_id("beta", &subjects::tool_list("alpha")), "beta");
         let err = ServiceError::UnknownBot { bot: "x".into() };
