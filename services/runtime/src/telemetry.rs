@@ -113,12 +113,18 @@ impl Extractor for HeaderExtractor<'_> {
     }
 }
 
-/// Writes the current span's W3C trace context into `headers`.
+/// Writes the current span's W3C trace context into `headers`. Outside any traced span (a
+/// CLI, a test client) it starts a new trace, so every message carries a `traceparent`.
 pub fn inject_current(headers: &mut HeaderMap) {
     let cx = tracing::Span::current().context();
     opentelemetry::global::get_text_map_propagator(|p| {
         p.inject_context(&cx, &mut HeaderInjector(headers))
     });
+    if headers.get("traceparent").is_none() {
+        let trace = uuid::Uuid::new_v4().simple().to_string();
+        let span = &uuid::Uuid::new_v4().simple().to_string()[..16];
+        headers.insert("traceparent", format!("00-{trace}-{span}-01").as_str());
+    }
 }
 
 /// Makes `span` a child of the trace context carried in `headers` (if any).
@@ -133,4 +139,25 @@ pub fn set_parent_from(span: &tracing::Span, headers: Option<&HeaderMap>) {
 pub fn trace_id_of(headers: Option<&HeaderMap>) -> Option<String> {
     let value = headers?.get("traceparent")?.as_str().to_string();
     value.split('-').nth(1).map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_outside_a_trace_start_one() {
+        let mut headers = HeaderMap::new();
+        inject_current(&mut headers);
+        let id = trace_id_of(Some(&headers)).expect("traceparent");
+        assert_eq!(id.len(), 32);
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit()));
+        let mut other = HeaderMap::new();
+        inject_current(&mut other);
+        assert_ne!(
+            trace_id_of(Some(&other)).unwrap(),
+            id,
+            "each message outside a span is its own trace"
+        );
+    }
 }
