@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 
 use nanobot_core::context::ContextBuilder;
-use nanobot_core::provider::OpenAiProvider;
+use nanobot_core::provider::Provider;
 use nanobot_core::resolve::{self, Target};
 use nanobot_core::session::SessionStore;
 use nanobot_core::tools::ToolClient;
@@ -24,7 +24,7 @@ pub struct Bot {
     /// Its tools.
     pub tools: ToolClient,
     /// Its LLM client.
-    pub provider: OpenAiProvider,
+    pub provider: Provider,
     /// Where the LLM calls go.
     pub target: Target,
     /// Its prompt builder.

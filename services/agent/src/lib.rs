@@ -6,14 +6,19 @@
 //! # Layout
 //! - `bots`: per-bot session store, tool client, provider and context builder.
 //! - `handlers`: one handler per message type; session locks, de-duplication, ack handling.
-//! - `turn`: one turn end to end.
+//! - `turn`: one turn end to end; `commands`: slash commands; `stop`: `/stop` across runners.
+//! - `turn_hook`: stream deltas, progress and tool hints; `checkpoints`: turn state in Redis.
 //! - `outbox`: publishing replies.
 #![forbid(unsafe_code)]
 
 pub mod bots;
+pub mod checkpoints;
+pub mod commands;
 pub mod handlers;
 pub mod outbox;
+pub mod stop;
 pub mod turn;
+pub mod turn_hook;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -55,7 +60,15 @@ pub async fn run(
         redis,
         bots,
         locks: SessionLocks::default(),
+        nats: started.bus.client.clone(),
+        active: Arc::new(stop::ActiveTurns::default()),
+        started: std::time::Instant::now(),
     });
+    let stop_server = tokio::spawn(stop::serve(
+        deps.nats.clone(),
+        deps.active.clone(),
+        cancel.clone(),
+    ));
 
     let inbound = consumer(
         &deps.js,
@@ -97,6 +110,7 @@ pub async fn run(
     for l in loops {
         let _ = l.await;
     }
+    let _ = stop_server.await;
     tracker.close();
     let in_flight = tracker.len();
     shutdown::drain("agent turns", tracker.wait()).await;

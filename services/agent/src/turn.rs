@@ -1,22 +1,32 @@
-//! One turn: load the session, persist the user message, build the prompt, run the LLM/tool
-//! loop, save the new rows, publish the reply, and ask for consolidation when over budget.
+//! One turn: commands, recovery of an interrupted turn, the user message persisted before the
+//! first LLM call (`pending_user_turn`), the prompt, the run with hooks and checkpoints, the
+//! rest of the rows saved, the reply published, consolidation asked for when over budget.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
+use nanobot_core::checkpoint::{self, PENDING_USER_TURN_KEY, RUNTIME_CHECKPOINT_KEY};
 use nanobot_core::history;
+use nanobot_core::hooks::{AgentHook, CompositeHook, LoggingHook, UsageHook};
 use nanobot_core::memory::estimate_tokens;
-use nanobot_core::provider::ToolCall;
-use nanobot_core::runner::{self, RunSpec};
+use nanobot_core::resolve;
+use nanobot_core::runner::{self, RunDeps, RunSpec};
 use nanobot_core::session::now_iso;
+use nanobot_core::tools::ToolScope;
 use nanobot_proto::{ConsolidationRequest, OutboundKind, subjects};
 use nanobot_runtime::bus;
-use nanobot_runtime::config::Config;
 
 use crate::bots::Bot;
+use crate::checkpoints::SessionCheckpoints;
+use crate::commands::{self, Command, Parsed, StatusInfo};
+use crate::handlers::Deps;
 use crate::outbox::Outbox;
+use crate::stop;
+use crate::turn_hook::{Gates, TurnHook};
+
+/// Session metadata key of the last turn's usage (for `/status`).
+pub const LAST_USAGE_KEY: &str = "last_usage";
 
 /// The input of a turn, from a chat message or a cron fire.
 #[derive(Debug, Clone, Default)]
@@ -37,21 +47,104 @@ pub struct TurnInput {
     pub stream: bool,
 }
 
-/// Upstream's `/help` text for the commands the fleet supports.
-pub const HELP_TEXT: &str = "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/help — List available slash commands.";
-
-/// Runs a turn and publishes its reply to `outbox`.
-pub async fn run(
-    cfg: &Config,
-    js: &async_nats::jetstream::Context,
+/// Answers a priority command (`/stop`, `/status`) outside the session lock; `None` when
+/// `input` is not one.
+pub async fn priority_command(
+    deps: &Deps,
     bot: &Bot,
     input: &TurnInput,
-    outbox: &Outbox,
-) -> anyhow::Result<()> {
-    if let Some(reply) = command(js, bot, input).await? {
-        outbox.send(OutboundKind::Final, &reply, 0).await?;
-        return Ok(());
+) -> anyhow::Result<Option<String>> {
+    match commands::parse(&input.content) {
+        Parsed::Command(Command::Stop) => {
+            let n = stop::stop_everywhere(&deps.nats, &bot.spec.id, &input.session_key).await?;
+            Ok(Some(if n > 0 {
+                format!("Stopped {n} task(s).")
+            } else {
+                "No active task to stop.".into()
+            }))
+        }
+        Parsed::Command(Command::Status) => Ok(Some(status(deps, bot, &input.session_key).await?)),
+        _ => Ok(None),
     }
+}
+
+async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<String> {
+    let session = bot.sessions.load(session_key).await?;
+    let usage = session
+        .metadata
+        .get(LAST_USAGE_KEY)
+        .cloned()
+        .unwrap_or(Value::Null);
+    let get = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let replay = history::replay(
+        &session.messages,
+        session.last_consolidated,
+        history::MAX_REPLAY_MESSAGES,
+    );
+    let d = &deps.cfg.agents.defaults;
+    Ok(commands::status_text(&StatusInfo {
+        version: env!("CARGO_PKG_VERSION").into(),
+        model: bot.target.model.clone(),
+        last_usage: (
+            get("prompt_tokens"),
+            get("completion_tokens"),
+            get("cached_tokens"),
+        ),
+        context_window: u64::from(d.context_window_tokens),
+        max_tokens: u64::from(d.max_tokens),
+        session_messages: session.messages.len(),
+        context_tokens: estimate_tokens(&replay) as u64,
+        uptime_secs: deps.started.elapsed().as_secs(),
+        active_tasks: deps.active.len(),
+    }))
+}
+
+/// Restores an interrupted turn of `session_key` into its history (next turn, or `/stop`).
+pub async fn recover(bot: &Bot, session_key: &str) -> anyhow::Result<usize> {
+    let mut session = bot.sessions.load(session_key).await?;
+    if !session.metadata.contains_key(RUNTIME_CHECKPOINT_KEY)
+        && !session.metadata.contains_key(PENDING_USER_TURN_KEY)
+    {
+        return Ok(0);
+    }
+    let rows = checkpoint::restore(&session.messages, &mut session.metadata);
+    bot.sessions.append(session_key, &rows).await?;
+    bot.sessions
+        .set_metadata(session_key, &session.metadata)
+        .await?;
+    if !rows.is_empty() {
+        tracing::info!(session_id = %session_key, rows = rows.len(), "restored interrupted turn");
+    }
+    Ok(rows.len())
+}
+
+/// Runs a turn and publishes its reply to `outbox`.
+pub async fn run(deps: &Deps, bot: &Bot, input: &TurnInput, outbox: &Outbox) -> anyhow::Result<()> {
+    match commands::parse(&input.content) {
+        Parsed::Text => {}
+        Parsed::Rejected(reply) => {
+            return outbox
+                .send(OutboundKind::Final, &reply, 0)
+                .await
+                .map_err(Into::into);
+        }
+        Parsed::Command(cmd) => {
+            let reply = match cmd {
+                Command::New => new_session(deps, bot, input).await?,
+                Command::Help => commands::help_text(),
+                Command::Stop | Command::Status => priority_command(deps, bot, input)
+                    .await?
+                    .unwrap_or_default(),
+            };
+            return outbox
+                .send(OutboundKind::Final, &reply, 0)
+                .await
+                .map_err(Into::into);
+        }
+    }
+    let cfg = &deps.cfg;
+    let d = &cfg.agents.defaults;
+    recover(bot, &input.session_key).await?;
     let session = bot.sessions.load(&input.session_key).await?;
     let replay = history::replay(
         &session.messages,
@@ -66,178 +159,119 @@ pub async fn run(
         &input.chat_id,
     );
     // The user message is persisted before the first LLM call (crash recovery).
-    let user_row = json!({"role": "user", "content": input.content, "timestamp": now_iso(), "media": input.media});
-    let mut user_row = user_row;
-    if input.media.is_empty() {
-        user_row.as_object_mut().map(|o| o.remove("media"));
+    let mut user_row = json!({"role": "user", "content": input.content, "timestamp": now_iso()});
+    if !input.media.is_empty() {
+        user_row["media"] = json!(input.media);
     }
     bot.sessions.append(&input.session_key, &[user_row]).await?;
+    let sink = SessionCheckpoints::new(
+        bot.sessions.clone(),
+        &input.session_key,
+        session.metadata,
+        d.max_tool_result_chars,
+    );
+    sink.update(|m| {
+        m.insert(PENDING_USER_TURN_KEY.into(), json!(true));
+    })
+    .await?;
 
     let specs = bot.tools.specs().await;
-    let (delta_tx, delta_task) = spawn_delta_publisher(outbox.clone(), input.stream);
-    let on_delta = delta_tx.clone().map(|tx| {
-        Arc::new(move |d: &str| {
-            let _ = tx.send(d.to_string());
-        }) as Arc<dyn Fn(&str) + Send + Sync>
-    });
-    let on_tool_hint = cfg
-        .channels
-        .send_tool_hints
-        .then(|| hint_publisher(outbox.clone()));
-    let d = &cfg.agents.defaults;
+    let gates = Gates {
+        stream: input.stream,
+        progress: cfg.channels.send_progress,
+        tool_hints: cfg.channels.send_tool_hints,
+    };
+    let output = Arc::new(TurnHook::start(outbox.clone(), gates));
+    let usage_hook = Arc::new(UsageHook::default());
+    let hook = CompositeHook::new(vec![
+        Arc::new(LoggingHook) as Arc<dyn AgentHook>,
+        usage_hook.clone(),
+        output.clone(),
+    ]);
+    let deps_run = RunDeps {
+        model: &bot.provider,
+        tools: &bot.tools,
+        specs: &specs,
+        hook: &hook,
+        checkpoints: Some(&sink),
+    };
     let result = runner::run(
-        &bot.provider,
-        &bot.tools,
-        &specs,
+        deps_run,
         RunSpec {
             messages,
             model: bot.target.model.clone(),
             max_tokens: d.max_tokens,
-            temperature: d.temperature,
+            temperature: bot.target.temperature.unwrap_or(d.temperature),
+            reasoning_effort: d.reasoning_effort.clone(),
             max_iterations: d.max_tool_iterations,
-            session_key: &input.session_key,
-            channel: &input.channel,
-            chat_id: &input.chat_id,
-            on_delta,
-            on_tool_hint,
+            llm_timeout: resolve::llm_timeout(cfg),
+            scope: ToolScope {
+                session_key: input.session_key.clone(),
+                channel: input.channel.clone(),
+                chat_id: input.chat_id.clone(),
+            },
         },
     )
     .await;
-    drop(delta_tx);
-    let streamed = match delta_task {
-        Some(task) => task.await.unwrap_or(0),
-        None => 0,
-    };
+    let streamed = output.finish().await;
+    let (usage, iterations) = usage_hook.totals();
     tracing::info!(
         stop_reason = result.stop_reason,
         llm_calls = result.llm_calls,
-        prompt_tokens = result.usage.prompt_tokens,
-        completion_tokens = result.usage.completion_tokens,
+        iterations,
+        prompt_tokens = usage.prompt_tokens,
+        completion_tokens = usage.completion_tokens,
+        tool_errors = result.tool_errors,
         "turn finished"
     );
-
-    let mut new_rows = result.new_messages.clone();
-    if result.stop_reason != "completed" {
-        new_rows.push(json!({"role": "assistant", "content": result.content}));
-    }
-    let rows = history::rows_to_save(&new_rows, d.max_tool_result_chars);
-    bot.sessions.append(&input.session_key, &rows).await?;
+    sink.save_rest(&result.new_messages).await?;
+    sink.update(|m| {
+        m.remove(RUNTIME_CHECKPOINT_KEY);
+        m.remove(PENDING_USER_TURN_KEY);
+        m.insert(
+            LAST_USAGE_KEY.into(),
+            json!({"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens, "cached_tokens": result.usage.cached_tokens}),
+        );
+    })
+    .await?;
     if streamed > 0 {
         outbox
             .send(OutboundKind::StreamEnd, "", streamed + 1)
             .await?;
     }
     outbox.send(OutboundKind::Final, &result.content, 0).await?;
-    maybe_consolidate(cfg, js, bot, &input.session_key).await;
+    maybe_consolidate(deps, bot, &input.session_key).await;
     Ok(())
 }
 
-/// Handles slash commands; returns the reply when the input was one.
-async fn command(
-    js: &async_nats::jetstream::Context,
-    bot: &Bot,
-    input: &TurnInput,
-) -> anyhow::Result<Option<String>> {
-    let text = input.content.trim();
-    if !text.starts_with('/') {
-        return Ok(None);
+/// `/new`: archives the unconsolidated tail through the memory workers and clears the session.
+async fn new_session(deps: &Deps, bot: &Bot, input: &TurnInput) -> anyhow::Result<String> {
+    let session = bot.sessions.load(&input.session_key).await?;
+    let tail = &session.messages[session.last_consolidated..];
+    if !tail.is_empty() {
+        let request = ConsolidationRequest {
+            id: format!("{}:archive", input.id),
+            bot: bot.spec.id.clone(),
+            session_key: input.session_key.clone(),
+            reason: "archive".into(),
+            messages_json: Value::Array(tail.to_vec()).to_string(),
+        };
+        bus::publish(
+            &deps.js,
+            subjects::consolidate(&bot.spec.id),
+            Some(&request.id),
+            &request,
+        )
+        .await?;
     }
-    let name = text
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .split('@')
-        .next()
-        .unwrap_or("")
-        .to_lowercase();
-    match name.as_str() {
-        "/new" => {
-            let session = bot.sessions.load(&input.session_key).await?;
-            let tail = &session.messages[session.last_consolidated..];
-            if !tail.is_empty() {
-                let request = ConsolidationRequest {
-                    id: format!("{}:archive", input.id),
-                    bot: bot.spec.id.clone(),
-                    session_key: input.session_key.clone(),
-                    reason: "archive".into(),
-                    messages_json: Value::Array(tail.to_vec()).to_string(),
-                };
-                bus::publish(
-                    js,
-                    subjects::consolidate(&bot.spec.id),
-                    Some(&request.id),
-                    &request,
-                )
-                .await?;
-            }
-            bot.sessions.clear(&input.session_key).await?;
-            Ok(Some("New session started.".into()))
-        }
-        "/help" => Ok(Some(HELP_TEXT.into())),
-        _ => Ok(Some(format!(
-            "Unknown command \"{name}\". Use \"/help\" to list available commands."
-        ))),
-    }
-}
-
-/// Publishes stream deltas in order from a channel; returns the count published.
-fn spawn_delta_publisher(
-    outbox: Outbox,
-    stream: bool,
-) -> (
-    Option<mpsc::UnboundedSender<String>>,
-    Option<tokio::task::JoinHandle<u32>>,
-) {
-    if !stream {
-        return (None, None);
-    }
-    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-    let task = tokio::spawn(async move {
-        let mut seq = 0;
-        while let Some(delta) = rx.recv().await {
-            seq += 1;
-            if let Err(e) = outbox.send(OutboundKind::StreamDelta, &delta, seq).await {
-                tracing::warn!(error = %e, "failed to publish stream delta");
-            }
-        }
-        seq
-    });
-    (Some(tx), Some(task))
-}
-
-/// Returns a callback publishing `name("first argument")` hints, as upstream's tool hints.
-fn hint_publisher(outbox: Outbox) -> Arc<dyn Fn(&ToolCall) + Send + Sync> {
-    Arc::new(move |call: &ToolCall| {
-        let arg = serde_json::from_str::<Value>(&call.arguments)
-            .ok()
-            .and_then(|v| v.as_object().and_then(|o| o.values().next().cloned()))
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| v.to_string())
-            })
-            .unwrap_or_default();
-        let short: String = arg.chars().take(40).collect();
-        let ellipsis = if arg.chars().count() > 40 { "…" } else { "" };
-        let hint = format!("{}(\"{short}{ellipsis}\")", call.name);
-        let outbox = outbox.clone();
-        tokio::spawn(async move {
-            if let Err(e) = outbox.send(OutboundKind::ToolHint, &hint, 0).await {
-                tracing::debug!(error = %e, "failed to publish tool hint");
-            }
-        });
-    })
+    bot.sessions.clear(&input.session_key).await?;
+    Ok("New session started.".into())
 }
 
 /// Asks the memory workers to consolidate when the replayable history exceeds the budget
 /// (`contextWindowTokens − maxTokens − 1024`).
-async fn maybe_consolidate(
-    cfg: &Config,
-    js: &async_nats::jetstream::Context,
-    bot: &Bot,
-    session_key: &str,
-) {
-    let d = &cfg.agents.defaults;
+async fn maybe_consolidate(deps: &Deps, bot: &Bot, session_key: &str) {
+    let d = &deps.cfg.agents.defaults;
     let budget = (d.context_window_tokens as usize).saturating_sub(d.max_tokens as usize + 1024);
     let Ok(session) = bot.sessions.load(session_key).await else {
         return;
@@ -254,7 +288,7 @@ async fn maybe_consolidate(
         messages_json: String::new(),
     };
     match bus::publish(
-        js,
+        &deps.js,
         subjects::consolidate(&bot.spec.id),
         Some(&request.id),
         &request,

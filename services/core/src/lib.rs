@@ -6,16 +6,23 @@
 //! - [`session`]: sessions in Redis in nanobot's row format.
 //! - [`history`]: replay and save rules.
 //! - [`context`], [`skills`]: the system prompt and messages.
-//! - [`provider`], [`resolve`]: the OpenAI-compatible client and endpoint resolution.
+//! - [`provider`]: OpenAI-compatible and native Anthropic clients behind [`provider::Provider`].
+//! - [`registry`], [`resolve`]: the vendor registry and endpoint resolution.
+//! - [`args`]: tool-call argument parsing and repair.
 //! - [`tools`]: tool discovery and calls over NATS.
-//! - [`runner`]: the LLM/tool loop.
+//! - [`runner`]: the LLM/tool loop; [`hooks`]: its lifecycle hooks; [`checkpoint`]: crash
+//!   recovery of interrupted turns.
 //! - [`memory`]: `memory/history.jsonl` and the raw archive format.
 #![forbid(unsafe_code)]
 
+pub mod args;
+pub mod checkpoint;
 pub mod context;
 pub mod history;
+pub mod hooks;
 pub mod memory;
 pub mod provider;
+pub mod registry;
 pub mod resolve;
 pub mod runner;
 pub mod session;

@@ -1,144 +1,205 @@
-//! Which endpoint serves a bot's model: an explicit provider, `providers.custom.apiBase`, a
-//! vendor detected from the model prefix / key prefix, or — with no key anywhere — the local
-//! default model the fleet starts (`runner.localModelUrl`).
+//! Which endpoint serves a bot's model, by upstream's detection order (reference §16.3):
+//! an explicit provider; a `provider/…` model prefix naming a registry entry or a custom
+//! provider; a model keyword with a usable key; a configured local server; the first
+//! provider with a key (gateways first); a custom provider with an `apiBase`. With nothing
+//! usable, the local default model the fleet starts (`runner.localModelUrl`).
 
 use std::time::Duration;
 
 use nanobot_runtime::config::{BotSpec, Config, ProviderConfig};
 
-use crate::provider::{Endpoint, OpenAiProvider};
-
-/// Known OpenAI-compatible vendors: (name, model keywords, default base URL).
-const VENDORS: &[(&str, &[&str], &str)] = &[
-    (
-        "openrouter",
-        &["openrouter"],
-        "https://openrouter.ai/api/v1",
-    ),
-    ("deepseek", &["deepseek"], "https://api.deepseek.com"),
-    ("groq", &["groq"], "https://api.groq.com/openai/v1"),
-    (
-        "moonshot",
-        &["moonshot", "kimi"],
-        "https://api.moonshot.cn/v1",
-    ),
-    (
-        "zhipu",
-        &["zhipu", "glm"],
-        "https://open.bigmodel.cn/api/paas/v4",
-    ),
-    (
-        "dashscope",
-        &["dashscope", "qwen"],
-        "https://dashscope.aliyuncs.com/compatible-mode/v1",
-    ),
-    (
-        "siliconflow",
-        &["siliconflow"],
-        "https://api.siliconflow.cn/v1",
-    ),
-    (
-        "volcengine",
-        &["volcengine", "doubao"],
-        "https://ark.cn-beijing.volces.com/api/v3",
-    ),
-    (
-        "gemini",
-        &["gemini"],
-        "https://generativelanguage.googleapis.com/v1beta/openai",
-    ),
-    ("minimax", &["minimax"], "https://api.minimax.io/v1"),
-    ("aihubmix", &["aihubmix"], "https://aihubmix.com/v1"),
-    (
-        "anthropic",
-        &["anthropic", "claude"],
-        "https://api.anthropic.com/v1",
-    ),
-    ("openai", &["openai", "gpt"], "https://api.openai.com/v1"),
-    ("vllm", &["vllm"], "http://127.0.0.1:8000/v1"),
-];
+use crate::provider::{AnthropicProvider, Endpoint, OpenAiProvider, Provider};
+use crate::registry::{self, Backend, ProviderSpec};
 
 /// The resolved target of a bot's LLM calls.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// Provider name (`custom`, `openrouter`, …, or `local`).
+    /// Provider name (`custom`, `openrouter`, `anthropic`, a custom name, or `local`).
     pub provider: String,
+    /// How it is called.
+    pub backend: Backend,
     /// Model name sent on the wire.
     pub model: String,
     /// Endpoint.
     pub endpoint: Endpoint,
+    /// Temperature forced by a per-model override.
+    pub temperature: Option<f64>,
 }
 
-fn endpoint(p: &ProviderConfig, default_base: &str) -> Endpoint {
-    Endpoint {
-        api_base: p
-            .api_base
-            .clone()
-            .unwrap_or_else(|| default_base.to_string()),
-        api_key: p.api_key.clone(),
-        headers: p
-            .extra_headers
+/// Reads an environment variable (injected so tests never touch the process environment).
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+struct Candidate<'a> {
+    name: &'a str,
+    config: &'a ProviderConfig,
+    /// The registry entry (for custom names: inferred from key prefix or base keyword).
+    spec: Option<&'static ProviderSpec>,
+    key: String,
+}
+
+impl Candidate<'_> {
+    fn is_registry(&self) -> bool {
+        registry::find(self.name).is_some()
+    }
+
+    /// Usable: has a key, or is local/direct with an `apiBase` (or a local default base).
+    fn usable(&self) -> bool {
+        if !self.key.is_empty() {
+            return true;
+        }
+        match self.spec {
+            Some(s) if s.is_local => self.config.api_base.is_some(),
+            Some(s) if s.is_direct => self.config.api_base.is_some(),
+            _ => !self.is_registry() && self.config.api_base.is_some(),
+        }
+    }
+
+    fn target(&self, model: &str) -> Target {
+        let spec = self.spec;
+        let default_base = spec.map_or("", |s| s.default_api_base);
+        let wire = match (self.is_registry(), spec) {
+            (true, Some(s)) => s.wire_model(model),
+            _ => model.to_string(),
+        };
+        Target {
+            provider: self.name.to_string(),
+            backend: spec.map_or(Backend::OpenAiCompat, |s| s.backend),
+            temperature: spec.and_then(|s| s.temperature_override(model)),
+            model: wire,
+            endpoint: Endpoint {
+                api_base: self
+                    .config
+                    .api_base
+                    .clone()
+                    .unwrap_or_else(|| default_base.to_string()),
+                api_key: self.key.clone(),
+                headers: self
+                    .config
+                    .extra_headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            },
+        }
+    }
+}
+
+fn candidates<'a>(cfg: &'a Config, env: EnvLookup<'_>) -> Vec<Candidate<'a>> {
+    let mut out: Vec<Candidate<'a>> = Vec::new();
+    // Registry entries first, in registry order; then custom providers in config order.
+    for spec in registry::PROVIDERS {
+        let entry = cfg
+            .providers
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
+            .find(|(name, _)| registry::find(name).is_some_and(|s| s.name == spec.name));
+        if let Some((name, config)) = entry {
+            let key = if config.api_key.is_empty() && !spec.env_key.is_empty() {
+                env(spec.env_key).unwrap_or_default()
+            } else {
+                config.api_key.clone()
+            };
+            out.push(Candidate {
+                name,
+                config,
+                spec: Some(spec),
+                key,
+            });
+        }
     }
+    for (name, config) in &cfg.providers {
+        if registry::find(name).is_none() {
+            let spec = registry::by_key_prefix(&config.api_key).or_else(|| {
+                config
+                    .api_base
+                    .as_deref()
+                    .and_then(registry::by_base_keyword)
+            });
+            out.push(Candidate {
+                name,
+                config,
+                spec,
+                key: config.api_key.clone(),
+            });
+        }
+    }
+    out
 }
 
-fn default_base(name: &str) -> &'static str {
-    VENDORS
-        .iter()
-        .find(|(n, _, _)| *n == name)
-        .map(|(_, _, b)| *b)
-        .unwrap_or("")
-}
-
-/// Strips a vendor prefix (`deepseek/deepseek-chat` → `deepseek-chat`) except for gateways
-/// (openrouter, aihubmix, custom) that route by the full name.
-fn wire_model(provider: &str, model: &str) -> String {
-    if matches!(provider, "openrouter" | "aihubmix" | "custom" | "local") {
-        return model.to_string();
-    }
-    match model.split_once('/') {
-        Some((prefix, rest)) if prefix == provider => rest.to_string(),
-        _ => model.to_string(),
-    }
-}
-
-/// Resolves the endpoint for `bot`.
+/// Resolves the endpoint for `bot`, reading missing keys from the process environment.
 pub fn resolve(cfg: &Config, bot: &BotSpec) -> Target {
-    let usable = |p: &ProviderConfig| !p.api_key.is_empty() || p.api_base.is_some();
-    let pick = |name: &str| -> Option<Target> {
-        let p = cfg.providers.get(name).filter(|p| usable(p))?;
-        Some(Target {
-            provider: name.to_string(),
-            model: wire_model(name, &bot.model),
-            endpoint: endpoint(p, default_base(name)),
+    resolve_with(cfg, bot, &|k| {
+        std::env::var(k).ok().filter(|v| !v.is_empty())
+    })
+}
+
+/// Resolves the endpoint for `bot` with an explicit environment.
+pub fn resolve_with(cfg: &Config, bot: &BotSpec, env: EnvLookup<'_>) -> Target {
+    let all = candidates(cfg, env);
+    let model = bot.model.to_lowercase();
+    let same =
+        |a: &str, b: &str| a.to_lowercase().replace('-', "_") == b.to_lowercase().replace('-', "_");
+    // 1. An explicit provider.
+    if bot.provider != "auto"
+        && let Some(c) = all.iter().find(|c| same(c.name, &bot.provider))
+        && c.usable()
+    {
+        return c.target(&bot.model);
+    }
+    // 2–3. A `provider/…` prefix naming a registry entry or a custom provider.
+    if let Some((prefix, _)) = model.split_once('/')
+        && let Some(c) = all.iter().find(|c| same(c.name, prefix) && c.usable())
+    {
+        return c.target(&bot.model);
+    }
+    // 4. A model keyword with a usable key (local servers only with an apiBase).
+    let foreign_prefix = model
+        .split_once('/')
+        .is_some_and(|(p, _)| registry::find(p).is_some());
+    for c in all.iter().filter(|c| c.is_registry() && c.usable()) {
+        let Some(spec) = c.spec else { continue };
+        if spec.is_local && foreign_prefix {
+            continue;
+        }
+        if spec.matches_model(&model) {
+            return c.target(&bot.model);
+        }
+    }
+    // 5. A configured local server (one whose apiBase names it first).
+    let is_local =
+        |c: &&Candidate<'_>| c.spec.is_some_and(|s| s.is_local) && c.config.api_base.is_some();
+    let base_named = |c: &&Candidate<'_>| {
+        c.spec.is_some_and(|s| {
+            c.config
+                .api_base
+                .as_deref()
+                .is_some_and(|b| !s.base_keyword.is_empty() && b.contains(s.base_keyword))
         })
     };
-    if bot.provider != "auto"
-        && let Some(t) = pick(&bot.provider)
+    if let Some(c) = all
+        .iter()
+        .filter(is_local)
+        .find(base_named)
+        .or_else(|| all.iter().find(is_local))
     {
-        return t;
+        return c.target(&bot.model);
     }
-    if let Some(t) = pick("custom") {
-        return t;
+    // 6. The first provider with a key, gateways first.
+    let keyed = |c: &&Candidate<'_>| !c.key.is_empty();
+    let gateway = |c: &&Candidate<'_>| c.spec.is_some_and(|s| s.is_gateway);
+    if let Some(c) = all
+        .iter()
+        .filter(keyed)
+        .find(gateway)
+        .or_else(|| all.iter().find(keyed))
+    {
+        return c.target(&bot.model);
     }
-    let model = bot.model.to_lowercase();
-    let prefix = model.split('/').next().unwrap_or("");
-    for (name, keywords, _) in VENDORS {
-        if (prefix == *name || keywords.iter().any(|k| model.contains(k)))
-            && let Some(t) = pick(name)
-        {
-            return t;
-        }
-    }
-    for (name, p) in &cfg.providers {
-        if p.api_key.starts_with("sk-or-") {
-            return pick(name).unwrap_or_else(|| local(cfg));
-        }
-    }
-    if let Some((name, _)) = cfg.providers.iter().find(|(_, p)| usable(p)) {
-        return pick(name).unwrap_or_else(|| local(cfg));
+    // 7. A custom endpoint with an apiBase.
+    if let Some(c) = all
+        .iter()
+        .find(|c| c.config.api_base.is_some() && c.spec.is_none_or(|s| s.is_direct))
+    {
+        return c.target(&bot.model);
     }
     local(cfg)
 }
@@ -146,7 +207,9 @@ pub fn resolve(cfg: &Config, bot: &BotSpec) -> Target {
 fn local(cfg: &Config) -> Target {
     Target {
         provider: "local".into(),
+        backend: Backend::OpenAiCompat,
         model: cfg.runner.local_model.clone(),
+        temperature: None,
         endpoint: Endpoint {
             api_base: cfg.runner.local_model_url.clone(),
             api_key: String::new(),
@@ -155,13 +218,28 @@ fn local(cfg: &Config) -> Target {
     }
 }
 
-/// Returns a provider client for `bot` with the configured LLM wall timeout.
-pub fn provider_for(cfg: &Config, bot: &BotSpec) -> (Target, OpenAiProvider) {
+/// Returns the provider client for a resolved target (the runner applies the wall timeout).
+pub fn provider(target: &Target) -> Provider {
+    match target.backend {
+        Backend::Anthropic => {
+            Provider::Anthropic(AnthropicProvider::new(target.endpoint.clone(), None))
+        }
+        Backend::OpenAiCompat => {
+            Provider::OpenAi(OpenAiProvider::new(target.endpoint.clone(), None))
+        }
+    }
+}
+
+/// Returns the target and provider client of `bot`.
+pub fn provider_for(cfg: &Config, bot: &BotSpec) -> (Target, Provider) {
     let target = resolve(cfg, bot);
-    let timeout =
-        (cfg.runner.llm_timeout_secs > 0).then(|| Duration::from_secs(cfg.runner.llm_timeout_secs));
-    let provider = OpenAiProvider::new(target.endpoint.clone(), timeout);
+    let provider = provider(&target);
     (target, provider)
+}
+
+/// Returns the LLM wall timeout (`runner.llmTimeoutSecs`, 0 disables).
+pub fn llm_timeout(cfg: &Config) -> Option<Duration> {
+    (cfg.runner.llm_timeout_secs > 0).then(|| Duration::from_secs(cfg.runner.llm_timeout_secs))
 }
 
 #[cfg(test)]
@@ -207,5 +285,79 @@ mod tests {
             r#"{"agents":{"defaults":{"model":"meta/llama"}},"providers":{"mine":{"apiKey":"sk-or-123"}}}"#,
         );
         assert_eq!(resolve(&c, &c.bots()[0]).provider, "mine");
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn claude_models_with_an_anthropic_key_use_the_native_backend() {
+        let c = cfg(r#"{"providers":{"anthropic":{"apiKey":"sk-ant-1"}}}"#);
+        let t = resolve_with(&c, &c.bots()[0], &no_env);
+        assert_eq!(t.backend, Backend::Anthropic);
+        assert_eq!(t.model, "claude-opus-4-5", "anthropic/ prefix stripped");
+        assert_eq!(t.endpoint.api_base, "https://api.anthropic.com");
+        let c = cfg(
+            r#"{"agents":{"defaults":{"model":"claude-sonnet-4","provider":"anthropic"}},"providers":{"anthropic":{"apiKey":"k","apiBase":"http://127.0.0.1:9"}}}"#,
+        );
+        let t = resolve_with(&c, &c.bots()[0], &no_env);
+        assert_eq!(
+            (t.backend, t.model.as_str()),
+            (Backend::Anthropic, "claude-sonnet-4")
+        );
+        assert_eq!(t.endpoint.api_base, "http://127.0.0.1:9");
+    }
+
+    #[test]
+    fn detection_follows_upstream_order() {
+        // A keyword match beats a gateway key; a gateway key beats other keys.
+        let c = cfg(
+            r#"{"agents":{"defaults":{"model":"qwen-max"}},"providers":{"openrouter":{"apiKey":"sk-or-1"},"dashscope":{"apiKey":"d"}}}"#,
+        );
+        assert_eq!(
+            resolve_with(&c, &c.bots()[0], &no_env).provider,
+            "dashscope"
+        );
+        let c = cfg(
+            r#"{"agents":{"defaults":{"model":"mystery"}},"providers":{"deepseek":{"apiKey":"d"},"openrouter":{"apiKey":"sk-or-1"}}}"#,
+        );
+        let t = resolve_with(&c, &c.bots()[0], &no_env);
+        assert_eq!(
+            (t.provider.as_str(), t.model.as_str()),
+            ("openrouter", "mystery")
+        );
+        // A local server with an apiBase is used for any model.
+        let c = cfg(
+            r#"{"agents":{"defaults":{"model":"llama3"}},"providers":{"ollama":{"apiBase":"http://127.0.0.1:11434/v1"}}}"#,
+        );
+        assert_eq!(resolve_with(&c, &c.bots()[0], &no_env).provider, "ollama");
+        // Env keys fill in a configured provider without a key.
+        let c =
+            cfg(r#"{"agents":{"defaults":{"model":"deepseek-chat"}},"providers":{"deepseek":{}}}"#);
+        let env = |k: &str| (k == "DEEPSEEK_API_KEY").then(|| "from-env".to_string());
+        let t = resolve_with(&c, &c.bots()[0], &env);
+        assert_eq!(
+            (t.provider.as_str(), t.endpoint.api_key.as_str()),
+            ("deepseek", "from-env")
+        );
+        // A custom provider named by the model prefix.
+        let c = cfg(
+            r#"{"agents":{"defaults":{"model":"mybox/m1"}},"providers":{"mybox":{"apiBase":"http://h/v1"},"openai":{"apiKey":"k"}}}"#,
+        );
+        let t = resolve_with(&c, &c.bots()[0], &no_env);
+        assert_eq!(
+            (t.provider.as_str(), t.model.as_str()),
+            ("mybox", "mybox/m1")
+        );
+    }
+
+    #[test]
+    fn per_model_overrides_reach_the_target() {
+        let c = cfg(
+            r#"{"agents":{"defaults":{"model":"moonshot/kimi-k2.5"}},"providers":{"moonshot":{"apiKey":"k"}}}"#,
+        );
+        let t = resolve_with(&c, &c.bots()[0], &no_env);
+        assert_eq!((t.model.as_str(), t.temperature), ("kimi-k2.5", Some(1.0)));
     }
 }

@@ -25,6 +25,51 @@ pub struct ToolOutcome {
     pub is_error: bool,
 }
 
+/// Who a tool call runs for (passed to executors).
+#[derive(Debug, Clone, Default)]
+pub struct ToolScope {
+    /// Session key.
+    pub session_key: String,
+    /// Channel of the turn.
+    pub channel: String,
+    /// Chat id of the turn.
+    pub chat_id: String,
+}
+
+/// Runs one tool call; failures come back as error outcomes, never as `Err`.
+#[async_trait::async_trait]
+pub trait ToolExecutor: Send + Sync {
+    /// Runs `name` with raw argument text.
+    async fn execute(
+        &self,
+        scope: &ToolScope,
+        call_id: &str,
+        name: &str,
+        arguments: &str,
+    ) -> ToolOutcome;
+}
+
+#[async_trait::async_trait]
+impl ToolExecutor for ToolClient {
+    async fn execute(
+        &self,
+        scope: &ToolScope,
+        call_id: &str,
+        name: &str,
+        arguments: &str,
+    ) -> ToolOutcome {
+        self.call(
+            &scope.session_key,
+            call_id,
+            name,
+            arguments,
+            &scope.channel,
+            &scope.chat_id,
+        )
+        .await
+    }
+}
+
 /// The discovered tool list and when it was fetched.
 type ListCache = Arc<Mutex<Option<(Instant, Vec<ToolSpec>)>>>;
 

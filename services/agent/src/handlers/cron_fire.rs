@@ -54,7 +54,12 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             reply_to: fire.id.clone(),
             session_key: session_key.clone(),
         };
-        let outcome = turn::run(&deps.cfg, &deps.js, &bot, &input, &outbox).await;
+        let registration = deps.active.register(&fire.bot, &session_key);
+        let outcome = tokio::select! {
+            r = turn::run(deps, &bot, &input, &outbox) => r,
+            _ = registration.token.cancelled() => turn::recover(&bot, &session_key).await.map(|_| ()),
+        };
+        drop(registration);
         alive.abort();
         drop(guard);
         deps.locks.release(&session_key, lock);

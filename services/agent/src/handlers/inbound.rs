@@ -37,9 +37,6 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             let _ = msg.ack().await;
             return;
         }
-        let lock = deps.locks.get(&session_key);
-        let guard = lock.lock().await;
-        let alive = keep_alive(&msg);
         let input = TurnInput {
             id: inbound.id.clone(),
             channel: inbound.channel.clone(),
@@ -62,8 +59,39 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             reply_to: inbound.id.clone(),
             session_key: session_key.clone(),
         };
-        let outcome = turn::run(&deps.cfg, &deps.js, &bot, &input, &outbox).await;
+        // Priority commands run outside the session lock (upstream's router tier).
+        match turn::priority_command(deps, &bot, &input).await {
+            Ok(Some(reply)) => {
+                if let Err(e) = outbox.send(OutboundKind::Final, &reply, 0).await {
+                    tracing::warn!(error = %e, "failed to publish command reply");
+                }
+                deps.mark_seen(&marker).await;
+                let _ = msg.ack().await;
+                return;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("failed to run priority command: {e:#}"),
+        }
+        let lock = deps.locks.get(&session_key);
+        let guard = lock.lock().await;
+        let alive = keep_alive(&msg);
+        let registration = deps.active.register(&inbound.bot, &session_key);
+        let outcome = tokio::select! {
+            r = turn::run(deps, &bot, &input, &outbox) => Some(r),
+            _ = registration.token.cancelled() => None,
+        };
+        drop(registration);
         alive.abort();
+        let outcome = match outcome {
+            Some(o) => o,
+            None => {
+                tracing::info!("turn stopped by /stop");
+                if let Err(e) = turn::recover(&bot, &session_key).await {
+                    tracing::warn!("failed to restore stopped turn: {e:#}");
+                }
+                Ok(())
+            }
+        };
         drop(guard);
         deps.locks.release(&session_key, lock);
         match outcome {

@@ -5,7 +5,7 @@ pub mod inbound;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, AckKind};
 use redis::AsyncCommands as _;
@@ -14,6 +14,7 @@ use redis::aio::ConnectionManager;
 use nanobot_runtime::config::Config;
 
 use crate::bots::Bot;
+use crate::stop::ActiveTurns;
 
 /// How often an in-progress turn extends its JetStream ack deadline.
 const PROGRESS_EVERY: Duration = Duration::from_secs(15);
@@ -33,6 +34,12 @@ pub struct Deps {
     pub bots: HashMap<String, Arc<Bot>>,
     /// Per-session locks so turns of one session never overlap in this runner.
     pub locks: SessionLocks,
+    /// Core NATS (stop requests).
+    pub nats: async_nats::Client,
+    /// Turns running here, for `/stop` and `/status`.
+    pub active: Arc<ActiveTurns>,
+    /// When this runner started (`/status` uptime).
+    pub started: Instant,
 }
 
 /// Per-session async locks, dropped when unused.

@@ -1,109 +1,12 @@
-//! The OpenAI-compatible chat provider: one request shape for every vendor, streaming over
-//! SSE with deltas forwarded, retries with backoff 1/2/4 s on 429, 5xx and timeouts
-//! (honouring `Retry-After`), `<think>` stripping and `reasoning_content` kept.
+//! The OpenAI-compatible chat client: `POST {apiBase}/chat/completions`, streamed over SSE
+//! when a delta sink is given.
 
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use serde_json::{Map, Value, json};
 
-/// Backoff before each retry (upstream `providers/base.py`).
-pub const RETRY_DELAYS: [Duration; 3] = [
-    Duration::from_secs(1),
-    Duration::from_secs(2),
-    Duration::from_secs(4),
-];
-
-/// A chat request.
-#[derive(Debug, Clone, Default)]
-pub struct ChatRequest {
-    /// Model name as the endpoint expects it.
-    pub model: String,
-    /// OpenAI-format messages.
-    pub messages: Vec<Value>,
-    /// OpenAI function tool definitions.
-    pub tools: Vec<Value>,
-    /// Completion token cap.
-    pub max_tokens: u32,
-    /// Sampling temperature.
-    pub temperature: f64,
-    /// `reasoning_effort`, when set.
-    pub reasoning_effort: Option<String>,
-}
-
-/// A parsed tool call.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolCall {
-    /// Call id.
-    pub id: String,
-    /// Tool name.
-    pub name: String,
-    /// Raw arguments text as the model produced it.
-    pub arguments: String,
-}
-
-/// Token usage of one call.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Usage {
-    /// Prompt tokens.
-    pub prompt_tokens: u64,
-    /// Completion tokens.
-    pub completion_tokens: u64,
-}
-
-/// A chat response.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ChatResponse {
-    /// Text content (think tags stripped).
-    pub content: Option<String>,
-    /// Tool calls.
-    pub tool_calls: Vec<ToolCall>,
-    /// `stop`, `tool_calls`, `length`, `error`, ...
-    pub finish_reason: String,
-    /// Usage, when reported.
-    pub usage: Usage,
-    /// `reasoning_content` or the text of stripped think tags.
-    pub reasoning_content: Option<String>,
-}
-
-/// Provider errors.
-#[derive(Debug, thiserror::Error)]
-pub enum LlmError {
-    /// HTTP error status with (truncated) body.
-    #[error("llm returned {status}: {body}")]
-    Status {
-        status: u16,
-        body: String,
-        retry_after: Option<Duration>,
-    },
-    /// Connection failure or timeout.
-    #[error("llm request failed: {0}")]
-    Transport(String),
-    /// The response could not be parsed.
-    #[error("llm response was malformed: {0}")]
-    Malformed(String),
-}
-
-impl LlmError {
-    fn retryable(&self) -> bool {
-        match self {
-            Self::Status { status, .. } => *status == 429 || *status >= 500,
-            Self::Transport(_) => true,
-            Self::Malformed(_) => false,
-        }
-    }
-}
-
-/// Where and how to call the model.
-#[derive(Debug, Clone)]
-pub struct Endpoint {
-    /// Base URL ending before `/chat/completions`.
-    pub api_base: String,
-    /// Bearer key (may be empty for local servers).
-    pub api_key: String,
-    /// Extra headers.
-    pub headers: Vec<(String, String)>,
-}
+use super::{ChatRequest, ChatResponse, DeltaFn, Endpoint, LlmError, SseLines, ToolCall, Usage};
 
 /// An OpenAI-compatible chat client.
 #[derive(Debug, Clone)]
@@ -112,33 +15,16 @@ pub struct OpenAiProvider {
     endpoint: Endpoint,
 }
 
-/// Removes `<think>…</think>` (and `<thinking>`, `<thought>`) blocks; returns (text, reasoning).
-pub fn strip_think(text: &str) -> (String, Option<String>) {
-    let mut out = text.to_string();
-    let mut reasoning = Vec::new();
-    for tag in ["think", "thinking", "thought"] {
-        let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
-        while let Some(start) = out.find(&open) {
-            let Some(rel_end) = out[start..].find(&close) else {
-                reasoning.push(out[start + open.len()..].trim().to_string());
-                out.truncate(start);
-                break;
-            };
-            let end = start + rel_end;
-            reasoning.push(out[start + open.len()..end].trim().to_string());
-            out.replace_range(start..end + close.len(), "");
-        }
-    }
-    let reasoning = (!reasoning.is_empty()).then(|| reasoning.join("\n"));
-    (out.trim().to_string(), reasoning)
-}
-
-/// Returns messages without fleet-private keys (`_meta` on content blocks).
+/// Returns messages without fleet-private keys (`_meta` on content blocks, Anthropic
+/// `thinking_blocks`).
 fn wire_messages(messages: &[Value]) -> Vec<Value> {
     messages
         .iter()
         .map(|m| {
             let mut m = m.clone();
+            if let Some(obj) = m.as_object_mut() {
+                obj.remove("thinking_blocks");
+            }
             if let Some(blocks) = m.get_mut("content").and_then(Value::as_array_mut) {
                 for b in blocks {
                     if let Some(obj) = b.as_object_mut() {
@@ -152,14 +38,12 @@ fn wire_messages(messages: &[Value]) -> Vec<Value> {
 }
 
 impl OpenAiProvider {
-    /// Returns a client for `endpoint` with a per-request `timeout`.
+    /// Returns a client for `endpoint` with an optional per-request `timeout`.
     pub fn new(endpoint: Endpoint, timeout: Option<Duration>) -> Self {
-        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(10));
-        if let Some(t) = timeout {
-            builder = builder.timeout(t);
+        Self {
+            http: super::http_client(timeout),
+            endpoint,
         }
-        let http = builder.build().unwrap_or_default();
-        Self { http, endpoint }
     }
 
     fn body(&self, req: &ChatRequest, stream: bool) -> Value {
@@ -199,77 +83,27 @@ impl OpenAiProvider {
             .send()
             .await
             .map_err(|e| LlmError::Transport(e.without_url().to_string()))?;
-        let status = response.status();
-        if status.is_success() {
+        if response.status().is_success() {
             return Ok(response);
         }
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .map(|s| Duration::from_secs_f64(s.clamp(0.0, 60.0)));
-        let text = response.text().await.unwrap_or_default();
-        let body: String = text.chars().take(500).collect();
-        Err(LlmError::Status {
-            status: status.as_u16(),
-            body,
-            retry_after,
-        })
+        Err(super::status_error(response).await)
     }
 
     /// Sends one chat request; with `on_delta`, streams and forwards each content delta.
     pub async fn chat(
         &self,
         req: &ChatRequest,
-        on_delta: Option<&(dyn Fn(&str) + Send + Sync)>,
+        on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError> {
-        let stream = on_delta.is_some();
-        let response = self.send(&self.body(req, stream)).await?;
-        let mut parsed = match on_delta {
-            Some(f) => read_stream(response, f).await?,
+        let response = self.send(&self.body(req, on_delta.is_some())).await?;
+        match on_delta {
+            Some(f) => read_stream(response, f).await,
             None => {
                 let value: Value = response
                     .json()
                     .await
                     .map_err(|e| LlmError::Malformed(e.without_url().to_string()))?;
-                parse_completion(&value)?
-            }
-        };
-        if let Some(text) = parsed.content.take() {
-            let (clean, think) = strip_think(&text);
-            parsed.content = Some(clean);
-            if parsed.reasoning_content.is_none() {
-                parsed.reasoning_content = think;
-            }
-        }
-        Ok(parsed)
-    }
-
-    /// [`chat`](Self::chat) with retries on 429, 5xx and transport errors (1/2/4 s or the
-    /// server's `Retry-After`).
-    pub async fn chat_with_retry(
-        &self,
-        req: &ChatRequest,
-        on_delta: Option<&(dyn Fn(&str) + Send + Sync)>,
-    ) -> Result<ChatResponse, LlmError> {
-        let mut attempt = 0;
-        loop {
-            match self.chat(req, on_delta).await {
-                Ok(r) => return Ok(r),
-                Err(e) if e.retryable() && attempt < RETRY_DELAYS.len() => {
-                    let delay = match &e {
-                        LlmError::Status {
-                            retry_after: Some(d),
-                            ..
-                        } => *d,
-                        _ => RETRY_DELAYS[attempt],
-                    };
-                    tracing::warn!(attempt = attempt + 1, ?delay, error = %e, "llm call failed, retrying");
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
+                parse_completion(&value)
             }
         }
     }
@@ -280,12 +114,14 @@ fn parse_completion(value: &Value) -> Result<ChatResponse, LlmError> {
         .pointer("/choices/0")
         .ok_or_else(|| LlmError::Malformed("no choices in response".into()))?;
     let message = choice.get("message").cloned().unwrap_or(Value::Null);
-    let tool_calls = message
+    let raw_calls = message
         .get("tool_calls")
         .and_then(Value::as_array)
-        .map(|calls| calls.iter().filter_map(parse_tool_call).collect())
+        .cloned()
         .unwrap_or_default();
+    let tool_calls: Vec<ToolCall> = raw_calls.iter().filter_map(parse_tool_call).collect();
     Ok(ChatResponse {
+        malformed_tool_calls: raw_calls.len() - tool_calls.len(),
         content: message
             .get("content")
             .and_then(Value::as_str)
@@ -301,13 +137,18 @@ fn parse_completion(value: &Value) -> Result<ChatResponse, LlmError> {
             .get("reasoning_content")
             .and_then(Value::as_str)
             .map(str::to_string),
+        thinking_blocks: Vec::new(),
     })
 }
 
 /// Drops calls without a string name (malformed), as upstream.
 fn parse_tool_call(call: &Value) -> Option<ToolCall> {
     let function = call.get("function")?;
-    let name = function.get("name")?.as_str()?.to_string();
+    let name = function
+        .get("name")?
+        .as_str()
+        .filter(|n| !n.is_empty())?
+        .to_string();
     let arguments = match function.get("arguments") {
         Some(Value::String(s)) => s.clone(),
         Some(other) if !other.is_null() => other.to_string(),
@@ -332,9 +173,14 @@ fn parse_usage(usage: Option<&Value>) -> Usage {
             .and_then(Value::as_u64)
             .unwrap_or(0)
     };
+    let cached = usage
+        .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     Usage {
         prompt_tokens: get("prompt_tokens"),
         completion_tokens: get("completion_tokens"),
+        cached_tokens: cached,
     }
 }
 
@@ -349,21 +195,15 @@ async fn read_stream(
         finish_reason: "stop".into(),
         ..Default::default()
     };
-    let mut buffer = String::new();
+    let mut sse = SseLines::new();
     let mut body = response.bytes_stream();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| LlmError::Transport(e.without_url().to_string()))?;
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(pos) = buffer.find('\n') {
-            let line = buffer[..pos].trim().to_string();
-            buffer.drain(..=pos);
-            let Some(data) = line.strip_prefix("data:").map(str::trim) else {
-                continue;
-            };
+        for (_, data) in sse.feed(&chunk) {
             if data == "[DONE]" {
                 continue;
             }
-            let Ok(event) = serde_json::from_str::<Value>(data) else {
+            let Ok(event) = serde_json::from_str::<Value>(&data) else {
                 continue;
             };
             if event.get("usage").is_some_and(|u| !u.is_null()) {
@@ -416,6 +256,7 @@ async fn read_stream(
         .map(|(k, v)| (k.parse().unwrap_or(0), v))
         .collect();
     indexed.sort_by_key(|(i, _)| *i);
+    let total = indexed.len();
     out.tool_calls = indexed
         .into_iter()
         .filter_map(|(_, c)| {
@@ -431,6 +272,7 @@ async fn read_stream(
             })
         })
         .collect();
+    out.malformed_tool_calls = total - out.tool_calls.len();
     out.content = (!content.is_empty()).then_some(content);
     out.reasoning_content = (!reasoning.is_empty()).then_some(reasoning);
     Ok(out)
@@ -439,15 +281,6 @@ async fn read_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn think_tags_are_stripped_into_reasoning() {
-        let (text, reasoning) = strip_think("<think>plan it</think>\nAnswer.");
-        assert_eq!(text, "Answer.");
-        assert_eq!(reasoning.as_deref(), Some("plan it"));
-        assert_eq!(strip_think("plain").0, "plain");
-        assert_eq!(strip_think("x <thinking>unterminated").0, "x");
-    }
 
     #[test]
     fn completions_parse_and_nameless_tool_calls_are_dropped() {
@@ -471,9 +304,11 @@ mod tests {
             r.usage,
             Usage {
                 prompt_tokens: 7,
-                completion_tokens: 3
+                completion_tokens: 3,
+                cached_tokens: 0
             }
         );
+        assert_eq!(r.malformed_tool_calls, 1);
         assert!(parse_completion(&json!({"nope": 1})).is_err());
     }
 }

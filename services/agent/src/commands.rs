@@ -1,0 +1,253 @@
+//! Slash commands (upstream `command/builtin.py`, `router.py`, reference §15): parsing with
+//! `/cmd@bot` normalisation and case-insensitive matching, rejection of unknown commands
+//! (with a did-you-mean from a difflib-style similarity, cutoff 0.6) and of arguments to
+//! commands that take none, and the `/help` and `/status` texts.
+
+/// A command the fleet supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// `/new`: archive and clear the session.
+    New,
+    /// `/stop`: cancel the session's running turn wherever it runs.
+    Stop,
+    /// `/status`: runtime, model, tokens, context, session, uptime, tasks.
+    Status,
+    /// `/help`: the command list.
+    Help,
+}
+
+/// Supported commands with upstream's help lines, in upstream's order.
+const COMMANDS: &[(Command, &str, &str)] = &[
+    (
+        Command::New,
+        "/new",
+        "Reset this chat and start a fresh conversation.",
+    ),
+    (
+        Command::Stop,
+        "/stop",
+        "Cancel the active agent turn for this chat.",
+    ),
+    (
+        Command::Status,
+        "/status",
+        "Display runtime, provider, and channel status.",
+    ),
+    (Command::Help, "/help", "List available slash commands."),
+];
+
+/// What a message is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    /// Not a slash command: a turn for the model.
+    Text,
+    /// A supported command.
+    Command(Command),
+    /// A slash command rejected without calling the model, with the reply.
+    Rejected(String),
+}
+
+impl Command {
+    /// Whether it runs outside the session lock (upstream's priority tier).
+    pub fn is_priority(self) -> bool {
+        matches!(self, Self::Stop | Self::Status)
+    }
+}
+
+/// Parses `text`.
+pub fn parse(text: &str) -> Parsed {
+    let text = text.trim();
+    if !text.starts_with('/') {
+        return Parsed::Text;
+    }
+    let (head, args) = match text.split_once(char::is_whitespace) {
+        Some((h, a)) => (h, a.trim()),
+        None => (text, ""),
+    };
+    let head = match head.split_once('@') {
+        Some((cmd, bot))
+            if !bot.is_empty() && bot.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+        {
+            cmd
+        }
+        _ => head,
+    };
+    let name = head.to_lowercase();
+    if let Some((cmd, known, _)) = COMMANDS.iter().find(|(_, n, _)| *n == name) {
+        if args.is_empty() {
+            return Parsed::Command(*cmd);
+        }
+        return Parsed::Rejected(format!(
+            "Command \"{known}\" does not accept arguments. Did you mean \"{known}\"?"
+        ));
+    }
+    let best = COMMANDS
+        .iter()
+        .map(|(_, n, _)| (similarity(&name, n), *n))
+        .filter(|(score, _)| *score >= 0.6)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match best {
+        Some((_, close)) => Parsed::Rejected(format!(
+            "Unknown command \"{head}\". Did you mean \"{close}\"?"
+        )),
+        None => Parsed::Rejected(format!(
+            "Unknown command \"{head}\". Use \"/help\" to list available commands."
+        )),
+    }
+}
+
+/// Upstream's `/help` text for the supported commands.
+pub fn help_text() -> String {
+    let mut out = String::from("🐈 nanobot commands:");
+    for (_, name, help) in COMMANDS {
+        out.push_str(&format!("\n{name} — {help}"));
+    }
+    out
+}
+
+/// difflib's `SequenceMatcher.ratio()`: 2·M / (|a| + |b|), M from recursive longest matches.
+pub fn similarity(a: &str, b: &str) -> f64 {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    if a.is_empty() && b.is_empty() {
+        return 1.0;
+    }
+    2.0 * matches(&a, &b) as f64 / (a.len() + b.len()) as f64
+}
+
+fn matches(a: &[char], b: &[char]) -> usize {
+    let (mut best, mut at_a, mut at_b) = (0, 0, 0);
+    for i in 0..a.len() {
+        for j in 0..b.len() {
+            let mut k = 0;
+            while i + k < a.len() && j + k < b.len() && a[i + k] == b[j + k] {
+                k += 1;
+            }
+            if k > best {
+                (best, at_a, at_b) = (k, i, j);
+            }
+        }
+    }
+    if best == 0 {
+        return 0;
+    }
+    best + matches(&a[..at_a], &b[..at_b]) + matches(&a[at_a + best..], &b[at_b + best..])
+}
+
+/// Inputs of the `/status` text.
+#[derive(Debug, Clone, Default)]
+pub struct StatusInfo {
+    /// Fleet version.
+    pub version: String,
+    /// Model name.
+    pub model: String,
+    /// Last turn's prompt, completion and cached tokens.
+    pub last_usage: (u64, u64, u64),
+    /// `contextWindowTokens`.
+    pub context_window: u64,
+    /// `maxTokens`.
+    pub max_tokens: u64,
+    /// Stored messages of the session.
+    pub session_messages: usize,
+    /// Estimated tokens of the replayed context.
+    pub context_tokens: u64,
+    /// Runner uptime in seconds.
+    pub uptime_secs: u64,
+    /// Turns running on this runner.
+    pub active_tasks: usize,
+}
+
+/// Upstream's `/status` lines (`build_status_content`).
+pub fn status_text(s: &StatusInfo) -> String {
+    let up = s.uptime_secs;
+    let uptime = if up >= 3600 {
+        format!("{}h {}m", up / 3600, (up % 3600) / 60)
+    } else {
+        format!("{}m {}s", up / 60, up % 60)
+    };
+    let (input, output, cached) = s.last_usage;
+    let mut tokens = format!("📊 Tokens: {input} in / {output} out");
+    if cached > 0 && input > 0 {
+        tokens.push_str(&format!(" ({}% cached)", cached * 100 / input));
+    }
+    let budget = s.context_window.saturating_sub(s.max_tokens + 1024).max(1);
+    let pct = (s.context_tokens * 100 / budget).min(100);
+    let used = if s.context_tokens >= 1000 {
+        format!("{}k", s.context_tokens / 1000)
+    } else {
+        s.context_tokens.to_string()
+    };
+    let total = if s.context_window > 0 {
+        format!("{}k", s.context_window / 1000)
+    } else {
+        "n/a".into()
+    };
+    [
+        format!("🐈 nanobot v{}", s.version),
+        format!("🧠 Model: {}", s.model),
+        tokens,
+        format!("📚 Context: {used}/{total} ({pct}% of input budget)"),
+        format!("💬 Session: {} messages", s.session_messages),
+        format!("⏱ Uptime: {uptime}"),
+        format!("⚡ Tasks: {} active", s.active_tasks),
+    ]
+    .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_normalised_and_unknown_ones_rejected_with_upstream_strings() {
+        assert_eq!(parse("hello"), Parsed::Text);
+        assert_eq!(parse(" /NEW "), Parsed::Command(Command::New));
+        assert_eq!(parse("/stop@my_bot"), Parsed::Command(Command::Stop));
+        assert_eq!(
+            parse("/new now"),
+            Parsed::Rejected(
+                "Command \"/new\" does not accept arguments. Did you mean \"/new\"?".into()
+            )
+        );
+        assert_eq!(
+            parse("/hepl"),
+            Parsed::Rejected("Unknown command \"/hepl\". Did you mean \"/help\"?".into())
+        );
+        assert_eq!(
+            parse("/foo"),
+            Parsed::Rejected(
+                "Unknown command \"/foo\". Use \"/help\" to list available commands.".into()
+            )
+        );
+        assert!(Command::Stop.is_priority() && !Command::New.is_priority());
+    }
+
+    #[test]
+    fn similarity_matches_difflib() {
+        assert!((similarity("/hepl", "/help") - 0.8).abs() < 1e-9);
+        assert!((similarity("abcd", "bcde") - 0.75).abs() < 1e-9);
+        assert_eq!(similarity("/foo", "/new"), 0.25);
+    }
+
+    #[test]
+    fn help_and_status_texts_have_upstream_lines() {
+        assert_eq!(
+            help_text(),
+            "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/stop — Cancel the active agent turn for this chat.\n/status — Display runtime, provider, and channel status.\n/help — List available slash commands."
+        );
+        let s = status_text(&StatusInfo {
+            version: "0.1.0".into(),
+            model: "m".into(),
+            last_usage: (2000, 50, 1000),
+            context_window: 200_000,
+            max_tokens: 8192,
+            session_messages: 4,
+            context_tokens: 19_000,
+            uptime_secs: 3725,
+            active_tasks: 1,
+        });
+        assert_eq!(
+            s,
+            "🐈 nanobot v0.1.0\n🧠 Model: m\n📊 Tokens: 2000 in / 50 out (50% cached)\n📚 Context: 19k/200k (9% of input budget)\n💬 Session: 4 messages\n⏱ Uptime: 1h 2m\n⚡ Tasks: 1 active"
+        );
+    }
+}

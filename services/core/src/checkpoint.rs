@@ -1,0 +1,215 @@
+//! Checkpoints and crash recovery (upstream `loop.py`, reference §2.4). Around each tool batch
+//! the runner emits a `runtime_checkpoint` (`phase` `awaiting_tools` / `tools_completed`,
+//! `iteration`, `model`, `assistant_message`, `completed_tool_results`,
+//! `pending_tool_calls`), which the agent stores in the Redis session metadata; the user
+//! message is persisted before the first LLM call with `pending_user_turn` set. The next turn,
+//! on any runner, calls [`restore`] to materialise an interrupted turn into history with
+//! upstream's synthetic results.
+
+use serde_json::{Map, Value, json};
+
+use crate::session::now_iso;
+
+/// Session metadata key of the in-flight turn state.
+pub const RUNTIME_CHECKPOINT_KEY: &str = "runtime_checkpoint";
+/// Session metadata key set while a persisted user message awaits its reply.
+pub const PENDING_USER_TURN_KEY: &str = "pending_user_turn";
+/// Synthetic result for a tool call that never finished.
+pub const TOOL_INTERRUPTED: &str = "Error: Task interrupted before this tool finished.";
+/// Synthetic reply for a user message that never got one.
+pub const RESPONSE_INTERRUPTED: &str = "Error: Task interrupted before a response was generated.";
+
+/// Receives the runner's checkpoints.
+#[async_trait::async_trait]
+pub trait CheckpointSink: Send + Sync {
+    /// Stores `payload`; `turn_messages` are the messages the run has appended so far.
+    async fn checkpoint(&self, payload: Value, turn_messages: &[Value]);
+}
+
+/// Returns a checkpoint payload in upstream's format.
+pub fn payload(
+    phase: &str,
+    iteration: u32,
+    model: &str,
+    assistant_message: &Value,
+    completed_tool_results: &[Value],
+    pending_tool_calls: &[Value],
+) -> Value {
+    json!({
+        "phase": phase,
+        "iteration": iteration,
+        "model": model,
+        "assistant_message": assistant_message,
+        "completed_tool_results": completed_tool_results,
+        "pending_tool_calls": pending_tool_calls,
+    })
+}
+
+fn key(m: &Value) -> [Value; 7] {
+    [
+        "role",
+        "content",
+        "tool_call_id",
+        "name",
+        "tool_calls",
+        "reasoning_content",
+        "thinking_blocks",
+    ]
+    .map(|k| m.get(k).cloned().unwrap_or(Value::Null))
+}
+
+/// Returns the rows that restore an interrupted turn onto `history`, and clears the
+/// checkpoint and pending markers in `metadata`. Rows already at the end of `history` (a
+/// batch the runner persisted before dying) are not repeated.
+pub fn restore(history: &[Value], metadata: &mut Map<String, Value>) -> Vec<Value> {
+    let mut rows = Vec::new();
+    if let Some(Value::Object(cp)) = metadata.remove(RUNTIME_CHECKPOINT_KEY) {
+        let mut restored = Vec::new();
+        if let Some(assistant) = cp.get("assistant_message").filter(|v| v.is_object()) {
+            restored.push(assistant.clone());
+        }
+        let completed: Vec<Value> = cp
+            .get("completed_tool_results")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let done: Vec<&str> = completed
+            .iter()
+            .filter_map(|m| m.get("tool_call_id").and_then(Value::as_str))
+            .collect();
+        let mut pending_rows = Vec::new();
+        for call in cp
+            .get("pending_tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let id = call.get("id").and_then(Value::as_str).unwrap_or("");
+            if done.contains(&id) {
+                continue;
+            }
+            let name = call
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            pending_rows.push(json!({"role": "tool", "tool_call_id": id, "name": name, "content": TOOL_INTERRUPTED}));
+        }
+        restored.extend(completed.iter().cloned());
+        restored.extend(pending_rows);
+        let overlap = overlap(history, &restored);
+        rows.extend(restored.into_iter().skip(overlap));
+    }
+    let pending_user = metadata
+        .remove(PENDING_USER_TURN_KEY)
+        .is_some_and(|v| v.as_bool().unwrap_or(false));
+    let last_role = rows
+        .last()
+        .or(history.last())
+        .and_then(|m| m.get("role"))
+        .and_then(Value::as_str);
+    if pending_user && last_role == Some("user") {
+        rows.push(json!({"role": "assistant", "content": RESPONSE_INTERRUPTED}));
+    }
+    let now = now_iso();
+    for row in &mut rows {
+        if row.get("timestamp").is_none() {
+            row["timestamp"] = Value::String(now.clone());
+        }
+    }
+    rows
+}
+
+/// Returns how many leading `restored` rows already end `history`.
+fn overlap(history: &[Value], restored: &[Value]) -> usize {
+    let max = restored.len().min(history.len());
+    (1..=max)
+        .rev()
+        .find(|&n| {
+            let tail = &history[history.len() - n..];
+            tail.iter()
+                .zip(&restored[..n])
+                .all(|(a, b)| key(a) == key(b))
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str, name: &str) -> Value {
+        json!({"id": id, "type": "function", "function": {"name": name, "arguments": "{}"}})
+    }
+
+    #[test]
+    fn an_interrupted_tool_batch_gets_synthetic_results() {
+        let assistant = json!({"role": "assistant", "content": null, "tool_calls": [call("c1", "exec"), call("c2", "read_file")]});
+        let mut meta = Map::new();
+        meta.insert(
+            RUNTIME_CHECKPOINT_KEY.into(),
+            payload(
+                "awaiting_tools",
+                0,
+                "m",
+                &assistant,
+                &[],
+                &[call("c1", "exec"), call("c2", "read_file")],
+            ),
+        );
+        meta.insert(PENDING_USER_TURN_KEY.into(), json!(true));
+        let history = vec![json!({"role": "user", "content": "run it"})];
+        let rows = restore(&history, &mut meta);
+        assert!(meta.is_empty(), "markers cleared");
+        assert_eq!(rows.len(), 3, "{rows:#?}");
+        assert_eq!(rows[0]["tool_calls"][0]["id"], "c1");
+        assert_eq!(rows[1]["content"], TOOL_INTERRUPTED);
+        assert_eq!(
+            (rows[2]["tool_call_id"].as_str(), rows[2]["name"].as_str()),
+            (Some("c2"), Some("read_file"))
+        );
+        assert!(rows.iter().all(|r| r.get("timestamp").is_some()));
+    }
+
+    #[test]
+    fn completed_results_are_kept_and_an_already_saved_tail_is_not_repeated() {
+        let assistant =
+            json!({"role": "assistant", "content": null, "tool_calls": [call("c1", "exec")]});
+        let result = json!({"role": "tool", "tool_call_id": "c1", "name": "exec", "content": "ok"});
+        let mut meta = Map::new();
+        meta.insert(
+            RUNTIME_CHECKPOINT_KEY.into(),
+            payload(
+                "tools_completed",
+                1,
+                "m",
+                &assistant,
+                std::slice::from_ref(&result),
+                &[],
+            ),
+        );
+        meta.insert(PENDING_USER_TURN_KEY.into(), json!(true));
+        let mut saved = assistant.clone();
+        saved["timestamp"] = json!("t");
+        let history = vec![
+            json!({"role": "user", "content": "go"}),
+            saved,
+            result.clone(),
+        ];
+        assert!(
+            restore(&history, &mut meta).is_empty(),
+            "nothing to add; last row is not a user row"
+        );
+    }
+
+    #[test]
+    fn a_user_message_without_reply_gets_the_interrupted_reply() {
+        let mut meta = Map::new();
+        meta.insert(PENDING_USER_TURN_KEY.into(), json!(true));
+        let rows = restore(&[json!({"role": "user", "content": "hi"})], &mut meta);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0]["role"], "assistant");
+        assert_eq!(rows[0]["content"], RESPONSE_INTERRUPTED);
+        let mut meta = Map::new();
+        assert!(restore(&[json!({"role": "user", "content": "hi"})], &mut meta).is_empty());
+    }
+}

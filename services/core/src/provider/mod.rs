@@ -1,0 +1,356 @@
+//! LLM providers: one request/response shape ([`ChatRequest`], [`ChatResponse`]) served by an
+//! OpenAI-compatible client ([`openai`]) or the native Anthropic Messages client
+//! ([`anthropic`]), both streaming over SSE with deltas forwarded, both retried with backoff
+//! 1/2/4 s on 429, 5xx and transport errors (honouring `Retry-After`). The runner talks to
+//! [`Provider`] (or any [`ChatModel`]) and never to a vendor client directly.
+
+pub mod anthropic;
+mod anthropic_stream;
+pub mod openai;
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use anthropic::AnthropicProvider;
+pub use openai::OpenAiProvider;
+
+/// Backoff before each retry (upstream `providers/base.py`).
+pub const RETRY_DELAYS: [Duration; 3] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
+/// Longest `Retry-After` honoured.
+const MAX_RETRY_AFTER: f64 = 60.0;
+
+/// Receives streamed text deltas.
+pub type DeltaFn<'a> = dyn Fn(&str) + Send + Sync + 'a;
+
+/// A chat request.
+#[derive(Debug, Clone, Default)]
+pub struct ChatRequest {
+    /// Model name as the endpoint expects it.
+    pub model: String,
+    /// OpenAI-format messages.
+    pub messages: Vec<Value>,
+    /// OpenAI function tool definitions (empty: a no-tools request).
+    pub tools: Vec<Value>,
+    /// Completion token cap.
+    pub max_tokens: u32,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// `reasoning_effort`, when set.
+    pub reasoning_effort: Option<String>,
+}
+
+/// A parsed tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// Call id.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Raw arguments text as the model produced it.
+    pub arguments: String,
+}
+
+/// Token usage of one call (or, summed, of a turn).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+    /// Prompt tokens served from the provider's cache.
+    pub cached_tokens: u64,
+}
+
+impl Usage {
+    /// Adds `other` to `self`.
+    pub fn add(&mut self, other: &Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.cached_tokens += other.cached_tokens;
+    }
+
+    /// Prompt plus completion tokens.
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+/// A chat response.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatResponse {
+    /// Text content (think tags stripped).
+    pub content: Option<String>,
+    /// Well-formed tool calls.
+    pub tool_calls: Vec<ToolCall>,
+    /// Tool calls dropped because their name was missing or not a string.
+    pub malformed_tool_calls: usize,
+    /// `stop`, `tool_calls`, `length`, `error`, ...
+    pub finish_reason: String,
+    /// Usage, when reported.
+    pub usage: Usage,
+    /// `reasoning_content`, Anthropic thinking text, or the text of stripped think tags.
+    pub reasoning_content: Option<String>,
+    /// Anthropic thinking blocks, kept verbatim (with signatures) for replay.
+    pub thinking_blocks: Vec<Value>,
+}
+
+/// Provider errors.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// HTTP error status with (truncated) body.
+    #[error("llm returned {status}: {body}")]
+    Status {
+        status: u16,
+        body: String,
+        retry_after: Option<Duration>,
+    },
+    /// Connection failure or timeout.
+    #[error("llm request failed: {0}")]
+    Transport(String),
+    /// The response could not be parsed.
+    #[error("llm response was malformed: {0}")]
+    Malformed(String),
+}
+
+impl LlmError {
+    /// Whether the call may succeed when repeated (429, 408/409, 5xx, transport).
+    pub fn retryable(&self) -> bool {
+        match self {
+            Self::Status { status, body, .. } => {
+                (*status == 429 && !is_quota_error(body))
+                    || *status == 408
+                    || *status == 409
+                    || *status >= 500
+            }
+            Self::Transport(_) => true,
+            Self::Malformed(_) => false,
+        }
+    }
+}
+
+/// A 429 that retrying cannot fix (quota or billing).
+fn is_quota_error(body: &str) -> bool {
+    let body = body.to_lowercase();
+    ["insufficient_quota", "billing", "arrear"]
+        .iter()
+        .any(|m| body.contains(m))
+}
+
+/// Where and how to call the model.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// Base URL (`…/v1` for OpenAI-compatible servers; the host root for Anthropic).
+    pub api_base: String,
+    /// API key (may be empty for local servers).
+    pub api_key: String,
+    /// Extra headers.
+    pub headers: Vec<(String, String)>,
+}
+
+/// Anything the runner can ask for a completion.
+#[async_trait::async_trait]
+pub trait ChatModel: Send + Sync {
+    /// Sends one request (with whatever retries the model applies); with `on_delta`, streams
+    /// and forwards each text delta.
+    async fn chat(
+        &self,
+        req: &ChatRequest,
+        on_delta: Option<&DeltaFn<'_>>,
+    ) -> Result<ChatResponse, LlmError>;
+}
+
+/// The provider of a bot: OpenAI-compatible or native Anthropic.
+#[derive(Debug, Clone)]
+pub enum Provider {
+    /// `POST {apiBase}/chat/completions`.
+    OpenAi(OpenAiProvider),
+    /// `POST {apiBase}/v1/messages`.
+    Anthropic(AnthropicProvider),
+}
+
+impl Provider {
+    /// One attempt, no retries.
+    pub async fn chat_once(
+        &self,
+        req: &ChatRequest,
+        on_delta: Option<&DeltaFn<'_>>,
+    ) -> Result<ChatResponse, LlmError> {
+        let mut response = match self {
+            Self::OpenAi(p) => p.chat(req, on_delta).await?,
+            Self::Anthropic(p) => p.chat(req, on_delta).await?,
+        };
+        if let Some(text) = response.content.take() {
+            let (clean, think) = strip_think(&text);
+            response.content = Some(clean);
+            if response.reasoning_content.is_none() {
+                response.reasoning_content = think;
+            }
+        }
+        Ok(response)
+    }
+
+    /// [`chat_once`](Self::chat_once) with retries on transient errors (1/2/4 s or the
+    /// server's `Retry-After`).
+    pub async fn chat_with_retry(
+        &self,
+        req: &ChatRequest,
+        on_delta: Option<&DeltaFn<'_>>,
+    ) -> Result<ChatResponse, LlmError> {
+        let mut attempt = 0;
+        loop {
+            match self.chat_once(req, on_delta).await {
+                Ok(r) => return Ok(r),
+                Err(e) if e.retryable() && attempt < RETRY_DELAYS.len() => {
+                    let delay = match &e {
+                        LlmError::Status {
+                            retry_after: Some(d),
+                            ..
+                        } => *d,
+                        _ => RETRY_DELAYS[attempt],
+                    };
+                    tracing::warn!(attempt = attempt + 1, ?delay, error = %e, "llm call failed, retrying");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for Provider {
+    async fn chat(
+        &self,
+        req: &ChatRequest,
+        on_delta: Option<&DeltaFn<'_>>,
+    ) -> Result<ChatResponse, LlmError> {
+        self.chat_with_retry(req, on_delta).await
+    }
+}
+
+/// Returns an HTTP client with a connect timeout; the wall timeout of a call is the runner's.
+pub(crate) fn http_client(timeout: Option<Duration>) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(10));
+    if let Some(t) = timeout {
+        builder = builder.timeout(t);
+    }
+    builder.build().unwrap_or_default()
+}
+
+/// Turns a non-success HTTP response into [`LlmError::Status`].
+pub(crate) async fn status_error(response: reqwest::Response) -> LlmError {
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|s| Duration::from_secs_f64(s.clamp(0.0, MAX_RETRY_AFTER)));
+    let text = response.text().await.unwrap_or_default();
+    LlmError::Status {
+        status: status.as_u16(),
+        body: text.chars().take(500).collect(),
+        retry_after,
+    }
+}
+
+/// Splits an SSE byte stream into `(event, data)` pairs as they complete.
+pub(crate) struct SseLines {
+    buffer: String,
+    event: String,
+}
+
+impl SseLines {
+    pub(crate) fn new() -> Self {
+        Self {
+            buffer: String::new(),
+            event: String::new(),
+        }
+    }
+
+    /// Feeds a chunk; returns the complete `(event, data)` lines it finished.
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<(String, String)> {
+        self.buffer.push_str(&String::from_utf8_lossy(chunk));
+        let mut out = Vec::new();
+        while let Some(pos) = self.buffer.find('\n') {
+            let line = self.buffer[..pos].trim().to_string();
+            self.buffer.drain(..=pos);
+            if let Some(event) = line.strip_prefix("event:") {
+                self.event = event.trim().to_string();
+            } else if let Some(data) = line.strip_prefix("data:") {
+                out.push((self.event.clone(), data.trim().to_string()));
+            } else if line.is_empty() {
+                self.event.clear();
+            }
+        }
+        out
+    }
+}
+
+/// Removes `<think>…</think>` (and `<thinking>`, `<thought>`) blocks; returns (text, reasoning).
+pub fn strip_think(text: &str) -> (String, Option<String>) {
+    let mut out = text.to_string();
+    let mut reasoning = Vec::new();
+    for tag in ["think", "thinking", "thought"] {
+        let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+        while let Some(start) = out.find(&open) {
+            let Some(rel_end) = out[start..].find(&close) else {
+                reasoning.push(out[start + open.len()..].trim().to_string());
+                out.truncate(start);
+                break;
+            };
+            let end = start + rel_end;
+            reasoning.push(out[start + open.len()..end].trim().to_string());
+            out.replace_range(start..end + close.len(), "");
+        }
+    }
+    let reasoning = (!reasoning.is_empty()).then(|| reasoning.join("\n"));
+    (out.trim().to_string(), reasoning)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn think_tags_are_stripped_into_reasoning() {
+        let (text, reasoning) = strip_think("<think>plan it</think>\nAnswer.");
+        assert_eq!(text, "Answer.");
+        assert_eq!(reasoning.as_deref(), Some("plan it"));
+        assert_eq!(strip_think("plain").0, "plain");
+        assert_eq!(strip_think("x <thinking>unterminated").0, "x");
+    }
+
+    #[test]
+    fn quota_429s_and_client_errors_are_not_retried() {
+        let status = |status, body: &str| LlmError::Status {
+            status,
+            body: body.into(),
+            retry_after: None,
+        };
+        assert!(status(429, "slow down").retryable());
+        assert!(status(503, "").retryable());
+        assert!(!status(429, "{\"error\":{\"code\":\"insufficient_quota\"}}").retryable());
+        assert!(!status(400, "bad").retryable());
+    }
+
+    #[test]
+    fn sse_lines_pair_events_with_data_across_chunks() {
+        let mut sse = SseLines::new();
+        assert!(sse.feed(b"event: message_start\nda").is_empty());
+        let out = sse.feed(b"ta: {\"a\":1}\n\ndata: [DONE]\n");
+        assert_eq!(
+            out,
+            vec![
+                ("message_start".to_string(), "{\"a\":1}".to_string()),
+                (String::new(), "[DONE]".to_string())
+            ]
+        );
+    }
+}

@@ -1,0 +1,422 @@
+//! The agent runner loop (upstream `agent/runner.py`, reference §3): call the model, run its
+//! tool calls through the executors with checkpoints around each batch, append results,
+//! repeat. Blank replies are retried, then finalized without tools; replies cut at the token
+//! limit are continued (up to 3 times) and joined; model errors end the turn with the error
+//! text and a transcript placeholder; an exhausted iteration budget gets one no-tools
+//! finalization request, then upstream's template.
+//!
+//! # Layout
+//! - `prompts`: upstream's fixed texts.
+//! - `request`: model requests, timeouts, malformed-tool-call recovery.
+//! - `execute`: tool batches.
+
+mod execute;
+pub mod prompts;
+mod request;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use nanobot_proto::ToolSpec;
+
+use crate::checkpoint::{self, CheckpointSink};
+use crate::hooks::{AgentHook, IterationContext, RunSummary};
+use crate::provider::{ChatModel, ChatResponse, ToolCall, Usage};
+use crate::tools::{ToolClient, ToolExecutor, ToolScope};
+pub use prompts::{EMPTY_FINAL_RESPONSE_MESSAGE, LLM_ERROR_MESSAGE, max_iterations_message};
+use request::{Cost, Requester};
+
+/// Blank replies before the finalization retry (upstream `_MAX_EMPTY_RETRIES`).
+pub const MAX_EMPTY_RETRIES: u32 = 2;
+/// Continuations after `finish_reason: length` (upstream `_MAX_LENGTH_RECOVERIES`).
+pub const MAX_LENGTH_RECOVERIES: usize = 3;
+
+/// What a run needs.
+#[derive(Debug, Clone, Default)]
+pub struct RunSpec {
+    /// Messages so far (system, history, current user).
+    pub messages: Vec<Value>,
+    /// Model name.
+    pub model: String,
+    /// Completion cap.
+    pub max_tokens: u32,
+    /// Temperature.
+    pub temperature: f64,
+    /// `reasoning_effort`, when set.
+    pub reasoning_effort: Option<String>,
+    /// Iteration cap (`maxToolIterations`).
+    pub max_iterations: u32,
+    /// Wall timeout of one model request.
+    pub llm_timeout: Option<Duration>,
+    /// Who tool calls run for.
+    pub scope: ToolScope,
+}
+
+/// What the run talks to.
+#[derive(Clone, Copy)]
+pub struct RunDeps<'a> {
+    /// The model.
+    pub model: &'a dyn ChatModel,
+    /// The tool executors.
+    pub tools: &'a dyn ToolExecutor,
+    /// The tools offered to the model.
+    pub specs: &'a [ToolSpec],
+    /// Lifecycle hooks.
+    pub hook: &'a dyn AgentHook,
+    /// Where checkpoints go.
+    pub checkpoints: Option<&'a dyn CheckpointSink>,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone, Default)]
+pub struct RunResult {
+    /// The final text for the user.
+    pub content: String,
+    /// Messages appended during the run (assistant and tool rows, final placeholders).
+    pub new_messages: Vec<Value>,
+    /// `completed`, `max_iterations`, `error` or `empty_final_response`.
+    pub stop_reason: &'static str,
+    /// The error text, when the run ended with one.
+    pub error: Option<String>,
+    /// Accumulated usage.
+    pub usage: Usage,
+    /// Prompt tokens of the last request (the context size).
+    pub context_tokens: u64,
+    /// LLM requests made.
+    pub llm_calls: u32,
+    /// Tools that ran, in call order.
+    pub tools_used: Vec<String>,
+    /// Tool calls that failed.
+    pub tool_errors: u32,
+    /// Whether text was streamed.
+    pub streamed: bool,
+}
+
+fn is_blank(text: &str) -> bool {
+    text.trim().is_empty()
+}
+
+/// Returns an assistant message with optional tool calls and reasoning.
+fn assistant_message(content: Option<&str>, response: &ChatResponse, calls: &[ToolCall]) -> Value {
+    let mut row = json!({"role": "assistant", "content": content});
+    if !calls.is_empty() {
+        row["tool_calls"] = Value::Array(calls.iter().map(call_json).collect());
+    }
+    if let Some(r) = &response.reasoning_content {
+        row["reasoning_content"] = json!(r);
+    }
+    if !response.thinking_blocks.is_empty() {
+        row["thinking_blocks"] = Value::Array(response.thinking_blocks.clone());
+    }
+    row
+}
+
+fn call_json(c: &ToolCall) -> Value {
+    json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+}
+
+/// The loop's state.
+struct Run<'a> {
+    deps: RunDeps<'a>,
+    spec: &'a RunSpec,
+    requester: Requester<'a>,
+    definitions: Vec<Value>,
+    read_only: HashSet<String>,
+    messages: Vec<Value>,
+    initial: usize,
+    result: RunResult,
+}
+
+impl Run<'_> {
+    fn charge(&mut self, cost: Cost) {
+        self.result.usage.add(&cost.usage);
+        self.result.llm_calls += cost.calls;
+        if cost.usage.prompt_tokens > 0 {
+            self.result.context_tokens = cost.usage.prompt_tokens;
+        }
+    }
+
+    fn turn_messages(&self) -> &[Value] {
+        &self.messages[self.initial..]
+    }
+
+    async fn emit(&self, payload: Value) {
+        if let Some(sink) = self.deps.checkpoints {
+            sink.checkpoint(payload, self.turn_messages()).await;
+        }
+    }
+
+    fn iteration_ctx<'b>(
+        &'b self,
+        iteration: u32,
+        response: Option<&'b ChatResponse>,
+        usage: Usage,
+    ) -> IterationContext<'b> {
+        IterationContext {
+            iteration,
+            messages: &self.messages,
+            response,
+            usage,
+            final_content: None,
+            stop_reason: None,
+        }
+    }
+
+    /// Runs one batch of tool calls with checkpoints before and after.
+    async fn tools(&mut self, iteration: u32, response: &ChatResponse) {
+        let hook = self.deps.hook;
+        if self.requester.streaming {
+            let _ = hook.on_stream_end(true);
+        }
+        let calls = &response.tool_calls;
+        let assistant = assistant_message(
+            response.content.as_deref().filter(|c| !c.is_empty()),
+            response,
+            calls,
+        );
+        self.messages.push(assistant.clone());
+        let pending: Vec<Value> = calls.iter().map(call_json).collect();
+        let model = self.spec.model.clone();
+        self.emit(checkpoint::payload(
+            "awaiting_tools",
+            iteration,
+            &model,
+            &assistant,
+            &[],
+            &pending,
+        ))
+        .await;
+        let _ = hook.before_execute_tools(response);
+        let outcomes = execute::run_calls(
+            self.deps.tools,
+            &self.spec.scope,
+            &self.read_only,
+            calls,
+            hook,
+        )
+        .await;
+        let mut completed = Vec::with_capacity(calls.len());
+        for (call, outcome) in calls.iter().zip(outcomes) {
+            if outcome.is_error {
+                self.result.tool_errors += 1;
+            } else {
+                self.result.tools_used.push(call.name.clone());
+            }
+            let row = json!({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": outcome.content});
+            self.messages.push(row.clone());
+            completed.push(row);
+        }
+        self.emit(checkpoint::payload(
+            "tools_completed",
+            iteration,
+            &model,
+            &assistant,
+            &completed,
+            &[],
+        ))
+        .await;
+    }
+
+    /// Appends `content` as the final assistant message unless the transcript already ends
+    /// with it (upstream `_append_final_message`).
+    fn append_final(&mut self, content: &str) {
+        let in_turn = self.messages.len() > self.initial;
+        if let Some(last) = self.messages.last_mut()
+            && in_turn
+            && last["role"] == "assistant"
+            && last.get("tool_calls").is_none()
+        {
+            if last["content"] != content {
+                *last = json!({"role": "assistant", "content": content});
+            }
+            return;
+        }
+        self.messages
+            .push(json!({"role": "assistant", "content": content}));
+    }
+
+    async fn finish_budget_exhausted(&mut self, parts: &[String]) {
+        self.result.stop_reason = "max_iterations";
+        let (response, cost) = self
+            .requester
+            .finalize(
+                &self.messages,
+                prompts::BUDGET_EXHAUSTED_FINALIZATION_PROMPT,
+            )
+            .await;
+        self.charge(cost);
+        let clean = self
+            .deps
+            .hook
+            .finalize_content(response.content.clone().unwrap_or_default());
+        let usable = response.finish_reason != "error"
+            && response.tool_calls.is_empty()
+            && !is_blank(&clean);
+        let terminal = if usable {
+            clean
+        } else {
+            max_iterations_message(self.spec.max_iterations)
+        };
+        self.result.content = if parts.is_empty() {
+            terminal.clone()
+        } else {
+            format!("{}\n\n{}", parts.concat().trim_end(), terminal.trim_start())
+                .trim()
+                .to_string()
+        };
+        self.append_final(&terminal);
+    }
+}
+
+/// Runs the LLM/tool loop.
+pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
+    let messages = std::mem::take(&mut spec.messages);
+    let streaming = deps.hook.wants_streaming();
+    let mut run = Run {
+        deps,
+        spec: &spec,
+        requester: Requester {
+            model: deps.model,
+            spec: &spec,
+            hook: deps.hook,
+            streaming,
+        },
+        definitions: ToolClient::definitions(deps.specs),
+        read_only: deps
+            .specs
+            .iter()
+            .filter(|s| s.read_only)
+            .map(|s| s.name.clone())
+            .collect(),
+        initial: messages.len(),
+        messages,
+        result: RunResult::default(),
+    };
+    let _ = deps.hook.before_run(&run.messages);
+    run.result.streamed = streaming;
+    let hook = deps.hook;
+    let mut empty_retries = 0;
+    let mut parts: Vec<String> = Vec::new();
+    let mut finished = false;
+    for iteration in 0..spec.max_iterations {
+        let _ = hook.before_iteration(&run.iteration_ctx(iteration, None, Usage::default()));
+        let (mut response, cost) = run
+            .requester
+            .with_tools(&run.messages, &run.definitions)
+            .await;
+        run.charge(cost);
+        let mut usage = cost.usage;
+        let terminal_reason = matches!(
+            response.finish_reason.as_str(),
+            "error" | "length" | "refusal" | "content_filter"
+        );
+        if !response.tool_calls.is_empty() && !terminal_reason {
+            run.tools(iteration, &response).await;
+            empty_retries = 0;
+            parts.clear();
+            let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
+            continue;
+        }
+        let mut clean = hook.finalize_content(response.content.clone().unwrap_or_default());
+        if !terminal_reason && is_blank(&clean) {
+            empty_retries += 1;
+            if streaming {
+                let _ = hook.on_stream_end(false);
+            }
+            if empty_retries < MAX_EMPTY_RETRIES {
+                tracing::warn!(iteration, empty_retries, "empty response, retrying");
+                let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
+                continue;
+            }
+            tracing::warn!(
+                iteration,
+                "empty response after retries, attempting finalization"
+            );
+            let (retry, more) = run
+                .requester
+                .finalize(&run.messages, prompts::FINALIZATION_RETRY_PROMPT)
+                .await;
+            run.charge(more);
+            usage.add(&more.usage);
+            response = retry;
+            clean = hook.finalize_content(response.content.clone().unwrap_or_default());
+        }
+        if response.finish_reason == "length" && parts.len() < MAX_LENGTH_RECOVERIES {
+            tracing::info!(
+                iteration,
+                recoveries = parts.len() + 1,
+                "output truncated, continuing"
+            );
+            run.messages
+                .push(assistant_message(Some(&clean), &response, &[]));
+            run.messages.push(prompts::length_recovery_message(&clean));
+            parts.push(clean);
+            let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
+            continue;
+        }
+        if streaming {
+            let _ = hook.on_stream_end(false);
+        }
+        if response.finish_reason == "error" {
+            let text = if is_blank(&clean) {
+                LLM_ERROR_MESSAGE.to_string()
+            } else {
+                clean
+            };
+            run.result.stop_reason = "error";
+            run.result.error = Some(text.clone());
+            run.result.content = text;
+            let ends_with_reply = run.messages.len() > run.initial
+                && run
+                    .messages
+                    .last()
+                    .is_some_and(|m| m["role"] == "assistant" && m.get("tool_calls").is_none());
+            if !ends_with_reply {
+                run.messages.push(
+                    json!({"role": "assistant", "content": prompts::MODEL_ERROR_PLACEHOLDER}),
+                );
+            }
+        } else if is_blank(&clean) && parts.is_empty() {
+            run.result.stop_reason = "empty_final_response";
+            run.result.error = Some(EMPTY_FINAL_RESPONSE_MESSAGE.into());
+            run.result.content = EMPTY_FINAL_RESPONSE_MESSAGE.into();
+            run.append_final(EMPTY_FINAL_RESPONSE_MESSAGE);
+        } else {
+            run.messages
+                .push(assistant_message(Some(&clean), &response, &[]));
+            run.result.stop_reason = "completed";
+            run.result.content = if parts.is_empty() {
+                clean
+            } else {
+                format!("{}{clean}", parts.concat()).trim().to_string()
+            };
+        }
+        let mut ctx = run.iteration_ctx(iteration, Some(&response), usage);
+        ctx.final_content = Some(&run.result.content);
+        ctx.stop_reason = Some(run.result.stop_reason);
+        let _ = hook.after_iteration(&ctx);
+        finished = true;
+        break;
+    }
+    if !finished {
+        run.finish_budget_exhausted(&parts).await;
+    }
+    if let Some(error) = &run.result.error {
+        let _ = hook.on_error(error);
+    }
+    let mut result = run.result;
+    result.new_messages = run.messages.split_off(run.initial);
+    let _ = hook.after_run(&RunSummary {
+        content: &result.content,
+        stop_reason: result.stop_reason,
+        usage: result.usage,
+        llm_calls: result.llm_calls,
+        tools_used: &result.tools_used,
+        tool_errors: result.tool_errors,
+    });
+    result
+}

@@ -1,0 +1,146 @@
+//! Model requests of the runner: the LLM wall timeout (`Error calling LLM: timed out after
+//! {t}s`), provider errors turned into `finish_reason: error` responses, streaming through
+//! the hook, usage estimates when the provider reports none, and the malformed-tool-call
+//! recovery (one corrective retry, then a no-tools request).
+
+use serde_json::Value;
+
+use super::RunSpec;
+use super::prompts;
+use crate::hooks::AgentHook;
+use crate::memory::estimate_tokens;
+use crate::provider::{ChatModel, ChatRequest, ChatResponse, Usage};
+
+/// What a request cost.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Cost {
+    pub(crate) usage: Usage,
+    pub(crate) calls: u32,
+}
+
+impl Cost {
+    pub(crate) fn add(&mut self, other: Cost) {
+        self.usage.add(&other.usage);
+        self.calls += other.calls;
+    }
+}
+
+/// Sends the runner's requests.
+pub(crate) struct Requester<'a> {
+    pub(crate) model: &'a dyn ChatModel,
+    pub(crate) spec: &'a RunSpec,
+    pub(crate) hook: &'a dyn AgentHook,
+    pub(crate) streaming: bool,
+}
+
+fn is_tool_finish(reason: &str) -> bool {
+    matches!(reason, "tool_calls" | "function_call" | "tool_use")
+}
+
+impl Requester<'_> {
+    /// One request; errors and timeouts become `finish_reason: error` responses.
+    pub(crate) async fn once(
+        &self,
+        messages: &[Value],
+        tools: &[Value],
+        stream: bool,
+    ) -> (ChatResponse, Cost) {
+        let request = ChatRequest {
+            model: self.spec.model.clone(),
+            messages: messages.to_vec(),
+            tools: tools.to_vec(),
+            max_tokens: self.spec.max_tokens,
+            temperature: self.spec.temperature,
+            reasoning_effort: self.spec.reasoning_effort.clone(),
+        };
+        let hook = self.hook;
+        let sink = move |d: &str| {
+            let _ = hook.on_stream(d);
+        };
+        let sink_ref: &crate::provider::DeltaFn<'_> = &sink;
+        let on_delta = (stream && self.streaming).then_some(sink_ref);
+        let call = self.model.chat(&request, on_delta);
+        let outcome = match self.spec.llm_timeout {
+            Some(limit) => tokio::time::timeout(limit, call)
+                .await
+                .map_err(|_| limit.as_secs()),
+            None => Ok(call.await),
+        };
+        let mut response = match outcome {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "llm call failed");
+                ChatResponse {
+                    finish_reason: "error".into(),
+                    ..Default::default()
+                }
+            }
+            Err(secs) => {
+                tracing::warn!(timeout_secs = secs, "llm call timed out");
+                ChatResponse {
+                    content: Some(prompts::timeout_message(secs)),
+                    finish_reason: "error".into(),
+                    ..Default::default()
+                }
+            }
+        };
+        if response.finish_reason != "error" && response.usage.total() == 0 {
+            let out = response.content.as_deref().map_or(0, str::len)
+                + response
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments.len())
+                    .sum::<usize>();
+            response.usage.prompt_tokens = estimate_tokens(messages) as u64;
+            response.usage.completion_tokens = (out / 4 + 1) as u64;
+        }
+        let cost = Cost {
+            usage: response.usage,
+            calls: 1,
+        };
+        (response, cost)
+    }
+
+    /// A request with tools; when every tool call of the answer is malformed, retries once
+    /// with a corrective note, then once more without tools.
+    pub(crate) async fn with_tools(
+        &self,
+        messages: &[Value],
+        tools: &[Value],
+    ) -> (ChatResponse, Cost) {
+        let (response, mut cost) = self.once(messages, tools, true).await;
+        if !all_malformed(&response) {
+            return (response, cost);
+        }
+        tracing::warn!(
+            dropped = response.malformed_tool_calls,
+            "retrying llm request after all malformed tool calls were dropped"
+        );
+        let mut retry = messages.to_vec();
+        retry.push(prompts::malformed_note(response.content.as_deref()));
+        let (second, more) = self.once(&retry, tools, true).await;
+        cost.add(more);
+        if !all_malformed(&second) {
+            return (second, cost);
+        }
+        tracing::warn!(
+            "malformed tool calls persisted after retry, falling back to no-tools request"
+        );
+        let mut fallback = messages.to_vec();
+        fallback.push(prompts::malformed_note(second.content.as_deref()));
+        let (third, more) = self.once(&fallback, &[], false).await;
+        cost.add(more);
+        (third, cost)
+    }
+
+    /// A no-tools request with `prompt` appended (finalization, budget exhausted).
+    pub(crate) async fn finalize(&self, messages: &[Value], prompt: &str) -> (ChatResponse, Cost) {
+        let mut request = messages.to_vec();
+        request.push(prompts::user(prompt));
+        self.once(&request, &[], false).await
+    }
+}
+
+fn all_malformed(r: &ChatResponse) -> bool {
+    r.malformed_tool_calls > 0 && r.tool_calls.is_empty() && is_tool_finish(&r.finish_reason)
+}

@@ -1,0 +1,332 @@
+//! Runner semantics against a scripted in-process model and fake tools.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::hooks::NoopHook;
+use crate::provider::{ChatRequest, DeltaFn, LlmError};
+use crate::tools::ToolOutcome;
+
+#[derive(Default)]
+struct Model {
+    replies: Mutex<VecDeque<Result<ChatResponse, LlmError>>>,
+    requests: Mutex<Vec<ChatRequest>>,
+    delay: Option<Duration>,
+}
+
+impl Model {
+    fn new(replies: Vec<ChatResponse>) -> Self {
+        Self {
+            replies: Mutex::new(replies.into_iter().map(Ok).collect()),
+            ..Default::default()
+        }
+    }
+    fn requests(&self) -> Vec<ChatRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for Model {
+    async fn chat(
+        &self,
+        req: &ChatRequest,
+        _: Option<&DeltaFn<'_>>,
+    ) -> Result<ChatResponse, LlmError> {
+        self.requests.lock().unwrap().push(req.clone());
+        if let Some(d) = self.delay {
+            tokio::time::sleep(d).await;
+        }
+        self.replies
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| Ok(text("fallback")))
+    }
+}
+
+struct Tools;
+
+#[async_trait::async_trait]
+impl ToolExecutor for Tools {
+    async fn execute(&self, _: &ToolScope, _: &str, name: &str, arguments: &str) -> ToolOutcome {
+        if name == "fail" {
+            return ToolOutcome {
+                content: json!("Error: nope"),
+                is_error: true,
+            };
+        }
+        ToolOutcome {
+            content: json!(format!("{name} ran with {arguments}")),
+            is_error: false,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Sink(Mutex<Vec<(String, usize)>>);
+
+#[async_trait::async_trait]
+impl CheckpointSink for Sink {
+    async fn checkpoint(&self, payload: Value, turn: &[Value]) {
+        let phase = payload["phase"].as_str().unwrap_or("").to_string();
+        self.0.lock().unwrap().push((phase, turn.len()));
+    }
+}
+
+fn text(t: &str) -> ChatResponse {
+    ChatResponse {
+        content: Some(t.into()),
+        finish_reason: "stop".into(),
+        usage: Usage {
+            prompt_tokens: 10,
+            completion_tokens: 2,
+            cached_tokens: 0,
+        },
+        ..Default::default()
+    }
+}
+
+fn finish(t: &str, reason: &str) -> ChatResponse {
+    ChatResponse {
+        finish_reason: reason.into(),
+        ..text(t)
+    }
+}
+
+fn calls(names: &[&str]) -> ChatResponse {
+    ChatResponse {
+        content: None,
+        tool_calls: names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ToolCall {
+                id: format!("c{i}"),
+                name: (*n).into(),
+                arguments: "{\"a\": 1,".into(),
+            })
+            .collect(),
+        finish_reason: "tool_calls".into(),
+        ..text("")
+    }
+}
+
+fn spec(max_iterations: u32) -> RunSpec {
+    RunSpec {
+        messages: vec![
+            json!({"role": "system", "content": "sys"}),
+            json!({"role": "user", "content": "hi"}),
+        ],
+        model: "m".into(),
+        max_tokens: 100,
+        max_iterations,
+        ..Default::default()
+    }
+}
+
+fn tool_spec(name: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        parameters_json: "{\"type\":\"object\"}".into(),
+        ..Default::default()
+    }
+}
+
+async fn go(model: &Model, max_iterations: u32, sink: Option<&Sink>) -> RunResult {
+    let specs = [tool_spec("exec"), tool_spec("fail")];
+    let deps = RunDeps {
+        model,
+        tools: &Tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: sink.map(|s| s as &dyn CheckpointSink),
+    };
+    run(deps, spec(max_iterations)).await
+}
+
+fn last_content(req: &ChatRequest) -> String {
+    req.messages.last().unwrap()["content"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[tokio::test]
+async fn blank_replies_are_retried_then_finalized_without_tools() {
+    let model = Model::new(vec![text(""), text("  "), text("Final answer.")]);
+    let r = go(&model, 10, None).await;
+    assert_eq!(r.content, "Final answer.");
+    assert_eq!(r.stop_reason, "completed");
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(!reqs[1].tools.is_empty());
+    assert!(reqs[2].tools.is_empty(), "finalization has no tools");
+    assert_eq!(last_content(&reqs[2]), prompts::FINALIZATION_RETRY_PROMPT);
+    assert_eq!(r.llm_calls, 3);
+    assert_eq!(r.usage.prompt_tokens, 30);
+}
+
+#[tokio::test]
+async fn still_blank_after_finalization_ends_with_the_empty_final_message() {
+    let model = Model::new(vec![text(""), text(""), text("")]);
+    let r = go(&model, 10, None).await;
+    assert_eq!(r.content, EMPTY_FINAL_RESPONSE_MESSAGE);
+    assert_eq!(r.stop_reason, "empty_final_response");
+    assert_eq!(
+        r.new_messages.last().unwrap()["content"],
+        EMPTY_FINAL_RESPONSE_MESSAGE
+    );
+}
+
+#[tokio::test]
+async fn truncated_replies_are_continued_and_joined() {
+    let model = Model::new(vec![
+        finish("Hello ", "length"),
+        finish("big ", "length"),
+        text("world"),
+    ]);
+    let r = go(&model, 10, None).await;
+    assert_eq!(r.content, "Hello big world");
+    let reqs = model.requests();
+    let second = &reqs[1].messages;
+    assert_eq!(
+        second[second.len() - 2],
+        json!({"role": "assistant", "content": "Hello "})
+    );
+    assert!(last_content(&reqs[1]).starts_with(prompts::LENGTH_RECOVERY_PROMPT));
+    assert!(
+        last_content(&reqs[1])
+            .contains("<already_delivered_tail>\nHello \n</already_delivered_tail>")
+    );
+}
+
+#[tokio::test]
+async fn all_malformed_tool_calls_get_one_corrective_retry_then_a_no_tools_request() {
+    let malformed = ChatResponse {
+        malformed_tool_calls: 1,
+        finish_reason: "tool_calls".into(),
+        ..text("Let me check.")
+    };
+    let model = Model::new(vec![malformed.clone(), malformed, text("Plain answer.")]);
+    let r = go(&model, 10, None).await;
+    assert_eq!(r.content, "Plain answer.");
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(last_content(&reqs[1]).starts_with(prompts::MALFORMED_TOOL_CALLS_NOTE));
+    assert!(
+        last_content(&reqs[1])
+            .ends_with("Previous assistant text before the malformed calls:\nLet me check.")
+    );
+    assert!(!reqs[1].tools.is_empty());
+    assert!(reqs[2].tools.is_empty());
+    assert_eq!(
+        r.new_messages.len(),
+        1,
+        "the corrective note stays out of the transcript"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_model_hits_the_wall_timeout() {
+    let model = Model {
+        delay: Some(Duration::from_secs(3)),
+        ..Model::new(vec![text("late")])
+    };
+    let specs = [tool_spec("exec")];
+    let deps = RunDeps {
+        model: &model,
+        tools: &Tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+    };
+    let r = run(
+        deps,
+        RunSpec {
+            llm_timeout: Some(Duration::from_secs(1)),
+            ..spec(5)
+        },
+    )
+    .await;
+    assert_eq!(r.content, "Error calling LLM: timed out after 1s");
+    assert_eq!(r.stop_reason, "error");
+    assert_eq!(
+        r.new_messages,
+        vec![json!({"role": "assistant", "content": prompts::MODEL_ERROR_PLACEHOLDER})]
+    );
+}
+
+#[tokio::test]
+async fn provider_errors_end_the_turn_with_the_error_message() {
+    let model = Model::default();
+    model
+        .replies
+        .lock()
+        .unwrap()
+        .push_back(Err(LlmError::Status {
+            status: 400,
+            body: "bad".into(),
+            retry_after: None,
+        }));
+    let r = go(&model, 5, None).await;
+    assert_eq!(r.content, LLM_ERROR_MESSAGE);
+    assert_eq!(r.error.as_deref(), Some(LLM_ERROR_MESSAGE));
+}
+
+#[tokio::test]
+async fn an_exhausted_budget_is_finalized_without_tools_or_with_the_template() {
+    let model = Model::new(vec![
+        calls(&["exec"]),
+        calls(&["exec"]),
+        text("Did two steps; one remains."),
+    ]);
+    let r = go(&model, 2, None).await;
+    assert_eq!(r.stop_reason, "max_iterations");
+    assert_eq!(r.content, "Did two steps; one remains.");
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs[2].tools.is_empty());
+    assert_eq!(
+        last_content(&reqs[2]),
+        prompts::BUDGET_EXHAUSTED_FINALIZATION_PROMPT
+    );
+
+    let model = Model::new(vec![calls(&["exec"]), calls(&["exec"])]);
+    let r = go(&model, 1, None).await;
+    assert_eq!(r.content, max_iterations_message(1));
+    assert_eq!(
+        r.new_messages.last().unwrap()["content"],
+        max_iterations_message(1)
+    );
+}
+
+#[tokio::test]
+async fn tool_batches_are_checkpointed_and_errors_counted() {
+    let sink = Sink::default();
+    let model = Model::new(vec![calls(&["exec", "fail"]), text("done")]);
+    let r = go(&model, 5, Some(&sink)).await;
+    assert_eq!(r.content, "done");
+    assert_eq!(
+        *sink.0.lock().unwrap(),
+        vec![
+            ("awaiting_tools".to_string(), 1),
+            ("tools_completed".to_string(), 3)
+        ]
+    );
+    assert_eq!(r.tool_errors, 1);
+    assert_eq!(r.tools_used, vec!["exec"]);
+    let roles: Vec<&str> = r
+        .new_messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["assistant", "tool", "tool", "assistant"]);
+    assert_eq!(
+        r.new_messages[1]["content"], "exec ran with {\"a\":1}",
+        "arguments repaired"
+    );
+}
