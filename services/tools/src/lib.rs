@@ -1,15 +1,17 @@
 //! Tool executors: serve nanobot's builtin tools (`read_file`, `write_file`, `edit_file`,
-//! `list_dir`, `exec`) over NATS. Every replica joins the queue group
-//! [`subjects::TOOLS_QUEUE_GROUP`] on [`subjects::TOOL_CALL_ALL`] (answering
+//! `list_dir`, `glob`, `grep`, `exec`, `web_search`, `web_fetch`) over NATS. Every replica
+//! joins the queue group [`subjects::TOOLS_QUEUE_GROUP`] on [`subjects::TOOL_CALL_ALL`] (answering
 //! `ToolCallRequest` with `ToolCallResult`) and [`subjects::TOOL_LIST_ALL`] (answering
 //! `ToolListRequest` with `ToolListResponse`), so any number of replicas share the load.
 //!
 //! # Layout
 //! - [`handlers`]: dispatch by subject; `call` and `list` request handlers.
+//! - [`net`]: the address policy (internal ranges, `tools.ssrfWhitelist`) for network tools.
 //! - [`registry`]: the `Tool` contract, call context and output, the registry.
 //! - [`params`]: argument coercion, `cast_params` and `validate_params` with upstream's errors.
 //! - [`sandbox`]: workspace path resolution and the `restrictToWorkspace` boundary.
 //! - [`tools`]: one file per builtin tool, plus the `exec` guards and shell splitter.
+//! - [`web`]: `web_fetch` (SSRF guard with DNS pinning, readability) and `web_search`.
 #![forbid(unsafe_code)]
 
 use std::future::Future;
@@ -25,10 +27,12 @@ use nanobot_runtime::config::Config;
 use nanobot_runtime::{service, shutdown};
 
 pub mod handlers;
+pub mod net;
 pub mod params;
 pub mod registry;
 pub mod sandbox;
 pub mod tools;
+pub mod web;
 
 use handlers::Deps;
 use registry::Registry;

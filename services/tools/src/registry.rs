@@ -83,6 +83,12 @@ pub enum RegistryError {
         pattern: String,
         cause: String,
     },
+    /// A `tools` section does not have the expected shape.
+    #[error("invalid {section}: {cause}")]
+    Section {
+        section: &'static str,
+        cause: String,
+    },
 }
 
 /// The tools one executor serves, by name.

@@ -147,6 +147,8 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
             "grep",
             "list_dir",
             "read_file",
+            "web_fetch",
+            "web_search",
             "write_file"
         ]
     );

@@ -127,7 +127,11 @@ mod tests {
 
     #[test]
     fn garbage_and_nameless_requests_are_bad_requests() {
-        let garbage = decode(&nanobot_proto::subjects::tool_call("b", "x"), b"\xff\xff\xff\xff").unwrap_err();
+        let garbage = decode(
+            &nanobot_proto::subjects::tool_call("b", "x"),
+            b"\xff\xff\xff\xff",
+        )
+        .unwrap_err();
         assert!(
             matches!(garbage, ServiceError::BadRequest { .. }),
             "{garbage}"

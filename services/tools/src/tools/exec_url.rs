@@ -2,9 +2,12 @@
 //! to, a loopback, private, link-local or otherwise internal address is refused (upstream's
 //! `contains_internal_url`), unless the address is in `tools.ssrfWhitelist`.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::LazyLock;
 use std::time::Duration;
+
+pub use crate::net::Cidr;
+use crate::net::is_blocked;
 
 /// Refusal when an internal URL is found.
 pub const INTERNAL_URL: &str =
@@ -16,79 +19,6 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 static URL: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(r#"(?i)https?://[^\s'"<>|;`)]+"#).expect("static url regex is valid")
 });
-
-/// A CIDR range from `tools.ssrfWhitelist`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Cidr {
-    network: IpAddr,
-    prefix: u8,
-}
-
-impl Cidr {
-    /// Parses `10.0.0.0/8`, `::1/128` or a bare address.
-    pub fn parse(text: &str) -> Option<Self> {
-        let (addr, prefix) = match text.trim().split_once('/') {
-            Some((addr, prefix)) => (addr, Some(prefix.parse::<u8>().ok()?)),
-            None => (text.trim(), None),
-        };
-        let network: IpAddr = addr.parse().ok()?;
-        let max = if network.is_ipv4() { 32 } else { 128 };
-        let prefix = prefix.unwrap_or(max);
-        (prefix <= max).then_some(Self { network, prefix })
-    }
-
-    fn contains(&self, ip: IpAddr) -> bool {
-        match (self.network, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-/// Returns whether an address is internal (never reachable from a tool without a
-/// whitelist entry).
-pub fn is_internal(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => is_internal_v4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => is_internal_v4(v4),
-            None => is_internal_v6(v6),
-        },
-    }
-}
-
-fn is_internal_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, ..] = ip.octets();
-    ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_unspecified()
-        || ip.is_broadcast()
-        || ip.is_multicast()
-        || a == 0
-        || (a == 100 && (64..128).contains(&b))
-        || (a == 198 && (b == 18 || b == 19))
-}
-
-fn is_internal_v6(ip: Ipv6Addr) -> bool {
-    let first = ip.segments()[0];
-    ip.is_loopback()
-        || ip.is_unspecified()
-        || ip.is_multicast()
-        || (first & 0xfe00) == 0xfc00
-        || (first & 0xffc0) == 0xfe80
-}
 
 /// Returns the host of a URL (`user@`, port and brackets stripped).
 fn host_of(url: &str) -> Option<String> {
@@ -105,7 +35,7 @@ fn host_of(url: &str) -> Option<String> {
 
 /// Returns the refusal when `command` names a URL on an internal address.
 pub async fn check_urls(command: &str, whitelist: &[Cidr]) -> Option<&'static str> {
-    let blocked = |ip: IpAddr| is_internal(ip) && !whitelist.iter().any(|c| c.contains(ip));
+    let blocked = |ip: IpAddr| is_blocked(ip, whitelist);
     for url in URL.find_iter(command) {
         let Some(host) = host_of(url.as_str()) else {
             continue;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use nanobot_runtime::config::ToolsConfig;
 
+use crate::net;
 use crate::registry::{RegistryError, Tool};
 
 pub mod edit_file;
@@ -18,7 +19,8 @@ pub mod search;
 pub mod shell_split;
 pub mod write_file;
 
-/// Returns the builtin tools enabled by `cfg` (`tools.file.enable`, `tools.exec.enable`).
+/// Returns the builtin tools enabled by `cfg` (`tools.file.enable`, `tools.exec.enable`,
+/// `tools.web.enable`).
 pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
     let file_enabled = cfg
         .extra
@@ -36,19 +38,11 @@ pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
         tools.push(Arc::new(grep::Grep));
     }
     if cfg.exec.enable {
-        let whitelist = cfg
-            .extra
-            .get("ssrfWhitelist")
-            .and_then(serde_json::Value::as_array)
-            .map(|list| {
-                list.iter()
-                    .filter_map(|v| v.as_str().and_then(exec_url::Cidr::parse))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let whitelist = net::whitelist_from(cfg.extra.get("ssrfWhitelist"));
         tools.push(Arc::new(
             exec::Exec::new(&cfg.exec)?.with_ssrf_whitelist(whitelist),
         ));
     }
+    tools.extend(crate::web::tools(cfg)?);
     Ok(tools)
 }

@@ -1,0 +1,150 @@
+//! The address policy shared by every tool that reaches the network (`exec`'s URL guard,
+//! `web_fetch`, MCP over HTTP): loopback, private, link-local, unique-local, carrier-grade
+//! NAT and unspecified addresses are internal, IPv4-mapped IPv6 addresses count as their
+//! IPv4 form, and `tools.ssrfWhitelist` CIDRs are let through.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde_json::Value;
+
+/// A CIDR range from `tools.ssrfWhitelist`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `10.0.0.0/8`, `::1/128` or a bare address.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (addr, prefix) = match text.trim().split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix.parse::<u8>().ok()?)),
+            None => (text.trim(), None),
+        };
+        let network: IpAddr = addr.parse().ok()?;
+        let max = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(max);
+        (prefix <= max).then_some(Self { network, prefix })
+    }
+
+    /// Returns whether `ip` lies in the range.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.network, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Returns the `tools.ssrfWhitelist` entries that parse as CIDRs (others are ignored, as
+/// upstream does).
+pub fn whitelist_from(value: Option<&Value>) -> Vec<Cidr> {
+    let Some(list) = value.and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    let mut cidrs = Vec::new();
+    for entry in list {
+        match entry.as_str().and_then(Cidr::parse) {
+            Some(cidr) => cidrs.push(cidr),
+            None => tracing::warn!(entry = %entry, "ignoring invalid tools.ssrfWhitelist entry"),
+        }
+    }
+    cidrs
+}
+
+/// Returns an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) as its IPv4 form; others as is.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
+}
+
+/// Returns whether an address is internal (never reachable from a tool without a
+/// whitelist entry).
+pub fn is_internal(ip: IpAddr) -> bool {
+    match canonical(ip) {
+        IpAddr::V4(v4) => is_internal_v4(v4),
+        IpAddr::V6(v6) => is_internal_v6(v6),
+    }
+}
+
+/// Returns whether a tool must not connect to `ip`: internal and not whitelisted.
+pub fn is_blocked(ip: IpAddr, whitelist: &[Cidr]) -> bool {
+    let ip = canonical(ip);
+    is_internal(ip) && !whitelist.iter().any(|c| c.contains(ip))
+}
+
+fn is_internal_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, ..] = ip.octets();
+    ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b))
+        || (a == 198 && (b == 18 || b == 19))
+}
+
+fn is_internal_v6(ip: Ipv6Addr) -> bool {
+    let first = ip.segments()[0];
+    ip.is_loopback()
+        || ip.is_unspecified()
+        || ip.is_multicast()
+        || (first & 0xfe00) == 0xfc00
+        || (first & 0xffc0) == 0xfe80
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn internal_ranges_and_mapped_addresses_are_blocked_unless_whitelisted() {
+        for internal in [
+            "127.0.0.1",
+            "127.0.0.2",
+            "::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "169.254.169.254",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::",
+            "fd00::1",
+            "fe80::1",
+        ] {
+            assert!(is_blocked(ip(internal), &[]), "{internal}");
+        }
+        for public in ["8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111"] {
+            assert!(!is_blocked(ip(public), &[]), "{public}");
+        }
+        let whitelist = [Cidr::parse("127.0.0.1/32").unwrap()];
+        assert!(!is_blocked(ip("127.0.0.1"), &whitelist));
+        assert!(!is_blocked(ip("::ffff:127.0.0.1"), &whitelist));
+        assert!(is_blocked(ip("127.0.0.2"), &whitelist));
+        let parsed = whitelist_from(Some(&serde_json::json!(["100.64.0.0/10", "nope", 7])));
+        assert_eq!(parsed, [Cidr::parse("100.64.0.0/10").unwrap()]);
+    }
+}

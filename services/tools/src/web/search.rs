@@ -1,0 +1,181 @@
+//! `web_search`: searches through the configured provider (Brave, Tavily, SearXNG, or the
+//! keyless DuckDuckGo HTML endpoint, also the fallback when a provider lacks its key or
+//! URL) and formats results as upstream: `Results for: {q}` then `{i}. {title}\n   {url}\n
+//! {snippet}`, or `No results for: {q}`.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::extract::{normalize, strip_tags};
+use super::search_providers::{self as providers, Endpoints, Hit};
+use super::{SearchConfig, WebConfig};
+use crate::registry::{Args, Tool, ToolContext, ToolOutput, arg_i64, arg_str, object_schema};
+
+/// Most results one call returns.
+const MAX_COUNT: i64 = 10;
+
+/// The backend a search runs on, with what it needs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Provider {
+    /// Keyless DuckDuckGo HTML results.
+    DuckDuckGo,
+    /// Brave Search API with its subscription token.
+    Brave { api_key: String },
+    /// Tavily API with its key.
+    Tavily { api_key: String },
+    /// A SearXNG instance (`{base}/search?format=json`).
+    Searxng { base_url: String },
+}
+
+impl Provider {
+    /// Resolves `tools.web.search` to a backend, as upstream's `_effective_provider`: a
+    /// provider missing its key or URL (config, else environment) falls back to DuckDuckGo.
+    pub fn resolve(cfg: &SearchConfig, env: impl Fn(&str) -> Option<String>) -> Self {
+        let name = cfg.provider.trim().to_lowercase();
+        let configured = |value: &str, var: &str| {
+            let value = value.trim();
+            if value.is_empty() {
+                env(var)
+            } else {
+                Some(value.to_string())
+            }
+        };
+        let provider = match name.as_str() {
+            "" | "brave" => {
+                configured(&cfg.api_key, "BRAVE_API_KEY").map(|api_key| Self::Brave { api_key })
+            }
+            "tavily" => {
+                configured(&cfg.api_key, "TAVILY_API_KEY").map(|api_key| Self::Tavily { api_key })
+            }
+            "searxng" => configured(&cfg.base_url, "SEARXNG_BASE_URL")
+                .map(|base_url| Self::Searxng { base_url }),
+            "duckduckgo" => Some(Self::DuckDuckGo),
+            other => {
+                tracing::warn!(
+                    provider = other,
+                    "search provider not supported here, using duckduckgo"
+                );
+                Some(Self::DuckDuckGo)
+            }
+        };
+        provider.unwrap_or_else(|| {
+            tracing::warn!(provider = %name, "search provider has no api key or base url, using duckduckgo");
+            Self::DuckDuckGo
+        })
+    }
+}
+
+/// Searches the web.
+#[derive(Debug, Clone)]
+pub struct WebSearch {
+    provider: Provider,
+    max_results: u32,
+    timeout: Duration,
+    client: reqwest::Client,
+    endpoints: Endpoints,
+}
+
+impl WebSearch {
+    /// Returns the tool for `tools.web`; `env` supplies keys missing from config.
+    pub fn new(web: &WebConfig, env: impl Fn(&str) -> Option<String>) -> Self {
+        let timeout = Duration::from_secs(web.search.timeout.max(1));
+        Self {
+            provider: Provider::resolve(&web.search, env),
+            max_results: web.search.max_results,
+            timeout,
+            client: super::api_client(web, timeout),
+            endpoints: Endpoints::default(),
+        }
+    }
+
+    /// Sends provider requests to other endpoints (tests).
+    #[cfg(test)]
+    pub(crate) fn with_endpoints(mut self, endpoints: Endpoints) -> Self {
+        self.endpoints = endpoints;
+        self
+    }
+
+    /// Returns the backend searches run on.
+    pub fn provider(&self) -> &Provider {
+        &self.provider
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for WebSearch {
+    fn name(&self) -> &'static str {
+        "web_search"
+    }
+
+    fn description(&self) -> &'static str {
+        "Search the web. Returns titles, URLs, and snippets. count defaults to 5 (max 10). \
+         Use web_fetch to read a specific page in full."
+    }
+
+    fn parameters(&self) -> Value {
+        object_schema(
+            json!({
+                "query": {"type": "string", "description": "Search query"},
+                "count": {"type": "integer", "description": "Results (1-10)", "minimum": 1, "maximum": 10},
+            }),
+            &["query"],
+        )
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn execute(&self, _ctx: &ToolContext, args: Args) -> ToolOutput {
+        let query = arg_str(&args, "query").unwrap_or_default();
+        let requested = arg_i64(&args, "count").unwrap_or(i64::from(self.max_results));
+        let n = usize::try_from(requested.clamp(1, MAX_COUNT)).unwrap_or(5);
+        let result = match &self.provider {
+            Provider::DuckDuckGo => self.duckduckgo(query).await,
+            Provider::Brave { api_key } => {
+                providers::brave(&self.client, &self.endpoints, api_key, query, n).await
+            }
+            Provider::Tavily { api_key } => {
+                providers::tavily(&self.client, &self.endpoints, api_key, query, n).await
+            }
+            Provider::Searxng { base_url } => {
+                providers::searxng(&self.client, base_url, query).await
+            }
+        };
+        match result {
+            Ok(hits) => ToolOutput::text(format_results(query, &hits, n)),
+            Err(message) => ToolOutput::error(message),
+        }
+    }
+}
+
+impl WebSearch {
+    async fn duckduckgo(&self, query: &str) -> Result<Vec<Hit>, String> {
+        let search = providers::duckduckgo(&self.client, &self.endpoints, query);
+        let failure = match tokio::time::timeout(self.timeout, search).await {
+            Ok(Ok(hits)) => return Ok(hits),
+            Ok(Err(e)) => e,
+            Err(_) => format!("timed out after {} s", self.timeout.as_secs()),
+        };
+        tracing::warn!(error = %failure, "duckduckgo search failed");
+        Err(format!("Error: DuckDuckGo search failed ({failure})"))
+    }
+}
+
+/// Formats hits as upstream's `_format_results` (titles and snippets stripped of tags).
+pub fn format_results(query: &str, hits: &[Hit], n: usize) -> String {
+    if hits.is_empty() {
+        return format!("No results for: {query}");
+    }
+    let mut lines = vec![format!("Results for: {query}\n")];
+    for (i, hit) in hits.iter().take(n).enumerate() {
+        let title = normalize(&strip_tags(&hit.title));
+        let snippet = normalize(&strip_tags(&hit.content));
+        lines.push(format!("{}. {title}\n   {}", i + 1, hit.url));
+        if !snippet.is_empty() {
+            lines.push(format!("   {snippet}"));
+        }
+    }
+    lines.join("\n")
+}
