@@ -6,6 +6,7 @@ mod api;
 mod background;
 mod observability;
 mod repo;
+mod runner;
 mod turns;
 
 use std::time::Duration;
