@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use nanobot_core::checkpoint::{self, PENDING_USER_TURN_KEY, RUNTIME_CHECKPOINT_KEY};
+use nanobot_core::checkpoint::{
+    self, PENDING_TURN_ID_KEY, PENDING_USER_TURN_KEY, RUNTIME_CHECKPOINT_KEY, Restore,
+};
 use nanobot_core::history;
 use nanobot_core::hooks::{AgentHook, CompositeHook, LoggingHook, UsageHook};
 use nanobot_core::memory::estimate_tokens;
@@ -14,7 +16,7 @@ use nanobot_core::resolve;
 use nanobot_core::runner::{self, RunDeps, RunSpec};
 use nanobot_core::session::now_iso;
 use nanobot_core::tools::ToolScope;
-use nanobot_proto::{ConsolidationRequest, OutboundKind, subjects};
+use nanobot_proto::{ConsolidationRequest, OutboundKind, keys, subjects};
 use nanobot_runtime::bus;
 
 use crate::bots::Bot;
@@ -100,21 +102,35 @@ async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<Str
 }
 
 /// Restores an interrupted turn of `session_key` into its history (next turn, or `/stop`).
-pub async fn recover(bot: &Bot, session_key: &str) -> anyhow::Result<usize> {
+/// Closing a turn marks its message as answered, so a redelivery of it is dropped.
+pub async fn recover(
+    deps: &Deps,
+    bot: &Bot,
+    session_key: &str,
+    how: Restore,
+) -> anyhow::Result<usize> {
     let mut session = bot.sessions.load(session_key).await?;
     if !session.metadata.contains_key(RUNTIME_CHECKPOINT_KEY)
         && !session.metadata.contains_key(PENDING_USER_TURN_KEY)
     {
         return Ok(0);
     }
-    let rows = checkpoint::restore(&session.messages, &mut session.metadata);
+    let interrupted = session
+        .metadata
+        .get(PENDING_TURN_ID_KEY)
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let rows = checkpoint::restore(&session.messages, &mut session.metadata, how);
     bot.sessions.append(session_key, &rows).await?;
     bot.sessions
         .set_metadata(session_key, &session.metadata)
         .await?;
-    if !rows.is_empty() {
-        tracing::info!(session_id = %session_key, rows = rows.len(), "restored interrupted turn");
+    if how == Restore::Close
+        && let Some(id) = interrupted
+    {
+        deps.mark_seen(&keys::inbound_seen(&bot.spec.id, &id)).await;
     }
+    tracing::info!(session_id = %session_key, rows = rows.len(), resumed = how == Restore::Resume, "restored interrupted turn");
     Ok(rows.len())
 }
 
@@ -144,26 +160,40 @@ pub async fn run(deps: &Deps, bot: &Bot, input: &TurnInput, outbox: &Outbox) -> 
     }
     let cfg = &deps.cfg;
     let d = &cfg.agents.defaults;
-    recover(bot, &input.session_key).await?;
+    let pending = bot.sessions.load(&input.session_key).await?.metadata;
+    let resume =
+        pending.get(PENDING_TURN_ID_KEY).and_then(Value::as_str) == Some(input.id.as_str());
+    let how = if resume {
+        Restore::Resume
+    } else {
+        Restore::Close
+    };
+    recover(deps, bot, &input.session_key, how).await?;
     let session = bot.sessions.load(&input.session_key).await?;
     let replay = history::replay(
         &session.messages,
         session.last_consolidated,
         history::MAX_REPLAY_MESSAGES,
     );
-    let messages = bot.context.messages(
-        replay,
-        &input.content,
-        &input.media,
-        &input.channel,
-        &input.chat_id,
-    );
-    // The user message is persisted before the first LLM call (crash recovery).
-    let mut user_row = json!({"role": "user", "content": input.content, "timestamp": now_iso()});
-    if !input.media.is_empty() {
-        user_row["media"] = json!(input.media);
-    }
-    bot.sessions.append(&input.session_key, &[user_row]).await?;
+    let messages = if resume {
+        // A redelivered message whose turn was interrupted: continue from its saved rows.
+        bot.context.resumed_messages(replay, &input.channel)
+    } else {
+        // The user message is persisted before the first LLM call (crash recovery).
+        let mut user_row =
+            json!({"role": "user", "content": input.content, "timestamp": now_iso()});
+        if !input.media.is_empty() {
+            user_row["media"] = json!(input.media);
+        }
+        bot.sessions.append(&input.session_key, &[user_row]).await?;
+        bot.context.messages(
+            replay,
+            &input.content,
+            &input.media,
+            &input.channel,
+            &input.chat_id,
+        )
+    };
     let sink = SessionCheckpoints::new(
         bot.sessions.clone(),
         &input.session_key,
@@ -172,6 +202,7 @@ pub async fn run(deps: &Deps, bot: &Bot, input: &TurnInput, outbox: &Outbox) -> 
     );
     sink.update(|m| {
         m.insert(PENDING_USER_TURN_KEY.into(), json!(true));
+        m.insert(PENDING_TURN_ID_KEY.into(), json!(input.id));
     })
     .await?;
 
@@ -228,6 +259,7 @@ pub async fn run(deps: &Deps, bot: &Bot, input: &TurnInput, outbox: &Outbox) -> 
     sink.update(|m| {
         m.remove(RUNTIME_CHECKPOINT_KEY);
         m.remove(PENDING_USER_TURN_KEY);
+        m.remove(PENDING_TURN_ID_KEY);
         m.insert(
             LAST_USAGE_KEY.into(),
             json!({"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens, "cached_tokens": result.usage.cached_tokens}),

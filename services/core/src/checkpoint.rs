@@ -14,6 +14,9 @@ use crate::session::now_iso;
 pub const RUNTIME_CHECKPOINT_KEY: &str = "runtime_checkpoint";
 /// Session metadata key set while a persisted user message awaits its reply.
 pub const PENDING_USER_TURN_KEY: &str = "pending_user_turn";
+/// Session metadata key of the id of the message whose turn is pending (fleet extension: a
+/// redelivered message with this id resumes its own turn instead of starting a new one).
+pub const PENDING_TURN_ID_KEY: &str = "pending_turn_id";
 /// Synthetic result for a tool call that never finished.
 pub const TOOL_INTERRUPTED: &str = "Error: Task interrupted before this tool finished.";
 /// Synthetic reply for a user message that never got one.
@@ -58,10 +61,22 @@ fn key(m: &Value) -> [Value; 7] {
     .map(|k| m.get(k).cloned().unwrap_or(Value::Null))
 }
 
+/// How an interrupted turn is restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restore {
+    /// Another message arrived: the interrupted turn is closed (a user message without a
+    /// reply gets [`RESPONSE_INTERRUPTED`]).
+    Close,
+    /// The interrupted turn's own message was redelivered: its rows are restored and the
+    /// turn continues from them, so no synthetic reply is added.
+    Resume,
+}
+
 /// Returns the rows that restore an interrupted turn onto `history`, and clears the
 /// checkpoint and pending markers in `metadata`. Rows already at the end of `history` (a
 /// batch the runner persisted before dying) are not repeated.
-pub fn restore(history: &[Value], metadata: &mut Map<String, Value>) -> Vec<Value> {
+pub fn restore(history: &[Value], metadata: &mut Map<String, Value>, how: Restore) -> Vec<Value> {
+    metadata.remove(PENDING_TURN_ID_KEY);
     let mut rows = Vec::new();
     if let Some(Value::Object(cp)) = metadata.remove(RUNTIME_CHECKPOINT_KEY) {
         let mut restored = Vec::new();
@@ -107,7 +122,7 @@ pub fn restore(history: &[Value], metadata: &mut Map<String, Value>) -> Vec<Valu
         .or(history.last())
         .and_then(|m| m.get("role"))
         .and_then(Value::as_str);
-    if pending_user && last_role == Some("user") {
+    if pending_user && how == Restore::Close && last_role == Some("user") {
         rows.push(json!({"role": "assistant", "content": RESPONSE_INTERRUPTED}));
     }
     let now = now_iso();
@@ -158,7 +173,7 @@ mod tests {
         );
         meta.insert(PENDING_USER_TURN_KEY.into(), json!(true));
         let history = vec![json!({"role": "user", "content": "run it"})];
-        let rows = restore(&history, &mut meta);
+        let rows = restore(&history, &mut meta, Restore::Close);
         assert!(meta.is_empty(), "markers cleared");
         assert_eq!(rows.len(), 3, "{rows:#?}");
         assert_eq!(rows[0]["tool_calls"][0]["id"], "c1");
@@ -196,7 +211,7 @@ mod tests {
             result.clone(),
         ];
         assert!(
-            restore(&history, &mut meta).is_empty(),
+            restore(&history, &mut meta, Restore::Close).is_empty(),
             "nothing to add; last row is not a user row"
         );
     }
@@ -205,11 +220,31 @@ mod tests {
     fn a_user_message_without_reply_gets_the_interrupted_reply() {
         let mut meta = Map::new();
         meta.insert(PENDING_USER_TURN_KEY.into(), json!(true));
-        let rows = restore(&[json!({"role": "user", "content": "hi"})], &mut meta);
+        let mut resumed = meta.clone();
+        assert!(
+            restore(
+                &[json!({"role": "user", "content": "hi"})],
+                &mut resumed,
+                Restore::Resume
+            )
+            .is_empty()
+        );
+        let rows = restore(
+            &[json!({"role": "user", "content": "hi"})],
+            &mut meta,
+            Restore::Close,
+        );
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0]["role"], "assistant");
         assert_eq!(rows[0]["content"], RESPONSE_INTERRUPTED);
         let mut meta = Map::new();
-        assert!(restore(&[json!({"role": "user", "content": "hi"})], &mut meta).is_empty());
+        assert!(
+            restore(
+                &[json!({"role": "user", "content": "hi"})],
+                &mut meta,
+                Restore::Close
+            )
+            .is_empty()
+        );
     }
 }

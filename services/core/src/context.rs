@@ -140,6 +140,14 @@ impl ContextBuilder {
         )
     }
 
+    /// Returns `[system, *history]` for a turn resumed after a crash: its user message is
+    /// already the history's last user row.
+    pub fn resumed_messages(&self, history: Vec<Value>, channel: &str) -> Vec<Value> {
+        let mut messages = vec![json!({"role": "system", "content": self.system_prompt(channel)})];
+        messages.extend(history);
+        messages
+    }
+
     /// Returns `[system, *history, current user]`, merging into a trailing user message so no
     /// two user messages are consecutive. Images become base64 data-URL blocks before the text.
     pub fn messages(

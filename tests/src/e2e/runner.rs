@@ -223,6 +223,16 @@ async fn a_turn_killed_mid_tool_is_restored_with_interrupted_results() {
     );
     assert_eq!(shape[3].0, "user");
     assert!(shape[3].1.ends_with("what happened?"));
+    let mut conn = fleet.redis_conn().await.unwrap();
+    let seen: bool = redis::cmd("EXISTS")
+        .arg(keys::inbound_seen("default", "crash-1"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        seen,
+        "a later redelivery of the interrupted message is dropped"
+    );
     let meta = session_metadata(&fleet, "cli:crash").await;
     assert!(
         meta.get("runtime_checkpoint").is_none() && meta.get("pending_user_turn").is_none(),
@@ -578,4 +588,54 @@ async fn progress_and_tool_hints_follow_the_channel_switches() {
         .await
         .unwrap();
     assert_eq!(interim_output(&mut quiet).await, vec![]);
+}
+
+#[tokio::test]
+async fn a_redelivered_interrupted_message_resumes_its_own_turn() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    fleet
+        .llm
+        .push(Reply::tool_calls([("exec", json!({"command": "sleep 5"}))]));
+    publish_inbound(&fleet, "crash-3", "cli:resume", "run the slow thing").await;
+    let awaiting = || async {
+        session_metadata(&fleet, "cli:resume").await["runtime_checkpoint"]["phase"]
+            == "awaiting_tools"
+    };
+    wait_until(awaiting, TURN).await.unwrap();
+    kill_and_restart_agent(&mut fleet).await;
+    fleet
+        .llm
+        .push(Reply::text("The command was cut off; run it again?"));
+    // JetStream redelivers an unacknowledged message; publishing the same id again is the
+    // same event without waiting out the ack deadline.
+    publish_inbound(&fleet, "crash-3", "cli:resume", "run the slow thing").await;
+    wait_until(|| async { fleet.llm.request_count() >= 2 }, TURN)
+        .await
+        .unwrap();
+    let messages = fleet.llm.requests()[1].messages();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool"],
+        "{messages:#?}"
+    );
+    assert_eq!(
+        messages[3]["content"],
+        "Error: Task interrupted before this tool finished."
+    );
+    let rows = || async { super::session_rows(&fleet, "default", "cli:resume").await };
+    wait_until(|| async { rows().await.len() == 4 }, TURN)
+        .await
+        .unwrap();
+    let rows = rows().await;
+    let users = rows.iter().filter(|r| r["role"] == "user").count();
+    assert_eq!(users, 1, "the user message is stored once: {rows:#?}");
+    assert_eq!(rows[3]["content"], "The command was cut off; run it again?");
 }

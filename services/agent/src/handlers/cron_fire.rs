@@ -57,7 +57,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         let registration = deps.active.register(&fire.bot, &session_key);
         let outcome = tokio::select! {
             r = turn::run(deps, &bot, &input, &outbox) => r,
-            _ = registration.token.cancelled() => turn::recover(&bot, &session_key).await.map(|_| ()),
+            _ = registration.token.cancelled() => turn::recover(deps, &bot, &session_key, nanobot_core::checkpoint::Restore::Close).await.map(|_| ()),
         };
         drop(registration);
         alive.abort();

@@ -86,7 +86,14 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             Some(o) => o,
             None => {
                 tracing::info!("turn stopped by /stop");
-                if let Err(e) = turn::recover(&bot, &session_key).await {
+                if let Err(e) = turn::recover(
+                    deps,
+                    &bot,
+                    &session_key,
+                    nanobot_core::checkpoint::Restore::Close,
+                )
+                .await
+                {
                     tracing::warn!("failed to restore stopped turn: {e:#}");
                 }
                 Ok(())
