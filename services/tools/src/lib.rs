@@ -1,11 +1,13 @@
 //! Tool executors: serve nanobot's builtin tools (`read_file`, `write_file`, `edit_file`,
-//! `list_dir`, `glob`, `grep`, `exec`, `web_search`, `web_fetch`) over NATS. Every replica
-//! joins the queue group [`subjects::TOOLS_QUEUE_GROUP`] on [`subjects::TOOL_CALL_ALL`] (answering
-//! `ToolCallRequest` with `ToolCallResult`) and [`subjects::TOOL_LIST_ALL`] (answering
-//! `ToolListRequest` with `ToolListResponse`), so any number of replicas share the load.
+//! `list_dir`, `glob`, `grep`, `exec`, `web_search`, `web_fetch`) and the tools of configured
+//! MCP servers over NATS. Every replica joins the queue group [`subjects::TOOLS_QUEUE_GROUP`]
+//! on [`subjects::TOOL_CALL_ALL`] (answering `ToolCallRequest` with `ToolCallResult`) and
+//! [`subjects::TOOL_LIST_ALL`] (answering `ToolListRequest` with `ToolListResponse`), so any
+//! number of replicas share the load.
 //!
 //! # Layout
 //! - [`handlers`]: dispatch by subject; `call` and `list` request handlers.
+//! - [`mcp`]: MCP servers through rmcp (stdio, streamable HTTP) as `mcp_*` tools.
 //! - [`net`]: the address policy (internal ranges, `tools.ssrfWhitelist`) for network tools.
 //! - [`registry`]: the `Tool` contract, call context and output, the registry.
 //! - [`params`]: argument coercion, `cast_params` and `validate_params` with upstream's errors.
@@ -27,6 +29,7 @@ use nanobot_runtime::config::Config;
 use nanobot_runtime::{service, shutdown};
 
 pub mod handlers;
+pub mod mcp;
 pub mod net;
 pub mod params;
 pub mod registry;
@@ -45,8 +48,13 @@ pub async fn run(
     health_addr: Option<SocketAddr>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let registry = Registry::builtin(&cfg.tools).context("build the tool registry")?;
+    let mut registry = Registry::builtin(&cfg.tools).context("build the tool registry")?;
     let started = service::start("tools", &cfg, health_addr, shutdown).await?;
+    // MCP tools must be known before the first tool list is answered.
+    let guard = web::guard::Guard::new(net::whitelist_from(cfg.tools.extra.get("ssrfWhitelist")));
+    for tool in mcp::connect_all(&cfg.tools.mcp_servers, &guard).await {
+        registry.register(tool);
+    }
     let client = started.bus.client.clone();
     let group = subjects::TOOLS_QUEUE_GROUP.to_string();
     let mut calls = client

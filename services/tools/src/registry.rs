@@ -60,9 +60,9 @@ impl ToolOutput {
 #[async_trait::async_trait]
 pub trait Tool: Send + Sync + std::fmt::Debug {
     /// Returns the name the model calls the tool by.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
     /// Returns the description shown to the model.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
     /// Returns the JSON Schema of the parameters (an object schema).
     fn parameters(&self) -> Value;
     /// Returns whether the tool has no side effects (safe to run concurrently and to retry).
@@ -94,7 +94,7 @@ pub enum RegistryError {
 /// The tools one executor serves, by name.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
-    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+    tools: BTreeMap<String, Arc<dyn Tool>>,
 }
 
 impl Registry {
@@ -109,12 +109,12 @@ impl Registry {
 
     /// Adds (or replaces) a tool.
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.insert(tool.name(), tool);
+        self.tools.insert(tool.name().to_string(), tool);
     }
 
     /// Returns the registered names, sorted.
-    pub fn names(&self) -> Vec<&'static str> {
-        self.tools.keys().copied().collect()
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
     }
 
     /// Returns the tool specs: builtins sorted by name, then `mcp_*` sorted (a stable prompt
@@ -199,7 +199,7 @@ pub fn arg_bool(args: &Args, key: &str) -> bool {
 
 /// Runs blocking filesystem work off the async runtime; a panic becomes upstream's
 /// `Error executing {name}: …` result.
-pub async fn blocking<F>(name: &'static str, work: F) -> ToolOutput
+pub async fn blocking<F>(name: &str, work: F) -> ToolOutput
 where
     F: FnOnce() -> ToolOutput + Send + 'static,
 {

@@ -76,10 +76,18 @@ impl Drop for NatsServer {
 }
 
 fn config(url: &str, workspace: &Path) -> Config {
+    config_with_tools(
+        url,
+        workspace,
+        serde_json::json!({"restrictToWorkspace": true}),
+    )
+}
+
+fn config_with_tools(url: &str, workspace: &Path, tools: serde_json::Value) -> Config {
     let json = serde_json::json!({
         "agents": {"defaults": {"workspace": workspace}},
         "bus": {"url": url},
-        "tools": {"restrictToWorkspace": true},
+        "tools": tools,
     });
     load_str(
         Some(&json.to_string()),
@@ -258,4 +266,89 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
         .expect("run task does not panic");
     assert!(outcome.is_ok(), "{outcome:?}");
     assert!(shutdown_at.elapsed() < Duration::from_secs(5));
+}
+
+/// Returns the installed `server-everything` binary, or `None` (saying why) to skip.
+fn everything_bin() -> Option<PathBuf> {
+    let cache = std::env::var("NANOBOT_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+            Path::new(&home).join(".cache/nanobot")
+        });
+    let bin = cache.join("npm/node_modules/.bin/mcp-server-everything");
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !node || !bin.exists() {
+        eprintln!(
+            "skipping: {} or node missing; run `scripts/deps.sh mcp` (needs node and npm)",
+            bin.display()
+        );
+        return None;
+    }
+    Some(bin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_server_tools_are_listed_after_builtins_and_run_through_the_executor() {
+    let Some(bin) = everything_bin() else { return };
+    let nats = NatsServer::start();
+    let client = nats.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = serde_json::json!({
+        "mcpServers": {"everything": {"command": bin, "enabledTools": ["echo", "get-sum"]}},
+    });
+    let cfg = config_with_tools(&nats.url, dir.path(), tools);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let executor = tokio::spawn(nanobot_tools::run(cfg, None, async {
+        let _ = stopped.await;
+    }));
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let list = loop {
+        let req = ToolListRequest {
+            bot: "default".into(),
+        };
+        match bus::request(&client, &req, Duration::from_secs(1)).await {
+            Ok(list) => break list,
+            Err(e) if Instant::now() > deadline => panic!("executor never became ready: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    let names: Vec<&str> = list.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names[names.len() - 2..],
+        ["mcp_everything_echo", "mcp_everything_get-sum"],
+        "{names:?}"
+    );
+    assert!(
+        names[..names.len() - 2]
+            .iter()
+            .all(|n| !n.starts_with("mcp_"))
+    );
+    let echo_spec = &list.tools[names.len() - 2];
+    let schema: serde_json::Value = serde_json::from_str(&echo_spec.parameters_json).unwrap();
+    assert_eq!(schema["properties"]["message"]["type"], "string");
+    assert_eq!(echo_spec.description, "Echoes back the input string");
+
+    let echo = request(
+        &client,
+        &call(
+            "mcp_everything_echo",
+            serde_json::json!({"message": "over nats"}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(echo.content, "Echo: over nats");
+    assert!(!echo.is_error);
+
+    stop.send(()).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), executor)
+        .await
+        .expect("run returns")
+        .expect("run task does not panic");
+    assert!(outcome.is_ok(), "{outcome:?}");
 }

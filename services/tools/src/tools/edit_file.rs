@@ -18,11 +18,11 @@ pub struct EditFile;
 
 #[async_trait::async_trait]
 impl Tool for EditFile {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "edit_file"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Perform a small, exact replacement in one file by replacing old_text with new_text. \
          Copy old_text from read_file. If old_text matches multiple times, provide more \
          context or set occurrence, line_hint, replace_all, and expected_replacements. An \

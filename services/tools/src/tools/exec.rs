@@ -95,11 +95,11 @@ impl Exec {
 
 #[async_trait::async_trait]
 impl Tool for Exec {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "exec"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Execute a shell command and return its output. Prefer read_file/write_file/edit_file \
          over cat/echo/sed, and list_dir over ls. Use -y or --yes flags to avoid interactive \
          prompts. Output is truncated at 10,000 chars; timeout defaults to 60s (max 600s)."

@@ -13,11 +13,11 @@ pub struct Glob;
 
 #[async_trait::async_trait]
 impl Tool for Glob {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "glob"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Find files matching a glob pattern (e.g. '*.py', 'tests/**/test_*.py'). Results are \
          sorted by modification time (newest first). Skips .git, node_modules, __pycache__, \
          and other noise directories."

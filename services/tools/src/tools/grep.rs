@@ -22,11 +22,11 @@ pub struct Grep;
 
 #[async_trait::async_trait]
 impl Tool for Grep {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "grep"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Search file contents with a regex pattern. Default output_mode is files_with_matches \
          (file paths only); use content mode for matching lines with context. Skips binary \
          and files >2 MB. Supports glob/type filtering."

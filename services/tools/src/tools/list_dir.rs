@@ -36,11 +36,11 @@ pub struct ListDir;
 
 #[async_trait::async_trait]
 impl Tool for ListDir {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "list_dir"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "List the contents of a directory. Set recursive=true to explore nested structure. \
          Common noise directories (.git, node_modules, __pycache__, etc.) are auto-ignored."
     }

@@ -23,11 +23,11 @@ pub struct ReadFile;
 
 #[async_trait::async_trait]
 impl Tool for ReadFile {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "read_file"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Read a file (text or image). Text output format: LINE_NUM| CONTENT. Images return \
          visual content for analysis. Use list_dir first when the path is uncertain. Use \
          offset and limit for large text files. Reads exceeding ~128K chars are truncated."

@@ -10,11 +10,11 @@ pub struct WriteFile;
 
 #[async_trait::async_trait]
 impl Tool for WriteFile {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "write_file"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Create a new file or intentionally replace an entire file with the provided content. \
          Overwrites existing files and creates parent directories as needed. For partial \
          edits, prefer edit_file."

@@ -62,11 +62,11 @@ impl WebFetch {
 
 #[async_trait::async_trait]
 impl Tool for WebFetch {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "web_fetch"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Fetch a URL and extract readable content (HTML → markdown/text). Output is capped at \
          maxChars (default 50 000). Works for most web pages and docs; may fail on \
          login-walled or JS-heavy sites."

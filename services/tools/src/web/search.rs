@@ -104,11 +104,11 @@ impl WebSearch {
 
 #[async_trait::async_trait]
 impl Tool for WebSearch {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "web_search"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Search the web. Returns titles, URLs, and snippets. count defaults to 5 (max 10). \
          Use web_fetch to read a specific page in full."
     }
