@@ -5,12 +5,71 @@
 use std::collections::HashSet;
 
 use futures::future::join_all;
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use super::{Run, assistant_message, call_json};
 use crate::args;
+use crate::checkpoint;
 use crate::hooks::AgentHook;
-use crate::provider::ToolCall;
+use crate::provider::{ChatResponse, ToolCall};
 use crate::tools::{ToolExecutor, ToolOutcome, ToolScope};
+
+impl Run<'_> {
+    /// Runs one batch of tool calls with checkpoints before and after.
+    pub(super) async fn tools(&mut self, iteration: u32, response: &ChatResponse) {
+        let hook = self.deps.hook;
+        if self.requester.streaming {
+            let _ = hook.on_stream_end(true);
+        }
+        let calls = &response.tool_calls;
+        let assistant = assistant_message(
+            response.content.as_deref().filter(|c| !c.is_empty()),
+            response,
+            calls,
+        );
+        self.messages.push(assistant.clone());
+        let pending: Vec<Value> = calls.iter().map(call_json).collect();
+        let model = self.spec.model.clone();
+        self.emit(checkpoint::payload(
+            "awaiting_tools",
+            iteration,
+            &model,
+            &assistant,
+            &[],
+            &pending,
+        ))
+        .await;
+        let _ = hook.before_execute_tools(response);
+        let outcomes = run_calls(
+            self.deps.tools,
+            &self.spec.scope,
+            &self.read_only,
+            calls,
+            hook,
+        )
+        .await;
+        let mut completed = Vec::with_capacity(calls.len());
+        for (call, outcome) in calls.iter().zip(outcomes) {
+            if outcome.is_error {
+                self.result.tool_errors += 1;
+            } else {
+                self.result.tools_used.push(call.name.clone());
+            }
+            let row = json!({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": outcome.content});
+            self.messages.push(row.clone());
+            completed.push(row);
+        }
+        self.emit(checkpoint::payload(
+            "tools_completed",
+            iteration,
+            &model,
+            &assistant,
+            &completed,
+            &[],
+        ))
+        .await;
+    }
+}
 
 /// Runs `calls` in batches and returns one outcome per call, in order.
 pub(crate) async fn run_calls(

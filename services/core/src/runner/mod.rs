@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use nanobot_proto::ToolSpec;
 
-use crate::checkpoint::{self, CheckpointSink};
+use crate::checkpoint::CheckpointSink;
 use crate::hooks::{AgentHook, IterationContext, RunSummary};
 use crate::provider::{ChatModel, ChatResponse, ToolCall, Usage};
 use crate::tools::{ToolClient, ToolExecutor, ToolScope};
@@ -164,61 +164,6 @@ impl Run<'_> {
             final_content: None,
             stop_reason: None,
         }
-    }
-
-    /// Runs one batch of tool calls with checkpoints before and after.
-    async fn tools(&mut self, iteration: u32, response: &ChatResponse) {
-        let hook = self.deps.hook;
-        if self.requester.streaming {
-            let _ = hook.on_stream_end(true);
-        }
-        let calls = &response.tool_calls;
-        let assistant = assistant_message(
-            response.content.as_deref().filter(|c| !c.is_empty()),
-            response,
-            calls,
-        );
-        self.messages.push(assistant.clone());
-        let pending: Vec<Value> = calls.iter().map(call_json).collect();
-        let model = self.spec.model.clone();
-        self.emit(checkpoint::payload(
-            "awaiting_tools",
-            iteration,
-            &model,
-            &assistant,
-            &[],
-            &pending,
-        ))
-        .await;
-        let _ = hook.before_execute_tools(response);
-        let outcomes = execute::run_calls(
-            self.deps.tools,
-            &self.spec.scope,
-            &self.read_only,
-            calls,
-            hook,
-        )
-        .await;
-        let mut completed = Vec::with_capacity(calls.len());
-        for (call, outcome) in calls.iter().zip(outcomes) {
-            if outcome.is_error {
-                self.result.tool_errors += 1;
-            } else {
-                self.result.tools_used.push(call.name.clone());
-            }
-            let row = json!({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": outcome.content});
-            self.messages.push(row.clone());
-            completed.push(row);
-        }
-        self.emit(checkpoint::payload(
-            "tools_completed",
-            iteration,
-            &model,
-            &assistant,
-            &completed,
-            &[],
-        ))
-        .await;
     }
 
     /// Appends `content` as the final assistant message unless the transcript already ends
