@@ -133,6 +133,13 @@ impl LlmError {
     }
 }
 
+impl LlmError {
+    /// Whether the provider refused for quota or billing (a 429 that retrying cannot fix).
+    pub fn is_arrearage(&self) -> bool {
+        matches!(self, Self::Status { status: 429, body, .. } if is_quota_error(body))
+    }
+}
+
 /// A 429 that retrying cannot fix (quota or billing).
 fn is_quota_error(body: &str) -> bool {
     let body = body.to_lowercase();

@@ -7,6 +7,8 @@ use serde_json::{Value, json};
 pub const LLM_ERROR_MESSAGE: &str = "Sorry, I encountered an error calling the AI model.";
 /// Reply when a turn ends without text.
 pub const EMPTY_FINAL_RESPONSE_MESSAGE: &str = "I completed the tool steps but couldn't produce a final answer. Please try again or narrow the task.";
+/// Reply when the provider rejects the key for quota or billing (upstream arrearage text).
+pub const ARREARAGE_ERROR_MESSAGE: &str = "The AI provider rejected the request because the API key is out of quota or the account is in arrears. Please top up / check the billing status of your API key and try again.";
 /// Transcript placeholder for a reply lost to a model error.
 pub const MODEL_ERROR_PLACEHOLDER: &str = "[Assistant reply unavailable due to model error.]";
 /// The no-tools prompt after blank replies.

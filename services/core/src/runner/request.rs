@@ -71,6 +71,9 @@ impl Requester<'_> {
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "llm call failed");
                 ChatResponse {
+                    content: e
+                        .is_arrearage()
+                        .then(|| prompts::ARREARAGE_ERROR_MESSAGE.to_string()),
                     finish_reason: "error".into(),
                     ..Default::default()
                 }

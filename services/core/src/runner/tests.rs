@@ -275,6 +275,19 @@ async fn provider_errors_end_the_turn_with_the_error_message() {
     let r = go(&model, 5, None).await;
     assert_eq!(r.content, LLM_ERROR_MESSAGE);
     assert_eq!(r.error.as_deref(), Some(LLM_ERROR_MESSAGE));
+
+    let model = Model::default();
+    model
+        .replies
+        .lock()
+        .unwrap()
+        .push_back(Err(LlmError::Status {
+            status: 429,
+            body: "{\"error\": {\"code\": \"insufficient_quota\"}}".into(),
+            retry_after: None,
+        }));
+    let r = go(&model, 5, None).await;
+    assert_eq!(r.content, prompts::ARREARAGE_ERROR_MESSAGE);
 }
 
 #[tokio::test]
