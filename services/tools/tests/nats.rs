@@ -154,6 +154,7 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
             "glob",
             "grep",
             "list_dir",
+            "notebook_edit",
             "read_file",
             "web_fetch",
             "web_search",

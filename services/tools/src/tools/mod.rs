@@ -14,6 +14,7 @@ pub mod exec_url;
 pub mod glob;
 pub mod grep;
 pub mod list_dir;
+pub mod notebook_edit;
 pub mod read_file;
 pub mod search;
 pub mod shell_split;
@@ -36,6 +37,7 @@ pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
         tools.push(Arc::new(list_dir::ListDir));
         tools.push(Arc::new(glob::Glob));
         tools.push(Arc::new(grep::Grep));
+        tools.push(Arc::new(notebook_edit::NotebookEdit));
     }
     if cfg.exec.enable {
         let whitelist = net::whitelist_from(cfg.extra.get("ssrfWhitelist"));
