@@ -303,13 +303,12 @@ async fn start_roles(
         let name = role.to_string();
         let addr = format!("127.0.0.1:{port}");
         let probe = Probe::Http(format!("http://{addr}/ready"));
-        if let Some(rec) = pidfile::live(&dirs.pids, &name) {
-            rows.push(Row {
-                name,
-                pid: Some(rec.pid),
-                addr,
-                status: "running",
-            });
+        let ep = Endpoint {
+            host: "127.0.0.1".into(),
+            port,
+        };
+        if let Some(row) = already_up(&name, dirs, &ep, &probe, http).await? {
+            rows.push(row);
             continue;
         }
         let bin = opts.bin_dir.join(format!("nanobot-{role}"));

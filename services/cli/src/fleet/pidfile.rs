@@ -105,13 +105,20 @@ pub(crate) fn is_alive(rec: &PidRecord) -> bool {
     }
 }
 
-/// Returns whether a `/proc/<pid>/cmdline` names `program` (compared by file name, so a
-/// process that rewrote its title, like `redis-server 127.0.0.1:6379`, still matches).
+/// Returns whether a `/proc/<pid>/cmdline` names `program`, compared by file name, as argv[0]
+/// (a process that rewrote its title, like `redis-server 127.0.0.1:6379`, still matches) or as
+/// argv[1] (a script run by its interpreter, like `python3 /opt/bin/nanobot-tools`). An empty
+/// command line (a process in the middle of `exec`) cannot be told apart and counts as a match.
 fn runs_program(cmdline: &[u8], program: &str) -> bool {
-    let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
-    let argv0 = String::from_utf8_lossy(argv0);
-    let first = argv0.split_whitespace().next().unwrap_or_default();
-    file_name(first) == file_name(program)
+    if cmdline.is_empty() {
+        return true;
+    }
+    let wanted = file_name(program);
+    let mut args = cmdline.split(|b| *b == 0).map(String::from_utf8_lossy);
+    let argv0 = args.next().unwrap_or_default();
+    let title = argv0.split_whitespace().next().unwrap_or_default();
+    let argv1 = args.next().unwrap_or_default();
+    file_name(title) == wanted || file_name(&argv1) == wanted
 }
 
 fn file_name(path: &str) -> &str {
@@ -238,7 +245,12 @@ mod tests {
             b"/root/venv/bin/python\0/run/local_model.py\0",
             "/root/venv/bin/python"
         ));
+        assert!(runs_program(
+            b"python3\0/opt/bin/nanobot-tools\0--config\0",
+            "/opt/bin/nanobot-tools"
+        ));
         assert!(!runs_program(b"bash\0-c\0", "/usr/bin/redis-server"));
+        assert!(runs_program(b"", "/usr/bin/redis-server"));
     }
 
     #[tokio::test]
