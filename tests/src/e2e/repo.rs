@@ -4,7 +4,10 @@
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -34,7 +37,11 @@ fn no_subject_or_key_literal_outside_the_proto_crate() {
             }
         }
     }
-    assert!(offenders.is_empty(), "use nanobot_proto::subjects / keys:\n{}", offenders.join("\n"));
+    assert!(
+        offenders.is_empty(),
+        "use nanobot_proto::subjects / keys:\n{}",
+        offenders.join("\n")
+    );
 }
 
 #[test]
@@ -43,7 +50,10 @@ fn docker_compose_file_is_valid() {
     assert!(compose.is_file(), "docker-compose.yml exists");
     let text = std::fs::read_to_string(&compose).unwrap();
     for role in ["gateway", "agent", "tools", "memory", "cron"] {
-        assert!(text.contains(&format!("nanobot-{role}")), "compose runs nanobot-{role}");
+        assert!(
+            text.contains(&format!("nanobot-{role}")),
+            "compose runs nanobot-{role}"
+        );
     }
     let Ok(out) = std::process::Command::new("docker-compose")
         .args(["-f", compose.to_str().unwrap(), "config", "-q"])
@@ -52,5 +62,9 @@ fn docker_compose_file_is_valid() {
         eprintln!("docker-compose not installed; skipping validation (make deps installs it)");
         return;
     };
-    assert!(out.status.success(), "docker-compose config: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "docker-compose config: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
