@@ -1,0 +1,174 @@
+//! Starts the fleet as separate processes from the release build: NATS, Redis, the mock LLM,
+//! a config pointing at them, a workspace made by `nanobot onboard`, then every role, each
+//! timed from spawn to its first `200` on `/ready`.
+
+use std::time::SystemTime;
+
+use anyhow::Context as _;
+use futures::future::try_join_all;
+use serde_json::json;
+
+use nanobot_tests::harness::{bin_path, free_port};
+
+use crate::servers::{self, LlmMode, Member, TOOL_FILE};
+use crate::system::{Kind, Running};
+
+/// The log line `nanobot_runtime::service::start` writes once the broker is connected.
+const CONNECTED_LINE: &str = "connected to nats";
+
+/// How a fleet is started.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    /// How the mock LLM answers.
+    pub llm: LlmMode,
+    /// An LLM already running (the breakdown's probe); no mock is started then.
+    pub llm_base: Option<String>,
+    /// Agent runner replicas.
+    pub agents: usize,
+    /// `runner.maxConcurrentTurns` of each runner.
+    pub max_concurrent_turns: u32,
+    /// `RUST_LOG` level of the roles (the connect line is always kept).
+    pub log_level: String,
+}
+
+/// Starts the whole fleet and waits until every role is ready.
+pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
+    let dir = tempfile::Builder::new()
+        .prefix("nanobot-bench-fleet-")
+        .tempdir()
+        .context("create the fleet directory")?;
+    let (nats, redis, mock) = tokio::try_join!(
+        servers::nats(dir.path()),
+        servers::redis(dir.path()),
+        servers::llm(opts.llm, opts.llm_base.as_deref()),
+    )?;
+    let (nats, nats_url) = nats;
+    let (redis, redis_url) = redis;
+    let (mock, llm_base) = mock;
+    let workspace = dir.path().join("workspace");
+    let api_port = free_port()?;
+    let config = json!({
+        "bus": {"url": nats_url},
+        "store": {"url": redis_url},
+        "providers": {"custom": {"apiBase": llm_base, "apiKey": "bench-key"}},
+        "agents": {"defaults": {
+            "model": "test-model",
+            "provider": "custom",
+            "workspace": workspace.display().to_string(),
+        }},
+        "api": {"host": "127.0.0.1", "port": api_port, "timeout": 120.0},
+        "gateway": {"host": "127.0.0.1", "port": free_port()?},
+        "runner": {"maxConcurrentTurns": opts.max_concurrent_turns},
+    });
+    let config_path = dir.path().join("config.json");
+    let text = serde_json::to_string_pretty(&config).context("encode the config")?;
+    std::fs::write(&config_path, text).context("write the config")?;
+    onboard(&config_path).await?;
+    std::fs::write(workspace.join(TOOL_FILE), tool_file_text()).context("write the tool file")?;
+
+    let mut roles = vec![("gateway".to_string(), "nanobot-gateway")];
+    for i in 1..=opts.agents.max(1) {
+        roles.push((format!("agent#{i}"), "nanobot-agent"));
+    }
+    roles.extend([
+        ("tools".to_string(), "nanobot-tools"),
+        ("memory".to_string(), "nanobot-memory"),
+        ("cron".to_string(), "nanobot-cron"),
+    ]);
+    let rust_log = format!("{},nanobot_runtime::service=info", opts.log_level);
+    let config_arg = config_path.display().to_string();
+    let starts = roles
+        .iter()
+        .map(|(name, bin)| start_role(name, bin, &config_arg, &rust_log));
+    let started = try_join_all(starts).await?;
+    let mut members = vec![nats, redis];
+    members.extend(mock);
+    members.extend(started);
+    let api_base = format!("http://127.0.0.1:{api_port}");
+    let http = servers::probe_client()?;
+    anyhow::ensure!(
+        servers::http_ok(&http, &format!("{api_base}/health")).await,
+        "the gateway is ready but its api does not answer /health"
+    );
+    Ok(Running {
+        kind: Kind::Fleet,
+        api_base,
+        members,
+        workspace,
+        nats_url: Some(nats_url),
+        redis_url: Some(redis_url),
+        dir,
+    })
+}
+
+/// Spawns one role with its own health port and waits for `/ready`.
+async fn start_role(name: &str, bin: &str, config: &str, rust_log: &str) -> anyhow::Result<Member> {
+    let program = bin_path(bin)?;
+    let health = format!("127.0.0.1:{}", free_port()?);
+    let args = vec![
+        "--config".to_string(),
+        config.to_string(),
+        "--health-addr".to_string(),
+        health.clone(),
+    ];
+    let http = servers::probe_client()?;
+    let url = format!("http://{health}/ready");
+    let env = [("RUST_LOG", rust_log), ("NO_COLOR", "1")];
+    let mut member = servers::spawn_ready(name, &program, &args, &env, || {
+        servers::http_ok(&http, &url)
+    })
+    .await?;
+    member.startup.connect_to_ready_ms = connected_at(&member.proc.logs())
+        .and_then(|at| member.ready_at.duration_since(at).ok())
+        .map(servers::ms);
+    Ok(member)
+}
+
+/// Returns the wall-clock time of the role's "connected to nats" log line.
+fn connected_at(logs: &str) -> Option<SystemTime> {
+    let line = logs.lines().find(|l| l.contains(CONNECTED_LINE))?;
+    let stamp = line.split_whitespace().next()?;
+    let parsed = chrono::DateTime::parse_from_rfc3339(stamp).ok()?;
+    Some(SystemTime::from(parsed.with_timezone(&chrono::Utc)))
+}
+
+/// Creates the workspace from the bundled templates with the fleet's own `nanobot onboard`.
+async fn onboard(config: &std::path::Path) -> anyhow::Result<()> {
+    let output = tokio::process::Command::new(bin_path("nanobot")?)
+        .arg("--config")
+        .arg(config)
+        .arg("onboard")
+        .env_remove("NANOBOT_CONFIG")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .context("run nanobot onboard")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "nanobot onboard failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
+/// Returns the text of the file the tool-heavy turn reads: 40 short lines.
+pub fn tool_file_text() -> String {
+    (1..=40)
+        .map(|i| format!("line {i}: benchmark notes\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_time_is_read_from_the_first_token_of_the_connect_line() {
+        let logs = "2026-01-02T03:04:05.123456Z  INFO health probe listening addr=x\n\
+                    2026-01-02T03:04:05.250000Z  INFO connected to nats role=\"agent\"\n";
+        let at = connected_at(logs).unwrap();
+        let since = at.duration_since(std::time::UNIX_EPOCH).unwrap();
+        assert_eq!(since.subsec_micros(), 250_000);
+        assert!(connected_at("no such line").is_none());
+    }
+}

@@ -1,0 +1,231 @@
+//! The order the scenarios run in and what each collects.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::breakdown::{self, Breakdown, Observers};
+use crate::opts::Sizes;
+use crate::probe::ProbeLlm;
+use crate::scenarios::{ScenarioRun, Setup, Suite, spec};
+use crate::servers::{LlmMode, TOOL_FILE};
+use crate::stats::Summary;
+use crate::system::Kind;
+use crate::toolrtt::{self, ToolRtt};
+
+/// Latency of the slow LLM, in milliseconds.
+pub const SLOW_LLM_MS: u64 = 200;
+/// Sequential tool calls of the tool-heavy turn.
+pub const TOOL_CALLS: u32 = 5;
+
+/// Every figure of a run, by scenario and system.
+#[derive(Debug, Default, Serialize)]
+pub struct Figures {
+    /// Turn latency, one session, instant LLM.
+    pub latency_c1: BTreeMap<Kind, ScenarioRun>,
+    /// Maximum turns/s, instant LLM.
+    pub max_throughput: BTreeMap<Kind, ScenarioRun>,
+    /// 200 ms LLM by concurrent sessions.
+    pub slow_llm: BTreeMap<usize, BTreeMap<Kind, ScenarioRun>>,
+    /// Five sequential tool calls per turn, one session.
+    pub tool_heavy: BTreeMap<Kind, ScenarioRun>,
+    /// 200 ms LLM, per-runner turn limit, by agent replicas (fleet).
+    pub replicas: BTreeMap<usize, ScenarioRun>,
+    /// The same load on upstream's single process.
+    pub replicas_upstream: Option<ScenarioRun>,
+    /// Tool round trip.
+    pub tool_rtt: ToolRtt,
+    /// Per-hop breakdowns (plain and tool-heavy turns, each system).
+    pub breakdown: Vec<Breakdown>,
+}
+
+/// Runs every scenario (or those named in `only`) in order.
+pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    let mut figures = Figures::default();
+    let instant = LlmMode::default();
+    let slow = LlmMode {
+        latency_ms: SLOW_LLM_MS,
+        tool_calls: 0,
+    };
+    let long_window = sizes.window * 2;
+    for kind in suite.kinds().into_iter().filter(|_| wanted("latency")) {
+        let spec = spec(
+            "latency",
+            1,
+            sizes.latency_requests,
+            sizes.warmup,
+            long_window,
+        );
+        if let Some(run) = suite
+            .load("latency_c1", kind, &Setup::with_llm(instant), spec)
+            .await
+        {
+            figures.latency_c1.insert(kind, run);
+        }
+    }
+    for kind in suite.kinds().into_iter().filter(|_| wanted("max")) {
+        let c = sizes.max_concurrency;
+        let spec = spec(
+            "max",
+            c,
+            sizes.throughput_requests,
+            sizes.warmup,
+            sizes.window,
+        );
+        if let Some(run) = suite
+            .load("max_throughput", kind, &Setup::with_llm(instant), spec)
+            .await
+        {
+            figures.max_throughput.insert(kind, run);
+        }
+    }
+    for &sessions in sizes.llm_sessions.iter().filter(|_| wanted("slow")) {
+        for kind in suite.kinds() {
+            let name = format!("slow_llm_c{sessions}");
+            let spec = spec(
+                &name,
+                sessions,
+                sizes.throughput_requests,
+                sizes.warmup,
+                sizes.window,
+            );
+            if let Some(run) = suite.load(&name, kind, &Setup::with_llm(slow), spec).await {
+                figures
+                    .slow_llm
+                    .entry(sessions)
+                    .or_default()
+                    .insert(kind, run);
+            }
+        }
+    }
+    let tools = LlmMode {
+        latency_ms: 0,
+        tool_calls: TOOL_CALLS,
+    };
+    for kind in suite.kinds().into_iter().filter(|_| wanted("tools")) {
+        let spec = spec("tools", 1, sizes.tool_turns, 3, long_window);
+        if let Some(run) = suite
+            .load("tool_heavy_c1", kind, &Setup::with_llm(tools), spec)
+            .await
+        {
+            figures.tool_heavy.insert(kind, run);
+        }
+    }
+    if wanted("replicas") {
+        replicas(suite, sizes, slow, &mut figures).await;
+    }
+    if wanted("rtt") {
+        figures.tool_rtt = tool_rtt(suite, sizes).await;
+    }
+    for kind in suite.kinds().into_iter().filter(|_| wanted("breakdown")) {
+        for calls in [0, TOOL_CALLS as usize] {
+            match breakdown_of(suite, kind, calls, sizes.breakdown_turns).await {
+                Ok(b) => figures.breakdown.push(b),
+                Err(e) => suite.errors.push(format!(
+                    "breakdown ({}, {calls} tools): {e:#}",
+                    kind.label()
+                )),
+            }
+        }
+    }
+    figures
+}
+
+async fn replicas(suite: &mut Suite, sizes: &Sizes, slow: LlmMode, figures: &mut Figures) {
+    let per_runner = sizes.replica_turns_per_runner;
+    for &agents in &sizes.replicas {
+        let setup = Setup {
+            llm: slow,
+            agents,
+            max_concurrent_turns: per_runner,
+            ..Setup::default()
+        };
+        let name = format!("replicas_{agents}");
+        let c = sizes.replica_sessions;
+        let spec = spec(
+            &name,
+            c,
+            sizes.throughput_requests,
+            sizes.warmup,
+            sizes.window,
+        );
+        if let Some(run) = suite.load(&name, Kind::Fleet, &setup, spec).await {
+            figures.replicas.insert(agents, run);
+        }
+    }
+    if suite.kinds().contains(&Kind::Upstream) {
+        let c = sizes.replica_sessions;
+        let spec = spec(
+            "replicas_up",
+            c,
+            sizes.throughput_requests,
+            sizes.warmup,
+            sizes.window,
+        );
+        let setup = Setup::with_llm(slow);
+        figures.replicas_upstream = suite.load("replicas_1", Kind::Upstream, &setup, spec).await;
+    }
+}
+
+async fn tool_rtt(suite: &mut Suite, sizes: &Sizes) -> ToolRtt {
+    let mut out = ToolRtt::default();
+    eprintln!("bench: tool round trip ({} calls each)", sizes.rtt_calls);
+    match fleet_rtt(suite, sizes.rtt_calls).await {
+        Ok((nats, floor, local)) => {
+            out.fleet_nats = nats;
+            out.nats_floor = floor;
+            out.rust_in_process = local;
+        }
+        Err(e) => suite.errors.push(format!("tool round trip (fleet): {e:#}")),
+    }
+    if let Some(venv) = suite.upstream_venv.clone() {
+        let measured = async {
+            let dir = tempfile::tempdir()?;
+            std::fs::write(dir.path().join(TOOL_FILE), crate::fleet::tool_file_text())?;
+            toolrtt::upstream(&venv, dir.path(), sizes.rtt_calls).await
+        };
+        match measured.await {
+            Ok(summary) => out.upstream_in_process = Some(summary),
+            Err(e) => out.upstream_error = Some(format!("{e:#}")),
+        }
+    }
+    out
+}
+
+async fn fleet_rtt(suite: &mut Suite, calls: usize) -> anyhow::Result<(Summary, Summary, Summary)> {
+    let running = suite
+        .start(Kind::Fleet, &Setup::with_llm(LlmMode::default()))
+        .await?;
+    let url = running.nats_url.clone().unwrap_or_default();
+    let nats = toolrtt::over_nats(&url, calls).await;
+    let floor = toolrtt::nats_floor(&url, calls).await;
+    let local = toolrtt::in_process(running.workspace(), calls).await;
+    running.stop().await;
+    Ok((nats?, floor?, local?))
+}
+
+async fn breakdown_of(
+    suite: &mut Suite,
+    kind: Kind,
+    tool_calls: usize,
+    turns: usize,
+) -> anyhow::Result<Breakdown> {
+    eprintln!(
+        "bench: breakdown on {} ({tool_calls} tool calls per turn)",
+        kind.label()
+    );
+    let probe = ProbeLlm::start(tool_calls).await?;
+    let setup = Setup {
+        llm_base: Some(probe.base_url.clone()),
+        ..Setup::with_llm(LlmMode::default())
+    };
+    let running = suite.start(kind, &setup).await?;
+    let result = async {
+        let observers = Observers::attach(&running).await?;
+        breakdown::run(&running, &probe, &observers, tool_calls, turns).await
+    }
+    .await;
+    running.stop().await;
+    result
+}

@@ -1,0 +1,511 @@
+//! The comparison table (fleet, upstream, the fleet's advantage, the issue's target) and the
+//! JSON document written next to it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::plan::{Figures, SLOW_LLM_MS, TOOL_CALLS};
+use crate::scenarios::{LOADGEN, ScenarioRun, Suite};
+use crate::stats;
+use crate::system::Kind;
+
+/// Fleet roles held to the per-service targets.
+const SERVICES: [&str; 5] = ["gateway", "agent#1", "tools", "memory", "cron"];
+/// Processes not part of either system under test.
+const NOT_MEASURED: [&str; 2] = ["mock-llm", LOADGEN];
+
+/// Whether a smaller or a larger figure is better.
+#[derive(Debug, Clone, Copy)]
+enum Better {
+    Lower,
+    Higher,
+}
+
+/// One line of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Scenario.
+    pub scenario: String,
+    /// What is measured, with its unit.
+    pub metric: String,
+    /// The fleet's figure.
+    pub fleet: Option<f64>,
+    /// Upstream's figure.
+    pub upstream: Option<f64>,
+    /// How many times better the fleet is (>1: the fleet wins).
+    pub advantage: Option<f64>,
+    /// The issue's target for the fleet.
+    pub target: Option<String>,
+    /// Whether the fleet meets it.
+    pub met: Option<bool>,
+}
+
+fn row(scenario: &str, metric: &str, better: Better, fleet: Option<f64>, up: Option<f64>) -> Row {
+    let advantage = match (fleet, up, better) {
+        (Some(f), Some(u), Better::Lower) if f > 0.0 => Some(u / f),
+        (Some(f), Some(u), Better::Higher) if u > 0.0 => Some(f / u),
+        _ => None,
+    };
+    Row {
+        scenario: scenario.into(),
+        metric: metric.into(),
+        fleet,
+        upstream: up,
+        advantage,
+        target: None,
+        met: None,
+    }
+}
+
+impl Row {
+    fn at_most(mut self, limit: f64, text: &str) -> Self {
+        self.target = Some(text.into());
+        self.met = self.fleet.map(|f| f <= limit);
+        self
+    }
+
+    fn at_least(mut self, limit: f64, text: &str) -> Self {
+        self.target = Some(text.into());
+        self.met = self.fleet.map(|f| f >= limit);
+        self
+    }
+}
+
+fn pick(runs: &BTreeMap<Kind, ScenarioRun>, kind: Kind) -> Option<&ScenarioRun> {
+    runs.get(&kind)
+}
+
+fn both<F: Fn(&ScenarioRun) -> f64>(
+    runs: &BTreeMap<Kind, ScenarioRun>,
+    f: F,
+) -> (Option<f64>, Option<f64>) {
+    (
+        pick(runs, Kind::Fleet).map(&f),
+        pick(runs, Kind::Upstream).map(&f),
+    )
+}
+
+/// Builds the table rows from a run.
+pub fn rows(figures: &Figures, suite: &Suite) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let (f, u) = both(&figures.latency_c1, |r| r.load.latency.p50_ms);
+    rows.push(
+        row(
+            "1 session, instant LLM",
+            "turn latency p50 (ms)",
+            Better::Lower,
+            f,
+            u,
+        )
+        .at_most(3.0, "≤ 3"),
+    );
+    let (f, u) = both(&figures.latency_c1, |r| r.load.latency.p99_ms);
+    rows.push(
+        row(
+            "1 session, instant LLM",
+            "turn latency p99 (ms)",
+            Better::Lower,
+            f,
+            u,
+        )
+        .at_most(10.0, "≤ 10"),
+    );
+    let max_c = figures
+        .max_throughput
+        .values()
+        .next()
+        .map_or(0, |r| r.load.concurrency);
+    let scenario = format!("{max_c} sessions, instant LLM");
+    let (f, u) = both(&figures.max_throughput, |r| r.load.turns_per_s);
+    let cpu_bound = f;
+    rows.push(row(&scenario, "max turns/s", Better::Higher, f, u).at_least(1000.0, "≥ 1000"));
+    let (f, u) = both(&figures.max_throughput, |r| r.load.latency.p99_ms);
+    rows.push(row(&scenario, "turn latency p99 (ms)", Better::Lower, f, u));
+    for (sessions, runs) in &figures.slow_llm {
+        let scenario = format!("{sessions} sessions, {SLOW_LLM_MS} ms LLM");
+        let ideal = *sessions as f64 * 1000.0 / SLOW_LLM_MS as f64;
+        let (f, u) = both(runs, |r| r.load.turns_per_s);
+        let mut tps = row(
+            &scenario,
+            &format!("turns/s (ideal {ideal:.0})"),
+            Better::Higher,
+            f,
+            u,
+        );
+        let mut p99 = row(
+            &scenario,
+            "turn latency p99 (ms)",
+            Better::Lower,
+            None,
+            None,
+        );
+        (p99.fleet, p99.upstream) = both(runs, |r| r.load.latency.p99_ms);
+        p99.advantage = row("", "", Better::Lower, p99.fleet, p99.upstream).advantage;
+        if *sessions >= 500 {
+            let bound = ideal.min(cpu_bound.unwrap_or(ideal));
+            tps = tps.at_least(
+                0.9 * bound,
+                &format!("≥ {:.0} (90 % of {bound:.0})", 0.9 * bound),
+            );
+            p99 = p99.at_most(260.0, "≤ 260");
+        }
+        rows.push(tps);
+        rows.push(p99);
+    }
+    let scenario = format!("1 session, {TOOL_CALLS} sequential tool calls");
+    let (f, u) = both(&figures.tool_heavy, |r| r.load.latency.p50_ms);
+    rows.push(row(&scenario, "turn latency p50 (ms)", Better::Lower, f, u));
+    let (f, u) = both(&figures.tool_heavy, |r| r.load.latency.p99_ms);
+    rows.push(row(&scenario, "turn latency p99 (ms)", Better::Lower, f, u));
+    tool_rows(figures, &mut rows);
+    memory_rows(suite, &mut rows);
+    startup_rows(suite, &mut rows);
+    replica_rows(figures, &mut rows);
+    cpu_rows(figures, &mut rows);
+    rows
+}
+
+fn tool_rows(figures: &Figures, rows: &mut Vec<Row>) {
+    let rtt = &figures.tool_rtt;
+    let up = rtt.upstream_in_process.as_ref();
+    let scenario = "read_file round trip";
+    let us = |ms: f64| ms * 1e3;
+    rows.push(
+        row(
+            scenario,
+            "p50 (µs): fleet over NATS vs upstream in-process",
+            Better::Lower,
+            Some(us(rtt.fleet_nats.p50_ms)),
+            up.map(|s| us(s.p50_ms)),
+        )
+        .at_most(200.0, "≤ 200"),
+    );
+    rows.push(row(
+        scenario,
+        "p99 (µs): fleet over NATS vs upstream in-process",
+        Better::Lower,
+        Some(us(rtt.fleet_nats.p99_ms)),
+        up.map(|s| us(s.p99_ms)),
+    ));
+    rows.push(row(
+        scenario,
+        "p50 (µs): NATS request/reply floor (echo responder)",
+        Better::Lower,
+        Some(us(rtt.nats_floor.p50_ms)),
+        None,
+    ));
+    rows.push(row(
+        scenario,
+        "p50 (µs): in-process, Rust vs Python",
+        Better::Lower,
+        Some(us(rtt.rust_in_process.p50_ms)),
+        up.map(|s| us(s.p50_ms)),
+    ));
+}
+
+fn memory_rows(suite: &Suite, rows: &mut Vec<Row>) {
+    let idle_fleet = suite.idle.get(&Kind::Fleet);
+    for name in SERVICES {
+        let rss = idle_fleet.and_then(|m| m.get(name)).map(|m| m.rss_mb);
+        rows.push(
+            row(
+                "idle",
+                &format!("RSS {name} (MB)"),
+                Better::Lower,
+                rss,
+                None,
+            )
+            .at_most(15.0, "≤ 15"),
+        );
+    }
+    let total = |kind: Kind| {
+        suite.idle.get(&kind).map(|m| {
+            m.iter()
+                .filter(|(n, _)| !NOT_MEASURED.contains(&n.as_str()))
+                .map(|(_, mem)| mem.rss_mb)
+                .sum::<f64>()
+        })
+    };
+    rows.push(row(
+        "idle",
+        "RSS all processes incl. NATS, Redis (MB)",
+        Better::Lower,
+        total(Kind::Fleet),
+        total(Kind::Upstream),
+    ));
+    let peak_total = |kind: Kind| {
+        suite.peak.get(&kind).map(|m| {
+            m.iter()
+                .filter(|(n, _)| !NOT_MEASURED.contains(&n.as_str()))
+                .map(|(_, (mb, _))| *mb)
+                .sum::<f64>()
+        })
+    };
+    rows.push(row(
+        "peak (any scenario)",
+        "VmHWM all processes, summed (MB)",
+        Better::Lower,
+        peak_total(Kind::Fleet),
+        peak_total(Kind::Upstream),
+    ));
+    let peak_of = |kind: Kind, name: &str| {
+        suite
+            .peak
+            .get(&kind)
+            .and_then(|m| m.get(name))
+            .map(|(mb, _)| *mb)
+    };
+    for name in SERVICES {
+        rows.push(row(
+            "peak (any scenario)",
+            &format!("VmHWM {name} (MB)"),
+            Better::Lower,
+            peak_of(Kind::Fleet, name),
+            None,
+        ));
+    }
+    rows.push(row(
+        "peak (any scenario)",
+        "VmHWM nanobot serve (MB)",
+        Better::Lower,
+        None,
+        peak_of(Kind::Upstream, "nanobot serve"),
+    ));
+}
+
+/// Returns the worst spawn→ready and connect→ready of `name` over every start.
+fn worst_start(suite: &Suite, kind: Kind, name: &str) -> (Option<f64>, Option<f64>) {
+    let all = suite
+        .startups
+        .get(&kind)
+        .into_iter()
+        .flatten()
+        .filter(|s| s.name == name);
+    let mut spawn: Option<f64> = None;
+    let mut connect: Option<f64> = None;
+    for s in all {
+        spawn = Some(spawn.map_or(s.spawn_to_ready_ms, |v| v.max(s.spawn_to_ready_ms)));
+        if let Some(c) = s.connect_to_ready_ms {
+            connect = Some(connect.map_or(c, |v| v.max(c)));
+        }
+    }
+    (spawn, connect)
+}
+
+fn startup_rows(suite: &Suite, rows: &mut Vec<Row>) {
+    let (gateway, _) = worst_start(suite, Kind::Fleet, "gateway");
+    let (serve, _) = worst_start(suite, Kind::Upstream, "nanobot serve");
+    rows.push(row(
+        "start (worst of all starts)",
+        "API process spawn → ready (ms)",
+        Better::Lower,
+        gateway,
+        serve,
+    ));
+    for name in SERVICES {
+        let (_, connect) = worst_start(suite, Kind::Fleet, name);
+        rows.push(
+            row(
+                "start (worst of all starts)",
+                &format!("{name} broker connected → ready (ms)"),
+                Better::Lower,
+                connect,
+                None,
+            )
+            .at_most(100.0, "≤ 100"),
+        );
+    }
+    for name in SERVICES
+        .iter()
+        .copied()
+        .chain(["nats-server", "redis-server"])
+    {
+        let (spawn, _) = worst_start(suite, Kind::Fleet, name);
+        rows.push(row(
+            "start (worst of all starts)",
+            &format!("{name} spawn → ready (ms)"),
+            Better::Lower,
+            spawn,
+            None,
+        ));
+    }
+}
+
+fn replica_rows(figures: &Figures, rows: &mut Vec<Row>) {
+    let tps = |n: usize| figures.replicas.get(&n).map(|r| r.load.turns_per_s);
+    let upstream = figures
+        .replicas_upstream
+        .as_ref()
+        .map(|r| r.load.turns_per_s);
+    for &n in figures.replicas.keys() {
+        let up = if n == 1 { upstream } else { None };
+        rows.push(row(
+            "200 ms LLM, runner-bound",
+            &format!("turns/s with {n} agent runner(s)"),
+            Better::Higher,
+            tps(n),
+            up,
+        ));
+    }
+    if let (Some(one), Some(two)) = (tps(1), tps(2)) {
+        rows.push(
+            row(
+                "200 ms LLM, runner-bound",
+                "scaling 1 → 2 runners (×)",
+                Better::Higher,
+                Some(two / one),
+                None,
+            )
+            .at_least(1.8, "≥ 1.8"),
+        );
+    }
+    if let (Some(one), Some(four)) = (tps(1), tps(4)) {
+        rows.push(row(
+            "200 ms LLM, runner-bound",
+            "scaling 1 → 4 runners (×)",
+            Better::Higher,
+            Some(four / one),
+            None,
+        ));
+    }
+}
+
+fn cpu_rows(figures: &Figures, rows: &mut Vec<Row>) {
+    let scenario = "CPU per turn at max turns/s";
+    let total = |kind: Kind| {
+        figures.max_throughput.get(&kind).map(|r| {
+            r.cpu_ms_per_turn
+                .iter()
+                .filter(|(n, _)| !NOT_MEASURED.contains(&n.as_str()))
+                .map(|(_, ms)| ms)
+                .sum::<f64>()
+        })
+    };
+    rows.push(row(
+        scenario,
+        "CPU ms per turn, whole system",
+        Better::Lower,
+        total(Kind::Fleet),
+        total(Kind::Upstream),
+    ));
+    if let Some(run) = figures.max_throughput.get(&Kind::Fleet) {
+        for (name, ms) in &run.cpu_ms_per_turn {
+            rows.push(row(
+                scenario,
+                &format!("CPU ms per turn: {name}"),
+                Better::Lower,
+                Some(*ms),
+                None,
+            ));
+        }
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    match v {
+        None => "—".into(),
+        Some(v) if v.abs() >= 100.0 => format!("{v:.0}"),
+        Some(v) if v.abs() >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+/// Renders the rows as a Markdown table.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    out.push_str("| scenario | metric | fleet | upstream | fleet advantage | target | met |\n");
+    out.push_str("|---|---|---:|---:|---:|---|---|\n");
+    for r in rows {
+        let advantage = r.advantage.map_or("—".into(), |a| format!("{a:.1}×"));
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "",
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.scenario,
+            r.metric,
+            num(r.fleet),
+            num(r.upstream),
+            advantage,
+            r.target.as_deref().unwrap_or(""),
+            met
+        );
+    }
+    out
+}
+
+/// Renders the per-hop breakdowns as Markdown tables.
+pub fn breakdown_tables(figures: &Figures) -> String {
+    let mut out = String::new();
+    for b in &figures.breakdown {
+        let _ = writeln!(
+            out,
+            "\n**{}**, {} tool calls per turn, {} sequential turns: total p50 {:.2} ms, p99 {:.2} ms, \
+             mean {:.2} ms; first LLM request {:.0} bytes\n",
+            b.system.label(),
+            b.tool_calls,
+            b.turns,
+            b.total.p50_ms,
+            b.total.p99_ms,
+            b.total.mean_ms,
+            b.llm_request_bytes
+        );
+        out.push_str("| hop | mean (ms) | p50 (ms) | p99 (ms) |\n|---|---:|---:|---:|\n");
+        for hop in &b.hops {
+            let l = &hop.latency;
+            let _ = writeln!(
+                out,
+                "| {} | {:.3} | {:.3} | {:.3} |",
+                hop.name, l.mean_ms, l.p50_ms, l.p99_ms
+            );
+        }
+        if !b.redis_commands.is_empty() {
+            let per_turn: f64 = b.redis_commands.values().sum();
+            let names: Vec<String> = b
+                .redis_commands
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.1}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "\nRedis commands per turn: {per_turn:.1} ({})",
+                names.join(", ")
+            );
+        }
+    }
+    out
+}
+
+/// Returns the median of start-ups by process name, for the JSON document.
+pub fn startup_summary(suite: &Suite) -> BTreeMap<Kind, BTreeMap<String, serde_json::Value>> {
+    let mut out: BTreeMap<Kind, BTreeMap<String, serde_json::Value>> = BTreeMap::new();
+    for (kind, starts) in &suite.startups {
+        let mut by_name: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+        for s in starts {
+            let entry = by_name.entry(s.name.clone()).or_default();
+            entry.0.push(s.spawn_to_ready_ms);
+            entry.1.extend(s.connect_to_ready_ms);
+        }
+        for (name, (spawn, connect)) in by_name {
+            let max = |v: &[f64]| {
+                v.iter()
+                    .copied()
+                    .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+            };
+            let value = serde_json::json!({
+                "starts": spawn.len(),
+                "spawn_to_ready_ms_median": stats::median(&spawn),
+                "spawn_to_ready_ms_max": max(&spawn),
+                "connect_to_ready_ms_median": (!connect.is_empty()).then(|| stats::median(&connect)),
+                "connect_to_ready_ms_max": max(&connect),
+            });
+            out.entry(*kind).or_default().insert(name, value);
+        }
+    }
+    out
+}
