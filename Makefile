@@ -58,3 +58,22 @@ compose-check: ## Validate docker-compose.yml (needs docker-compose)
 
 clean-run: down ## Remove the local fleet's data, logs and pids
 	rm -rf $(HOME)/.nanobot/run
+
+# === benchmarks (issue 6) — figures, not pass/fail; not part of `make test` =================
+RELEASE_BIN := $(CARGO_TARGET_DIR)/release
+UPSTREAM_VENV ?= $(HOME)/.cache/nanobot/upstream-venv
+
+.PHONY: bench bench-smoke bench-build bench-upstream
+
+bench-build: ## Build the release binaries the benchmarks run (and install NATS, Redis)
+	@scripts/deps.sh core >/dev/null
+	cargo build --release --workspace --bins
+
+bench-upstream: ## Install the baseline, upstream nanobot-ai, into $(UPSTREAM_VENV)
+	@bench/scripts/install_upstream.sh $(UPSTREAM_VENV)
+
+bench: bench-build bench-upstream ## Full suite, fleet vs upstream: table + bench/results/latest.json
+	$(RELEASE_BIN)/nanobot-bench --upstream-venv $(UPSTREAM_VENV)
+
+bench-smoke: bench-build ## Seconds-long fleet-only variant: table + bench/results/smoke.json
+	$(RELEASE_BIN)/nanobot-bench --smoke
