@@ -216,6 +216,14 @@ mod tests {
     fn liveness_follows_the_process_and_its_program() {
         let mut child = spawn_sleep();
         let pid = i32::try_from(child.id()).unwrap();
+        // Until the child has exec'd, its command line is empty and matches any program.
+        let cmdline = format!("/proc/{pid}/cmdline");
+        for _ in 0..200 {
+            if std::fs::read(&cmdline).is_ok_and(|c| !c.is_empty()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let rec = PidRecord {
             pid,
             program: Some("/usr/bin/sleep".into()),
