@@ -13,7 +13,8 @@
 //! - [`servers`]: `nats-server`, `redis-server`, the mock LLM, readiness timing.
 //! - [`toolrtt`]: tool round trip over NATS and in-process.
 //! - [`breakdown`], [`probe`]: per-hop timing from client, NATS, Redis and LLM timestamps.
-//! - [`procinfo`]: `/proc` readings; [`stats`]: percentiles; [`report`]: table and JSON.
+//! - [`procinfo`]: `/proc` readings; [`stats`]: percentiles.
+//! - [`report`]: the comparison rows; [`render`]: Markdown tables and the start-up summary.
 #![forbid(unsafe_code)]
 
 pub mod breakdown;
@@ -23,6 +24,7 @@ pub mod opts;
 pub mod plan;
 pub mod probe;
 pub mod procinfo;
+pub mod render;
 pub mod report;
 pub mod scenarios;
 pub mod servers;
@@ -93,8 +95,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let started = chrono::Utc::now();
     let figures = plan::run(&mut suite, &sizes, &opts.only).await;
     let rows = report::rows(&figures, &suite);
-    let table = report::table(&rows);
-    let breakdowns = report::breakdown_tables(&figures);
+    let table = render::table(&rows);
+    let breakdowns = render::breakdown_tables(&figures);
     println!("\n## nanobot-bench ({} run)\n", sizes.mode);
     println!("{}", describe(&baseline));
     println!("{table}");
@@ -113,7 +115,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         "fleet_log_level": opts.fleet_log_level,
         "rows": rows,
         "figures": figures,
-        "startup": report::startup_summary(&suite),
+        "startup": render::startup_summary(&suite),
         "idle_memory": suite.idle,
         "peak_memory": suite.peak,
         "errors": suite.errors,

@@ -210,3 +210,106 @@ async fn session_loop(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use axum::Router;
+    use axum::extract::State;
+    use axum::routing::post;
+
+    use super::*;
+
+    /// What the fake API answers.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        Echo,
+        LlmError,
+        Hang,
+    }
+
+    type Seen = Arc<Mutex<Vec<String>>>;
+
+    async fn api(answer: Answer) -> (String, Seen) {
+        let seen: Seen = Arc::default();
+        let handler = |State((answer, seen)): State<(Answer, Seen)>, body: String| async move {
+            let parsed: Value = serde_json::from_str(&body).unwrap();
+            let session = parsed["session_id"].as_str().unwrap().to_string();
+            seen.lock().unwrap().push(session);
+            let text = parsed
+                .pointer("/messages/0/content")
+                .unwrap()
+                .as_str()
+                .unwrap();
+            let content = match answer {
+                Answer::Echo => format!("echo: {text}"),
+                Answer::LlmError => "Error calling LLM: stream ended".into(),
+                Answer::Hang => {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    String::new()
+                }
+            };
+            axum::Json(json!({"choices": [{"message": {"content": content}}]}))
+        };
+        let app = Router::new()
+            .route("/v1/chat/completions", post(handler))
+            .with_state((answer, seen.clone()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (base, seen)
+    }
+
+    fn spec(concurrency: usize, requests: usize, window: Duration) -> LoadSpec {
+        LoadSpec {
+            concurrency,
+            requests,
+            warmup: 2,
+            window,
+            turns_per_session: 2,
+            session_prefix: "t".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn counts_answered_turns_and_rotates_sessions() {
+        let (base, seen) = api(Answer::Echo).await;
+        let result = run(&base, &spec(4, 20, Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert_eq!((result.ok, result.errors, result.unfinished), (20, 0, 0));
+        assert_eq!(result.latency.count, 20);
+        assert!(result.turns_per_s > 0.0);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 22, "2 warm-up turns and 20 measured ones");
+        let measured: BTreeSet<&String> = seen.iter().filter(|s| !s.contains("warm")).collect();
+        // 4 sessions × 5 turns, a fresh session id every 2 turns: at least 12 ids.
+        assert!(measured.len() >= 12, "sessions rotate: {measured:?}");
+    }
+
+    #[tokio::test]
+    async fn llm_errors_answered_with_200_are_errors() {
+        let (base, _) = api(Answer::LlmError).await;
+        let result = run(&base, &spec(2, 6, Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert_eq!((result.ok, result.errors), (0, 6));
+        assert!(result.first_error.unwrap().contains("Error calling LLM"));
+    }
+
+    #[tokio::test]
+    async fn turns_still_running_when_the_window_closes_are_unfinished() {
+        let (base, _) = api(Answer::Hang).await;
+        let mut hung = spec(3, 100, Duration::from_millis(300));
+        hung.warmup = 0;
+        let started = Instant::now();
+        let result = run(&base, &hung).await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the window bounds the run"
+        );
+        assert_eq!((result.ok, result.errors, result.unfinished), (0, 0, 3));
+        assert!((result.elapsed_s - 0.3).abs() < 0.2);
+    }
+}

@@ -15,6 +15,8 @@ use crate::toolrtt::{self, ToolRtt};
 
 /// Latency of the slow LLM, in milliseconds.
 pub const SLOW_LLM_MS: u64 = 200;
+/// The log level of the "how much does logging cost" variant.
+const QUIET: &str = "warn";
 /// Sequential tool calls of the tool-heavy turn.
 pub const TOOL_CALLS: u32 = 5;
 
@@ -25,6 +27,8 @@ pub struct Figures {
     pub latency_c1: BTreeMap<Kind, ScenarioRun>,
     /// Maximum turns/s, instant LLM.
     pub max_throughput: BTreeMap<Kind, ScenarioRun>,
+    /// Maximum turns/s of the fleet with its roles logging at `warn` (the cost of logging).
+    pub max_throughput_quiet: Option<ScenarioRun>,
     /// 200 ms LLM by concurrent sessions.
     pub slow_llm: BTreeMap<usize, BTreeMap<Kind, ScenarioRun>>,
     /// Five sequential tool calls per turn, one session.
@@ -79,6 +83,23 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
         {
             figures.max_throughput.insert(kind, run);
         }
+    }
+    if wanted("max") && suite.fleet_log_level != QUIET {
+        let c = sizes.max_concurrency;
+        let spec = spec(
+            "quiet",
+            c,
+            sizes.throughput_requests,
+            sizes.warmup,
+            sizes.window,
+        );
+        let setup = Setup {
+            log_level: Some(QUIET.into()),
+            ..Setup::with_llm(instant)
+        };
+        figures.max_throughput_quiet = suite
+            .load("max_throughput_quiet", Kind::Fleet, &setup, spec)
+            .await;
     }
     for &sessions in sizes.llm_sessions.iter().filter(|_| wanted("slow")) {
         for kind in suite.kinds() {

@@ -36,6 +36,8 @@ pub struct Setup {
     pub upstream_env: Vec<(String, String)>,
     /// Base URL of an LLM already running (the breakdown's probe) instead of the mock.
     pub llm_base: Option<String>,
+    /// `RUST_LOG` level of the fleet's roles, instead of the suite's.
+    pub log_level: Option<String>,
 }
 
 impl Setup {
@@ -99,7 +101,10 @@ impl Suite {
                     llm_base: setup.llm_base.clone(),
                     agents: setup.agents.max(1),
                     max_concurrent_turns: setup.max_concurrent_turns.max(1),
-                    log_level: self.fleet_log_level.clone(),
+                    log_level: setup
+                        .log_level
+                        .clone()
+                        .unwrap_or_else(|| self.fleet_log_level.clone()),
                 };
                 fleet::start(&opts).await?
             }
