@@ -93,6 +93,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         ..Suite::default()
     };
     let started = chrono::Utc::now();
+    let load_before = loadavg();
     let figures = plan::run(&mut suite, &sizes, &opts.only).await;
     let rows = report::rows(&figures, &suite);
     let table = render::table(&rows);
@@ -113,6 +114,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         "machine": procinfo::machine(),
         "baseline": baseline,
         "fleet_log_level": opts.fleet_log_level,
+        "loadavg_before": load_before,
+        "loadavg_after": loadavg(),
         "rows": rows,
         "figures": figures,
         "startup": render::startup_summary(&suite),
@@ -141,6 +144,13 @@ fn describe(baseline: &Baseline) -> String {
         machine.kernel,
         commit()
     )
+}
+
+/// Returns `/proc/loadavg` (other work on the machine skews every figure).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn default_out(mode: &str) -> PathBuf {

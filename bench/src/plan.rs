@@ -1,6 +1,7 @@
 //! The order the scenarios run in and what each collects.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -104,13 +105,11 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
     for &sessions in sizes.llm_sessions.iter().filter(|_| wanted("slow")) {
         for kind in suite.kinds() {
             let name = format!("slow_llm_c{sessions}");
-            let spec = spec(
-                &name,
-                sessions,
-                sizes.throughput_requests,
-                sizes.warmup,
-                sizes.window,
-            );
+            // Longer for many sessions, so a system that serves them all at once (upstream
+            // needs ~65 ms of CPU per turn) can finish at least one round inside the window.
+            let window = sizes.window + Duration::from_millis(50) * sessions as u32;
+            let requests = sizes.throughput_requests;
+            let spec = spec(&name, sessions, requests, sizes.warmup, window);
             if let Some(run) = suite.load(&name, kind, &Setup::with_llm(slow), spec).await {
                 figures
                     .slow_llm
