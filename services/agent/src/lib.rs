@@ -180,7 +180,13 @@ async fn consume(
                 continue;
             }
         };
-        let Some(next) = batch.next().await else {
+        // A pull waits up to its expiry for a message: stay responsive to shutdown meanwhile.
+        let next = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            n = batch.next() => n,
+        };
+        let Some(next) = next else {
             continue;
         };
         let msg = match next {

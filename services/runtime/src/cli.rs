@@ -62,6 +62,6 @@ where
             1
         }
     };
-    telemetry.shutdown();
+    telemetry.shutdown().await;
     code
 }

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-/// How long a service may drain after the shutdown signal before it gives up (5 s budget).
-pub const GRACE: Duration = Duration::from_secs(4);
+/// How long a service may drain after the shutdown signal before it gives up; with the trace
+/// flush (`telemetry::FLUSH_LIMIT`) this keeps exit within the 5 s budget.
+pub const GRACE: Duration = Duration::from_millis(3500);
 
 /// Completes on the first SIGINT or SIGTERM. A second signal, or SIGQUIT, exits immediately.
 pub async fn shutdown_signal() {

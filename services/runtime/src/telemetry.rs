@@ -22,13 +22,21 @@ pub struct TelemetryGuard {
 }
 
 impl TelemetryGuard {
-    /// Flushes and stops the exporter.
-    pub fn shutdown(self) {
-        if let Err(e) = self.provider.shutdown() {
-            eprintln!("failed to flush traces: {e}");
+    /// Flushes and stops the exporter, waiting at most [`FLUSH_LIMIT`] so a dead collector
+    /// never delays exit past the shutdown budget.
+    pub async fn shutdown(self) {
+        let provider = self.provider;
+        let flush = tokio::task::spawn_blocking(move || provider.shutdown());
+        match tokio::time::timeout(FLUSH_LIMIT, flush).await {
+            Ok(Ok(Err(e))) => eprintln!("failed to flush traces: {e}"),
+            Err(_) => eprintln!("gave up flushing traces after {FLUSH_LIMIT:?}"),
+            _ => {}
         }
     }
 }
+
+/// Longest time spent flushing spans at exit.
+pub const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_millis(800);
 
 /// Returns the OTLP endpoint from config or `OTEL_EXPORTER_OTLP_ENDPOINT`.
 pub fn otlp_endpoint(cfg: &TelemetryConfig) -> Option<String> {
