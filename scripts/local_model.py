@@ -5,7 +5,7 @@ works out of the box on the bundled SmolLM2-135M weights. Endpoints: /v1/models,
 /v1/chat/completions (incl. SSE), /health. Exits on SIGTERM or SIGINT.
 
 Usage: python local_model.py --model PATH [--host 127.0.0.1] [--port 18080]
-                             [--alias NAME] [--ctx 8192] [--parallel 2]
+                             [--alias NAME] [--ctx 8192] [--parallel 1] [--max-tokens 512]
 """
 
 import argparse
@@ -23,6 +23,9 @@ def main() -> int:
     parser.add_argument("--alias", default="SmolLM2-135M-Instruct", help="model id served")
     parser.add_argument("--ctx", type=int, default=8192, help="context window in tokens")
     parser.add_argument("--parallel", type=int, default=1, help="requests decoded at once")
+    # A tiny model tends to ramble until its context is full: bound replies of requests that
+    # set no max_tokens (llama.cpp honours a request's own max_tokens over this default).
+    parser.add_argument("--max-tokens", type=int, default=512, help="default tokens per reply")
     args = parser.parse_args()
 
     try:
@@ -38,6 +41,7 @@ def main() -> int:
     params.model_alias = {args.alias}
     params.n_ctx = args.ctx
     params.n_parallel = args.parallel
+    params.n_predict = args.max_tokens
 
     # Stop promptly: the native server threads need no orderly teardown.
     def stop(signum, _frame):
