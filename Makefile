@@ -19,6 +19,8 @@ CONFIG ?=
 RUN_DIR ?=
 NANOBOT := $(DEBUG_BIN)/nanobot$(if $(CONFIG), --config $(CONFIG))
 RUN_FLAGS := $(if $(RUN_DIR),--run-dir $(RUN_DIR))
+# The roles find the builtin skills of this checkout (the binaries live outside it).
+UP := NANOBOT_SKILLS_DIR="$${NANOBOT_SKILLS_DIR:-$(CURDIR)/skills}" $(NANOBOT) up $(RUN_FLAGS)
 LINK := $(HOME)/.cargo/bin/nanobot
 
 .PHONY: help deps deps-model deps-test build link run up down status logs test test-unit lint \
@@ -45,7 +47,7 @@ link: ## Put `nanobot` on PATH (a symlink in ~/.cargo/bin)
 
 run: deps deps-model build ## Start NATS, Redis, the local model and every role on 127.0.0.1, then chat
 	@$(NANOBOT) onboard >/dev/null
-	$(NANOBOT) up $(RUN_FLAGS)
+	$(UP)
 	@$(MAKE) --no-print-directory link
 	@echo "the fleet keeps running in the background; stop it with 'make down'"
 	@if [ -t 0 ]; then $(NANOBOT) agent; \
@@ -53,7 +55,7 @@ run: deps deps-model build ## Start NATS, Redis, the local model and every role 
 
 up: deps deps-model build ## Start the local fleet in the background (no chat)
 	@$(NANOBOT) onboard >/dev/null
-	$(NANOBOT) up $(RUN_FLAGS)
+	$(UP)
 
 down: ## Stop what `make run` / `make up` started, by pid
 	@if [ -x $(DEBUG_BIN)/nanobot ]; then $(NANOBOT) down $(RUN_FLAGS); \
