@@ -14,7 +14,8 @@
 //! - [`toolrtt`]: tool round trip over NATS and in-process.
 //! - [`breakdown`], [`probe`]: per-hop timing from client, NATS, Redis and LLM timestamps.
 //! - [`procinfo`]: `/proc` readings; [`stats`]: percentiles.
-//! - [`report`]: the comparison rows; [`render`]: Markdown tables and the start-up summary.
+//! - [`report`], [`resources`]: the comparison rows; [`render`]: Markdown tables and the
+//!   start-up summary.
 #![forbid(unsafe_code)]
 
 pub mod breakdown;
@@ -26,6 +27,7 @@ pub mod probe;
 pub mod procinfo;
 pub mod render;
 pub mod report;
+pub mod resources;
 pub mod scenarios;
 pub mod servers;
 pub mod stats;

@@ -44,6 +44,37 @@ pub struct Figures {
     pub breakdown: Vec<Breakdown>,
 }
 
+impl Figures {
+    /// Returns every load scenario run with its scenario name and system.
+    pub fn runs(&self) -> Vec<(String, Kind, &ScenarioRun)> {
+        let mut out = Vec::new();
+        for (kind, run) in &self.latency_c1 {
+            out.push(("latency_c1".to_string(), *kind, run));
+        }
+        for (kind, run) in &self.max_throughput {
+            out.push(("max_throughput".to_string(), *kind, run));
+        }
+        if let Some(run) = &self.max_throughput_quiet {
+            out.push(("max_throughput_quiet".to_string(), Kind::Fleet, run));
+        }
+        for (sessions, runs) in &self.slow_llm {
+            for (kind, run) in runs {
+                out.push((format!("slow_llm_c{sessions}"), *kind, run));
+            }
+        }
+        for (kind, run) in &self.tool_heavy {
+            out.push(("tool_heavy_c1".to_string(), *kind, run));
+        }
+        for (agents, run) in &self.replicas {
+            out.push((format!("replicas_{agents}"), Kind::Fleet, run));
+        }
+        if let Some(run) = &self.replicas_upstream {
+            out.push(("replicas_1".to_string(), Kind::Upstream, run));
+        }
+        out
+    }
+}
+
 /// Runs every scenario (or those named in `only`) in order.
 pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);

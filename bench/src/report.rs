@@ -5,17 +5,18 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::plan::{Figures, SLOW_LLM_MS, TOOL_CALLS};
+use crate::resources;
 use crate::scenarios::{LOADGEN, ScenarioRun, Suite};
 use crate::system::Kind;
 
 /// Fleet roles held to the per-service targets.
-const SERVICES: [&str; 5] = ["gateway", "agent#1", "tools", "memory", "cron"];
+pub(crate) const SERVICES: [&str; 5] = ["gateway", "agent#1", "tools", "memory", "cron"];
 /// Processes not part of either system under test.
-const NOT_MEASURED: [&str; 2] = ["mock-llm", LOADGEN];
+pub(crate) const NOT_MEASURED: [&str; 2] = ["mock-llm", LOADGEN];
 
 /// Whether a smaller or a larger figure is better.
 #[derive(Debug, Clone, Copy)]
-enum Better {
+pub(crate) enum Better {
     Lower,
     Higher,
 }
@@ -39,7 +40,13 @@ pub struct Row {
     pub met: Option<bool>,
 }
 
-fn row(scenario: &str, metric: &str, better: Better, fleet: Option<f64>, up: Option<f64>) -> Row {
+pub(crate) fn row(
+    scenario: &str,
+    metric: &str,
+    better: Better,
+    fleet: Option<f64>,
+    up: Option<f64>,
+) -> Row {
     let advantage = match (fleet, up, better) {
         (Some(f), Some(u), Better::Lower) if f > 0.0 => Some(u / f),
         (Some(f), Some(u), Better::Higher) if u > 0.0 => Some(f / u),
@@ -57,13 +64,13 @@ fn row(scenario: &str, metric: &str, better: Better, fleet: Option<f64>, up: Opt
 }
 
 impl Row {
-    fn at_most(mut self, limit: f64, text: &str) -> Self {
+    pub(crate) fn at_most(mut self, limit: f64, text: &str) -> Self {
         self.target = Some(text.into());
         self.met = self.fleet.map(|f| f <= limit);
         self
     }
 
-    fn at_least(mut self, limit: f64, text: &str) -> Self {
+    pub(crate) fn at_least(mut self, limit: f64, text: &str) -> Self {
         self.target = Some(text.into());
         self.met = self.fleet.map(|f| f >= limit);
         self
@@ -121,6 +128,14 @@ pub fn rows(figures: &Figures, suite: &Suite) -> Vec<Row> {
     let (f, u) = both(&figures.max_throughput, |r| r.load.latency.p99_ms);
     rows.push(row(&scenario, "turn latency p99 (ms)", Better::Lower, f, u));
     if let Some(quiet) = &figures.max_throughput_quiet {
+        let cpu: f64 = quiet
+            .cpu_ms_per_turn
+            .iter()
+            .filter(|(n, _)| !NOT_MEASURED.contains(&n.as_str()))
+            .map(|(_, ms)| ms)
+            .sum();
+        let metric = "CPU ms per turn, whole system, roles logging at warn";
+        rows.push(row(&scenario, metric, Better::Lower, Some(cpu), None));
         let metric = "max turns/s, roles logging at warn";
         rows.push(row(
             &scenario,
@@ -167,10 +182,10 @@ pub fn rows(figures: &Figures, suite: &Suite) -> Vec<Row> {
     let (f, u) = both(&figures.tool_heavy, |r| r.load.latency.p99_ms);
     rows.push(row(&scenario, "turn latency p99 (ms)", Better::Lower, f, u));
     tool_rows(figures, &mut rows);
-    memory_rows(suite, &mut rows);
-    startup_rows(suite, &mut rows);
+    resources::memory_rows(figures, suite, &mut rows);
+    resources::startup_rows(suite, &mut rows);
     replica_rows(figures, &mut rows);
-    cpu_rows(figures, &mut rows);
+    resources::cpu_rows(figures, &mut rows);
     rows
 }
 
@@ -212,134 +227,6 @@ fn tool_rows(figures: &Figures, rows: &mut Vec<Row>) {
     ));
 }
 
-fn memory_rows(suite: &Suite, rows: &mut Vec<Row>) {
-    let idle_fleet = suite.idle.get(&Kind::Fleet);
-    for name in SERVICES {
-        let rss = idle_fleet.and_then(|m| m.get(name)).map(|m| m.rss_mb);
-        rows.push(
-            row(
-                "idle",
-                &format!("RSS {name} (MB)"),
-                Better::Lower,
-                rss,
-                None,
-            )
-            .at_most(15.0, "≤ 15"),
-        );
-    }
-    let total = |kind: Kind| {
-        suite.idle.get(&kind).map(|m| {
-            m.iter()
-                .filter(|(n, _)| !NOT_MEASURED.contains(&n.as_str()))
-                .map(|(_, mem)| mem.rss_mb)
-                .sum::<f64>()
-        })
-    };
-    rows.push(row(
-        "idle",
-        "RSS all processes incl. NATS, Redis (MB)",
-        Better::Lower,
-        total(Kind::Fleet),
-        total(Kind::Upstream),
-    ));
-    let peak_total = |kind: Kind| {
-        suite.peak.get(&kind).map(|m| {
-            m.iter()
-                .filter(|(n, _)| !NOT_MEASURED.contains(&n.as_str()))
-                .map(|(_, (mb, _))| *mb)
-                .sum::<f64>()
-        })
-    };
-    rows.push(row(
-        "peak (any scenario)",
-        "VmHWM all processes, summed (MB)",
-        Better::Lower,
-        peak_total(Kind::Fleet),
-        peak_total(Kind::Upstream),
-    ));
-    let peak_of = |kind: Kind, name: &str| {
-        suite
-            .peak
-            .get(&kind)
-            .and_then(|m| m.get(name))
-            .map(|(mb, _)| *mb)
-    };
-    for name in SERVICES {
-        rows.push(row(
-            "peak (any scenario)",
-            &format!("VmHWM {name} (MB)"),
-            Better::Lower,
-            peak_of(Kind::Fleet, name),
-            None,
-        ));
-    }
-    rows.push(row(
-        "peak (any scenario)",
-        "VmHWM nanobot serve (MB)",
-        Better::Lower,
-        None,
-        peak_of(Kind::Upstream, "nanobot serve"),
-    ));
-}
-
-/// Returns the worst spawn→ready and connect→ready of `name` over every start.
-fn worst_start(suite: &Suite, kind: Kind, name: &str) -> (Option<f64>, Option<f64>) {
-    let all = suite
-        .startups
-        .get(&kind)
-        .into_iter()
-        .flatten()
-        .filter(|s| s.name == name);
-    let mut spawn: Option<f64> = None;
-    let mut connect: Option<f64> = None;
-    for s in all {
-        spawn = Some(spawn.map_or(s.spawn_to_ready_ms, |v| v.max(s.spawn_to_ready_ms)));
-        if let Some(c) = s.connect_to_ready_ms {
-            connect = Some(connect.map_or(c, |v| v.max(c)));
-        }
-    }
-    (spawn, connect)
-}
-
-fn startup_rows(suite: &Suite, rows: &mut Vec<Row>) {
-    let (gateway, _) = worst_start(suite, Kind::Fleet, "gateway");
-    let (serve, _) = worst_start(suite, Kind::Upstream, "nanobot serve");
-    rows.push(row(
-        "start (worst of all starts)",
-        "API process spawn → ready (ms)",
-        Better::Lower,
-        gateway,
-        serve,
-    ));
-    for name in SERVICES {
-        let (_, connect) = worst_start(suite, Kind::Fleet, name);
-        rows.push(
-            row(
-                "start (worst of all starts)",
-                &format!("{name} broker connected → ready (ms)"),
-                Better::Lower,
-                connect,
-                None,
-            )
-            .at_most(100.0, "≤ 100"),
-        );
-    }
-    for name in SERVICES
-        .iter()
-        .copied()
-        .chain(["nats-server", "redis-server"])
-    {
-        let (spawn, _) = worst_start(suite, Kind::Fleet, name);
-        rows.push(row(
-            "start (worst of all starts)",
-            &format!("{name} spawn → ready (ms)"),
-            Better::Lower,
-            spawn,
-            None,
-        ));
-    }
-}
-
 fn replica_rows(figures: &Figures, rows: &mut Vec<Row>) {
     let tps = |n: usize| figures.replicas.get(&n).map(|r| r.load.turns_per_s);
     let upstream = figures
@@ -376,37 +263,6 @@ fn replica_rows(figures: &Figures, rows: &mut Vec<Row>) {
             Some(four / one),
             None,
         ));
-    }
-}
-
-fn cpu_rows(figures: &Figures, rows: &mut Vec<Row>) {
-    let scenario = "CPU per turn at max turns/s";
-    let total = |kind: Kind| {
-        figures.max_throughput.get(&kind).map(|r| {
-            r.cpu_ms_per_turn
-                .iter()
-                .filter(|(n, _)| !NOT_MEASURED.contains(&n.as_str()))
-                .map(|(_, ms)| ms)
-                .sum::<f64>()
-        })
-    };
-    rows.push(row(
-        scenario,
-        "CPU ms per turn, whole system",
-        Better::Lower,
-        total(Kind::Fleet),
-        total(Kind::Upstream),
-    ));
-    if let Some(run) = figures.max_throughput.get(&Kind::Fleet) {
-        for (name, ms) in &run.cpu_ms_per_turn {
-            rows.push(row(
-                scenario,
-                &format!("CPU ms per turn: {name}"),
-                Better::Lower,
-                Some(*ms),
-                None,
-            ));
-        }
     }
 }
 
