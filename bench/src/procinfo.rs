@@ -9,6 +9,10 @@ pub struct Memory {
     pub rss_mb: f64,
     /// Peak resident set size so far (`VmHWM`).
     pub hwm_mb: f64,
+    /// Anonymous resident memory now (`RssAnon`: heap, stacks).
+    pub anon_mb: f64,
+    /// File-backed resident memory now (`RssFile`: the binary's and libraries' pages).
+    pub file_mb: f64,
 }
 
 /// Reads `VmRSS` and `VmHWM` of `pid`; `None` when the process is gone.
@@ -17,6 +21,8 @@ pub fn memory(pid: u32) -> Option<Memory> {
     Some(Memory {
         rss_mb: status_kib(&status, "VmRSS:")? / 1024.0,
         hwm_mb: status_kib(&status, "VmHWM:")? / 1024.0,
+        anon_mb: status_kib(&status, "RssAnon:").unwrap_or(0.0) / 1024.0,
+        file_mb: status_kib(&status, "RssFile:").unwrap_or(0.0) / 1024.0,
     })
 }
 
@@ -95,6 +101,8 @@ mod tests {
         let me = std::process::id();
         let mem = memory(me).unwrap();
         assert!(mem.rss_mb > 0.0 && mem.hwm_mb >= mem.rss_mb);
+        assert!(mem.anon_mb > 0.0 && mem.file_mb > 0.0);
+        assert!(mem.anon_mb + mem.file_mb <= mem.rss_mb + 0.01);
         assert!(cpu_seconds(me).unwrap() >= 0.0);
         assert!(memory(u32::MAX).is_none());
         let m = machine();

@@ -20,6 +20,11 @@ pub(crate) fn memory_rows(figures: &Figures, suite: &Suite, rows: &mut Vec<Row>)
             .at_most(15.0, "≤ 15"),
         );
     }
+    for name in SERVICES {
+        let anon = idle_fleet.and_then(|m| m.get(name)).map(|m| m.anon_mb);
+        let metric = format!("RSS {name}: anonymous part, heap and stacks (MB)");
+        rows.push(row("idle", &metric, Better::Lower, anon, None));
+    }
     let total = |kind: Kind| {
         suite.idle.get(&kind).map(|m| {
             m.iter()
