@@ -102,6 +102,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let breakdowns = render::breakdown_tables(&figures);
     println!("\n## nanobot-bench ({} run)\n", sizes.mode);
     println!("{}", describe(&baseline));
+    println!("{}\n", interference(&figures));
     println!("{table}");
     println!("### Per-hop breakdown{breakdowns}");
     for error in &suite.errors {
@@ -129,6 +130,27 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     write_json(&out, &document)?;
     println!("\nresults written to {}", out.display());
     Ok(())
+}
+
+/// Summarizes how busy the machine was with work outside the run during the load scenarios.
+fn interference(figures: &plan::Figures) -> String {
+    let runs = figures.runs();
+    let mut worst: Option<(f64, String)> = None;
+    let mut sum = 0.0;
+    for (scenario, kind, run) in &runs {
+        sum += run.foreign_cores;
+        if worst.as_ref().is_none_or(|(w, _)| run.foreign_cores > *w) {
+            worst = Some((run.foreign_cores, format!("{scenario} on {}", kind.label())));
+        }
+    }
+    let Some((max, at)) = worst else {
+        return "no load scenario ran".into();
+    };
+    format!(
+        "Other work on the machine during the load scenarios: {:.2} cores on average, at most \
+         {max:.2} ({at}).",
+        sum / runs.len() as f64
+    )
 }
 
 fn describe(baseline: &Baseline) -> String {

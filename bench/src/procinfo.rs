@@ -44,6 +44,22 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((utime + stime) / clock_ticks())
 }
 
+/// Returns the machine's busy and steal CPU seconds so far, summed over all CPUs (the `cpu`
+/// line of `/proc/stat`: busy is everything but idle and iowait).
+pub fn machine_cpu_seconds() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let total: f64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3)? + ticks.get(4)?;
+    let steal = *ticks.get(7)?;
+    Some(((total - idle) / clock_ticks(), steal / clock_ticks()))
+}
+
 /// The kernel's USER_HZ; 100 on every Linux this runs on (`getconf CLK_TCK`).
 fn clock_ticks() -> f64 {
     100.0
@@ -104,6 +120,8 @@ mod tests {
         assert!(mem.anon_mb > 0.0 && mem.file_mb > 0.0);
         assert!(mem.anon_mb + mem.file_mb <= mem.rss_mb + 0.01);
         assert!(cpu_seconds(me).unwrap() >= 0.0);
+        let (busy, steal) = machine_cpu_seconds().unwrap();
+        assert!(busy > 0.0 && steal >= 0.0);
         assert!(memory(u32::MAX).is_none());
         let m = machine();
         assert!(m.nproc >= 1 && m.memory_mb > 0 && !m.kernel.is_empty());

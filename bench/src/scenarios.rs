@@ -61,6 +61,11 @@ pub struct ScenarioRun {
     pub cpu_ms_per_turn: BTreeMap<String, f64>,
     /// Peak resident memory (VmHWM) by process at the end of the scenario, in MiB.
     pub peak_mb: BTreeMap<String, f64>,
+    /// Cores kept busy, on average, by processes outside this run (other work on the machine
+    /// competing with it; the higher, the less the figures mean).
+    pub foreign_cores: f64,
+    /// Cores' worth of time stolen by the hypervisor, on average.
+    pub steal_cores: f64,
 }
 
 /// Everything collected across scenarios.
@@ -172,7 +177,11 @@ impl Suite {
             LOADGEN.into(),
             crate::procinfo::cpu_seconds(me).unwrap_or(0.0),
         );
+        let machine_before = crate::procinfo::machine_cpu_seconds().unwrap_or_default();
+        let started = tokio::time::Instant::now();
         let result = load::run(&running.api_base, &spec).await;
+        let wall = started.elapsed().as_secs_f64().max(1e-9);
+        let machine_after = crate::procinfo::machine_cpu_seconds().unwrap_or_default();
         let mut cpu_after = running.cpu();
         cpu_after.insert(
             LOADGEN.into(),
@@ -182,7 +191,12 @@ impl Suite {
         running.stop().await;
         let result = result?;
         let turns = result.ok.max(1) as f64;
-        let cpu_ms_per_turn = system::cpu_delta(&cpu_before, &cpu_after)
+        let used = system::cpu_delta(&cpu_before, &cpu_after);
+        let ours: f64 = used.values().sum();
+        let busy = machine_after.0 - machine_before.0;
+        let foreign_cores = ((busy - ours) / wall).max(0.0);
+        let steal_cores = ((machine_after.1 - machine_before.1) / wall).max(0.0);
+        let cpu_ms_per_turn = used
             .into_iter()
             .map(|(name, secs)| (name, secs * 1e3 / turns))
             .collect();
@@ -196,7 +210,8 @@ impl Suite {
             }
         }
         eprintln!(
-            "bench:   {} ok, {} errors, {} unfinished, {:.1} turns/s, p50 {:.2} ms, p99 {:.2} ms",
+            "bench:   {} ok, {} errors, {} unfinished, {:.1} turns/s, p50 {:.2} ms, p99 {:.2} ms; \
+             other work on the machine: {foreign_cores:.2} cores, steal {steal_cores:.2}",
             result.ok,
             result.errors,
             result.unfinished,
@@ -208,6 +223,8 @@ impl Suite {
             load: result,
             cpu_ms_per_turn,
             peak_mb,
+            foreign_cores,
+            steal_cores,
         })
     }
 }
