@@ -13,23 +13,37 @@ use serde_json::{Value, json};
 use super::reply::Resolved;
 use super::{Shared, anthropic, openai};
 
+/// Records the request, waits out the scripted delay, and returns the request body with the
+/// scripted turn, or the scripted error response.
+async fn take_turn(
+    shared: &Shared,
+    uri: &Uri,
+    headers: &HeaderMap,
+    raw: &Bytes,
+) -> Result<(Value, super::reply::Turn), Response> {
+    let (body, delay, resolved) = shared.take(uri.path(), headers, raw);
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    match resolved {
+        Resolved::Turn(turn) => Ok((body, turn)),
+        Resolved::Error {
+            status,
+            body,
+            retry_after,
+        } => Err(error(status, body, retry_after)),
+    }
+}
+
 pub(super) async fn chat_completions(
     State(shared): State<Arc<Shared>>,
     uri: Uri,
     headers: HeaderMap,
     raw: Bytes,
 ) -> Response {
-    let (body, delay, resolved) = shared.take(uri.path(), &headers, &raw);
-    if let Some(delay) = delay {
-        tokio::time::sleep(delay).await;
-    }
-    let turn = match resolved {
-        Resolved::Turn(turn) => turn,
-        Resolved::Error {
-            status,
-            body,
-            retry_after,
-        } => return error(status, body, retry_after),
+    let (body, turn) = match take_turn(&shared, &uri, &headers, &raw).await {
+        Ok(taken) => taken,
+        Err(response) => return response,
     };
     let model = body
         .get("model")
@@ -52,17 +66,9 @@ pub(super) async fn messages(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Response {
-    let (body, delay, resolved) = shared.take(uri.path(), &headers, &raw);
-    if let Some(delay) = delay {
-        tokio::time::sleep(delay).await;
-    }
-    let turn = match resolved {
-        Resolved::Turn(turn) => turn,
-        Resolved::Error {
-            status,
-            body,
-            retry_after,
-        } => return error(status, body, retry_after),
+    let (body, turn) = match take_turn(&shared, &uri, &headers, &raw).await {
+        Ok(taken) => taken,
+        Err(response) => return response,
     };
     let model = body
         .get("model")
