@@ -127,6 +127,11 @@ pub struct ToolCallRequest {
     pub channel: ::prost::alloc::string::String,
     #[prost(string, tag = "8")]
     pub chat_id: ::prost::alloc::string::String,
+    /// When > 0 the caller listens on its reply inbox for several messages: the executor sends
+    /// an ACCEPTED `ToolCallResult` at once, a RUNNING one every `heartbeat_ms` while the tool
+    /// runs, then the FINAL result. 0 (older callers) means one reply, the result.
+    #[prost(uint32, tag = "9")]
+    pub heartbeat_ms: u32,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ToolCallResult {
@@ -143,6 +148,9 @@ pub struct ToolCallResult {
     /// Identifies the executor instance that ran the call.
     #[prost(string, tag = "5")]
     pub executor: ::prost::alloc::string::String,
+    /// FINAL for the result; ACCEPTED / RUNNING are liveness messages without content.
+    #[prost(enumeration = "CallState", tag = "6")]
+    pub state: i32,
 }
 /// Asks executors for the tools they serve.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -169,6 +177,39 @@ pub struct ToolListResponse {
     pub tools: ::prost::alloc::vec::Vec<ToolSpec>,
     #[prost(string, tag = "2")]
     pub executor: ::prost::alloc::string::String,
+}
+/// Where a call stands, for the liveness protocol (`ToolCallRequest.heartbeat_ms`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum CallState {
+    /// The result (the default, so single-reply executors decode as final).
+    Final = 0,
+    /// The executor took the call and is about to run it.
+    Accepted = 1,
+    /// The executor is alive and the tool still runs.
+    Running = 2,
+}
+impl CallState {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Final => "CALL_STATE_FINAL",
+            Self::Accepted => "CALL_STATE_ACCEPTED",
+            Self::Running => "CALL_STATE_RUNNING",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "CALL_STATE_FINAL" => Some(Self::Final),
+            "CALL_STATE_ACCEPTED" => Some(Self::Accepted),
+            "CALL_STATE_RUNNING" => Some(Self::Running),
+            _ => None,
+        }
+    }
 }
 /// Asks a memory worker to consolidate a session. Published on `subjects::consolidate(bot)`.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
