@@ -1,15 +1,22 @@
 //! The runner's side of tools: the tool list discovered from executors over NATS (cached),
-//! and tool calls as NATS requests with a deadline. Failures become upstream-style error
+//! and tool calls under the liveness protocol ([`liveness`]) with an overall deadline. An
+//! executor that dies mid-call is noticed within seconds: a read-only tool is retried once on
+//! another executor, any other tool gets a clear error. Failures become upstream-style error
 //! results for the model, never a hung turn.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use nanobot_proto::{ToolCallRequest, ToolListRequest, ToolSpec};
-use nanobot_runtime::bus::{self, RpcError};
+use nanobot_proto::{ToolCallRequest, ToolCallResult, ToolListRequest, ToolSpec};
+use nanobot_runtime::bus;
+
+pub mod liveness;
+
+pub use liveness::{AttemptError, Liveness};
 
 /// Appended to every tool error (upstream runner).
 pub const RETRY_HINT: &str = "\n\n[Analyze the error above and try a different approach.]";
@@ -79,7 +86,10 @@ pub struct ToolClient {
     client: async_nats::Client,
     bot: String,
     timeout: Duration,
+    liveness: Liveness,
     cache: ListCache,
+    /// Names of the read-only tools of the last discovered list (safe to retry).
+    read_only: Arc<RwLock<HashSet<String>>>,
 }
 
 impl ToolClient {
@@ -89,8 +99,23 @@ impl ToolClient {
             client,
             bot: bot.to_string(),
             timeout,
+            liveness: Liveness::default(),
             cache: Arc::new(Mutex::new(None)),
+            read_only: Arc::new(RwLock::new(HashSet::new())),
         }
+    }
+
+    /// Replaces the liveness timing (heartbeat, ack window, silence).
+    pub fn with_liveness(mut self, liveness: Liveness) -> Self {
+        self.liveness = liveness;
+        self
+    }
+
+    /// Returns whether the last discovered list marks `name` read-only.
+    fn is_read_only(&self, name: &str) -> bool {
+        self.read_only
+            .read()
+            .is_ok_and(|names| names.contains(name))
     }
 
     /// Returns the tools the executors serve (builtins sorted by name, then `mcp_*`).
@@ -112,6 +137,13 @@ impl ToolClient {
                         .cmp(&(b.name.starts_with("mcp_"), &b.name))
                 });
                 *cache = Some((Instant::now(), specs.clone()));
+                if let Ok(mut names) = self.read_only.write() {
+                    *names = specs
+                        .iter()
+                        .filter(|s| s.read_only)
+                        .map(|s| s.name.clone())
+                        .collect();
+                }
                 specs
             }
             Err(e) => {
@@ -133,7 +165,9 @@ impl ToolClient {
             .collect()
     }
 
-    /// Runs one tool call on an executor.
+    /// Runs one tool call on an executor. When the executor dies mid-call, a read-only tool
+    /// is retried once (another executor of the queue group takes it) within what is left of
+    /// the deadline; any other tool returns an error saying it may or may not have run.
     pub async fn call(
         &self,
         session_key: &str,
@@ -143,6 +177,7 @@ impl ToolClient {
         channel: &str,
         chat_id: &str,
     ) -> ToolOutcome {
+        let started = Instant::now();
         let deadline = chrono::Utc::now() + self.timeout;
         let request = ToolCallRequest {
             bot: self.bot.clone(),
@@ -153,42 +188,68 @@ impl ToolClient {
             deadline_ms: deadline.timestamp_millis(),
             channel: channel.to_string(),
             chat_id: chat_id.to_string(),
+            heartbeat_ms: u32::try_from(self.liveness.heartbeat.as_millis()).unwrap_or(u32::MAX),
         };
-        match bus::request(&self.client, &request, self.timeout).await {
-            Ok(result) => {
-                let content = if result.blocks_json.is_empty() {
-                    Value::String(result.content)
-                } else {
-                    serde_json::from_str(&result.blocks_json)
-                        .unwrap_or(Value::String(result.content))
-                };
-                let is_error =
-                    result.is_error || content.as_str().is_some_and(|s| s.starts_with("Error"));
-                let content = match (is_error, content) {
-                    (true, Value::String(s)) => Value::String(format!("{s}{RETRY_HINT}")),
-                    (_, other) => other,
-                };
-                ToolOutcome { content, is_error }
-            }
+        let mut outcome =
+            liveness::attempt(&self.client, &request, self.timeout, self.liveness).await;
+        if let Err(AttemptError::ExecutorLost { accepted }) = &outcome
+            && self.is_read_only(name)
+        {
+            tracing::warn!(
+                tool = name,
+                call_id,
+                accepted,
+                "tool executor lost mid-call, retrying read-only tool"
+            );
+            let left = self.timeout.saturating_sub(started.elapsed());
+            outcome = liveness::attempt(&self.client, &request, left, self.liveness).await;
+        }
+        match outcome {
+            Ok(result) => render(result),
             Err(e) => {
-                let text = match e {
-                    RpcError::NoResponders { .. } => {
-                        format!("Error: no tool executor is available to run '{name}'")
-                    }
-                    RpcError::Timeout { timeout, .. } => {
-                        format!(
-                            "Error: tool '{name}' did not finish within {}s",
-                            timeout.as_secs()
-                        )
-                    }
-                    RpcError::Service { message, .. } => format!("Error: {message}"),
-                    RpcError::Transport { cause, .. } => format!("Error executing {name}: {cause}"),
-                };
+                tracing::warn!(tool = name, call_id, error = %e, "tool call failed");
                 ToolOutcome {
-                    content: Value::String(format!("{text}{RETRY_HINT}")),
+                    content: Value::String(format!(
+                        "{}{RETRY_HINT}",
+                        error_text(name, &e, self.timeout)
+                    )),
                     is_error: true,
                 }
             }
         }
+    }
+}
+
+/// Returns what the model sees for a result (error text gets the retry hint).
+fn render(result: ToolCallResult) -> ToolOutcome {
+    let content = if result.blocks_json.is_empty() {
+        Value::String(result.content)
+    } else {
+        serde_json::from_str(&result.blocks_json).unwrap_or(Value::String(result.content))
+    };
+    let is_error = result.is_error || content.as_str().is_some_and(|s| s.starts_with("Error"));
+    let content = match (is_error, content) {
+        (true, Value::String(s)) => Value::String(format!("{s}{RETRY_HINT}")),
+        (_, other) => other,
+    };
+    ToolOutcome { content, is_error }
+}
+
+/// Returns the model-facing text of a failed call (without the retry hint).
+fn error_text(name: &str, error: &AttemptError, timeout: Duration) -> String {
+    match error {
+        AttemptError::NoResponders => {
+            format!("Error: no tool executor is available to run '{name}'")
+        }
+        AttemptError::Timeout => format!(
+            "Error: tool '{name}' did not finish within {}s",
+            timeout.as_secs()
+        ),
+        AttemptError::ExecutorLost { .. } => format!(
+            "Error: the tool executor running '{name}' stopped before it finished; the call \
+             may or may not have taken effect"
+        ),
+        AttemptError::Service { message, .. } => format!("Error: {message}"),
+        AttemptError::Transport(cause) => format!("Error executing {name}: {cause}"),
     }
 }

@@ -2,9 +2,10 @@
 //! error replies for garbage and unknown bots, and a graceful shutdown that finishes
 //! in-flight calls.
 
-use std::collections::HashMap;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -14,88 +15,8 @@ use nanobot_proto::{
     ERROR_CODE_HEADER, ErrorCode, ToolCallRequest, ToolCallResult, ToolListRequest, subjects,
 };
 use nanobot_runtime::bus::{self, RpcError};
-use nanobot_runtime::config::{Config, load_str};
 
-/// A `nats-server` with JetStream on a free loopback port, killed on drop.
-struct NatsServer {
-    child: Child,
-    url: String,
-    _store: tempfile::TempDir,
-}
-
-impl NatsServer {
-    fn start() -> Self {
-        let binary = std::env::var("NATS_SERVER")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| {
-                let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-                Path::new(&home).join(".cache/nanobot/bin/nats-server")
-            });
-        assert!(
-            binary.exists(),
-            "nats-server not found at {}: run scripts/deps.sh or set NATS_SERVER",
-            binary.display()
-        );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let store = tempfile::tempdir().unwrap();
-        let child = Command::new(&binary)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(store.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn nats-server");
-        Self {
-            child,
-            url: format!("nats://127.0.0.1:{port}"),
-            _store: store,
-        }
-    }
-
-    async fn client(&self) -> async_nats::Client {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match async_nats::connect(&self.url).await {
-                Ok(client) => return client,
-                Err(e) if Instant::now() > deadline => panic!("nats-server never came up: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn config(url: &str, workspace: &Path) -> Config {
-    config_with_tools(
-        url,
-        workspace,
-        serde_json::json!({"restrictToWorkspace": true}),
-    )
-}
-
-fn config_with_tools(url: &str, workspace: &Path, tools: serde_json::Value) -> Config {
-    let json = serde_json::json!({
-        "agents": {"defaults": {"workspace": workspace}},
-        "bus": {"url": url},
-        "tools": tools,
-    });
-    load_str(
-        Some(&json.to_string()),
-        Path::new("config.json"),
-        &HashMap::new(),
-    )
-    .unwrap()
-}
+use common::{NatsServer, config, config_with_tools};
 
 fn call(name: &str, arguments: serde_json::Value) -> ToolCallRequest {
     ToolCallRequest {

@@ -1,14 +1,19 @@
 //! `ToolCallRequest`: runs one tool for one bot and answers with a `ToolCallResult`.
 //! Tool-level failures are results with `is_error`; only requests the executor cannot serve
 //! (undecodable, unknown bot, deadline passed) become NATS error replies.
+//!
+//! When the caller asks for heartbeats (`heartbeat_ms > 0`), the executor first answers
+//! ACCEPTED, then RUNNING every `heartbeat_ms` from a task of its own while the tool runs, then
+//! the FINAL result, all on the request's reply inbox: a caller that hears nothing for a few
+//! intervals knows this executor died mid-call.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::Message;
 use prost::Message as _;
 use tracing::instrument;
 
-use nanobot_proto::{ToolCallRequest, ToolCallResult};
+use nanobot_proto::{CallState, ToolCallRequest, ToolCallResult};
 use nanobot_runtime::bus;
 
 use super::{Deps, ServiceError, bot_id, bot_spec};
@@ -26,12 +31,67 @@ pub async fn handle(deps: &Deps, msg: Message) {
             return;
         }
     };
-    match call(deps, &subject, request).await {
+    let heartbeat = Heartbeat::start(deps, msg.reply.clone(), &request).await;
+    let outcome = call(deps, &subject, request).await;
+    drop(heartbeat);
+    match outcome {
         Ok(result) => bus::reply(&deps.client, msg.reply, &result).await,
         Err(e) => {
             tracing::warn!(%subject, error = %e, "refused tool call");
             bus::reply_error(&deps.client, msg.reply, e.code(), &e.to_string()).await;
         }
+    }
+}
+
+/// Shortest and longest heartbeat interval an executor honours.
+const HEARTBEAT_RANGE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(60));
+
+/// Sends ACCEPTED at once, then RUNNING every interval until dropped (when the call is done).
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Heartbeat {
+    /// Starts beating when the caller asked for it (`heartbeat_ms > 0` and a reply inbox).
+    async fn start(
+        deps: &Deps,
+        reply: Option<async_nats::Subject>,
+        request: &ToolCallRequest,
+    ) -> Option<Self> {
+        let inbox = reply?;
+        if request.heartbeat_ms == 0 {
+            return None;
+        }
+        let every = Duration::from_millis(u64::from(request.heartbeat_ms))
+            .clamp(HEARTBEAT_RANGE.0, HEARTBEAT_RANGE.1);
+        let beat = |state: CallState| ToolCallResult {
+            call_id: request.call_id.clone(),
+            executor: deps.health.instance.clone(),
+            state: state as i32,
+            ..Default::default()
+        };
+        bus::reply(
+            &deps.client,
+            Some(inbox.clone()),
+            &beat(CallState::Accepted),
+        )
+        .await;
+        let client = deps.client.clone();
+        let running = beat(CallState::Running);
+        // A task of its own, so a tool that hogs its worker thread still lets beats out.
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                bus::reply(&client, Some(inbox.clone()), &running).await;
+            }
+        });
+        Some(Self(task))
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -73,6 +133,7 @@ async fn call(
         sandbox: Sandbox::new(&spec.workspace, deps.cfg.tools.restrict_to_workspace),
         session_key: request.session_key.clone(),
     };
+    tracing::info!("tool call started");
     let started = std::time::Instant::now();
     let output = deps
         .registry
@@ -90,6 +151,7 @@ async fn call(
         is_error: output.is_error,
         blocks_json: output.blocks_json,
         executor: deps.health.instance.clone(),
+        state: CallState::Final as i32,
     };
     fit_payload(
         &mut result,
