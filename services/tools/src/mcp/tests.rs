@@ -426,7 +426,7 @@ async fn streamable_http_servers_are_ssrf_guarded_and_survive_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn filesystem_server_reads_files_in_its_allowed_directory() {
+async fn filesystem_server_reads_files_in_its_allowed_directory_and_readers_are_read_only() {
     let Some(bin) = npm_bin("mcp-server-filesystem") else {
         return;
     };
@@ -437,6 +437,15 @@ async fn filesystem_server_reads_files_in_its_allowed_directory() {
     let (_server, registry) = connect("fs", cfg, Guard::default()).await;
     let names = registry.names();
     assert!(names.contains(&"mcp_fs_read_text_file"), "{names:?}");
+    // `readOnlyHint` decides whether the runner may retry a call on another executor.
+    let read_only = |name: &str| {
+        let specs = registry.specs();
+        let spec = specs.iter().find(|s| s.name == name);
+        spec.unwrap_or_else(|| panic!("{name} listed")).read_only
+    };
+    assert!(read_only("mcp_fs_read_text_file"));
+    assert!(read_only("mcp_fs_list_directory"));
+    assert!(!read_only("mcp_fs_write_file"));
     let path = root.join("note.txt").display().to_string();
     let read = call(&registry, "mcp_fs_read_text_file", json!({"path": path})).await;
     assert_eq!(read, ToolOutput::text("from the filesystem server"));

@@ -16,8 +16,8 @@ use crate::registry::{Args, Tool, ToolContext, ToolOutput};
 /// What the wrapped capability is.
 #[derive(Debug, Clone)]
 enum Kind {
-    /// A tool, called by its server-side name.
-    Tool { original: String },
+    /// A tool, called by its server-side name; `read_only` from its `readOnlyHint`.
+    Tool { original: String, read_only: bool },
     /// A resource, read by URI (no parameters).
     Resource { uri: String },
     /// A prompt template, filled with string arguments.
@@ -51,6 +51,11 @@ impl McpTool {
             parameters: normalize_schema(schema),
             kind: Kind::Tool {
                 original: def.name.to_string(),
+                read_only: def
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.read_only_hint)
+                    .unwrap_or(false),
             },
         }
     }
@@ -115,13 +120,17 @@ impl Tool for McpTool {
         self.parameters.clone()
     }
 
+    /// Resources and prompts only read; a tool only when its server says `readOnlyHint`.
     fn read_only(&self) -> bool {
-        !matches!(self.kind, Kind::Tool { .. })
+        match self.kind {
+            Kind::Tool { read_only, .. } => read_only,
+            Kind::Resource { .. } | Kind::Prompt { .. } => true,
+        }
     }
 
     async fn execute(&self, _ctx: &ToolContext, args: Args) -> ToolOutput {
         match &self.kind {
-            Kind::Tool { original } => self.call_tool(original, args).await,
+            Kind::Tool { original, .. } => self.call_tool(original, args).await,
             Kind::Resource { uri } => self.read_resource(uri).await,
             Kind::Prompt { original } => self.get_prompt(original, args).await,
         }
