@@ -4,6 +4,7 @@
 
 mod api;
 mod background;
+mod executors;
 mod observability;
 mod repo;
 mod runner;
