@@ -103,6 +103,7 @@ ensure_mcp() {
 
 [ $# -gt 0 ] || set -- core
 for what in "$@"; do
+  case "$what" in core|all) command -v bwrap >/dev/null 2>&1 || { log "installing bubblewrap (apt, the exec sandbox)"; apt_install bubblewrap; } ;; esac
   case "$what" in
     core) ensure_redis; ensure_nats; ensure_mcp ;;
     mcp) ensure_mcp ;;

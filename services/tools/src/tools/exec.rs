@@ -1,7 +1,9 @@
 //! `exec`: runs a shell command (`sh -c`) in the workspace with a minimal environment, a
-//! timeout that kills the whole process group, and upstream's output format and truncation.
+//! timeout that kills the whole process group, and upstream's output format and truncation;
+//! inside bubblewrap when `tools.exec.sandbox` says so ([`super::exec_sandbox`]).
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -12,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _};
 use nanobot_runtime::config::ExecConfig;
 
 use super::exec_guard::{ExecPolicy, check_paths, working_dir_allowed};
+use super::exec_sandbox::ExecSandbox;
 use super::exec_url::{Cidr, check_urls};
 use crate::registry::{
     Args, RegistryError, Tool, ToolContext, ToolOutput, arg_i64, arg_str, object_schema,
@@ -33,6 +36,7 @@ pub struct Exec {
     policy: ExecPolicy,
     cfg: ExecConfig,
     ssrf_whitelist: Vec<Cidr>,
+    sandbox: ExecSandbox,
 }
 
 impl Exec {
@@ -42,6 +46,7 @@ impl Exec {
             policy: ExecPolicy::new(cfg)?,
             cfg: cfg.clone(),
             ssrf_whitelist: Vec::new(),
+            sandbox: ExecSandbox::from_config(cfg)?,
         })
     }
 
@@ -135,8 +140,12 @@ impl Tool for Exec {
         {
             return ToolOutput::error(refusal);
         }
+        let argv = match self.sandbox.argv(command, ctx.sandbox.root(), &cwd) {
+            Ok(argv) => argv,
+            Err(refusal) => return ToolOutput::error(refusal),
+        };
         let timeout = self.timeout(arg_i64(&args, "timeout"));
-        run(command, &cwd, &env, timeout).await
+        run(&argv, &cwd, &env, timeout).await
     }
 }
 
@@ -187,15 +196,18 @@ impl Drop for GroupKill {
     }
 }
 
+/// Runs `argv` (`sh -c command`, possibly wrapped in a sandbox) in `cwd`.
 async fn run(
-    command: &str,
+    argv: &[OsString],
     cwd: &PathBuf,
     env: &HashMap<String, String>,
     timeout: Option<u64>,
 ) -> ToolOutput {
-    let mut child = match tokio::process::Command::new("/bin/sh")
-        .arg("-c")
-        .arg(command)
+    let Some((program, args)) = argv.split_first() else {
+        return ToolOutput::error("Error executing command: empty command line");
+    };
+    let mut child = match tokio::process::Command::new(program)
+        .args(args)
         .current_dir(cwd)
         .env_clear()
         .envs(env)

@@ -10,6 +10,7 @@ use crate::registry::{RegistryError, Tool};
 pub mod edit_file;
 pub mod exec;
 pub mod exec_guard;
+pub mod exec_sandbox;
 pub mod exec_url;
 pub mod glob;
 pub mod grep;
