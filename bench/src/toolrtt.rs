@@ -62,6 +62,8 @@ pub async fn over_nats(nats_url: &str, calls: usize) -> anyhow::Result<Summary> 
             deadline_ms: deadline.timestamp_millis(),
             channel: "bench".into(),
             chat_id: "tool-rtt".into(),
+            // The single-reply path: the transport floor, without the runner's heartbeats.
+            heartbeat_ms: 0,
         };
         let start = Instant::now();
         let result = bus::request(&client, &request, CALL_TIMEOUT)
