@@ -18,6 +18,8 @@ use crate::scripted_llm::Reply;
 
 /// How long the slow page takes to answer.
 const SLOW: Duration = Duration::from_secs(3);
+/// How long the pages of the load test take (longer: six turns must start meanwhile).
+const SLOWER: Duration = Duration::from_secs(5);
 /// The tool-call deadline of these fleets; every turn must finish far below it.
 const TOOL_DEADLINE_SECS: u64 = 60;
 /// The runner's retry hint (`nanobot_core::tools::RETRY_HINT`; this crate does not depend
@@ -28,18 +30,18 @@ const FINISHED: &str = "tool call finished";
 /// What the log line of a starting call says (`services/tools/src/handlers/call.rs`).
 const STARTED: &str = "tool call started";
 
-/// A local page that answers after [`SLOW`], counting hits per page.
+/// A local page that answers after a delay, counting hits per page.
 struct SlowSite {
     base: String,
-    hits: Arc<Mutex<HashMap<String, usize>>>,
+    hits: Hits,
 }
 
 impl SlowSite {
-    async fn start() -> Self {
+    async fn start(delay: Duration) -> Self {
         let hits = Arc::new(Mutex::new(HashMap::new()));
         let app = axum::Router::new()
             .route("/page/{name}", axum::routing::get(page))
-            .with_state(hits.clone());
+            .with_state((hits.clone(), delay));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -55,12 +57,14 @@ impl SlowSite {
     }
 }
 
+type Hits = Arc<Mutex<HashMap<String, usize>>>;
+
 async fn page(
-    State(hits): State<Arc<Mutex<HashMap<String, usize>>>>,
+    State((hits, delay)): State<(Hits, Duration)>,
     Path(name): Path<String>,
 ) -> Html<String> {
     *hits.lock().unwrap().entry(name.clone()).or_default() += 1;
-    tokio::time::sleep(SLOW).await;
+    tokio::time::sleep(delay).await;
     Html(format!(
         "<html><head><title>{name}</title></head><body><p>payload of {name}</p></body></html>"
     ))
@@ -168,7 +172,7 @@ fn tool_results_seen(fleet: &Fleet, needle: &str) -> Vec<String> {
 #[tokio::test]
 async fn read_only_call_is_retried_when_its_executor_is_killed_mid_call() {
     let mut fleet = fleet_with_two_executors().await;
-    let site = SlowSite::start().await;
+    let site = SlowSite::start(SLOW).await;
     fleet.llm.when_last_user_contains_seq(
         "fetch the slow page",
         vec![
@@ -233,7 +237,7 @@ async fn side_effecting_call_reports_its_killed_executor_without_rerunning() {
 #[tokio::test]
 async fn killing_one_of_two_executors_under_load_loses_no_turn() {
     let mut fleet = fleet_with_two_executors().await;
-    let site = SlowSite::start().await;
+    let site = SlowSite::start(SLOWER).await;
     let turns = 6;
     let mut running = Vec::new();
     for i in 0..turns {
@@ -247,19 +251,21 @@ async fn killing_one_of_two_executors_under_load_loses_no_turn() {
         );
         running.push(ask_in_background(&fleet, &needle, &format!("cli:load{i}")));
     }
-    // Kill an executor once both are busy, so calls are in flight on the one that dies.
-    let both_busy = wait_until(
+    // Once every call runs (the pages answer after 5 s), kill the busier executor.
+    let all_running = wait_until(
         || {
             let counts = started_calls(&mut fleet, "web_fetch");
-            std::future::ready(counts.iter().all(|c| *c > 0))
+            std::future::ready(counts.iter().sum::<usize>() >= turns)
         },
         TURN,
     )
     .await;
-    both_busy.expect("the queue group spreads calls over both executors");
-    fleet.service_at("tools", 0).sigkill().unwrap();
-    let started_there = started_calls(&mut fleet, "web_fetch")[0];
-    let in_flight = started_there - log_count(&mut fleet, FINISHED, "web_fetch")[0];
+    all_running.expect("every turn calls web_fetch");
+    let counts = started_calls(&mut fleet, "web_fetch");
+    let victim = usize::from(counts[1] > counts[0]);
+    fleet.service_at("tools", victim).sigkill().unwrap();
+    let started_there = started_calls(&mut fleet, "web_fetch")[victim];
+    let in_flight = started_there - log_count(&mut fleet, FINISHED, "web_fetch")[victim];
     assert!(in_flight >= 1, "calls were running on the killed executor");
 
     let started = Instant::now();
