@@ -23,6 +23,12 @@ pub fn inbound_seen(bot: &str, message_id: &str) -> String {
     format!("nanobot:{bot}:seen:inbound:{message_id}")
 }
 
+/// Failed attempts at a turn of an inbound message (with a TTL); after a few the message is
+/// answered with an error so one poison message cannot block its session.
+pub fn inbound_attempts(bot: &str, message_id: &str) -> String {
+    format!("nanobot:{bot}:attempts:inbound:{message_id}")
+}
+
 /// Marker that an outbound delivery id was already delivered (with a TTL).
 pub fn outbound_delivered(bot: &str, delivery_id: &str) -> String {
     format!("nanobot:{bot}:seen:outbound:{delivery_id}")
@@ -36,6 +42,17 @@ pub fn session_lease(bot: &str, session: &str) -> String {
 /// Monotonic fencing-token counter of a session.
 pub fn session_fence(bot: &str, session: &str) -> String {
     format!("nanobot:{bot}:fence:{session}")
+}
+
+/// Stream sequence of the last inbound message of a session that a turn has answered (the
+/// session's mailbox cursor; written only under the session's fencing token).
+pub fn session_cursor(bot: &str, session: &str) -> String {
+    format!("nanobot:{bot}:cursor:{session}")
+}
+
+/// A committed turn's reply not yet confirmed published (the outbox of a session).
+pub fn session_outbox(bot: &str, session: &str) -> String {
+    format!("nanobot:{bot}:outbox:{session}")
 }
 
 /// Per-bot lock held by the memory worker that writes history.jsonl and the cursors.
@@ -62,9 +79,12 @@ mod tests {
             session_messages("b", "api:x"),
             sessions("b"),
             inbound_seen("b", "1"),
+            inbound_attempts("b", "1"),
             outbound_delivered("b", "1"),
             session_lease("b", "s"),
             session_fence("b", "s"),
+            session_cursor("b", "s"),
+            session_outbox("b", "s"),
             memory_lock("b"),
             cron_last_fire("b", "j"),
         ];

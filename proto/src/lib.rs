@@ -20,6 +20,22 @@ pub mod v1 {
 
 pub use v1::*;
 
+impl InboundMessage {
+    /// The session this message belongs to: `session_key` when set, else `<channel>:<chat_id>`.
+    pub fn effective_session_key(&self) -> String {
+        if self.session_key.is_empty() {
+            format!("{}:{}", self.channel, self.chat_id)
+        } else {
+            self.session_key.clone()
+        }
+    }
+
+    /// The subject this message is published on (its session's mailbox).
+    pub fn subject(&self) -> String {
+        subjects::inbound(&self.bot, &self.channel, &self.effective_session_key())
+    }
+}
+
 /// Header carrying an [`ErrorCode`] on a failed NATS reply.
 pub const ERROR_CODE_HEADER: &str = "Nanobot-Error-Code";
 /// Header carrying the human-readable error text on a failed NATS reply.

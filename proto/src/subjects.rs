@@ -77,9 +77,16 @@ fn base64url(bytes: &[u8]) -> String {
     out
 }
 
-/// Inbound messages of `bot` from `channel`: `nanobot.<bot>.inbound.<channel>`.
-pub fn inbound(bot: &str, channel: &str) -> String {
-    format!("nanobot.{}.inbound.{}", token(bot), token(channel))
+/// Inbound messages of one session: `nanobot.<bot>.inbound.<channel>.<session>`. The session
+/// in the subject makes the stream itself the session's ordered mailbox: a runner reads the
+/// session's next message with a direct get by subject.
+pub fn inbound(bot: &str, channel: &str, session_key: &str) -> String {
+    format!(
+        "nanobot.{}.inbound.{}.{}",
+        token(bot),
+        token(channel),
+        token(session_key)
+    )
 }
 
 /// Outbound messages of `bot` for one chat: `nanobot.<bot>.outbound.<channel>.<chat>`.
@@ -174,7 +181,7 @@ mod tests {
             assert_valid(s, true);
         }
         let concrete = [
-            inbound("b", "telegram"),
+            inbound("b", "telegram", "telegram:42"),
             outbound("b", "api", "x"),
             tool_call("b", "read_file"),
             tool_list("b"),
@@ -207,7 +214,10 @@ mod tests {
 
     #[test]
     fn concrete_subjects_fall_under_their_stream_filters() {
-        assert!(inbound("b", "cli").starts_with("nanobot.b.inbound."));
+        assert!(inbound("b", "cli", "cli:direct").starts_with("nanobot.b.inbound."));
+        let s = inbound("b", "api", "api:a.b *");
+        assert_eq!(s.split('.').count(), 5, "{s}");
+        assert_ne!(inbound("b", "api", "x"), inbound("b", "api", "y"));
         assert_eq!(bot_of(&consolidate("bot1")), Some("bot1"));
         assert_eq!(bot_of("other.x"), None);
     }

@@ -66,6 +66,10 @@ pub struct OutboundMessage {
     /// Sequence number of a stream delta within its turn (starting at 1).
     #[prost(uint32, tag = "11")]
     pub seq: u32,
+    /// On a final reply: every inbound id it answers, the turn's own message first, then the
+    /// follow-ups injected into the running turn (which get no reply of their own).
+    #[prost(string, repeated, tag = "12")]
+    pub answers: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
 /// What an outbound message carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]

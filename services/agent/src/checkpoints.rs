@@ -55,6 +55,21 @@ impl SessionCheckpoints {
         Ok(())
     }
 
+    /// Returns the rows of the turn messages not yet saved (for the turn's final commit) and
+    /// the metadata after `f`, without writing either.
+    pub async fn finish(
+        &self,
+        turn_messages: &[Value],
+        f: impl FnOnce(&mut Map<String, Value>),
+    ) -> (Vec<Value>, Map<String, Value>) {
+        let mut state = self.state.lock().await;
+        let rest = turn_messages.get(state.persisted..).unwrap_or(&[]);
+        let rows = history::rows_to_save(rest, self.max_tool_result_chars);
+        state.persisted = turn_messages.len();
+        f(&mut state.metadata);
+        (rows, state.metadata.clone())
+    }
+
     /// Appends the turn messages not yet saved; returns how many rows were written.
     pub async fn save_rest(&self, turn_messages: &[Value]) -> anyhow::Result<usize> {
         let mut state = self.state.lock().await;

@@ -1,20 +1,25 @@
 //! Agent runners: pull inbound chat messages (`subjects::INBOUND_ALL`) and cron fires
 //! (`subjects::CRON_FIRE_ALL`) from JetStream, run each as a turn (session from Redis, LLM,
 //! tool calls as NATS requests to `nanobot-tools`), save the session, and publish replies on
-//! `subjects::outbound`. Any number of runners share the durable consumers.
+//! `subjects::outbound`. Any number of runners share the durable consumers; a session's
+//! turns run one at a time, in arrival order, under its lease (see `handlers::session`).
 //!
 //! # Layout
 //! - `bots`: per-bot session store, tool client, provider and context builder.
-//! - `handlers`: one handler per message type; session locks, de-duplication, ack handling.
+//! - `handlers`: one handler per message type; waiting for leases, draining mailboxes, acks.
+//! - `lease`: per-session leases with fencing tokens; `mailbox`: a session's messages in
+//!   stream order, and follow-ups injected into a running turn.
 //! - `turn`: one turn end to end; `commands`: slash commands; `stop`: `/stop` across runners.
 //! - `turn_hook`: stream deltas, progress and tool hints; `checkpoints`: turn state in Redis.
-//! - `outbox`: publishing replies.
+//! - `outbox`: publishing replies, and replies committed but not yet published.
 #![forbid(unsafe_code)]
 
 pub mod bots;
 pub mod checkpoints;
 pub mod commands;
 pub mod handlers;
+pub mod lease;
+pub mod mailbox;
 pub mod outbox;
 pub mod stop;
 pub mod turn;
@@ -36,10 +41,9 @@ use nanobot_proto::subjects;
 use nanobot_runtime::config::Config;
 use nanobot_runtime::{service, shutdown, store};
 
-use crate::handlers::{Deps, SessionLocks};
-
-/// How long JetStream waits for an ack before redelivering (extended while a turn runs).
-const ACK_WAIT: Duration = Duration::from_secs(60);
+use crate::handlers::Deps;
+use crate::lease::Leases;
+use crate::mailbox::Mailbox;
 
 /// Runs an agent runner until `shutdown` completes, then drains in-flight turns.
 pub async fn run(
@@ -53,17 +57,35 @@ pub async fn run(
         .await
         .context("connect to redis")?;
     let bots = bots::build(&cfg, &started.bus.client, &redis);
-    let permits = Arc::new(Semaphore::new(cfg.runner.max_concurrent_turns as usize));
+    // Messages held here at once: running or waiting for a session another runner holds.
+    let permits = Arc::new(Semaphore::new(cfg.runner.max_waiting_messages as usize));
+    let ack_wait = Duration::from_secs_f64(cfg.runner.redeliver_after_secs);
     let deps = Arc::new(Deps {
+        leases: Leases::new(
+            redis.clone(),
+            &started.health.instance,
+            Duration::from_secs_f64(cfg.runner.session_lease_secs),
+        ),
+        mailbox: Mailbox::open(&started.bus.js).await?,
+        turns: Arc::new(Semaphore::new(cfg.runner.max_concurrent_turns as usize)),
+        waiting: Default::default(),
         cfg,
         js: started.bus.js.clone(),
         redis,
         bots,
-        locks: SessionLocks::default(),
         nats: started.bus.client.clone(),
         active: Arc::new(stop::ActiveTurns::default()),
         started: std::time::Instant::now(),
+        cancel: cancel.clone(),
     });
+    let gauges = deps.clone();
+    started.health.set_detail(Box::new(move || {
+        let max = gauges.cfg.runner.max_concurrent_turns as usize;
+        serde_json::json!({
+            "turnsRunning": max.saturating_sub(gauges.turns.available_permits()),
+            "messagesWaiting": gauges.waiting.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    }));
     let stop_server = tokio::spawn(stop::serve(
         deps.nats.clone(),
         deps.active.clone(),
@@ -75,6 +97,7 @@ pub async fn run(
         subjects::INBOUND_STREAM,
         subjects::INBOUND_CONSUMER,
         subjects::INBOUND_ALL,
+        ack_wait,
     )
     .await?;
     let cron = consumer(
@@ -82,6 +105,7 @@ pub async fn run(
         subjects::JOBS_STREAM,
         subjects::CRON_FIRE_CONSUMER,
         subjects::CRON_FIRE_ALL,
+        ack_wait,
     )
     .await?;
     let tracker = TaskTracker::new();
@@ -118,29 +142,30 @@ pub async fn run(
     Ok(())
 }
 
+/// Creates the durable consumer, or updates it to this runner's settings.
 async fn consumer(
     js: &jetstream::Context,
     stream: &str,
     name: &str,
     filter: &str,
+    ack_wait: Duration,
 ) -> anyhow::Result<jetstream::consumer::Consumer<pull::Config>> {
     let stream = js
         .get_stream(stream)
         .await
         .with_context(|| format!("open stream {stream}"))?;
     stream
-        .get_or_create_consumer(
-            name,
-            pull::Config {
-                durable_name: Some(name.into()),
-                filter_subject: filter.into(),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: ACK_WAIT,
-                max_deliver: 20,
-                max_ack_pending: 10_000,
-                ..Default::default()
-            },
-        )
+        .create_consumer(pull::Config {
+            durable_name: Some(name.into()),
+            filter_subject: filter.into(),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait,
+            // Waiting for a busy session does not count: its receiver keeps extending the
+            // deadline. Redeliveries happen when runners die or dependencies fail.
+            max_deliver: -1,
+            max_ack_pending: 10_000,
+            ..Default::default()
+        })
         .await
         .with_context(|| format!("create consumer {name}"))
 }
@@ -151,8 +176,9 @@ enum Kind {
     Cron,
 }
 
-/// Pulls messages while a permit is free, so at most `maxConcurrentTurns` turns run here and
-/// the rest wait in JetStream, not in memory.
+/// Pulls messages while a permit is free, so at most `maxWaitingMessages` messages are held
+/// here (at most `maxConcurrentTurns` of them running) and the rest wait in JetStream, not in
+/// memory.
 async fn consume(
     consumer: jetstream::consumer::Consumer<pull::Config>,
     kind: Kind,

@@ -1,8 +1,13 @@
-//! Publishes a turn's outbound messages (final reply, stream deltas, tool hints) to JetStream,
-//! each with a delivery id derived from the inbound id so a redone turn is de-duplicated.
+//! Publishing a turn's outbound messages (final reply, stream deltas, tool hints) to
+//! JetStream, each with a delivery id derived from the inbound id so a redone turn is
+//! de-duplicated. A final reply is first committed with the turn into the session's outbox
+//! key, then published, then cleared: a runner dying in between leaves it for the next lease
+//! holder to publish ([`flush`]), so a committed reply is never lost.
 
 use async_nats::jetstream;
+use prost::Message as _;
 
+use nanobot_core::session::SessionStore;
 use nanobot_proto::{OutboundKind, OutboundMessage, subjects};
 use nanobot_runtime::bus::{self, BusError};
 
@@ -24,11 +29,10 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    /// Publishes one outbound message of `kind`; `seq` orders deltas.
-    pub async fn send(&self, kind: OutboundKind, content: &str, seq: u32) -> Result<(), BusError> {
-        let id = format!("{}:{}:{seq}", self.reply_to, kind.as_str_name());
-        let msg = OutboundMessage {
-            id: id.clone(),
+    /// Builds one outbound message of `kind`; `seq` orders deltas.
+    pub fn message(&self, kind: OutboundKind, content: &str, seq: u32) -> OutboundMessage {
+        OutboundMessage {
+            id: format!("{}:{}:{seq}", self.reply_to, kind.as_str_name()),
             bot: self.bot.clone(),
             channel: self.channel.clone(),
             chat_id: self.chat_id.clone(),
@@ -39,8 +43,44 @@ impl Outbox {
             kind: kind as i32,
             session_key: self.session_key.clone(),
             seq,
-        };
-        let subject = subjects::outbound(&self.bot, &self.channel, &self.chat_id);
-        bus::publish(&self.js, subject, Some(&id), &msg).await
+            answers: Vec::new(),
+        }
     }
+
+    /// Publishes one outbound message of `kind` at once (deltas, hints, progress).
+    pub async fn send(&self, kind: OutboundKind, content: &str, seq: u32) -> Result<(), BusError> {
+        publish(&self.js, &self.message(kind, content, seq)).await
+    }
+}
+
+/// Publishes `msg` on its chat's subject with its delivery id.
+pub async fn publish(js: &jetstream::Context, msg: &OutboundMessage) -> Result<(), BusError> {
+    let subject = subjects::outbound(&msg.bot, &msg.channel, &msg.chat_id);
+    bus::publish(js, subject, Some(&msg.id), msg).await
+}
+
+/// Publishes a reply a previous holder of the session committed but may not have published
+/// (the broker drops the copy when it was, by its delivery id).
+pub async fn flush(
+    js: &jetstream::Context,
+    sessions: &SessionStore,
+    session_key: &str,
+) -> anyhow::Result<()> {
+    let Some(payload) = sessions.outbox(session_key).await? else {
+        return Ok(());
+    };
+    match OutboundMessage::decode(payload.as_slice()) {
+        Ok(msg) => {
+            publish(js, &msg).await?;
+            tracing::info!(delivery_id = %msg.id, "published a committed reply left by a previous runner");
+        }
+        Err(e) => tracing::warn!(error = %e, "dropping an undecodable outbox entry"),
+    }
+    sessions.clear_outbox(session_key, &payload).await?;
+    Ok(())
+}
+
+/// Encodes a reply for the outbox.
+pub fn encode(msg: &OutboundMessage) -> Vec<u8> {
+    msg.encode_to_vec()
 }

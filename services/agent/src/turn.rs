@@ -13,8 +13,8 @@ use nanobot_core::history;
 use nanobot_core::hooks::{AgentHook, CompositeHook, LoggingHook, UsageHook};
 use nanobot_core::memory::estimate_tokens;
 use nanobot_core::resolve;
-use nanobot_core::runner::{self, RunDeps, RunSpec};
-use nanobot_core::session::now_iso;
+use nanobot_core::runner::{self, Injections, RunDeps, RunSpec};
+use nanobot_core::session::{Commit, SessionStore, now_iso};
 use nanobot_core::tools::ToolScope;
 use nanobot_proto::{ConsolidationRequest, OutboundKind, keys, subjects};
 use nanobot_runtime::bus;
@@ -23,9 +23,21 @@ use crate::bots::Bot;
 use crate::checkpoints::SessionCheckpoints;
 use crate::commands::{self, Command, Parsed, StatusInfo};
 use crate::handlers::Deps;
-use crate::outbox::Outbox;
+use crate::mailbox::FollowUps;
+use crate::outbox::{self, Outbox};
 use crate::stop;
 use crate::turn_hook::{Gates, TurnHook};
+
+/// Where a turn writes, and where its follow-ups come from.
+#[derive(Debug, Clone, Copy)]
+pub struct TurnCtx<'a> {
+    /// The session store, fenced with the session's lease.
+    pub sessions: &'a SessionStore,
+    /// Stream sequence of the turn's message (chat turns; the mailbox cursor moves past it).
+    pub seq: Option<u64>,
+    /// Follow-up messages read from the session's mailbox.
+    pub follow_ups: Option<&'a FollowUps>,
+}
 
 /// Session metadata key of the last turn's usage (for `/status`).
 pub const LAST_USAGE_KEY: &str = "last_usage";
@@ -106,10 +118,11 @@ async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<Str
 pub async fn recover(
     deps: &Deps,
     bot: &Bot,
+    sessions: &SessionStore,
     session_key: &str,
     how: Restore,
 ) -> anyhow::Result<usize> {
-    let mut session = bot.sessions.load(session_key).await?;
+    let mut session = sessions.load(session_key).await?;
     if !session.metadata.contains_key(RUNTIME_CHECKPOINT_KEY)
         && !session.metadata.contains_key(PENDING_USER_TURN_KEY)
     {
@@ -121,9 +134,15 @@ pub async fn recover(
         .and_then(Value::as_str)
         .map(str::to_string);
     let rows = checkpoint::restore(&session.messages, &mut session.metadata, how);
-    bot.sessions.append(session_key, &rows).await?;
-    bot.sessions
-        .set_metadata(session_key, &session.metadata)
+    sessions
+        .commit(
+            session_key,
+            &Commit {
+                rows: rows.clone(),
+                metadata: Some(session.metadata.clone()),
+                ..Default::default()
+            },
+        )
         .await?;
     if how == Restore::Close
         && let Some(id) = interrupted
@@ -134,33 +153,34 @@ pub async fn recover(
     Ok(rows.len())
 }
 
-/// Runs a turn and publishes its reply to `outbox`.
-pub async fn run(deps: &Deps, bot: &Bot, input: &TurnInput, outbox: &Outbox) -> anyhow::Result<()> {
+/// Runs a turn, commits it and publishes its reply to `outbox`.
+pub async fn run(
+    deps: &Deps,
+    bot: &Bot,
+    ctx: TurnCtx<'_>,
+    input: &TurnInput,
+    outbox: &Outbox,
+) -> anyhow::Result<()> {
+    let sessions = ctx.sessions;
     match commands::parse(&input.content) {
         Parsed::Text => {}
         Parsed::Rejected(reply) => {
-            return outbox
-                .send(OutboundKind::Final, &reply, 0)
-                .await
-                .map_err(Into::into);
+            return finish(deps, ctx, input, outbox, Reply::text(&reply)).await;
         }
         Parsed::Command(cmd) => {
             let reply = match cmd {
-                Command::New => new_session(deps, bot, input).await?,
+                Command::New => new_session(deps, bot, sessions, input).await?,
                 Command::Help => commands::help_text(),
                 Command::Stop | Command::Status => priority_command(deps, bot, input)
                     .await?
                     .unwrap_or_default(),
             };
-            return outbox
-                .send(OutboundKind::Final, &reply, 0)
-                .await
-                .map_err(Into::into);
+            return finish(deps, ctx, input, outbox, Reply::text(&reply)).await;
         }
     }
     let cfg = &deps.cfg;
     let d = &cfg.agents.defaults;
-    let pending = bot.sessions.load(&input.session_key).await?.metadata;
+    let pending = sessions.load(&input.session_key).await?.metadata;
     let resume =
         pending.get(PENDING_TURN_ID_KEY).and_then(Value::as_str) == Some(input.id.as_str());
     let how = if resume {
@@ -168,8 +188,8 @@ pub async fn run(deps: &Deps, bot: &Bot, input: &TurnInput, outbox: &Outbox) -> 
     } else {
         Restore::Close
     };
-    recover(deps, bot, &input.session_key, how).await?;
-    let session = bot.sessions.load(&input.session_key).await?;
+    recover(deps, bot, sessions, &input.session_key, how).await?;
+    let session = sessions.load(&input.session_key).await?;
     let replay = history::replay(
         &session.messages,
         session.last_consolidated,
@@ -185,7 +205,7 @@ pub async fn run(deps: &Deps, bot: &Bot, input: &TurnInput, outbox: &Outbox) -> 
         if !input.media.is_empty() {
             user_row["media"] = json!(input.media);
         }
-        bot.sessions.append(&input.session_key, &[user_row]).await?;
+        sessions.append(&input.session_key, &[user_row]).await?;
         bot.context.messages(
             replay,
             &input.content,
@@ -195,7 +215,7 @@ pub async fn run(deps: &Deps, bot: &Bot, input: &TurnInput, outbox: &Outbox) -> 
         )
     };
     let sink = SessionCheckpoints::new(
-        bot.sessions.clone(),
+        sessions.clone(),
         &input.session_key,
         session.metadata,
         d.max_tool_result_chars,
@@ -225,6 +245,7 @@ pub async fn run(deps: &Deps, bot: &Bot, input: &TurnInput, outbox: &Outbox) -> 
         specs: &specs,
         hook: &hook,
         checkpoints: Some(&sink),
+        injections: ctx.follow_ups.map(|f| f as &dyn Injections),
     };
     let result = runner::run(
         deps_run,
@@ -250,35 +271,106 @@ pub async fn run(deps: &Deps, bot: &Bot, input: &TurnInput, outbox: &Outbox) -> 
         stop_reason = result.stop_reason,
         llm_calls = result.llm_calls,
         iterations,
+        injected = result.injected,
         prompt_tokens = usage.prompt_tokens,
         completion_tokens = usage.completion_tokens,
         tool_errors = result.tool_errors,
         "turn finished"
     );
-    sink.save_rest(&result.new_messages).await?;
-    sink.update(|m| {
-        m.remove(RUNTIME_CHECKPOINT_KEY);
-        m.remove(PENDING_USER_TURN_KEY);
-        m.remove(PENDING_TURN_ID_KEY);
-        m.insert(
-            LAST_USAGE_KEY.into(),
-            json!({"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens, "cached_tokens": result.usage.cached_tokens}),
-        );
-    })
-    .await?;
-    if streamed > 0 {
-        outbox
-            .send(OutboundKind::StreamEnd, "", streamed + 1)
-            .await?;
-    }
-    outbox.send(OutboundKind::Final, &result.content, 0).await?;
+    let (rows, metadata) = sink
+        .finish(&result.new_messages, |m| {
+            m.remove(RUNTIME_CHECKPOINT_KEY);
+            m.remove(PENDING_USER_TURN_KEY);
+            m.remove(PENDING_TURN_ID_KEY);
+            m.insert(
+                LAST_USAGE_KEY.into(),
+                json!({"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens, "cached_tokens": result.usage.cached_tokens}),
+            );
+        })
+        .await;
+    let reply = Reply {
+        rows,
+        metadata: Some(metadata),
+        streamed,
+        ..Reply::text(&result.content)
+    };
+    finish(deps, ctx, input, outbox, reply).await?;
     maybe_consolidate(deps, bot, &input.session_key).await;
     Ok(())
 }
 
+/// How a turn ends.
+#[derive(Debug, Default)]
+pub struct Reply {
+    /// Rows still to save.
+    pub rows: Vec<Value>,
+    /// The session metadata to write.
+    pub metadata: Option<serde_json::Map<String, Value>>,
+    /// The reply text and its kind; `None` sends nothing (a stopped turn).
+    pub text: Option<(OutboundKind, String)>,
+    /// Stream deltas sent (a stream end follows them).
+    pub streamed: u32,
+}
+
+impl Reply {
+    /// A final reply with nothing else to save.
+    pub fn text(text: &str) -> Self {
+        Self {
+            text: Some((OutboundKind::Final, text.to_string())),
+            ..Default::default()
+        }
+    }
+}
+
+/// Ends a turn: one fenced commit of its rows, metadata, the mailbox cursor past the message
+/// and the follow-ups it took, their "seen" markers and the reply (kept in the session's
+/// outbox); then the reply is published and the outbox cleared.
+pub async fn finish(
+    deps: &Deps,
+    ctx: TurnCtx<'_>,
+    input: &TurnInput,
+    outbox: &Outbox,
+    reply: Reply,
+) -> anyhow::Result<()> {
+    let taken = ctx.follow_ups.map(FollowUps::taken).unwrap_or_default();
+    let mut answers = vec![input.id.clone()];
+    answers.extend(taken.ids.iter().cloned());
+    let message = reply.text.as_ref().map(|(kind, text)| {
+        let mut m = outbox.message(*kind, text, 0);
+        m.answers = answers.clone();
+        m
+    });
+    let encoded = message.as_ref().map(outbox::encode);
+    let commit = Commit {
+        rows: reply.rows,
+        metadata: reply.metadata,
+        cursor: ctx.seq.map(|s| s.max(taken.last_seq)),
+        outbox: encoded.clone(),
+        seen: answers,
+    };
+    ctx.sessions.commit(&input.session_key, &commit).await?;
+    if reply.streamed > 0 {
+        outbox
+            .send(OutboundKind::StreamEnd, "", reply.streamed + 1)
+            .await?;
+    }
+    if let (Some(message), Some(encoded)) = (message, encoded) {
+        outbox::publish(&deps.js, &message).await?;
+        ctx.sessions
+            .clear_outbox(&input.session_key, &encoded)
+            .await?;
+    }
+    Ok(())
+}
+
 /// `/new`: archives the unconsolidated tail through the memory workers and clears the session.
-async fn new_session(deps: &Deps, bot: &Bot, input: &TurnInput) -> anyhow::Result<String> {
-    let session = bot.sessions.load(&input.session_key).await?;
+async fn new_session(
+    deps: &Deps,
+    bot: &Bot,
+    sessions: &SessionStore,
+    input: &TurnInput,
+) -> anyhow::Result<String> {
+    let session = sessions.load(&input.session_key).await?;
     let tail = &session.messages[session.last_consolidated..];
     if !tail.is_empty() {
         let request = ConsolidationRequest {
@@ -296,7 +388,7 @@ async fn new_session(deps: &Deps, bot: &Bot, input: &TurnInput) -> anyhow::Resul
         )
         .await?;
     }
-    bot.sessions.clear(&input.session_key).await?;
+    sessions.clear(&input.session_key).await?;
     Ok("New session started.".into())
 }
 

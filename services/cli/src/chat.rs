@@ -89,7 +89,7 @@ impl Chat {
         };
         bus::publish(
             &self.bus.js,
-            subjects::inbound(&self.bot, "cli"),
+            msg.subject(),
             Some(&id),
             &msg,
         )
@@ -110,7 +110,8 @@ impl Chat {
             let Ok(out) = OutboundMessage::decode(raw.payload.clone()) else {
                 continue;
             };
-            if out.reply_to != id {
+            // A follow-up injected into a running turn is answered by that turn's reply.
+            if out.reply_to != id && !out.answers.contains(&id) {
                 continue;
             }
             match OutboundKind::try_from(out.kind).unwrap_or(OutboundKind::Final) {

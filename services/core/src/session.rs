@@ -8,6 +8,8 @@ use serde_json::{Map, Value};
 
 use nanobot_proto::keys;
 
+mod scripts;
+
 /// Session store errors.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -19,6 +21,37 @@ pub enum SessionError {
         #[source]
         source: redis::RedisError,
     },
+    /// The write carried a fencing token that is no longer current: another runner holds the
+    /// session now.
+    #[error("session {session} is held by another runner (lease lost); write refused")]
+    Fenced { session: String },
+}
+
+/// How long "seen" markers of answered inbound messages are kept.
+pub const SEEN_TTL_SECS: u64 = 7 * 24 * 3600;
+
+/// A session's fencing token: the value of its fence counter when the lease was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The fence counter key.
+    pub key: String,
+    /// The token.
+    pub token: u64,
+}
+
+/// What a turn writes when it ends (see [`SessionStore::commit`]).
+#[derive(Debug, Clone, Default)]
+pub struct Commit {
+    /// Rows to append.
+    pub rows: Vec<Value>,
+    /// The session metadata to write, if it changed.
+    pub metadata: Option<Map<String, Value>>,
+    /// The stream sequence of the last inbound message answered.
+    pub cursor: Option<u64>,
+    /// The reply to keep until published (encoded by the caller).
+    pub outbox: Option<Vec<u8>>,
+    /// Inbound ids answered.
+    pub seen: Vec<String>,
 }
 
 /// Result alias of this module.
@@ -51,6 +84,7 @@ pub fn now_iso() -> String {
 pub struct SessionStore {
     redis: ConnectionManager,
     bot: String,
+    fence: Option<Fence>,
 }
 
 impl std::fmt::Debug for SessionStore {
@@ -67,6 +101,7 @@ impl SessionStore {
         Self {
             redis,
             bot: bot.to_string(),
+            fence: None,
         }
     }
 
@@ -114,63 +149,155 @@ impl SessionStore {
         })
     }
 
+    /// Returns this store writing under `fence`: every write fails with
+    /// [`SessionError::Fenced`] once another runner took the session's lease.
+    pub fn fenced(&self, fence: Fence) -> Self {
+        Self {
+            fence: Some(fence),
+            ..self.clone()
+        }
+    }
+
+    fn token(&self) -> (String, String) {
+        match &self.fence {
+            Some(f) => (f.key.clone(), f.token.to_string()),
+            None => (keys::session_fence(&self.bot, "-"), String::new()),
+        }
+    }
+
+    async fn run(
+        &self,
+        op: &'static str,
+        session: &str,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<()> {
+        let mut conn = self.redis.clone();
+        match invocation.invoke_async::<()>(&mut conn).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.to_string().contains("FENCED") => Err(SessionError::Fenced {
+                session: session.to_string(),
+            }),
+            Err(e) => Err(Self::err(op, session)(e)),
+        }
+    }
+
     /// Appends message rows and touches `updated_at` (creating the session if needed).
     pub async fn append(&self, key: &str, rows: &[Value]) -> Result<()> {
-        let mut conn = self.redis.clone();
-        let now = now_iso();
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        if !rows.is_empty() {
-            let encoded: Vec<String> = rows.iter().map(Value::to_string).collect();
-            pipe.rpush(keys::session_messages(&self.bot, key), encoded)
-                .ignore();
+        let (fence, token) = self.token();
+        let mut inv = scripts::APPEND.prepare_invoke();
+        inv.key(fence)
+            .key(keys::session_messages(&self.bot, key))
+            .key(keys::session_meta(&self.bot, key))
+            .key(keys::sessions(&self.bot))
+            .arg(token)
+            .arg(now_iso())
+            .arg(key);
+        for row in rows {
+            inv.arg(row.to_string());
         }
-        pipe.hset_nx(keys::session_meta(&self.bot, key), "created_at", &now)
-            .ignore();
-        pipe.hset(keys::session_meta(&self.bot, key), "updated_at", &now)
-            .ignore();
-        pipe.sadd(keys::sessions(&self.bot), key).ignore();
-        pipe.query_async::<()>(&mut conn)
-            .await
-            .map_err(Self::err("append", key))
+        self.run("append", key, inv).await
     }
 
     /// Writes the metadata map.
     pub async fn set_metadata(&self, key: &str, metadata: &Map<String, Value>) -> Result<()> {
-        let mut conn = self.redis.clone();
         let encoded = Value::Object(metadata.clone()).to_string();
-        conn.hset::<_, _, _, ()>(keys::session_meta(&self.bot, key), "metadata", encoded)
-            .await
-            .map_err(Self::err("set metadata", key))
+        self.set_field(key, "metadata", encoded).await
     }
 
     /// Records archive progress (`last_consolidated`).
     pub async fn set_last_consolidated(&self, key: &str, index: usize) -> Result<()> {
-        let mut conn = self.redis.clone();
-        conn.hset::<_, _, _, ()>(
-            keys::session_meta(&self.bot, key),
-            "last_consolidated",
-            index,
-        )
-        .await
-        .map_err(Self::err("set last_consolidated", key))
+        self.set_field(key, "last_consolidated", index.to_string())
+            .await
+    }
+
+    async fn set_field(&self, key: &str, field: &str, value: String) -> Result<()> {
+        let (fence, token) = self.token();
+        let mut inv = scripts::SET_FIELD.prepare_invoke();
+        inv.key(fence)
+            .key(keys::session_meta(&self.bot, key))
+            .arg(token)
+            .arg(field)
+            .arg(value);
+        self.run("set field", key, inv).await
     }
 
     /// Clears a session (`/new`): no messages, `last_consolidated` 0, metadata kept minus
     /// `_last_summary`.
     pub async fn clear(&self, key: &str) -> Result<()> {
+        let (fence, token) = self.token();
+        let mut inv = scripts::CLEAR.prepare_invoke();
+        inv.key(fence)
+            .key(keys::session_messages(&self.bot, key))
+            .key(keys::session_meta(&self.bot, key))
+            .arg(token)
+            .arg(now_iso());
+        self.run("clear", key, inv).await
+    }
+
+    /// Ends a turn in one atomic, fenced write: `commit.rows` appended, the metadata written,
+    /// the mailbox cursor moved forward, the reply put in the outbox, the answered messages
+    /// marked seen.
+    pub async fn commit(&self, key: &str, commit: &Commit) -> Result<()> {
+        let (fence, token) = self.token();
+        let mut inv = scripts::COMMIT.prepare_invoke();
+        inv.key(fence)
+            .key(keys::session_messages(&self.bot, key))
+            .key(keys::session_meta(&self.bot, key))
+            .key(keys::sessions(&self.bot))
+            .key(keys::session_cursor(&self.bot, key))
+            .key(keys::session_outbox(&self.bot, key));
+        for id in &commit.seen {
+            inv.key(keys::inbound_seen(&self.bot, id));
+        }
+        inv.arg(token)
+            .arg(now_iso())
+            .arg(key)
+            .arg(
+                commit
+                    .metadata
+                    .as_ref()
+                    .map(|m| Value::Object(m.clone()).to_string())
+                    .unwrap_or_default(),
+            )
+            .arg(commit.cursor.map(|c| c.to_string()).unwrap_or_default())
+            .arg(commit.outbox.clone().unwrap_or_default())
+            .arg(SEEN_TTL_SECS)
+            .arg(commit.rows.len());
+        for row in &commit.rows {
+            inv.arg(row.to_string());
+        }
+        self.run("commit", key, inv).await
+    }
+
+    /// Returns the session's mailbox cursor (the stream sequence of the last answered inbound
+    /// message; 0 when none).
+    pub async fn cursor(&self, key: &str) -> Result<u64> {
         let mut conn = self.redis.clone();
-        redis::pipe()
-            .atomic()
-            .del(keys::session_messages(&self.bot, key))
-            .ignore()
-            .hset(keys::session_meta(&self.bot, key), "last_consolidated", 0)
-            .ignore()
-            .hset(keys::session_meta(&self.bot, key), "updated_at", now_iso())
-            .ignore()
-            .query_async::<()>(&mut conn)
+        let v: Option<u64> = conn
+            .get(keys::session_cursor(&self.bot, key))
             .await
-            .map_err(Self::err("clear", key))
+            .map_err(Self::err("read cursor", key))?;
+        Ok(v.unwrap_or(0))
+    }
+
+    /// Returns the reply a committed turn left in the outbox, if any.
+    pub async fn outbox(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let mut conn = self.redis.clone();
+        conn.get(keys::session_outbox(&self.bot, key))
+            .await
+            .map_err(Self::err("read outbox", key))
+    }
+
+    /// Empties the outbox once `payload` is published (unless it was replaced meanwhile).
+    pub async fn clear_outbox(&self, key: &str, payload: &[u8]) -> Result<()> {
+        let mut conn = self.redis.clone();
+        scripts::DELETE_IF
+            .key(keys::session_outbox(&self.bot, key))
+            .arg(payload)
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .map(|_| ())
+            .map_err(Self::err("clear outbox", key))
     }
 
     /// Returns every session key of the bot.

@@ -113,10 +113,14 @@ pub async fn connect(
 pub async fn ensure_streams(js: &jetstream::Context) -> Result<(), BusError> {
     let day = Duration::from_secs(24 * 3600);
     let streams = [
+        // Inbound is the sessions' mailbox: a work queue (a message leaves once its turn is
+        // answered) that runners read per session subject with direct gets.
         stream::Config {
             name: subjects::INBOUND_STREAM.into(),
             subjects: vec![subjects::INBOUND_ALL.into()],
             storage: stream::StorageType::File,
+            retention: stream::RetentionPolicy::WorkQueue,
+            allow_direct: true,
             max_age: 7 * day,
             duplicate_window: Duration::from_secs(120),
             ..Default::default()
@@ -140,12 +144,33 @@ pub async fn ensure_streams(js: &jetstream::Context) -> Result<(), BusError> {
         },
     ];
     for config in streams {
-        js.get_or_create_stream(config)
+        let mut existing = js
+            .get_or_create_stream(config.clone())
             .await
             .map_err(|e| BusError::JetStream {
                 op: "create stream",
                 cause: e.to_string(),
             })?;
+        let info = existing.info().await.map_err(|e| BusError::JetStream {
+            op: "read stream info",
+            cause: e.to_string(),
+        })?;
+        if info.config.retention != config.retention {
+            return Err(BusError::JetStream {
+                op: "check stream",
+                cause: format!(
+                    "stream {} exists with retention {:?} but this version needs {:?}; \
+                     drain it and delete it (`nats stream rm {}`) so it is recreated",
+                    config.name, info.config.retention, config.retention, config.name
+                ),
+            });
+        }
+        if info.config.allow_direct != config.allow_direct {
+            js.update_stream(config).await.map_err(|e| BusError::JetStream {
+                op: "update stream",
+                cause: e.to_string(),
+            })?;
+        }
     }
     Ok(())
 }

@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 use nanobot_proto::{ServiceStatus, subjects};
 
 /// Shared health state of one service instance.
-#[derive(Debug)]
 pub struct Health {
     /// Role name (`agent`, `tools`, ...).
     pub role: &'static str,
@@ -23,6 +22,19 @@ pub struct Health {
     started: Instant,
     ready: AtomicBool,
     in_flight: AtomicU32,
+    detail: std::sync::Mutex<Option<DetailFn>>,
+}
+
+/// Produces a role's extra status figures (`ServiceStatus.detail_json`).
+pub type DetailFn = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health")
+            .field("role", &self.role)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Health {
@@ -35,6 +47,7 @@ impl Health {
             started: Instant::now(),
             ready: AtomicBool::new(false),
             in_flight: AtomicU32::new(0),
+            detail: std::sync::Mutex::new(None),
         })
     }
 
@@ -59,6 +72,11 @@ impl Health {
         self.in_flight.load(Ordering::SeqCst)
     }
 
+    /// Sets the function reporting this role's extra status figures.
+    pub fn set_detail(&self, f: DetailFn) {
+        *self.detail.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+    }
+
     /// Returns this instance's status record.
     pub fn status(&self) -> ServiceStatus {
         ServiceStatus {
@@ -68,7 +86,13 @@ impl Health {
             uptime_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             in_flight: self.in_flight(),
             ready: self.is_ready(),
-            detail_json: String::new(),
+            detail_json: self
+                .detail
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|f| f().to_string())
+                .unwrap_or_default(),
         }
     }
 }

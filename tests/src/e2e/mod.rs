@@ -51,3 +51,46 @@ pub(crate) async fn session_rows(fleet: &Fleet, bot: &str, session: &str) -> Vec
         .map(|r| serde_json::from_str(r).expect("row is json"))
         .collect()
 }
+
+/// Reads every outbound message published so far (the whole outbound stream, in order).
+pub(crate) async fn outbound_messages(fleet: &Fleet) -> Vec<nanobot_proto::OutboundMessage> {
+    use futures::StreamExt as _;
+    use prost::Message as _;
+    let js = async_nats::jetstream::new(fleet.nats_client().await.expect("nats"));
+    let mut stream = js
+        .get_stream(nanobot_proto::subjects::OUTBOUND_STREAM)
+        .await
+        .expect("outbound stream");
+    let total = stream.info().await.expect("stream info").state.messages;
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .expect("ordered consumer");
+    let mut messages = consumer.messages().await.expect("consume");
+    let mut out = Vec::new();
+    while (out.len() as u64) < total {
+        let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), messages.next()).await
+        else {
+            break;
+        };
+        out.push(nanobot_proto::OutboundMessage::decode(m.payload.clone()).expect("outbound"));
+    }
+    out
+}
+
+/// Final (or error) replies among `messages` that answer inbound message `id`.
+pub(crate) fn replies_to<'a>(
+    messages: &'a [nanobot_proto::OutboundMessage],
+    id: &str,
+) -> Vec<&'a nanobot_proto::OutboundMessage> {
+    use nanobot_proto::OutboundKind;
+    messages
+        .iter()
+        .filter(|m| {
+            matches!(
+                OutboundKind::try_from(m.kind),
+                Ok(OutboundKind::Final | OutboundKind::Error)
+            ) && (m.reply_to == id || m.answers.iter().any(|a| a == id))
+        })
+        .collect()
+}

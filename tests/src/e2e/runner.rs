@@ -10,7 +10,7 @@ use std::time::Duration;
 use prost::Message as _;
 use serde_json::{Value, json};
 
-use nanobot_proto::{InboundMessage, keys, subjects};
+use nanobot_proto::{InboundMessage, keys};
 
 use super::ask;
 use crate::harness::Fleet;
@@ -150,7 +150,7 @@ pub(super) async fn publish_inbound(fleet: &Fleet, id: &str, session: &str, text
         ..Default::default()
     };
     js.publish(
-        subjects::inbound("default", "cli"),
+        msg.subject(),
         msg.encode_to_vec().into(),
     )
     .await

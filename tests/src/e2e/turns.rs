@@ -204,7 +204,7 @@ async fn malformed_inbound_bytes_are_dropped_without_crashing_the_runner() {
     let client = fleet.nats_client().await.unwrap();
     let js = async_nats::jetstream::new(client);
     js.publish(
-        subjects::inbound("default", "cli"),
+        subjects::inbound("default", "cli", "cli:junk"),
         vec![0xff, 0xff, 0x01, 0x02].into(),
     )
     .await
@@ -217,7 +217,7 @@ async fn malformed_inbound_bytes_are_dropped_without_crashing_the_runner() {
         ..Default::default()
     };
     js.publish(
-        subjects::inbound("no-such-bot", "cli"),
+        subjects::inbound("no-such-bot", "cli", "cli:junk"),
         junk.encode_to_vec().into(),
     )
     .await

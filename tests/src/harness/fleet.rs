@@ -82,6 +82,8 @@ impl FleetBuilder {
             }},
             "api": {"host": "127.0.0.1", "port": api_port},
             "gateway": {"host": "127.0.0.1", "port": free_port()?},
+            // Short, so tests that kill runners see them replaced quickly.
+            "runner": {"sessionLeaseSecs": 2, "redeliverAfterSecs": 4},
         });
         merge(&mut config, self.extra);
         let config_path = root.path().join("config.json");

@@ -1,4 +1,6 @@
 //! Cron fires → turns in session `cron:<job_id>`, delivered to the job's channel when asked.
+//! A fire runs under its session's lease like a chat turn, so it never overlaps another turn
+//! of that session on any runner.
 
 use async_nats::jetstream;
 use prost::Message as _;
@@ -7,9 +9,10 @@ use tracing::Instrument as _;
 use nanobot_proto::{CronFire, keys};
 use nanobot_runtime::telemetry;
 
+use super::session::{self, Until};
 use super::{Deps, keep_alive, terminate};
-use crate::outbox::Outbox;
-use crate::turn::{self, TurnInput};
+use crate::outbox::{self, Outbox};
+use crate::turn::{TurnCtx, TurnInput};
 
 /// Handles one cron fire.
 pub async fn handle(deps: &Deps, msg: jetstream::Message) {
@@ -25,13 +28,6 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
         let marker = keys::inbound_seen(&fire.bot, &fire.id);
-        if deps.seen(&marker).await {
-            let _ = msg.ack().await;
-            return;
-        }
-        let lock = deps.locks.get(&session_key);
-        let guard = lock.lock().await;
-        let alive = keep_alive(&msg);
         let (channel, chat_id) = if fire.deliver && !fire.channel.is_empty() {
             (fire.channel.clone(), fire.to.clone())
         } else {
@@ -54,29 +50,31 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             reply_to: fire.id.clone(),
             session_key: session_key.clone(),
         };
-        let registration = deps.active.register(&fire.bot, &session_key);
-        let outcome = tokio::select! {
-            r = turn::run(deps, &bot, &input, &outbox) => r,
-            _ = registration.token.cancelled() => turn::recover(deps, &bot, &session_key, nanobot_core::checkpoint::Restore::Close).await.map(|_| ()),
-        };
-        drop(registration);
-        alive.abort();
-        drop(guard);
-        deps.locks.release(&session_key, lock);
-        match outcome {
-            Ok(()) => {
-                deps.mark_seen(&marker).await;
-                let _ = msg.ack().await;
+        let alive = keep_alive(&msg, deps.ack_wait());
+        let outcome = async {
+            while let Some((lease, permit)) =
+                session::acquire(deps, &bot, &session_key, Until::Seen(&marker)).await?
+            {
+                let sessions = bot.sessions.fenced(lease.fence());
+                let ran = async {
+                    outbox::flush(&deps.js, &sessions, &session_key).await?;
+                    let ctx = TurnCtx {
+                        sessions: &sessions,
+                        seq: None,
+                        follow_ups: None,
+                    };
+                    session::guarded(deps, &bot, ctx, &lease, &input, &outbox).await
+                }
+                .await;
+                lease.release().await;
+                drop(permit);
+                ran?;
             }
-            Err(e) => {
-                tracing::error!("failed to run cron turn: {e:#}");
-                let _ = msg
-                    .ack_with(async_nats::jetstream::AckKind::Nak(Some(
-                        std::time::Duration::from_secs(5),
-                    )))
-                    .await;
-            }
+            anyhow::Ok(())
         }
+        .await;
+        alive.abort();
+        session::settle(deps, &msg, outcome).await;
     }
     .instrument(span)
     .await;

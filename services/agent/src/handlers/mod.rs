@@ -1,25 +1,31 @@
-//! One handler per message type, dispatched by the consumer loops in `lib.rs`.
+//! One handler per message type, dispatched by the consumer loops in `lib.rs`; `session`
+//! holds what both share: waiting for a session's lease and draining its mailbox.
 
 pub mod cron_fire;
 pub mod inbound;
+pub mod session;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, AckKind};
 use redis::AsyncCommands as _;
 use redis::aio::ConnectionManager;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
+use nanobot_core::session::SEEN_TTL_SECS;
 use nanobot_runtime::config::Config;
 
 use crate::bots::Bot;
+use crate::lease::Leases;
+use crate::mailbox::Mailbox;
 use crate::stop::ActiveTurns;
 
-/// How often an in-progress turn extends its JetStream ack deadline.
-const PROGRESS_EVERY: Duration = Duration::from_secs(15);
-/// How long "already processed" markers are kept.
-const SEEN_TTL_SECS: u64 = 7 * 24 * 3600;
+/// How often an in-progress message extends its JetStream ack deadline, as a fraction of it.
+const PROGRESS_FRACTION: u32 = 3;
 
 /// What handlers share.
 #[derive(Debug)]
@@ -32,35 +38,22 @@ pub struct Deps {
     pub redis: ConnectionManager,
     /// Bots by id.
     pub bots: HashMap<String, Arc<Bot>>,
-    /// Per-session locks so turns of one session never overlap in this runner.
-    pub locks: SessionLocks,
+    /// Session leases.
+    pub leases: Leases,
+    /// Sessions' mailboxes (the inbound stream).
+    pub mailbox: Mailbox,
+    /// Turns running here (`runner.maxConcurrentTurns` permits).
+    pub turns: Arc<Semaphore>,
+    /// Messages waiting here for a session another runner holds.
+    pub waiting: AtomicUsize,
     /// Core NATS (stop requests).
     pub nats: async_nats::Client,
     /// Turns running here, for `/stop` and `/status`.
     pub active: Arc<ActiveTurns>,
     /// When this runner started (`/status` uptime).
     pub started: Instant,
-}
-
-/// Per-session async locks, dropped when unused.
-#[derive(Debug, Default)]
-pub struct SessionLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
-
-impl SessionLocks {
-    /// Returns the lock of `key`.
-    pub fn get(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry(key.to_string()).or_default().clone()
-    }
-
-    /// Forgets the lock of `key` when nobody else holds a handle to it.
-    pub fn release(&self, key: &str, lock: Arc<tokio::sync::Mutex<()>>) {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        drop(lock);
-        if map.get(key).is_some_and(|l| Arc::strong_count(l) == 1) {
-            map.remove(key);
-        }
-    }
+    /// Cancelled at shutdown: waiting stops, running turns finish.
+    pub cancel: CancellationToken,
 }
 
 impl Deps {
@@ -77,13 +70,18 @@ impl Deps {
             tracing::warn!(error = %e, "failed to record processed marker");
         }
     }
+
+    /// How long JetStream waits for an ack before redelivering to another runner.
+    pub fn ack_wait(&self) -> Duration {
+        Duration::from_secs_f64(self.cfg.runner.redeliver_after_secs)
+    }
 }
 
 /// Keeps a JetStream message's ack deadline extended until dropped.
-pub fn keep_alive(msg: &jetstream::Message) -> tokio::task::JoinHandle<()> {
+pub fn keep_alive(msg: &jetstream::Message, ack_wait: Duration) -> tokio::task::JoinHandle<()> {
     let acker = msg.clone();
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        let mut tick = tokio::time::interval(ack_wait / PROGRESS_FRACTION);
         tick.tick().await;
         loop {
             tick.tick().await;

@@ -34,6 +34,17 @@ use request::{Cost, Requester};
 pub const MAX_EMPTY_RETRIES: u32 = 2;
 /// Continuations after `finish_reason: length` (upstream `_MAX_LENGTH_RECOVERIES`).
 pub const MAX_LENGTH_RECOVERIES: usize = 3;
+/// Follow-up messages taken per drain (upstream `_MAX_INJECTIONS_PER_TURN`).
+pub const MAX_INJECTIONS_PER_DRAIN: usize = 3;
+/// Drains that may inject into one run (upstream `_MAX_INJECTION_CYCLES`).
+pub const MAX_INJECTION_CYCLES: u32 = 5;
+
+/// Follow-up user messages that arrived while the run is going (mid-turn injection).
+#[async_trait::async_trait]
+pub trait Injections: Send + Sync {
+    /// Takes up to `max` waiting messages as `{"role": "user", "content": …}` rows.
+    async fn drain(&self, max: usize) -> Vec<Value>;
+}
 
 /// What a run needs.
 #[derive(Debug, Clone, Default)]
@@ -69,6 +80,8 @@ pub struct RunDeps<'a> {
     pub hook: &'a dyn AgentHook,
     /// Where checkpoints go.
     pub checkpoints: Option<&'a dyn CheckpointSink>,
+    /// Where follow-up messages come from.
+    pub injections: Option<&'a dyn Injections>,
 }
 
 /// What a run produced.
@@ -94,6 +107,8 @@ pub struct RunResult {
     pub tool_errors: u32,
     /// Whether text was streamed.
     pub streamed: bool,
+    /// Follow-up messages injected into the run.
+    pub injected: usize,
 }
 
 fn is_blank(text: &str) -> bool {
@@ -129,9 +144,34 @@ struct Run<'a> {
     messages: Vec<Value>,
     initial: usize,
     result: RunResult,
+    injection_cycles: u32,
 }
 
 impl Run<'_> {
+    /// Appends waiting follow-up messages; returns whether any came.
+    async fn inject(&mut self, phase: &str) -> bool {
+        let Some(source) = self.deps.injections else {
+            return false;
+        };
+        if self.injection_cycles >= MAX_INJECTION_CYCLES {
+            return false;
+        }
+        let rows = source.drain(MAX_INJECTIONS_PER_DRAIN).await;
+        if rows.is_empty() {
+            return false;
+        }
+        self.injection_cycles += 1;
+        self.result.injected += rows.len();
+        tracing::info!(
+            count = rows.len(),
+            phase,
+            cycle = self.injection_cycles,
+            "injected follow-up messages"
+        );
+        self.messages.extend(rows);
+        true
+    }
+
     fn charge(&mut self, cost: Cost) {
         self.result.usage.add(&cost.usage);
         self.result.llm_calls += cost.calls;
@@ -240,6 +280,7 @@ pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
         initial: messages.len(),
         messages,
         result: RunResult::default(),
+        injection_cycles: 0,
     };
     let _ = deps.hook.before_run(&run.messages);
     run.result.streamed = streaming;
@@ -261,6 +302,7 @@ pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
         );
         if !response.tool_calls.is_empty() && !terminal_reason {
             run.tools(iteration, &response).await;
+            run.inject("after tools").await;
             empty_retries = 0;
             parts.clear();
             let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
@@ -331,8 +373,15 @@ pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
             run.result.content = EMPTY_FINAL_RESPONSE_MESSAGE.into();
             run.append_final(EMPTY_FINAL_RESPONSE_MESSAGE);
         } else {
-            run.messages
-                .push(assistant_message(Some(&clean), &response, &[]));
+            let reply = assistant_message(Some(&clean), &response, &[]);
+            run.messages.push(reply.clone());
+            if parts.is_empty() && run.inject("before the final reply").await {
+                // The reply so far stays in the transcript; the model answers the follow-ups.
+                run.emit(json!({"phase": "final_response", "iteration": iteration, "model": spec.model, "assistant_message": reply, "completed_tool_results": [], "pending_tool_calls": []})).await;
+                empty_retries = 0;
+                let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
+                continue;
+            }
             run.result.stop_reason = "completed";
             run.result.content = if parts.is_empty() {
                 clean

@@ -144,6 +144,7 @@ async fn go(model: &Model, max_iterations: u32, sink: Option<&Sink>) -> RunResul
         specs: &specs,
         hook: &NoopHook,
         checkpoints: sink.map(|s| s as &dyn CheckpointSink),
+        injections: None,
     };
     run(deps, spec(max_iterations)).await
 }
@@ -243,6 +244,7 @@ async fn a_slow_model_hits_the_wall_timeout() {
         specs: &specs,
         hook: &NoopHook,
         checkpoints: None,
+        injections: None,
     };
     let r = run(
         deps,
@@ -342,4 +344,70 @@ async fn tool_batches_are_checkpointed_and_errors_counted() {
         r.new_messages[1]["content"], "exec ran with {\"a\":1}",
         "arguments repaired"
     );
+}
+
+/// Follow-ups waiting in a queue, handed out like the session mailbox does.
+struct Followups(Mutex<VecDeque<&'static str>>);
+
+#[async_trait::async_trait]
+impl Injections for Followups {
+    async fn drain(&self, max: usize) -> Vec<Value> {
+        let mut q = self.0.lock().unwrap();
+        let n = q.len().min(max);
+        q.drain(..n)
+            .map(|t| json!({"role": "user", "content": t}))
+            .collect()
+    }
+}
+
+async fn go_with(model: &Model, followups: &Followups) -> RunResult {
+    let specs = [tool_spec("exec")];
+    let deps = RunDeps {
+        model,
+        tools: &Tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: Some(followups),
+    };
+    run(deps, spec(10)).await
+}
+
+#[tokio::test]
+async fn follow_ups_arriving_before_the_final_reply_are_answered_in_the_same_run() {
+    let followups = Followups(Mutex::new(VecDeque::from(["and also B?"])));
+    let model = Model::new(vec![text("Answer A."), text("Answer B.")]);
+    let r = go_with(&model, &followups).await;
+    assert_eq!(r.content, "Answer B.");
+    assert_eq!(r.injected, 1);
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 2);
+    let second = &reqs[1].messages;
+    assert_eq!(second[second.len() - 2], json!({"role": "assistant", "content": "Answer A."}));
+    assert_eq!(second[second.len() - 1], json!({"role": "user", "content": "and also B?"}));
+    let roles: Vec<_> = r.new_messages.iter().map(|m| m["role"].clone()).collect();
+    assert_eq!(roles, [json!("assistant"), json!("user"), json!("assistant")]);
+}
+
+#[tokio::test]
+async fn follow_ups_are_taken_at_most_three_per_drain_and_five_drains_per_run() {
+    let many: Vec<&'static str> = (0..30).map(|_| "more").collect();
+    let followups = Followups(Mutex::new(VecDeque::from(many)));
+    let model = Model::new(vec![]);
+    let r = go_with(&model, &followups).await;
+    assert_eq!(r.injected, 15, "3 per drain × 5 drains");
+    assert_eq!(followups.0.lock().unwrap().len(), 15, "the rest stay queued");
+    assert_eq!(model.requests().len(), 6);
+}
+
+#[tokio::test]
+async fn follow_ups_are_injected_after_a_tool_batch() {
+    let followups = Followups(Mutex::new(VecDeque::from(["use B instead"])));
+    let model = Model::new(vec![calls(&["exec"]), text("Done with B.")]);
+    let r = go_with(&model, &followups).await;
+    assert_eq!(r.content, "Done with B.");
+    let reqs = model.requests();
+    let second = &reqs[1].messages;
+    assert_eq!(second[second.len() - 2]["role"], "tool");
+    assert_eq!(second[second.len() - 1], json!({"role": "user", "content": "use B instead"}));
 }

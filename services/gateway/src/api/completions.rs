@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span};
 
-use nanobot_proto::{InboundMessage, OutboundKind, subjects};
+use nanobot_proto::{InboundMessage, OutboundKind};
 use nanobot_runtime::bus;
 use nanobot_runtime::config::BotSpec;
 
@@ -112,7 +112,7 @@ async fn publish(
     let waiter = state.inner.pending.register(&id);
     bus::publish(
         &state.inner.js,
-        subjects::inbound(&bot.id, API_CHANNEL),
+        msg.subject(),
         Some(&id),
         &msg,
     )

@@ -29,12 +29,20 @@ impl Pending {
     }
 
     /// Hands `msg` to the request it answers; returns whether one was waiting here.
+    /// A final reply also goes to the requests whose messages were injected into its turn
+    /// (listed in `answers`).
     pub fn route(&self, msg: OutboundMessage) -> bool {
         let waiters = self.lock();
-        let Some(tx) = waiters.get(&msg.reply_to) else {
-            return false;
-        };
-        tx.send(msg).is_ok()
+        let mut routed = false;
+        for id in msg.answers.iter().filter(|id| **id != msg.reply_to) {
+            if let Some(tx) = waiters.get(id) {
+                routed |= tx.send(msg.clone()).is_ok();
+            }
+        }
+        if let Some(tx) = waiters.get(&msg.reply_to) {
+            routed |= tx.send(msg).is_ok();
+        }
+        routed
     }
 
     /// Returns the number of requests waiting.

@@ -361,12 +361,27 @@ pub struct RunnerConfig {
     /// Model name sent to the local endpoint. Default `SmolLM2-135M-Instruct`.
     #[serde(alias = "local_model")]
     pub local_model: String,
+    /// Messages one runner holds while their sessions are busy elsewhere (they wait in
+    /// JetStream beyond that). Default 256.
+    #[serde(alias = "max_waiting_messages")]
+    pub max_waiting_messages: u32,
+    /// Lease time of a session in seconds: a runner that dies mid-turn is replaced by another
+    /// within this time once the session has waiting messages. Default 10.
+    #[serde(alias = "session_lease_secs")]
+    pub session_lease_secs: f64,
+    /// Seconds after which JetStream redelivers a message whose runner stopped acknowledging
+    /// it (died). Default 30.
+    #[serde(alias = "redeliver_after_secs")]
+    pub redeliver_after_secs: f64,
 }
 
 impl Default for RunnerConfig {
     fn default() -> Self {
         Self {
             max_concurrent_turns: 16,
+            max_waiting_messages: 256,
+            session_lease_secs: 10.0,
+            redeliver_after_secs: 30.0,
             llm_timeout_secs: 300,
             local_model_url: "http://127.0.0.1:18080/v1".into(),
             local_model: "SmolLM2-135M-Instruct".into(),

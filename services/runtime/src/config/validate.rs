@@ -175,6 +175,15 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
     if config.runner.max_concurrent_turns == 0 {
         problems.push("runner.maxConcurrentTurns: must be at least 1".into());
     }
+    if config.runner.max_waiting_messages == 0 {
+        problems.push("runner.maxWaitingMessages: must be at least 1".into());
+    }
+    if config.runner.session_lease_secs.is_nan() || config.runner.session_lease_secs < 0.5 {
+        problems.push("runner.sessionLeaseSecs: must be at least 0.5".into());
+    }
+    if config.runner.redeliver_after_secs.is_nan() || config.runner.redeliver_after_secs < 1.0 {
+        problems.push("runner.redeliverAfterSecs: must be at least 1".into());
+    }
     for (name, provider) in &config.providers {
         if let Some(base) = &provider.api_base
             && !is_url(base, &["http", "https"])

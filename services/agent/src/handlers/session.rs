@@ -1,0 +1,272 @@
+//! Running a session's turns across runners. Every runner holding an unanswered message of a
+//! session waits for the session's lease; whoever takes it drains the session's mailbox in
+//! stream order (so a holder that dies is replaced by any waiter once its lease expires, or by
+//! JetStream redelivering its own messages). A turn's failures are retried a few times, then
+//! answered with upstream's error text so one poison message cannot block its session.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind};
+use rand::Rng as _;
+use redis::AsyncCommands as _;
+use tokio::sync::OwnedSemaphorePermit;
+
+use nanobot_core::checkpoint::Restore;
+use nanobot_core::session::{Commit, SessionStore};
+use nanobot_proto::{InboundMessage, OutboundKind, keys};
+
+use super::Deps;
+use crate::bots::Bot;
+use crate::lease::Lease;
+use crate::mailbox::{self, FollowUps};
+use crate::outbox::{self, Outbox};
+use crate::turn::{self, Reply, TurnCtx, TurnInput};
+
+/// Upstream's reply when a turn fails.
+pub const ERROR_REPLY: &str = "Sorry, I encountered an error.";
+/// Failed attempts at one message before it is answered with [`ERROR_REPLY`].
+const MAX_ATTEMPTS: i64 = 5;
+/// First and longest pause between attempts to take a busy session's lease.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(400));
+
+/// When a waiter stops waiting.
+#[derive(Debug, Clone, Copy)]
+pub enum Until<'a> {
+    /// The session's cursor reached this stream sequence (the message was answered).
+    Cursor(u64),
+    /// This marker exists (a cron fire was answered).
+    Seen(&'a str),
+}
+
+/// Counts this runner's waiting messages while alive (for `nanobot status`).
+struct Waiting<'a>(&'a Deps);
+
+impl<'a> Waiting<'a> {
+    fn new(deps: &'a Deps) -> Self {
+        deps.waiting.fetch_add(1, Ordering::Relaxed);
+        Self(deps)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Waits until `until` holds (`None`) or this runner holds the session's lease and a turn
+/// permit (`Some`). Fails when Redis fails or the runner shuts down.
+pub async fn acquire(
+    deps: &Deps,
+    bot: &Bot,
+    session_key: &str,
+    until: Until<'_>,
+) -> anyhow::Result<Option<(Lease, OwnedSemaphorePermit)>> {
+    let mut backoff = BACKOFF.0;
+    let mut waiting = None;
+    loop {
+        let done = match until {
+            Until::Cursor(seq) if bot.sessions.cursor(session_key).await? >= seq => {
+                // A reply committed by a holder that died before publishing goes out now.
+                outbox::flush(&deps.js, &bot.sessions, session_key).await?;
+                true
+            }
+            Until::Cursor(_) => false,
+            Until::Seen(marker) => {
+                let mut conn = deps.redis.clone();
+                conn.exists(marker).await?
+            }
+        };
+        if done {
+            return Ok(None);
+        }
+        let permit = tokio::select! {
+            _ = deps.cancel.cancelled() => anyhow::bail!("runner shutting down"),
+            p = deps.turns.clone().acquire_owned() => p?,
+        };
+        if let Some(lease) = deps.leases.try_acquire(&bot.spec.id, session_key).await? {
+            return Ok(Some((lease, permit)));
+        }
+        drop(permit);
+        waiting.get_or_insert_with(|| Waiting::new(deps));
+        let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 2);
+        tokio::select! {
+            _ = deps.cancel.cancelled() => anyhow::bail!("runner shutting down"),
+            _ = tokio::time::sleep(backoff + Duration::from_millis(jitter)) => {}
+        }
+        backoff = (backoff * 2).min(BACKOFF.1);
+    }
+}
+
+/// Answers the session's waiting messages in order while `lease` holds; returns how many
+/// mailbox entries it went through.
+pub async fn drain(
+    deps: &Deps,
+    bot: &Bot,
+    session_key: &str,
+    subject: &str,
+    lease: &Lease,
+) -> anyhow::Result<usize> {
+    let sessions = bot.sessions.fenced(lease.fence());
+    outbox::flush(&deps.js, &sessions, session_key).await?;
+    let mut entries = 0;
+    loop {
+        if lease.lost().is_cancelled() {
+            anyhow::bail!("session lease lost");
+        }
+        if deps.cancel.is_cancelled() {
+            return Ok(entries);
+        }
+        let cursor = sessions.cursor(session_key).await?;
+        let Some(entry) = deps.mailbox.next_after(subject, cursor).await? else {
+            return Ok(entries);
+        };
+        entries += 1;
+        let message = entry.message.clone().filter(|_| mailbox::needs_turn(&entry));
+        let answered = match &message {
+            Some(m) => {
+                deps.seen(&keys::inbound_seen(&bot.spec.id, &m.id))
+                    .await
+            }
+            None => true,
+        };
+        match message {
+            Some(m) if !answered => {
+                run_one(deps, bot, &sessions, lease, subject, entry.seq, &m).await?;
+            }
+            _ => {
+                let skip = Commit {
+                    cursor: Some(entry.seq),
+                    ..Default::default()
+                };
+                sessions.commit(session_key, &skip).await?;
+            }
+        }
+    }
+}
+
+/// Runs the turn of one mailbox message.
+async fn run_one(
+    deps: &Deps,
+    bot: &Bot,
+    sessions: &SessionStore,
+    lease: &Lease,
+    subject: &str,
+    seq: u64,
+    msg: &InboundMessage,
+) -> anyhow::Result<()> {
+    let session_key = msg.effective_session_key();
+    let input = TurnInput {
+        id: msg.id.clone(),
+        channel: msg.channel.clone(),
+        chat_id: msg.chat_id.clone(),
+        content: msg.content.clone(),
+        media: msg.media.clone(),
+        session_key: session_key.clone(),
+        stream: msg.stream,
+    };
+    let (channel, chat_id) = if msg.reply_channel.is_empty() {
+        (msg.channel.clone(), msg.chat_id.clone())
+    } else {
+        (msg.reply_channel.clone(), msg.reply_chat_id.clone())
+    };
+    let outbox = Outbox {
+        js: deps.js.clone(),
+        bot: msg.bot.clone(),
+        channel,
+        chat_id,
+        reply_to: msg.id.clone(),
+        session_key: session_key.clone(),
+    };
+    let follow_ups = FollowUps::new(
+        deps.mailbox.clone(),
+        deps.redis.clone(),
+        &bot.spec.id,
+        &msg.id,
+        subject,
+        seq,
+    );
+    let ctx = TurnCtx {
+        sessions,
+        seq: Some(seq),
+        follow_ups: Some(&follow_ups),
+    };
+    guarded(deps, bot, ctx, lease, &input, &outbox).await
+}
+
+/// Runs a turn under `/stop` and the lease; a failed turn is retried by the next drain, up to
+/// [`MAX_ATTEMPTS`], then answered with [`ERROR_REPLY`].
+pub async fn guarded(
+    deps: &Deps,
+    bot: &Bot,
+    ctx: TurnCtx<'_>,
+    lease: &Lease,
+    input: &TurnInput,
+    outbox: &Outbox,
+) -> anyhow::Result<()> {
+    let registration = deps.active.register(&bot.spec.id, &input.session_key);
+    let outcome = tokio::select! {
+        r = turn::run(deps, bot, ctx, input, outbox) => Some(r),
+        _ = registration.token.cancelled() => None,
+        _ = lease.lost().cancelled() => Some(Err(anyhow::anyhow!("session lease lost mid-turn"))),
+    };
+    drop(registration);
+    match outcome {
+        Some(Ok(())) => Ok(()),
+        None => {
+            tracing::info!("turn stopped by /stop");
+            turn::recover(deps, bot, ctx.sessions, &input.session_key, Restore::Close).await?;
+            let stopped = Reply {
+                text: None,
+                ..Default::default()
+            };
+            turn::finish(deps, ctx, input, outbox, stopped).await
+        }
+        Some(Err(e)) => {
+            let committed = match ctx.seq {
+                Some(seq) => ctx.sessions.cursor(&input.session_key).await? >= seq,
+                None => deps.seen(&keys::inbound_seen(&bot.spec.id, &input.id)).await,
+            };
+            if committed || lease.lost().is_cancelled() {
+                // The reply waits in the outbox for the next holder, or another runner holds
+                // the session now.
+                return Err(e);
+            }
+            let mut conn = deps.redis.clone();
+            let attempts_key = keys::inbound_attempts(&bot.spec.id, &input.id);
+            let attempts: i64 = conn.incr(&attempts_key, 1).await?;
+            let _: () = conn.expire(&attempts_key, 24 * 3600).await?;
+            if attempts < MAX_ATTEMPTS {
+                tracing::warn!(attempts, "turn failed, will retry: {e:#}");
+                return Err(e);
+            }
+            tracing::error!(attempts, "turn failed, answering with an error: {e:#}");
+            let reply = Reply {
+                text: Some((OutboundKind::Error, ERROR_REPLY.into())),
+                ..Default::default()
+            };
+            turn::finish(deps, ctx, input, outbox, reply).await
+        }
+    }
+}
+
+/// Acknowledges `msg` after `outcome`: acked when answered, otherwise redelivered soon (on
+/// shutdown at once, to another runner).
+pub async fn settle(deps: &Deps, msg: &jetstream::Message, outcome: anyhow::Result<()>) {
+    let result = match outcome {
+        Ok(()) => msg.ack().await,
+        Err(e) => {
+            let delay = if deps.cancel.is_cancelled() {
+                Duration::ZERO
+            } else {
+                tracing::warn!("message not answered yet, redelivering later: {e:#}");
+                Duration::from_secs(1)
+            };
+            msg.ack_with(AckKind::Nak(Some(delay))).await
+        }
+    };
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "failed to acknowledge message");
+    }
+}

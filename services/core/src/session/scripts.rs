@@ -1,0 +1,80 @@
+//! Lua scripts behind every session write. Each first checks the session's fencing token when
+//! one is given (`ARGV[1]` non-empty): a runner whose lease was taken over gets `FENCED` and
+//! changes nothing, so only the current lease holder can write a session.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// The fence check every script starts with (`KEYS[1]` is the fence counter).
+macro_rules! fenced {
+    ($body:literal) => {
+        concat!(
+            "if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then ",
+            "return redis.error_reply('FENCED session lease lost') end\n",
+            $body
+        )
+    };
+}
+
+/// Appends rows and touches the session. KEYS: fence, messages, meta, sessions set.
+/// ARGV: token, now, session key, rows….
+pub(super) static APPEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(fenced!(
+        "for i = 4, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+         redis.call('HSETNX', KEYS[3], 'created_at', ARGV[2])
+         redis.call('HSET', KEYS[3], 'updated_at', ARGV[2])
+         redis.call('SADD', KEYS[4], ARGV[3])
+         return 1"
+    ))
+});
+
+/// Sets one field of the meta hash. KEYS: fence, meta. ARGV: token, field, value.
+pub(super) static SET_FIELD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(fenced!(
+        "redis.call('HSET', KEYS[2], ARGV[2], ARGV[3]) return 1"
+    ))
+});
+
+/// Clears the messages. KEYS: fence, messages, meta. ARGV: token, now.
+pub(super) static CLEAR: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(fenced!(
+        "redis.call('DEL', KEYS[2])
+         redis.call('HSET', KEYS[3], 'last_consolidated', 0)
+         redis.call('HSET', KEYS[3], 'updated_at', ARGV[2])
+         return 1"
+    ))
+});
+
+/// Ends a turn atomically: rows, metadata, the mailbox cursor (only forward), the reply kept
+/// in the outbox until published, and "seen" markers of every answered message.
+/// KEYS: fence, messages, meta, sessions set, cursor, outbox, seen markers….
+/// ARGV: token, now, session key, metadata JSON or '', cursor or '', outbox payload or '',
+/// seen TTL seconds, row count, rows….
+pub(super) static COMMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(fenced!(
+        "local n = tonumber(ARGV[8])
+         for i = 9, 8 + n do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+         if n > 0 or ARGV[4] ~= '' then
+           redis.call('HSETNX', KEYS[3], 'created_at', ARGV[2])
+           redis.call('HSET', KEYS[3], 'updated_at', ARGV[2])
+           redis.call('SADD', KEYS[4], ARGV[3])
+         end
+         if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], 'metadata', ARGV[4]) end
+         if ARGV[5] ~= '' then
+           local cur = tonumber(redis.call('GET', KEYS[5]) or '0')
+           if tonumber(ARGV[5]) > cur then redis.call('SET', KEYS[5], ARGV[5]) end
+         end
+         if ARGV[6] ~= '' then redis.call('SET', KEYS[6], ARGV[6]) end
+         for i = 7, #KEYS do redis.call('SET', KEYS[i], '1', 'EX', ARGV[7]) end
+         return 1"
+    ))
+});
+
+/// Deletes `KEYS[1]` only while it still holds `ARGV[1]`.
+pub(super) static DELETE_IF: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+         return 0",
+    )
+});
