@@ -48,6 +48,8 @@ pub struct Recorded {
     pub headers: BTreeMap<String, String>,
     /// JSON body; a body that is not JSON is kept as a string.
     pub body: Value,
+    /// When the request arrived (before any scripted delay).
+    pub received_at: std::time::Instant,
 }
 
 impl Recorded {
@@ -286,6 +288,7 @@ impl Shared {
         headers: &HeaderMap,
         raw: &Bytes,
     ) -> (Value, Option<Duration>, Resolved) {
+        let received_at = std::time::Instant::now();
         let body = serde_json::from_slice::<Value>(raw)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(raw).into_owned()));
         let (last, step) = last_user(path, &body).unwrap_or_default();
@@ -301,6 +304,7 @@ impl Shared {
                 path: path.to_string(),
                 headers,
                 body: body.clone(),
+                received_at,
             };
             lock(&self.requests).push(recorded);
         }

@@ -247,7 +247,13 @@ async fn delayed_replies_are_recorded_on_arrival_and_answered_after_the_delay() 
     assert_eq!(seen.len(), 1);
     assert!(!pending.is_finished(), "the reply must still be held back");
     let body = pending.await.unwrap();
+    let answered = Instant::now();
     assert!(started.elapsed() >= Duration::from_millis(400));
+    let arrived = seen[0].received_at;
+    assert!(
+        arrived >= started && answered.duration_since(arrived) >= Duration::from_millis(400),
+        "the arrival time is taken before the delay"
+    );
     assert_eq!(body["choices"][0]["message"]["content"], "slow");
     let err = llm
         .wait_for_requests(2, Duration::from_millis(50))
