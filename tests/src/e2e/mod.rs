@@ -8,6 +8,7 @@ mod executors;
 mod observability;
 mod repo;
 mod runner;
+mod sessions;
 mod turns;
 
 use std::time::Duration;
