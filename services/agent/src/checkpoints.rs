@@ -1,22 +1,46 @@
 //! Where a turn's checkpoints go: the Redis session. At `awaiting_tools` the checkpoint is
 //! written to the session metadata; at `tools_completed` the batch's rows are appended to
 //! the session first (so a crash later in the turn loses nothing) and the checkpoint then
-//! records them as saved.
+//! records them as saved. At `final_response` (a reply followed by injected follow-ups) the
+//! rows so far are saved and no checkpoint is kept: a resumed turn continues from them.
+//! Whenever rows holding injected follow-ups are saved, the ids and last stream sequence of
+//! those follow-ups are saved with them (one atomic write), so a resumed turn neither
+//! injects them twice nor forgets to answer them.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 
 use nanobot_core::checkpoint::{CheckpointSink, RUNTIME_CHECKPOINT_KEY};
 use nanobot_core::history;
-use nanobot_core::session::SessionStore;
+use nanobot_core::session::{Commit, SessionStore};
+
+use crate::mailbox::{FollowUps, Taken};
+
+/// Session metadata key: ids of follow-ups injected into the running turn and saved.
+pub const INJECTED_IDS_KEY: &str = "_injected_ids";
+/// Session metadata key: stream sequence of the last follow-up saved with the running turn.
+pub const INJECTED_SEQ_KEY: &str = "_injected_seq";
+
+/// Restores what a resumed turn had taken from its mailbox, from the session `metadata`.
+pub fn taken_from(metadata: &Map<String, Value>) -> Option<Taken> {
+    let seq = metadata.get(INJECTED_SEQ_KEY)?.as_u64()?;
+    let ids = metadata
+        .get(INJECTED_IDS_KEY)?
+        .as_array()?
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    Some(Taken { last_seq: seq, ids })
+}
 
 /// The session side of one turn.
 #[derive(Debug)]
-pub struct SessionCheckpoints {
+pub struct SessionCheckpoints<'a> {
     sessions: SessionStore,
     key: String,
     max_tool_result_chars: usize,
     state: Mutex<State>,
+    follow_ups: Option<&'a FollowUps>,
 }
 
 #[derive(Debug)]
@@ -26,13 +50,14 @@ struct State {
     persisted: usize,
 }
 
-impl SessionCheckpoints {
+impl<'a> SessionCheckpoints<'a> {
     /// Returns the sink of session `key` with its current `metadata`.
     pub fn new(
         sessions: SessionStore,
         key: &str,
         metadata: Map<String, Value>,
         max_tool_result_chars: usize,
+        follow_ups: Option<&'a FollowUps>,
     ) -> Self {
         Self {
             sessions,
@@ -42,6 +67,7 @@ impl SessionCheckpoints {
                 metadata,
                 persisted: 0,
             }),
+            follow_ups,
         }
     }
 
@@ -70,22 +96,51 @@ impl SessionCheckpoints {
         (rows, state.metadata.clone())
     }
 
-    /// Appends the turn messages not yet saved; returns how many rows were written.
-    pub async fn save_rest(&self, turn_messages: &[Value]) -> anyhow::Result<usize> {
+    /// Appends the turn messages not yet saved, with the follow-ups injected so far, in one
+    /// write; returns how many rows were written. `clear_checkpoint` also drops the stored
+    /// checkpoint.
+    pub async fn save_rest(
+        &self,
+        turn_messages: &[Value],
+        clear_checkpoint: bool,
+    ) -> anyhow::Result<usize> {
         let mut state = self.state.lock().await;
         let rest = turn_messages.get(state.persisted..).unwrap_or(&[]);
         let rows = history::rows_to_save(rest, self.max_tool_result_chars);
-        self.sessions.append(&self.key, &rows).await?;
+        let taken = self.follow_ups.map(FollowUps::taken).unwrap_or_default();
+        if !taken.ids.is_empty() {
+            state
+                .metadata
+                .insert(INJECTED_IDS_KEY.into(), json!(taken.ids));
+            state
+                .metadata
+                .insert(INJECTED_SEQ_KEY.into(), json!(taken.last_seq));
+        }
+        if clear_checkpoint {
+            state.metadata.remove(RUNTIME_CHECKPOINT_KEY);
+        }
+        let commit = Commit {
+            rows: rows.clone(),
+            metadata: Some(state.metadata.clone()),
+            ..Default::default()
+        };
+        self.sessions.commit(&self.key, &commit).await?;
         state.persisted = turn_messages.len();
         Ok(rows.len())
     }
 }
 
 #[async_trait::async_trait]
-impl CheckpointSink for SessionCheckpoints {
+impl CheckpointSink for SessionCheckpoints<'_> {
     async fn checkpoint(&self, mut payload: Value, turn_messages: &[Value]) {
+        if payload["phase"] == "final_response" {
+            if let Err(e) = self.save_rest(turn_messages, true).await {
+                tracing::warn!(session_id = %self.key, "failed to save the turn so far: {e:#}");
+            }
+            return;
+        }
         if payload["phase"] == "tools_completed" {
-            match self.save_rest(turn_messages).await {
+            match self.save_rest(turn_messages, false).await {
                 Ok(_) => {
                     // Record the results as stored, so recovery recognises them in history.
                     if let Some(results) = payload

@@ -129,6 +129,14 @@ impl FollowUps {
             .unwrap_or(false)
     }
 
+    /// Continues from what a previous attempt at this turn took and saved.
+    pub fn resume(&self, taken: Taken) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if taken.last_seq > state.last_seq {
+            *state = taken;
+        }
+    }
+
     /// What was taken so far.
     pub fn taken(&self) -> Taken {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()

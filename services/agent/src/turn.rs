@@ -20,7 +20,7 @@ use nanobot_proto::{ConsolidationRequest, OutboundKind, keys, subjects};
 use nanobot_runtime::bus;
 
 use crate::bots::Bot;
-use crate::checkpoints::SessionCheckpoints;
+use crate::checkpoints::{self, SessionCheckpoints};
 use crate::commands::{self, Command, Parsed, StatusInfo};
 use crate::handlers::Deps;
 use crate::mailbox::FollowUps;
@@ -190,13 +190,25 @@ pub async fn run(
     };
     recover(deps, bot, sessions, &input.session_key, how).await?;
     let session = sessions.load(&input.session_key).await?;
+    if resume
+        && let (Some(f), Some(taken)) = (ctx.follow_ups, checkpoints::taken_from(&pending))
+    {
+        // Follow-ups a previous attempt injected and saved are in the history already.
+        f.resume(taken);
+    }
     let replay = history::replay(
         &session.messages,
         session.last_consolidated,
         history::MAX_REPLAY_MESSAGES,
     );
+    // The pending markers go with the user message in one write: a retry after a failure
+    // in between would otherwise store the message twice.
+    let mut metadata = session.metadata;
+    metadata.insert(PENDING_USER_TURN_KEY.into(), json!(true));
+    metadata.insert(PENDING_TURN_ID_KEY.into(), json!(input.id));
     let messages = if resume {
         // A redelivered message whose turn was interrupted: continue from its saved rows.
+        sessions.set_metadata(&input.session_key, &metadata).await?;
         bot.context.resumed_messages(replay, &input.channel)
     } else {
         // The user message is persisted before the first LLM call (crash recovery).
@@ -205,7 +217,12 @@ pub async fn run(
         if !input.media.is_empty() {
             user_row["media"] = json!(input.media);
         }
-        sessions.append(&input.session_key, &[user_row]).await?;
+        let first = Commit {
+            rows: vec![user_row],
+            metadata: Some(metadata.clone()),
+            ..Default::default()
+        };
+        sessions.commit(&input.session_key, &first).await?;
         bot.context.messages(
             replay,
             &input.content,
@@ -217,14 +234,10 @@ pub async fn run(
     let sink = SessionCheckpoints::new(
         sessions.clone(),
         &input.session_key,
-        session.metadata,
+        metadata,
         d.max_tool_result_chars,
+        ctx.follow_ups,
     );
-    sink.update(|m| {
-        m.insert(PENDING_USER_TURN_KEY.into(), json!(true));
-        m.insert(PENDING_TURN_ID_KEY.into(), json!(input.id));
-    })
-    .await?;
 
     let specs = bot.tools.specs().await;
     let gates = Gates {
@@ -282,6 +295,8 @@ pub async fn run(
             m.remove(RUNTIME_CHECKPOINT_KEY);
             m.remove(PENDING_USER_TURN_KEY);
             m.remove(PENDING_TURN_ID_KEY);
+            m.remove(checkpoints::INJECTED_IDS_KEY);
+            m.remove(checkpoints::INJECTED_SEQ_KEY);
             m.insert(
                 LAST_USAGE_KEY.into(),
                 json!({"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens, "cached_tokens": result.usage.cached_tokens}),

@@ -4,6 +4,7 @@
 
 mod api;
 mod background;
+mod chaos;
 mod executors;
 mod observability;
 mod repo;

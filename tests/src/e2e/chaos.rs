@@ -1,0 +1,309 @@
+//! Chaos: three runners serve many sessions while runners are SIGKILLed and NATS or Redis
+//! restart under load. Whatever dies, every message is answered exactly once, each session's
+//! messages reach its history once and in order, and every stored history is valid.
+//!
+//! Sizes come from the environment so the same tests run bigger by hand:
+//! `CHAOS_SESSIONS` (default 50), `CHAOS_MESSAGES` per session (5), `CHAOS_KILLS` (3),
+//! `CHAOS_LLM_DELAY_MS` (150), e.g.
+//! `CHAOS_SESSIONS=500 CHAOS_KILLS=20 cargo nextest run -p nanobot-tests chaos`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rand::Rng as _;
+use serde_json::Value;
+
+use nanobot_proto::{InboundMessage, OutboundKind, OutboundMessage};
+use nanobot_runtime::bus;
+
+use crate::e2e::{outbound_messages, session_rows};
+use crate::harness::{Fleet, wait_until};
+use crate::scripted_llm::Reply;
+
+/// Runners in every chaos test.
+const RUNNERS: usize = 3;
+
+/// One chaos run's sizes.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    sessions: usize,
+    messages: usize,
+    kills: usize,
+    llm_delay: Duration,
+}
+
+impl Sizes {
+    fn from_env() -> Self {
+        let get = |k: &str, d: usize| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        Self {
+            sessions: get("CHAOS_SESSIONS", 50),
+            messages: get("CHAOS_MESSAGES", 5),
+            kills: get("CHAOS_KILLS", 3),
+            llm_delay: Duration::from_millis(get("CHAOS_LLM_DELAY_MS", 150) as u64),
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.sessions * self.messages
+    }
+}
+
+/// What goes wrong during a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    KillRunners,
+    RestartNats,
+    RestartRedis,
+}
+
+fn session_key(s: usize) -> String {
+    format!("chat:{s}")
+}
+
+fn message_id(s: usize, m: usize) -> String {
+    format!("s{s}-m{m}")
+}
+
+fn message_text(s: usize, m: usize) -> String {
+    format!("session {s} message {m}")
+}
+
+async fn start_fleet(sizes: Sizes) -> Fleet {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .expect("fleet starts");
+    for _ in 1..RUNNERS {
+        fleet.add_replica("agent").await.expect("add a runner");
+    }
+    fleet.wait_ready().await.expect("runners ready");
+    fleet
+        .llm
+        .set_fallback(Reply::echo().with_delay(sizes.llm_delay));
+    fleet
+}
+
+/// Injects `fault` a few times while messages are in flight.
+async fn inject(fleet: &mut Fleet, fault: Fault, sizes: Sizes) {
+    let times = if fault == Fault::KillRunners {
+        sizes.kills
+    } else {
+        1
+    };
+    for _ in 0..times {
+        let pause = rand::rng().random_range(700..1500);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        match fault {
+            Fault::KillRunners => {
+                let victim = rand::rng().random_range(0..RUNNERS);
+                let runner = fleet.service_at("agent", victim);
+                runner.sigkill().expect("sigkill");
+                runner.wait_exit(Duration::from_secs(5)).await;
+                runner.restart().expect("replace the runner");
+            }
+            Fault::RestartNats => fleet.nats.restart().await.expect("restart nats"),
+            Fault::RestartRedis => fleet.redis.restart().await.expect("restart redis"),
+        }
+    }
+}
+
+/// Counts, for every inbound id, the final replies that answer it.
+fn answers(outbound: &[OutboundMessage]) -> (HashMap<String, usize>, Vec<&OutboundMessage>) {
+    let mut count: HashMap<String, usize> = HashMap::new();
+    let mut errors = Vec::new();
+    for m in outbound {
+        match OutboundKind::try_from(m.kind) {
+            Ok(OutboundKind::Final) => {}
+            Ok(OutboundKind::Error) => errors.push(m),
+            _ => continue,
+        }
+        let mut ids = m.answers.clone();
+        if !ids.contains(&m.reply_to) {
+            ids.push(m.reply_to.clone());
+        }
+        for id in ids {
+            *count.entry(id).or_default() += 1;
+        }
+    }
+    (count, errors)
+}
+
+/// Checks nanobot's transcript grammar: `(user+ (assistant+calls tool…)* assistant)+` (several
+/// user rows in a row are follow-ups injected together), each tool call answered by exactly
+/// one tool row before the next assistant row.
+fn check_history(session: &str, rows: &[Value]) -> Result<(), String> {
+    let role = |i: usize| rows[i]["role"].as_str().unwrap_or("?");
+    let mut i = 0;
+    while i < rows.len() {
+        if role(i) != "user" {
+            return Err(format!("{session}: row {i} should be a user row: {rows:#?}"));
+        }
+        while i < rows.len() && role(i) == "user" {
+            i += 1;
+        }
+        loop {
+            if i >= rows.len() || role(i) != "assistant" {
+                return Err(format!("{session}: user row without a reply before {i}: {rows:#?}"));
+            }
+            let calls: Vec<&str> = rows[i]["tool_calls"]
+                .as_array()
+                .map(|c| c.iter().filter_map(|c| c["id"].as_str()).collect())
+                .unwrap_or_default();
+            i += 1;
+            if calls.is_empty() {
+                break;
+            }
+            let mut results = Vec::new();
+            while i < rows.len() && role(i) == "tool" {
+                results.push(rows[i]["tool_call_id"].as_str().unwrap_or(""));
+                i += 1;
+            }
+            let (mut want, mut got) = (calls.clone(), results.clone());
+            want.sort_unstable();
+            got.sort_unstable();
+            if want != got {
+                return Err(format!("{session}: calls {calls:?} got results {results:?}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn run_chaos(fault: Fault) {
+    let sizes = Sizes::from_env();
+    let mut fleet = start_fleet(sizes).await;
+    // Publishing runs on its own connection while faults are injected.
+    let client = fleet.nats_client().await.expect("nats");
+    let publisher = tokio::spawn(publish_all(client, sizes));
+    inject(&mut fleet, fault, sizes).await;
+    publisher.await.expect("publisher finishes");
+
+    let total = sizes.total();
+    let all_answered = || async {
+        let out = outbound_messages(&fleet).await;
+        let (count, _) = answers(&out);
+        (0..sizes.sessions)
+            .all(|s| (0..sizes.messages).all(|m| count.contains_key(&message_id(s, m))))
+    };
+    if wait_until(all_answered, Duration::from_secs(180)).await.is_err() {
+        let out = outbound_messages(&fleet).await;
+        let (count, _) = answers(&out);
+        let missing: Vec<String> = (0..sizes.sessions)
+            .flat_map(|s| (0..sizes.messages).map(move |m| message_id(s, m)))
+            .filter(|id| !count.contains_key(id))
+            .collect();
+        let logs: Vec<String> = (0..RUNNERS)
+            .map(|i| fleet.service_at("agent", i).log_tail(30))
+            .collect();
+        panic!(
+            "{} of {total} messages never answered: {missing:?}\n{}",
+            missing.len(),
+            logs.join("\n---\n")
+        );
+    }
+    // Let anything late (a duplicate) arrive before counting.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let out = outbound_messages(&fleet).await;
+    let (count, errors) = answers(&out);
+    let doubled: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(doubled.is_empty(), "answered more than once: {doubled:?}");
+    assert!(errors.is_empty(), "error replies: {errors:#?}");
+
+    for s in 0..sizes.sessions {
+        let key = session_key(s);
+        let rows = session_rows(&fleet, "default", &key).await;
+        check_history(&key, &rows).unwrap_or_else(|e| panic!("{e}"));
+        let users: Vec<&str> = rows
+            .iter()
+            .filter(|r| r["role"] == "user")
+            .filter_map(|r| r["content"].as_str())
+            .collect();
+        let expected: Vec<String> = (0..sizes.messages).map(|m| message_text(s, m)).collect();
+        assert_eq!(users, expected, "{key}: each message once, in order");
+    }
+    eprintln!(
+        "chaos {fault:?}: {total} messages over {} sessions, {RUNNERS} runners: all answered once, in order",
+        sizes.sessions
+    );
+}
+
+/// Publishes every session's messages like a channel gateway would: sessions in parallel,
+/// each session's messages in order with short random gaps (so follow-ups arrive mid-turn),
+/// retrying a publish until the broker acknowledges it (the message id de-duplicates).
+async fn publish_all(client: async_nats::Client, sizes: Sizes) {
+    let js = async_nats::jetstream::new(client);
+    let mut tasks = Vec::new();
+    for s in 0..sizes.sessions {
+        let js = js.clone();
+        tasks.push(tokio::spawn(async move {
+            for m in 0..sizes.messages {
+                let gap = rand::rng().random_range(0..400);
+                tokio::time::sleep(Duration::from_millis(gap)).await;
+                let msg = InboundMessage {
+                    id: message_id(s, m),
+                    bot: "default".into(),
+                    channel: "chaos".into(),
+                    sender_id: "user".into(),
+                    chat_id: s.to_string(),
+                    content: message_text(s, m),
+                    session_key: session_key(s),
+                    ..Default::default()
+                };
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+                while let Err(e) = bus::publish(&js, msg.subject(), Some(&msg.id), &msg).await {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "publish never accepted: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("publisher");
+    }
+}
+
+#[tokio::test]
+async fn runners_killed_at_random_lose_and_double_nothing() {
+    run_chaos(Fault::KillRunners).await;
+}
+
+#[tokio::test]
+async fn a_nats_restart_under_load_loses_and_doubles_nothing() {
+    run_chaos(Fault::RestartNats).await;
+}
+
+#[tokio::test]
+async fn a_redis_restart_under_load_loses_and_doubles_nothing() {
+    run_chaos(Fault::RestartRedis).await;
+}
+
+#[test]
+fn history_check_accepts_nanobot_transcripts_and_rejects_broken_ones() {
+    let ok: Vec<Value> = serde_json::from_str(
+        r#"[{"role":"user","content":"a"},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"1"},{"id":"2"}]},
+            {"role":"tool","tool_call_id":"2","content":"x"},
+            {"role":"tool","tool_call_id":"1","content":"y"},
+            {"role":"assistant","content":"done"},
+            {"role":"user","content":"b"},{"role":"assistant","content":"ok"}]"#,
+    )
+    .unwrap();
+    assert!(check_history("s", &ok).is_ok());
+    let missing_result = [&ok[..3], &ok[4..]].concat();
+    assert!(check_history("s", &missing_result).is_err());
+    let injected_together = [&ok[..1], &ok[..1], &ok[1..]].concat();
+    assert!(check_history("s", &injected_together).is_ok());
+    let two_replies = [&ok[..5], &ok[4..]].concat();
+    assert!(check_history("s", &two_replies).is_err());
+    let unanswered = ok[..6].to_vec();
+    assert!(check_history("s", &unanswered).is_err());
+}
