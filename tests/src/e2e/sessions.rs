@@ -9,7 +9,7 @@ mod lease;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use nanobot_proto::{OutboundKind, OutboundMessage, subjects};
 
@@ -73,14 +73,9 @@ fn shape(rows: &[Value]) -> Vec<(String, String)> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_follow_up_sent_mid_turn_joins_the_running_turn_whichever_runner_receives_it() {
-    const SESSION: &str = "cli:inject";
-    let fleet = Fleet::builder()
-        .roles(&["agent", "agent", "tools"])
-        .start()
-        .await
-        .unwrap();
+/// Publishes a message whose reply takes 2 s and, while its turn runs, a follow-up of the
+/// same session; checks the follow-up joined that turn.
+async fn follow_up_joins_the_running_turn(fleet: &Fleet, session: &str) {
     fleet.llm.when_last_user_contains(
         "first question",
         Reply::text("first answer").with_delay(Duration::from_secs(2)),
@@ -88,10 +83,10 @@ async fn a_follow_up_sent_mid_turn_joins_the_running_turn_whichever_runner_recei
     fleet
         .llm
         .when_last_user_contains("a follow-up", Reply::text("both answered"));
-    publish_inbound(&fleet, "inj-1", SESSION, "first question").await;
+    publish_inbound(fleet, "inj-1", session, "first question").await;
     fleet.llm.wait_for_requests(1, TURN).await.unwrap();
-    publish_inbound(&fleet, "inj-2", SESSION, "a follow-up").await;
-    wait_settled(&fleet, TURN).await;
+    publish_inbound(fleet, "inj-2", session, "a follow-up").await;
+    wait_settled(fleet, TURN).await;
 
     let requests = fleet.llm.requests();
     assert_eq!(
@@ -107,14 +102,14 @@ async fn a_follow_up_sent_mid_turn_joins_the_running_turn_whichever_runner_recei
     assert_eq!(tail[2].0, "user");
     assert!(tail[2].1.contains("a follow-up"), "{second:#?}");
 
-    let outbound = outbound_messages(&fleet).await;
+    let outbound = outbound_messages(fleet).await;
     let replies = finals(&outbound);
     assert_eq!(replies.len(), 1, "{replies:#?}");
     assert_eq!(replies[0].content, "both answered");
     assert_eq!(replies[0].answers, ["inj-1", "inj-2"]);
     assert_eq!(replies_to(&outbound, "inj-2").len(), 1);
 
-    let rows = shape(&session_rows(&fleet, "default", SESSION).await);
+    let rows = shape(&session_rows(fleet, "default", session).await);
     let expected = [
         ("user", "first question"),
         ("assistant", "first answer"),
@@ -123,6 +118,29 @@ async fn a_follow_up_sent_mid_turn_joins_the_running_turn_whichever_runner_recei
     ]
     .map(|(r, t)| (r.to_string(), t.to_string()));
     assert_eq!(rows, expected);
+}
+
+#[tokio::test]
+async fn a_follow_up_received_by_another_runner_mid_turn_joins_the_running_turn() {
+    // Each runner holds one message at most, so the follow-up can only go to the runner
+    // that is not running the turn.
+    let fleet = Fleet::builder()
+        .roles(&["agent", "agent", "tools"])
+        .config(json!({"runner": {"maxWaitingMessages": 1}}))
+        .start()
+        .await
+        .unwrap();
+    follow_up_joins_the_running_turn(&fleet, "cli:inject-other").await;
+}
+
+#[tokio::test]
+async fn a_follow_up_received_by_the_runner_of_the_turn_joins_it() {
+    let fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    follow_up_joins_the_running_turn(&fleet, "cli:inject-same").await;
 }
 
 /// Indices `n` of the `message #n` user messages of a request, in the order the model sees.
