@@ -190,9 +190,7 @@ pub async fn run(
     };
     recover(deps, bot, sessions, &input.session_key, how).await?;
     let session = sessions.load(&input.session_key).await?;
-    if resume
-        && let (Some(f), Some(taken)) = (ctx.follow_ups, checkpoints::taken_from(&pending))
-    {
+    if resume && let (Some(f), Some(taken)) = (ctx.follow_ups, checkpoints::taken_from(&pending)) {
         // Follow-ups a previous attempt injected and saved are in the history already.
         f.resume(taken);
     }

@@ -87,13 +87,7 @@ impl Chat {
             metadata_json: "{}".into(),
             ..Default::default()
         };
-        bus::publish(
-            &self.bus.js,
-            msg.subject(),
-            Some(&id),
-            &msg,
-        )
-        .await?;
+        bus::publish(&self.bus.js, msg.subject(), Some(&id), &msg).await?;
         let deadline = tokio::time::Instant::now() + self.timeout;
         loop {
             let next = tokio::time::timeout_at(deadline, self.replies.next()).await;

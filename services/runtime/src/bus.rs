@@ -144,13 +144,13 @@ pub async fn ensure_streams(js: &jetstream::Context) -> Result<(), BusError> {
         },
     ];
     for config in streams {
-        let mut existing = js
-            .get_or_create_stream(config.clone())
-            .await
-            .map_err(|e| BusError::JetStream {
-                op: "create stream",
-                cause: e.to_string(),
-            })?;
+        let mut existing =
+            js.get_or_create_stream(config.clone())
+                .await
+                .map_err(|e| BusError::JetStream {
+                    op: "create stream",
+                    cause: e.to_string(),
+                })?;
         let info = existing.info().await.map_err(|e| BusError::JetStream {
             op: "read stream info",
             cause: e.to_string(),
@@ -166,10 +166,12 @@ pub async fn ensure_streams(js: &jetstream::Context) -> Result<(), BusError> {
             });
         }
         if info.config.allow_direct != config.allow_direct {
-            js.update_stream(config).await.map_err(|e| BusError::JetStream {
-                op: "update stream",
-                cause: e.to_string(),
-            })?;
+            js.update_stream(config)
+                .await
+                .map_err(|e| BusError::JetStream {
+                    op: "update stream",
+                    cause: e.to_string(),
+                })?;
         }
     }
     Ok(())

@@ -142,14 +142,18 @@ fn check_history(session: &str, rows: &[Value]) -> Result<(), String> {
     let mut i = 0;
     while i < rows.len() {
         if role(i) != "user" {
-            return Err(format!("{session}: row {i} should be a user row: {rows:#?}"));
+            return Err(format!(
+                "{session}: row {i} should be a user row: {rows:#?}"
+            ));
         }
         while i < rows.len() && role(i) == "user" {
             i += 1;
         }
         loop {
             if i >= rows.len() || role(i) != "assistant" {
-                return Err(format!("{session}: user row without a reply before {i}: {rows:#?}"));
+                return Err(format!(
+                    "{session}: user row without a reply before {i}: {rows:#?}"
+                ));
             }
             let calls: Vec<&str> = rows[i]["tool_calls"]
                 .as_array()
@@ -168,7 +172,9 @@ fn check_history(session: &str, rows: &[Value]) -> Result<(), String> {
             want.sort_unstable();
             got.sort_unstable();
             if want != got {
-                return Err(format!("{session}: calls {calls:?} got results {results:?}"));
+                return Err(format!(
+                    "{session}: calls {calls:?} got results {results:?}"
+                ));
             }
         }
     }
@@ -191,7 +197,10 @@ async fn run_chaos(fault: Fault) {
         (0..sizes.sessions)
             .all(|s| (0..sizes.messages).all(|m| count.contains_key(&message_id(s, m))))
     };
-    if wait_until(all_answered, Duration::from_secs(180)).await.is_err() {
+    if wait_until(all_answered, Duration::from_secs(180))
+        .await
+        .is_err()
+    {
         let out = outbound_messages(&fleet).await;
         let (count, _) = answers(&out);
         let missing: Vec<String> = (0..sizes.sessions)

@@ -149,14 +149,11 @@ pub(super) async fn publish_inbound(fleet: &Fleet, id: &str, session: &str, text
         session_key: session.into(),
         ..Default::default()
     };
-    js.publish(
-        msg.subject(),
-        msg.encode_to_vec().into(),
-    )
-    .await
-    .unwrap()
-    .await
-    .unwrap();
+    js.publish(msg.subject(), msg.encode_to_vec().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
 }
 
 pub(super) async fn session_metadata(fleet: &Fleet, session: &str) -> Value {

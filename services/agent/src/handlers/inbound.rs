@@ -26,7 +26,10 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     };
     let subject = inbound.subject();
     if msg.subject.as_str() != subject {
-        let why = format!("published on {} instead of its session's subject {subject}", msg.subject);
+        let why = format!(
+            "published on {} instead of its session's subject {subject}",
+            msg.subject
+        );
         return terminate(&msg, &why).await;
     }
     let seq = match msg.info() {

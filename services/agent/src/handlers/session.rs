@@ -123,12 +123,12 @@ pub async fn drain(
             return Ok(entries);
         };
         entries += 1;
-        let message = entry.message.clone().filter(|_| mailbox::needs_turn(&entry));
+        let message = entry
+            .message
+            .clone()
+            .filter(|_| mailbox::needs_turn(&entry));
         let answered = match &message {
-            Some(m) => {
-                deps.seen(&keys::inbound_seen(&bot.spec.id, &m.id))
-                    .await
-            }
+            Some(m) => deps.seen(&keys::inbound_seen(&bot.spec.id, &m.id)).await,
             None => true,
         };
         match message {
@@ -226,7 +226,10 @@ pub async fn guarded(
         Some(Err(e)) => {
             let committed = match ctx.seq {
                 Some(seq) => ctx.sessions.cursor(&input.session_key).await? >= seq,
-                None => deps.seen(&keys::inbound_seen(&bot.spec.id, &input.id)).await,
+                None => {
+                    deps.seen(&keys::inbound_seen(&bot.spec.id, &input.id))
+                        .await
+                }
             };
             if committed || lease.lost().is_cancelled() {
                 // The reply waits in the outbox for the next holder, or another runner holds

@@ -383,10 +383,19 @@ async fn follow_ups_arriving_before_the_final_reply_are_answered_in_the_same_run
     let reqs = model.requests();
     assert_eq!(reqs.len(), 2);
     let second = &reqs[1].messages;
-    assert_eq!(second[second.len() - 2], json!({"role": "assistant", "content": "Answer A."}));
-    assert_eq!(second[second.len() - 1], json!({"role": "user", "content": "and also B?"}));
+    assert_eq!(
+        second[second.len() - 2],
+        json!({"role": "assistant", "content": "Answer A."})
+    );
+    assert_eq!(
+        second[second.len() - 1],
+        json!({"role": "user", "content": "and also B?"})
+    );
     let roles: Vec<_> = r.new_messages.iter().map(|m| m["role"].clone()).collect();
-    assert_eq!(roles, [json!("assistant"), json!("user"), json!("assistant")]);
+    assert_eq!(
+        roles,
+        [json!("assistant"), json!("user"), json!("assistant")]
+    );
 }
 
 #[tokio::test]
@@ -396,7 +405,11 @@ async fn follow_ups_are_taken_at_most_three_per_drain_and_five_drains_per_run() 
     let model = Model::new(vec![]);
     let r = go_with(&model, &followups).await;
     assert_eq!(r.injected, 15, "3 per drain × 5 drains");
-    assert_eq!(followups.0.lock().unwrap().len(), 15, "the rest stay queued");
+    assert_eq!(
+        followups.0.lock().unwrap().len(),
+        15,
+        "the rest stay queued"
+    );
     assert_eq!(model.requests().len(), 6);
 }
 
@@ -409,5 +422,8 @@ async fn follow_ups_are_injected_after_a_tool_batch() {
     let reqs = model.requests();
     let second = &reqs[1].messages;
     assert_eq!(second[second.len() - 2]["role"], "tool");
-    assert_eq!(second[second.len() - 1], json!({"role": "user", "content": "use B instead"}));
+    assert_eq!(
+        second[second.len() - 1],
+        json!({"role": "user", "content": "use B instead"})
+    );
 }

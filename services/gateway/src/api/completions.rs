@@ -110,14 +110,9 @@ async fn publish(
     };
     // Registered before publishing, so the reply cannot arrive before anyone waits for it.
     let waiter = state.inner.pending.register(&id);
-    bus::publish(
-        &state.inner.js,
-        msg.subject(),
-        Some(&id),
-        &msg,
-    )
-    .await
-    .map_err(|e| ApiError::internal("publish the inbound message", e))?;
+    bus::publish(&state.inner.js, msg.subject(), Some(&id), &msg)
+        .await
+        .map_err(|e| ApiError::internal("publish the inbound message", e))?;
     tracing::info!(stream = req.stream, "completion request published");
     Ok(Turn {
         model: bot.model.clone(),

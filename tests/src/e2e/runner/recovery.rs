@@ -35,15 +35,24 @@ async fn a_runner_killed_mid_tool_is_replaced_and_the_turn_resumes_with_interrup
 
     // Nobody asks again: the message comes back to a live runner, which resumes its turn.
     let answered = || async { !replies_to(&outbound_messages(&fleet).await, "crash-1").is_empty() };
-    wait_until(answered, TURN).await.expect("the interrupted message is answered");
+    wait_until(answered, TURN)
+        .await
+        .expect("the interrupted message is answered");
     let replies = outbound_messages(&fleet).await;
     let replies = replies_to(&replies, "crash-1");
     assert_eq!(replies.len(), 1, "{replies:#?}");
     assert_eq!(replies[0].content, "The command was interrupted.");
     let requests = fleet.llm.requests();
     let messages = requests.last().unwrap().messages();
-    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["system", "user", "assistant", "tool"], "{messages:#?}");
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool"],
+        "{messages:#?}"
+    );
     let call_id = messages[2]["tool_calls"][0]["id"].clone();
     assert_eq!(
         messages[3],
@@ -62,7 +71,10 @@ async fn a_runner_killed_mid_tool_is_replaced_and_the_turn_resumes_with_interrup
         "{meta}"
     );
     fleet.llm.push(Reply::text("All good now."));
-    assert_eq!(ask(&mut fleet, "and now?", Some("cli:crash")).await, "All good now.");
+    assert_eq!(
+        ask(&mut fleet, "and now?", Some("cli:crash")).await,
+        "All good now."
+    );
 }
 
 #[tokio::test]
@@ -82,7 +94,9 @@ async fn a_runner_killed_before_any_reply_is_replaced_and_the_message_answered_o
     fleet.llm.push(Reply::text("I'm back."));
     kill_and_restart_agent(&mut fleet).await;
     let answered = || async { !replies_to(&outbound_messages(&fleet).await, "crash-2").is_empty() };
-    wait_until(answered, TURN).await.expect("the message is answered");
+    wait_until(answered, TURN)
+        .await
+        .expect("the message is answered");
     let replies = outbound_messages(&fleet).await;
     let replies = replies_to(&replies, "crash-2");
     assert_eq!(replies.len(), 1, "{replies:#?}");
@@ -90,9 +104,18 @@ async fn a_runner_killed_before_any_reply_is_replaced_and_the_message_answered_o
     let rows = session_rows(&fleet, "default", "cli:early").await;
     let shape: Vec<(&str, &str)> = rows
         .iter()
-        .map(|r| (r["role"].as_str().unwrap(), r["content"].as_str().unwrap_or("")))
+        .map(|r| {
+            (
+                r["role"].as_str().unwrap(),
+                r["content"].as_str().unwrap_or(""),
+            )
+        })
         .collect();
-    assert_eq!(shape, [("user", "hello?"), ("assistant", "I'm back.")], "{rows:#?}");
+    assert_eq!(
+        shape,
+        [("user", "hello?"), ("assistant", "I'm back.")],
+        "{rows:#?}"
+    );
 }
 
 #[tokio::test]
