@@ -5,6 +5,7 @@
 //! waiting messages truthfully.
 
 mod lease;
+mod takeover;
 
 use std::time::{Duration, Instant};
 
