@@ -151,10 +151,32 @@ pub async fn ensure_streams(js: &jetstream::Context) -> Result<(), BusError> {
                     op: "create stream",
                     cause: e.to_string(),
                 })?;
-        let info = existing.info().await.map_err(|e| BusError::JetStream {
-            op: "read stream info",
-            cause: e.to_string(),
-        })?;
+        let info = existing
+            .info()
+            .await
+            .map_err(|e| BusError::JetStream {
+                op: "read stream info",
+                cause: e.to_string(),
+            })?
+            .clone();
+        if info.config.retention != config.retention && all_consumed(&mut existing).await {
+            // A stream from an older version whose every message was already processed:
+            // recreate it with this version's settings.
+            tracing::info!(stream = %config.name, "recreating a fully consumed stream with new retention");
+            js.delete_stream(&config.name)
+                .await
+                .map_err(|e| BusError::JetStream {
+                    op: "delete stream",
+                    cause: e.to_string(),
+                })?;
+            js.create_stream(config.clone())
+                .await
+                .map_err(|e| BusError::JetStream {
+                    op: "create stream",
+                    cause: e.to_string(),
+                })?;
+            continue;
+        }
         if info.config.retention != config.retention {
             return Err(BusError::JetStream {
                 op: "check stream",
@@ -175,6 +197,22 @@ pub async fn ensure_streams(js: &jetstream::Context) -> Result<(), BusError> {
         }
     }
     Ok(())
+}
+
+/// Whether no consumer of `stream` has anything left to process (and, without consumers,
+/// whether the stream is empty).
+async fn all_consumed(stream: &mut jetstream::stream::Stream) -> bool {
+    use futures::StreamExt as _;
+    let mut consumers = stream.consumers();
+    let mut any = false;
+    while let Some(c) = consumers.next().await {
+        let Ok(c) = c else { return false };
+        any = true;
+        if c.num_pending > 0 || c.num_ack_pending > 0 {
+            return false;
+        }
+    }
+    any || stream.info().await.is_ok_and(|i| i.state.messages == 0)
 }
 
 /// Returns headers holding the current trace context and, when given, a de-duplication id.

@@ -4,6 +4,7 @@
 
 mod api;
 mod background;
+mod backpressure;
 mod chaos;
 mod executors;
 mod observability;
