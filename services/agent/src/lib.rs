@@ -80,9 +80,8 @@ pub async fn run(
     });
     let gauges = deps.clone();
     started.health.set_detail(Box::new(move || {
-        let max = gauges.cfg.runner.max_concurrent_turns as usize;
         serde_json::json!({
-            "turnsRunning": max.saturating_sub(gauges.turns.available_permits()),
+            "turnsRunning": gauges.active.len(),
             "messagesWaiting": gauges.waiting.load(std::sync::atomic::Ordering::Relaxed),
         })
     }));

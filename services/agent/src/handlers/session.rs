@@ -39,7 +39,7 @@ pub enum Until<'a> {
     Seen(&'a str),
 }
 
-/// Counts this runner's waiting messages while alive (for `nanobot status`).
+/// Counts this runner's messages waiting for their session (for `nanobot status`).
 struct Waiting<'a>(&'a Deps);
 
 impl<'a> Waiting<'a> {
@@ -64,21 +64,19 @@ pub async fn acquire(
     until: Until<'_>,
 ) -> anyhow::Result<Option<(Lease, OwnedSemaphorePermit)>> {
     let mut backoff = BACKOFF.0;
-    let mut waiting = None;
+    let _waiting = Waiting::new(deps);
     loop {
-        let done = match until {
-            Until::Cursor(seq) if bot.sessions.cursor(session_key).await? >= seq => {
-                // A reply committed by a holder that died before publishing goes out now.
-                outbox::flush(&deps.js, &bot.sessions, session_key).await?;
-                true
-            }
-            Until::Cursor(_) => false,
+        let answered = match until {
+            Until::Cursor(seq) => bot.sessions.cursor(session_key).await? >= seq,
             Until::Seen(marker) => {
                 let mut conn = deps.redis.clone();
                 conn.exists(marker).await?
             }
         };
-        if done {
+        // A committed reply still in the outbox goes out under the lease: its holder publishes
+        // it, or, when that holder died, whoever takes the lease next.
+        let unpublished = answered && bot.sessions.outbox(session_key).await?.is_some();
+        if answered && !unpublished {
             return Ok(None);
         }
         let permit = tokio::select! {
@@ -86,10 +84,16 @@ pub async fn acquire(
             p = deps.turns.clone().acquire_owned() => p?,
         };
         if let Some(lease) = deps.leases.try_acquire(&bot.spec.id, session_key).await? {
-            return Ok(Some((lease, permit)));
+            if !unpublished {
+                return Ok(Some((lease, permit)));
+            }
+            let sessions = bot.sessions.fenced(lease.fence());
+            let flushed = outbox::flush(&deps.js, &sessions, session_key).await;
+            lease.release().await;
+            flushed?;
+            return Ok(None);
         }
         drop(permit);
-        waiting.get_or_insert_with(|| Waiting::new(deps));
         let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 2);
         tokio::select! {
             _ = deps.cancel.cancelled() => anyhow::bail!("runner shutting down"),
