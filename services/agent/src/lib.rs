@@ -59,7 +59,6 @@ pub async fn run(
     let bots = bots::build(&cfg, &started.bus.client, &redis);
     // Messages held here at once: running or waiting for a session another runner holds.
     let permits = Arc::new(Semaphore::new(cfg.runner.max_waiting_messages as usize));
-    let ack_wait = Duration::from_secs_f64(cfg.runner.redeliver_after_secs);
     let deps = Arc::new(Deps {
         leases: Leases::new(
             redis.clone(),
@@ -96,7 +95,7 @@ pub async fn run(
         subjects::INBOUND_STREAM,
         subjects::INBOUND_CONSUMER,
         subjects::INBOUND_ALL,
-        ack_wait,
+        deps.ack_wait(),
     )
     .await?;
     let cron = consumer(
@@ -104,7 +103,7 @@ pub async fn run(
         subjects::JOBS_STREAM,
         subjects::CRON_FIRE_CONSUMER,
         subjects::CRON_FIRE_ALL,
-        ack_wait,
+        deps.ack_wait(),
     )
     .await?;
     let tracker = TaskTracker::new();

@@ -9,7 +9,7 @@ use serde_json::json;
 use nanobot_proto::subjects;
 
 use super::runner::publish_inbound;
-use crate::e2e::{TURN, outbound_messages, replies_to};
+use crate::e2e::{TURN, outbound_messages, replies_to, wait_for_replies};
 use crate::harness::{Fleet, wait_until};
 use crate::scripted_llm::Reply;
 
@@ -93,12 +93,7 @@ async fn while_redis_is_down_inbound_waits_in_jetstream_and_is_answered_after() 
         "the runner survives a dead Redis"
     );
     fleet.redis.restart().await.unwrap();
-    let answered = || async { !replies_to(&outbound_messages(&fleet).await, "rd-1").is_empty() };
-    wait_until(answered, TURN)
-        .await
-        .expect("answered once Redis is back");
-    let out = outbound_messages(&fleet).await;
-    let replies = replies_to(&out, "rd-1");
+    let replies = wait_for_replies(&fleet, "rd-1").await;
     assert_eq!(replies.len(), 1);
     assert_eq!(replies[0].content, "echo: are you there?");
 }

@@ -97,3 +97,16 @@ pub(crate) fn replies_to<'a>(
         })
         .collect()
 }
+
+/// Waits until inbound message `id` is answered, then returns every final reply answering it.
+pub(crate) async fn wait_for_replies(
+    fleet: &Fleet,
+    id: &str,
+) -> Vec<nanobot_proto::OutboundMessage> {
+    let answered = || async { !replies_to(&outbound_messages(fleet).await, id).is_empty() };
+    crate::harness::wait_until(answered, TURN)
+        .await
+        .unwrap_or_else(|e| panic!("message {id} is never answered: {e}"));
+    let outbound = outbound_messages(fleet).await;
+    replies_to(&outbound, id).into_iter().cloned().collect()
+}

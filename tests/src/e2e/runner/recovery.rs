@@ -8,7 +8,7 @@ use serde_json::json;
 use nanobot_proto::keys;
 
 use super::{kill_and_restart_agent, publish_inbound, session_metadata};
-use crate::e2e::{TURN, ask, outbound_messages, replies_to, session_rows};
+use crate::e2e::{TURN, ask, session_rows, wait_for_replies};
 use crate::harness::{Fleet, wait_until};
 use crate::scripted_llm::Reply;
 
@@ -34,12 +34,7 @@ async fn a_runner_killed_mid_tool_is_replaced_and_the_turn_resumes_with_interrup
     kill_and_restart_agent(&mut fleet).await;
 
     // Nobody asks again: the message comes back to a live runner, which resumes its turn.
-    let answered = || async { !replies_to(&outbound_messages(&fleet).await, "crash-1").is_empty() };
-    wait_until(answered, TURN)
-        .await
-        .expect("the interrupted message is answered");
-    let replies = outbound_messages(&fleet).await;
-    let replies = replies_to(&replies, "crash-1");
+    let replies = wait_for_replies(&fleet, "crash-1").await;
     assert_eq!(replies.len(), 1, "{replies:#?}");
     assert_eq!(replies[0].content, "The command was interrupted.");
     let requests = fleet.llm.requests();
@@ -93,12 +88,7 @@ async fn a_runner_killed_before_any_reply_is_replaced_and_the_message_answered_o
         .unwrap();
     fleet.llm.push(Reply::text("I'm back."));
     kill_and_restart_agent(&mut fleet).await;
-    let answered = || async { !replies_to(&outbound_messages(&fleet).await, "crash-2").is_empty() };
-    wait_until(answered, TURN)
-        .await
-        .expect("the message is answered");
-    let replies = outbound_messages(&fleet).await;
-    let replies = replies_to(&replies, "crash-2");
+    let replies = wait_for_replies(&fleet, "crash-2").await;
     assert_eq!(replies.len(), 1, "{replies:#?}");
     assert_eq!(replies[0].content, "I'm back.");
     let rows = session_rows(&fleet, "default", "cli:early").await;
