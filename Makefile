@@ -56,6 +56,7 @@ run: deps deps-model build ## Start NATS, Redis, the local model and every role 
 up: deps deps-model build ## Start the local fleet in the background (no chat)
 	@$(NANOBOT) onboard >/dev/null
 	$(UP)
+	@$(MAKE) --no-print-directory link
 
 down: ## Stop what `make run` / `make up` started, by pid
 	@if [ -x $(DEBUG_BIN)/nanobot ]; then $(NANOBOT) down $(RUN_FLAGS); \
