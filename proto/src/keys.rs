@@ -60,8 +60,15 @@ pub fn memory_lock(bot: &str) -> String {
     format!("nanobot:{bot}:lock:memory")
 }
 
+/// Fence counter of the memory lock of `bot` (a token per holder).
+pub fn memory_fence(bot: &str) -> String {
+    format!("nanobot:{bot}:fence:memory")
+}
+
 /// The cron leader lease (one leader fires for the whole fleet).
 pub const CRON_LEADER: &str = "nanobot:fleet:cron:leader";
+/// Fence counter of the cron leader lease.
+pub const CRON_LEADER_FENCE: &str = "nanobot:fleet:cron:fence";
 
 /// Last fire time of a cron job (unix ms), so a new leader neither skips nor repeats.
 pub fn cron_last_fire(bot: &str, job_id: &str) -> String {
@@ -86,6 +93,7 @@ mod tests {
             session_cursor("b", "s"),
             session_outbox("b", "s"),
             memory_lock("b"),
+            memory_fence("b"),
             cron_last_fire("b", "j"),
         ];
         for k in &all {
@@ -94,5 +102,6 @@ mod tests {
         }
         assert_ne!(session_meta("b", "s"), session_messages("b", "s"));
         assert!(CRON_LEADER.starts_with("nanobot:"));
+        assert!(CRON_LEADER_FENCE.starts_with("nanobot:"));
     }
 }

@@ -30,14 +30,7 @@ pub enum SessionError {
 /// How long "seen" markers of answered inbound messages are kept.
 pub const SEEN_TTL_SECS: u64 = 7 * 24 * 3600;
 
-/// A session's fencing token: the value of its fence counter when the lease was taken.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fence {
-    /// The fence counter key.
-    pub key: String,
-    /// The token.
-    pub token: u64,
-}
+pub use nanobot_runtime::lease::Fence;
 
 /// What a turn writes when it ends (see [`SessionStore::commit`]).
 #[derive(Debug, Clone, Default)]
@@ -291,7 +284,7 @@ impl SessionStore {
     /// Empties the outbox once `payload` is published (unless it was replaced meanwhile).
     pub async fn clear_outbox(&self, key: &str, payload: &[u8]) -> Result<()> {
         let mut conn = self.redis.clone();
-        scripts::DELETE_IF
+        nanobot_runtime::lease::DELETE_IF
             .key(keys::session_outbox(&self.bot, key))
             .arg(payload)
             .invoke_async::<i64>(&mut conn)

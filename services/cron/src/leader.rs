@@ -1,50 +1,54 @@
-//! Leader election: one cron replica holds `keys::CRON_LEADER` (SET NX PX); the others stand by.
+//! Leader election: one cron replica holds the lease `keys::CRON_LEADER` (the fleet's one
+//! lease primitive, [`nanobot_runtime::lease`]); the others stand by and take over once a dead
+//! leader's lease expires.
 
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 
 use nanobot_proto::keys;
+use nanobot_runtime::lease::{Lease, Leases};
 
 /// Lease length; renewed every third of it.
 pub const LEASE: Duration = Duration::from_secs(9);
 
-const RENEW: &str = r"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
-
-/// Takes or renews the leadership; returns whether this instance leads now.
-pub async fn hold(redis: &ConnectionManager, instance: &str) -> bool {
-    let mut conn = redis.clone();
-    let ms = u64::try_from(LEASE.as_millis()).unwrap_or(9000);
-    let renewed: i32 = redis::Script::new(RENEW)
-        .key(keys::CRON_LEADER)
-        .arg(instance)
-        .arg(ms)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap_or(0);
-    if renewed == 1 {
-        return true;
-    }
-    let taken: Option<String> = redis::cmd("SET")
-        .arg(keys::CRON_LEADER)
-        .arg(instance)
-        .arg("NX")
-        .arg("PX")
-        .arg(ms)
-        .query_async(&mut conn)
-        .await
-        .ok()
-        .flatten();
-    taken.is_some()
+/// This replica's view of the leadership.
+#[derive(Debug)]
+pub struct Leadership {
+    leases: Leases,
+    held: Option<Lease>,
 }
 
-/// Gives the leadership up (on shutdown) if held.
-pub async fn resign(redis: &ConnectionManager, instance: &str) {
-    let mut conn = redis.clone();
-    let script = r"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
-    let _: redis::RedisResult<i32> = redis::Script::new(script)
-        .key(keys::CRON_LEADER)
-        .arg(instance)
-        .invoke_async(&mut conn)
-        .await;
+impl Leadership {
+    /// Returns a stand-by replica named `instance`.
+    pub fn new(redis: ConnectionManager, instance: &str) -> Self {
+        Self {
+            leases: Leases::new(redis, instance, LEASE),
+            held: None,
+        }
+    }
+
+    /// Keeps or takes the leadership; returns whether this instance leads now.
+    pub async fn hold(&mut self) -> bool {
+        if self.held.as_ref().is_some_and(Lease::is_held) {
+            return true;
+        }
+        self.held = None;
+        match self
+            .leases
+            .try_acquire(keys::CRON_LEADER, keys::CRON_LEADER_FENCE)
+            .await
+        {
+            Ok(lease) => self.held = lease,
+            Err(e) => tracing::warn!(error = %e, "failed to take the cron leadership"),
+        }
+        self.held.is_some()
+    }
+
+    /// Gives the leadership up (on shutdown) if held.
+    pub async fn resign(&mut self) {
+        if let Some(lease) = self.held.take() {
+            lease.release().await;
+        }
+    }
 }

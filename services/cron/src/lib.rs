@@ -43,17 +43,16 @@ pub async fn run(
     tracing::info!(%instance, "cron scheduler ready");
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut leadership = leader::Leadership::new(redis.clone(), &instance);
     let mut leading = false;
     loop {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
-            _ = tick.tick() => leading = on_tick(&cfg, &started.bus, &redis, &instance, leading).await,
+            _ = tick.tick() => leading = on_tick(&cfg, &started.bus, &redis, &mut leadership, leading).await,
         }
     }
-    if leading {
-        leader::resign(&redis, &instance).await;
-    }
+    leadership.resign().await;
     tracing::info!("cron scheduler stopped");
     Ok(())
 }
@@ -62,10 +61,10 @@ async fn on_tick(
     cfg: &Config,
     bus: &Bus,
     redis: &ConnectionManager,
-    instance: &str,
+    leadership: &mut leader::Leadership,
     was_leading: bool,
 ) -> bool {
-    let leading = leader::hold(redis, instance).await;
+    let leading = leadership.hold().await;
     if leading != was_leading {
         tracing::info!(leading, "cron leadership changed");
     }

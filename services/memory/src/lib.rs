@@ -1,15 +1,14 @@
 //! Memory workers: consume consolidation requests (`subjects::CONSOLIDATE_ALL`, a JetStream
 //! work queue), archive old session messages into the bot's `memory/history.jsonl`, advance
 //! `last_consolidated` in Redis, and announce results on `subjects::consolidated`. Writers of
-//! one bot's memory files are serialised by a Redis lock plus a file lock.
+//! one bot's memory files are serialised by the per-bot memory lease (the fleet's one lease
+//! primitive, `nanobot_runtime::lease`) plus a file lock.
 //!
 //! # Layout
 //! - `consolidate`: the archive rules.
-//! - `lock`: the per-bot Redis lock.
 #![forbid(unsafe_code)]
 
 pub mod consolidate;
-pub mod lock;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,7 +23,11 @@ use tracing::Instrument as _;
 use nanobot_core::session::SessionStore;
 use nanobot_proto::{ConsolidationRequest, ConsolidationResult, keys, subjects};
 use nanobot_runtime::config::Config;
+use nanobot_runtime::lease::Leases;
 use nanobot_runtime::{service, shutdown, store, telemetry};
+
+/// How long a worker holds a bot's memory lease without renewing it.
+const MEMORY_LOCK_TTL: Duration = Duration::from_secs(60);
 
 /// Runs a memory worker until `shutdown`.
 pub async fn run(
@@ -107,13 +110,14 @@ async fn handle(
     let span = tracing::info_span!("consolidate", session_id = %request.session_key, reason = %request.reason);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
-        let Some(guard) = lock::Lock::acquire(
-            redis.clone(),
-            keys::memory_lock(&bot.id),
-            instance,
-            Duration::from_secs(60),
-        )
-        .await
+        let leases = Leases::new(redis.clone(), instance, MEMORY_LOCK_TTL);
+        let Some(guard) = leases
+            .acquire_within(
+                &keys::memory_lock(&bot.id),
+                &keys::memory_fence(&bot.id),
+                MEMORY_LOCK_TTL / 4,
+            )
+            .await
         else {
             let _ = msg
                 .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))

@@ -8,6 +8,8 @@
 //! - [`shutdown`]: SIGINT/SIGTERM handling and the drain deadline.
 //! - [`bus`]: NATS connection, streams, typed requests and replies.
 //! - [`store`]: Redis connection.
+//! - [`lease`]: the one Redis lease with fencing tokens (sessions, cron leader, memory lock,
+//!   Telegram poller).
 //! - [`health`]: HTTP `/health` + `/ready` and the fleet status responder.
 //! - [`cli`]: the flags every binary shares and the launcher.
 //! - [`service`]: the shared start-up sequence.
@@ -17,6 +19,7 @@ pub mod bus;
 pub mod cli;
 pub mod config;
 pub mod health;
+pub mod lease;
 pub mod service;
 pub mod shutdown;
 pub mod store;

@@ -70,11 +70,3 @@ pub(super) static COMMIT: LazyLock<Script> = LazyLock::new(|| {
          return 1"
     ))
 });
-
-/// Deletes `KEYS[1]` only while it still holds `ARGV[1]`.
-pub(super) static DELETE_IF: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-         return 0",
-    )
-});

@@ -1,0 +1,253 @@
+//! The fleet's one lease primitive: a Redis lease with a fencing token, renewed in the
+//! background while held. Session leases (agent), cron leadership, the memory workers' per-bot
+//! lock and the Telegram poller all use it, so there is one compare-and-delete, one renewal
+//! rule and one fencing rule.
+//!
+//! Taking a lease is `SET NX PX` plus `INCR` of its fence counter, in one script; the counter's
+//! value is the holder's fencing token. Writes guarded by the lease check that the counter
+//! still equals the token (see [`Fence`]), so a holder that lost its lease (paused,
+//! partitioned, presumed dead) changes nothing. A holder renews every third of the TTL; a
+//! holder that dies is replaced once the TTL ends.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use redis::Script;
+use redis::aio::ConnectionManager;
+use tokio_util::sync::CancellationToken;
+
+/// The shortest lease time accepted (shorter values are raised to it).
+pub const MIN_TTL: Duration = Duration::from_millis(300);
+
+/// Takes the lease when free: KEYS lease, fence; ARGV holder, ttl ms → the token, or 0.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+         local t = redis.call('INCR', KEYS[2])
+         redis.call('SET', KEYS[1], ARGV[1] .. '|' .. t, 'PX', ARGV[2])
+         return t",
+    )
+});
+
+/// Extends the lease while held: KEYS lease; ARGV value, ttl ms → 1, or 0 when lost.
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then
+           return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+         return 0",
+    )
+});
+
+/// Deletes `KEYS[1]` only while it still holds `ARGV[1]` (the one compare-and-delete).
+pub static DELETE_IF: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+         return 0",
+    )
+});
+
+/// A fencing token: the value of a fence counter when its lease was taken. A write guarded by
+/// it first checks `GET key == token`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The fence counter key.
+    pub key: String,
+    /// The token.
+    pub token: u64,
+}
+
+/// Takes leases for one holder (a process instance).
+#[derive(Clone)]
+pub struct Leases {
+    redis: ConnectionManager,
+    holder: String,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for Leases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases")
+            .field("holder", &self.holder)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A held lease, renewed in the background until released, dropped or lost.
+#[derive(Debug)]
+pub struct Lease {
+    key: String,
+    value: String,
+    fence: Fence,
+    lost: CancellationToken,
+    renewer: tokio::task::JoinHandle<()>,
+    redis: ConnectionManager,
+}
+
+impl Leases {
+    /// Returns the lease taker of `holder` with lease time `ttl` (at least [`MIN_TTL`]).
+    pub fn new(redis: ConnectionManager, holder: &str, ttl: Duration) -> Self {
+        Self {
+            redis,
+            holder: holder.to_string(),
+            ttl: ttl.max(MIN_TTL),
+        }
+    }
+
+    /// Returns the lease time.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Returns the holder name written into the leases.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// Takes the lease `key` (fence counter `fence_key`) if nobody holds it.
+    pub async fn try_acquire(
+        &self,
+        key: impl Into<String>,
+        fence_key: impl Into<String>,
+    ) -> redis::RedisResult<Option<Lease>> {
+        let key = key.into();
+        let fence_key = fence_key.into();
+        let mut conn = self.redis.clone();
+        let token: u64 = ACQUIRE
+            .key(&key)
+            .key(&fence_key)
+            .arg(&self.holder)
+            .arg(ttl_ms(self.ttl))
+            .invoke_async(&mut conn)
+            .await?;
+        if token == 0 {
+            return Ok(None);
+        }
+        let value = format!("{}|{token}", self.holder);
+        let lost = CancellationToken::new();
+        let renewer = tokio::spawn(renew(
+            self.redis.clone(),
+            key.clone(),
+            value.clone(),
+            self.ttl,
+            lost.clone(),
+        ));
+        Ok(Some(Lease {
+            key,
+            value,
+            fence: Fence {
+                key: fence_key,
+                token,
+            },
+            lost,
+            renewer,
+            redis: self.redis.clone(),
+        }))
+    }
+
+    /// Tries to take the lease until `within` has passed (polling every 100 ms); `None` when
+    /// another holder kept it. Redis errors count as "not taken" and are retried.
+    pub async fn acquire_within(
+        &self,
+        key: &str,
+        fence_key: &str,
+        within: Duration,
+    ) -> Option<Lease> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match self.try_acquire(key, fence_key).await {
+                Ok(Some(lease)) => return Some(lease),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(lease = %key, error = %e, "lease acquire failed, retrying")
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Lease {
+    /// Returns the fencing token to guard writes with.
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+
+    /// Returns the lease key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Cancelled when the lease was lost (taken over, or not renewable within its TTL).
+    pub fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    /// Returns whether the lease is still held, as far as this holder knows.
+    pub fn is_held(&self) -> bool {
+        !self.lost.is_cancelled()
+    }
+
+    /// Releases the lease (a no-op when it was already lost).
+    pub async fn release(self) {
+        self.renewer.abort();
+        let mut conn = self.redis.clone();
+        let released: redis::RedisResult<i64> = DELETE_IF
+            .key(&self.key)
+            .arg(&self.value)
+            .invoke_async(&mut conn)
+            .await;
+        if let Err(e) = released {
+            tracing::warn!(lease = %self.key, error = %e, "failed to release lease; it expires on its own");
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.renewer.abort();
+    }
+}
+
+fn ttl_ms(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn renew(
+    redis: ConnectionManager,
+    key: String,
+    value: String,
+    ttl: Duration,
+    lost: CancellationToken,
+) {
+    let mut last_ok = Instant::now();
+    let mut tick = tokio::time::interval(ttl / 3);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let mut conn = redis.clone();
+        let renewed: redis::RedisResult<i64> = RENEW
+            .key(&key)
+            .arg(&value)
+            .arg(ttl_ms(ttl))
+            .invoke_async(&mut conn)
+            .await;
+        match renewed {
+            Ok(1) => last_ok = Instant::now(),
+            Ok(_) => {
+                tracing::warn!(lease = %key, "lease taken over by another holder");
+                lost.cancel();
+                return;
+            }
+            Err(e) if last_ok.elapsed() >= ttl => {
+                tracing::warn!(lease = %key, error = %e, "lease expired while redis was unreachable");
+                lost.cancel();
+                return;
+            }
+            Err(e) => tracing::debug!(lease = %key, error = %e, "lease renewal failed, retrying"),
+        }
+    }
+}
