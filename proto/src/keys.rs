@@ -65,6 +65,12 @@ pub fn memory_fence(bot: &str) -> String {
     format!("nanobot:{bot}:fence:memory")
 }
 
+/// Marker that memory job `id` of `bot` is done (with a TTL); its value is the encoded result,
+/// answered again when the job is delivered again.
+pub fn memory_job_done(bot: &str, id: &str) -> String {
+    format!("nanobot:{bot}:seen:memory:{id}")
+}
+
 /// The cron leader lease (one leader fires for the whole fleet).
 pub const CRON_LEADER: &str = "nanobot:fleet:cron:leader";
 /// Fence counter of the cron leader lease.
@@ -94,6 +100,7 @@ mod tests {
             session_outbox("b", "s"),
             memory_lock("b"),
             memory_fence("b"),
+            memory_job_done("b", "j"),
             cron_last_fire("b", "j"),
         ];
         for k in &all {

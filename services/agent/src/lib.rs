@@ -10,6 +10,8 @@
 //! - `lease`: per-session leases with fencing tokens; `mailbox`: a session's messages in
 //!   stream order, and follow-ups injected into a running turn.
 //! - `turn`: one turn end to end; `commands`: slash commands; `stop`: `/stop` across runners.
+//! - `memory_jobs`: consolidation requests, `/new` archives and the Dream commands, answered
+//!   by the memory workers.
 //! - `turn_hook`: stream deltas, progress and tool hints; `checkpoints`: turn state in Redis.
 //! - `outbox`: publishing replies, and replies committed but not yet published.
 #![forbid(unsafe_code)]
@@ -20,6 +22,7 @@ pub mod commands;
 pub mod handlers;
 pub mod lease;
 pub mod mailbox;
+pub mod memory_jobs;
 pub mod outbox;
 pub mod stop;
 pub mod turn;

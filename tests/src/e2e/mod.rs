@@ -7,6 +7,7 @@ mod background;
 mod backpressure;
 mod chaos;
 mod executors;
+mod memory;
 mod observability;
 mod repo;
 mod runner;
