@@ -6,16 +6,22 @@
 //! `CHAOS_SESSIONS` (default 50), `CHAOS_MESSAGES` per session (5), `CHAOS_KILLS` (3),
 //! `CHAOS_LLM_DELAY_MS` (150), e.g.
 //! `CHAOS_SESSIONS=500 CHAOS_KILLS=20 cargo nextest run -p nanobot-tests chaos`.
+//!
+//! Every random choice (gaps between messages, when faults strike, which runner dies) comes
+//! from one seed, printed at the start of each run and in every failure; `CHAOS_SEED=<n>`
+//! replays a run's choices (timing on a busy machine still varies).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rand::Rng as _;
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
 use serde_json::Value;
 
 use nanobot_proto::{InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_runtime::bus;
 
+use crate::e2e::sessions::wait_settled;
 use crate::e2e::{outbound_messages, session_rows};
 use crate::harness::{Fleet, wait_until};
 use crate::scripted_llm::Reply;
@@ -30,6 +36,8 @@ struct Sizes {
     messages: usize,
     kills: usize,
     llm_delay: Duration,
+    /// Seed of every random choice of the run.
+    seed: u64,
 }
 
 impl Sizes {
@@ -45,6 +53,10 @@ impl Sizes {
             messages: get("CHAOS_MESSAGES", 5),
             kills: get("CHAOS_KILLS", 3),
             llm_delay: Duration::from_millis(get("CHAOS_LLM_DELAY_MS", 150) as u64),
+            seed: std::env::var("CHAOS_SEED")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(rand::random),
         }
     }
 
@@ -96,12 +108,13 @@ async fn inject(fleet: &mut Fleet, fault: Fault, sizes: Sizes) {
     } else {
         1
     };
+    let mut rng = StdRng::seed_from_u64(sizes.seed);
     for _ in 0..times {
-        let pause = rand::rng().random_range(700..1500);
+        let pause = rng.random_range(700..1500);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         match fault {
             Fault::KillRunners => {
-                let victim = rand::rng().random_range(0..RUNNERS);
+                let victim = rng.random_range(0..RUNNERS);
                 let runner = fleet.service_at("agent", victim);
                 runner.sigkill().expect("sigkill");
                 runner.wait_exit(Duration::from_secs(5)).await;
@@ -183,6 +196,10 @@ fn check_history(session: &str, rows: &[Value]) -> Result<(), String> {
 
 async fn run_chaos(fault: Fault) {
     let sizes = Sizes::from_env();
+    eprintln!(
+        "chaos {fault:?}: {sizes:?} (replay with CHAOS_SEED={})",
+        sizes.seed
+    );
     let mut fleet = start_fleet(sizes).await;
     // Publishing runs on its own connection while faults are injected.
     let client = fleet.nats_client().await.expect("nats");
@@ -211,30 +228,42 @@ async fn run_chaos(fault: Fault) {
             .map(|i| fleet.service_at("agent", i).log_tail(30))
             .collect();
         panic!(
-            "{} of {total} messages never answered: {missing:?}\n{}",
+            "CHAOS_SEED={}: {} of {total} messages never answered: {missing:?}\n{}",
+            sizes.seed,
             missing.len(),
             logs.join("\n---\n")
         );
     }
-    // Let anything late (a duplicate) arrive before counting.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Anything late (a duplicate) is published before its message is acknowledged: count
+    // once every inbound message is answered and acknowledged.
+    wait_settled(&fleet, Duration::from_secs(60)).await;
     let out = outbound_messages(&fleet).await;
     let (count, errors) = answers(&out);
     let doubled: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(doubled.is_empty(), "answered more than once: {doubled:?}");
-    assert!(errors.is_empty(), "error replies: {errors:#?}");
+    let seed = sizes.seed;
+    assert!(
+        doubled.is_empty(),
+        "CHAOS_SEED={seed}: answered more than once: {doubled:?}"
+    );
+    assert!(
+        errors.is_empty(),
+        "CHAOS_SEED={seed}: error replies: {errors:#?}"
+    );
 
     for s in 0..sizes.sessions {
         let key = session_key(s);
         let rows = session_rows(&fleet, "default", &key).await;
-        check_history(&key, &rows).unwrap_or_else(|e| panic!("{e}"));
+        check_history(&key, &rows).unwrap_or_else(|e| panic!("CHAOS_SEED={seed}: {e}"));
         let users: Vec<&str> = rows
             .iter()
             .filter(|r| r["role"] == "user")
             .filter_map(|r| r["content"].as_str())
             .collect();
         let expected: Vec<String> = (0..sizes.messages).map(|m| message_text(s, m)).collect();
-        assert_eq!(users, expected, "{key}: each message once, in order");
+        assert_eq!(
+            users, expected,
+            "CHAOS_SEED={seed}: {key}: each message once, in order"
+        );
     }
     eprintln!(
         "chaos {fault:?}: {total} messages over {} sessions, {RUNNERS} runners: all answered once, in order",
@@ -250,9 +279,11 @@ async fn publish_all(client: async_nats::Client, sizes: Sizes) {
     let mut tasks = Vec::new();
     for s in 0..sizes.sessions {
         let js = js.clone();
+        // One stream of choices per session, derived from the run's seed.
+        let mut rng = StdRng::seed_from_u64(sizes.seed.wrapping_add(1 + s as u64));
         tasks.push(tokio::spawn(async move {
             for m in 0..sizes.messages {
-                let gap = rand::rng().random_range(0..400);
+                let gap = rng.random_range(0..400);
                 tokio::time::sleep(Duration::from_millis(gap)).await;
                 let msg = InboundMessage {
                     id: message_id(s, m),
