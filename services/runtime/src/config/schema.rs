@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::tools::{Cidr, WebConfig};
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
@@ -222,9 +224,25 @@ pub struct ToolsConfig {
     /// MCP servers by name (kept as given).
     #[serde(alias = "mcp_servers")]
     pub mcp_servers: BTreeMap<String, Value>,
-    /// Other upstream keys (`web`, `file`, `cliApps`, `ssrfWhitelist`, ...), kept as given.
+    /// Web tools (`web_search`, `web_fetch`).
+    pub web: WebConfig,
+    /// Internal addresses (CIDRs or bare addresses) the network tools may reach anyway. Every
+    /// entry must parse (checked at load).
+    #[serde(alias = "ssrf_whitelist")]
+    pub ssrf_whitelist: Vec<String>,
+    /// Other upstream keys (`file`, `cliApps`, ...), kept as given.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
+}
+
+impl ToolsConfig {
+    /// Returns `ssrfWhitelist` as CIDRs (entries that do not parse were refused at load).
+    pub fn ssrf_whitelist(&self) -> Vec<Cidr> {
+        self.ssrf_whitelist
+            .iter()
+            .filter_map(|e| Cidr::parse(e))
+            .collect()
+    }
 }
 
 /// `tools.exec` section.

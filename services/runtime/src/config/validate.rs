@@ -45,7 +45,6 @@ const PROVIDER_EXTRAS: &[&str] = &[
 const GATEWAY_EXTRAS: &[&str] = &["restartMode", "heartbeat"];
 /// Upstream keys of `tools` the fleet keeps as given.
 const TOOLS_EXTRAS: &[&str] = &[
-    "web",
     "file",
     "cliApps",
     "my",
@@ -53,7 +52,6 @@ const TOOLS_EXTRAS: &[&str] = &[
     "maxSessionMessagesPerMinute",
     "webuiAllowLocalServiceAccess",
     "webuiAllowRemotePackageInstall",
-    "ssrfWhitelist",
     "myEnabled",
     "mySet",
 ];
@@ -140,6 +138,13 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
     }
     if config.channels.send_max_retries > 10 {
         problems.push("channels.sendMaxRetries: must be within 0..=10".into());
+    }
+    for (i, entry) in config.tools.ssrf_whitelist.iter().enumerate() {
+        if super::Cidr::parse(entry).is_none() {
+            problems.push(format!(
+                "tools.ssrfWhitelist[{i}]: {entry:?} is not a CIDR or an IP address"
+            ));
+        }
     }
     for url in config.bus.url.split(',') {
         if !is_url(url.trim(), &["nats", "tls", "ws", "wss"]) {
