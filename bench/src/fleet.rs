@@ -43,6 +43,13 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
         servers::llm(opts.llm, opts.llm_base.as_deref()),
     )?;
     let (nats, nats_url) = nats;
+    // As `nanobot up` does: the streams exist before any role starts (roles only check).
+    let client = async_nats::connect(nats_url.as_str())
+        .await
+        .context("connect to nats")?;
+    nanobot_runtime::bus::init_streams(&async_nats::jetstream::new(client), 1)
+        .await
+        .context("create the streams")?;
     let (redis, redis_url) = redis;
     let (mock, llm_base) = mock;
     let workspace = dir.path().join("workspace");

@@ -127,7 +127,9 @@ async fn an_older_inbound_stream_is_recreated_once_consumed_and_refused_while_wo
         .unwrap()
         .await
         .unwrap();
-    let err = nanobot_runtime::bus::ensure_streams(&js).await.unwrap_err();
+    let err = nanobot_runtime::bus::init_streams(&js, 1)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("nats stream rm"), "{err}");
 
     let consumer = old_stream
@@ -146,7 +148,7 @@ async fn an_older_inbound_stream_is_recreated_once_consumed_and_refused_while_wo
         .double_ack()
         .await
         .unwrap();
-    nanobot_runtime::bus::ensure_streams(&js).await.unwrap();
+    nanobot_runtime::bus::init_streams(&js, 1).await.unwrap();
     let mut recreated = js.get_stream(subjects::INBOUND_STREAM).await.unwrap();
     let info = recreated.info().await.unwrap();
     assert_eq!(info.config.retention, stream::RetentionPolicy::WorkQueue);

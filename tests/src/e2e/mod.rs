@@ -11,6 +11,7 @@ mod observability;
 mod repo;
 mod runner;
 mod sessions;
+mod streams;
 mod turns;
 
 use std::time::Duration;

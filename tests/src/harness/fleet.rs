@@ -65,6 +65,11 @@ impl FleetBuilder {
     pub async fn start(self) -> anyhow::Result<Fleet> {
         let (nats, redis, llm) =
             tokio::try_join!(Nats::start(), Redis::start(), ScriptedLlm::start())?;
+        // As `nanobot up` does: the streams exist before any role starts (roles only check).
+        let js = async_nats::jetstream::new(nats.client().await?);
+        nanobot_runtime::bus::init_streams(&js, 1)
+            .await
+            .context("create the streams")?;
         let root = tempfile::Builder::new()
             .prefix("nanobot-fleet-")
             .tempdir()?;
@@ -264,7 +269,8 @@ impl Fleet {
         }
     }
 
-    fn spawn_role(&mut self, role: &str) -> anyhow::Result<()> {
+    /// Spawns one more instance of `role` without waiting for it to be ready.
+    pub fn spawn_role(&mut self, role: &str) -> anyhow::Result<()> {
         let config = self.config_path.display().to_string();
         let args = ["--config", config.as_str(), "--health-addr", "127.0.0.1:0"];
         let mut env: Vec<(&str, &str)> = vec![("RUST_LOG", "info")];

@@ -68,11 +68,14 @@ impl Nats {
                 .is_ok_and(|r| r.status().is_success())
         })
         .await;
-        Self {
+        let nats = Self {
             child,
             url: format!("nats://127.0.0.1:{port}"),
             _store: store,
-        }
+        };
+        // As `nanobot up` does: the streams exist before any role starts (roles only check).
+        nats.jetstream().await;
+        nats
     }
 
     pub async fn jetstream(&self) -> jetstream::Context {
@@ -80,7 +83,7 @@ impl Nats {
             .await
             .expect("connect to nats");
         let js = jetstream::new(client);
-        bus::ensure_streams(&js).await.expect("create streams");
+        bus::init_streams(&js, 1).await.expect("create streams");
         js
     }
 }

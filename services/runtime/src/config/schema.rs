@@ -306,6 +306,10 @@ pub struct BusConfig {
     /// Tool-call deadline in seconds. Default 120.
     #[serde(alias = "tool_timeout_secs")]
     pub tool_timeout_secs: u64,
+    /// Replicas of every JetStream stream, applied by `nanobot bus init`: 1 for one server,
+    /// 3 for a cluster (up to 5). Default 1.
+    #[serde(alias = "stream_replicas")]
+    pub stream_replicas: usize,
 }
 
 impl Default for BusConfig {
@@ -317,6 +321,7 @@ impl Default for BusConfig {
             token: None,
             creds_file: None,
             tool_timeout_secs: 120,
+            stream_replicas: 1,
         }
     }
 }

@@ -139,6 +139,9 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
     if config.channels.send_max_retries > 10 {
         problems.push("channels.sendMaxRetries: must be within 0..=10".into());
     }
+    if !(1..=5).contains(&config.bus.stream_replicas) {
+        problems.push("bus.streamReplicas: must be within 1..=5".into());
+    }
     for (i, entry) in config.tools.ssrf_whitelist.iter().enumerate() {
         if super::Cidr::parse(entry).is_none() {
             problems.push(format!(

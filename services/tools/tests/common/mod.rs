@@ -53,7 +53,14 @@ impl NatsServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match async_nats::connect(&self.url).await {
-                Ok(client) => return client,
+                Ok(client) => {
+                    // As `nanobot up` does: the streams exist before a role starts.
+                    let js = async_nats::jetstream::new(client.clone());
+                    nanobot_runtime::bus::init_streams(&js, 1)
+                        .await
+                        .expect("create streams");
+                    return client;
+                }
                 Err(e) if Instant::now() > deadline => panic!("nats-server never came up: {e}"),
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
