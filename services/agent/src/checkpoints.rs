@@ -10,7 +10,7 @@
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 
-use nanobot_core::checkpoint::{CheckpointSink, RUNTIME_CHECKPOINT_KEY};
+use nanobot_core::checkpoint::{Checkpoint, CheckpointSink, Phase, RUNTIME_CHECKPOINT_KEY};
 use nanobot_core::history;
 use nanobot_core::session::{Commit, SessionStore};
 
@@ -132,30 +132,26 @@ impl<'a> SessionCheckpoints<'a> {
 
 #[async_trait::async_trait]
 impl CheckpointSink for SessionCheckpoints<'_> {
-    async fn checkpoint(&self, mut payload: Value, turn_messages: &[Value]) {
-        if payload["phase"] == "final_response" {
+    async fn checkpoint(&self, mut checkpoint: Checkpoint, turn_messages: &[Value]) {
+        if checkpoint.phase == Phase::FinalResponse {
             if let Err(e) = self.save_rest(turn_messages, true).await {
                 tracing::warn!(session_id = %self.key, "failed to save the turn so far: {e:#}");
             }
             return;
         }
-        if payload["phase"] == "tools_completed" {
+        if checkpoint.phase == Phase::ToolsCompleted {
             match self.save_rest(turn_messages, false).await {
                 Ok(_) => {
                     // Record the results as stored, so recovery recognises them in history.
-                    if let Some(results) = payload
-                        .get_mut("completed_tool_results")
-                        .and_then(Value::as_array_mut)
-                    {
-                        let saved = history::rows_to_save(results, self.max_tool_result_chars);
-                        *results = saved
-                            .into_iter()
-                            .map(|mut r| {
-                                r.as_object_mut().map(|o| o.remove("timestamp"));
-                                r
-                            })
-                            .collect();
-                    }
+                    let results = &checkpoint.completed_tool_results;
+                    let saved = history::rows_to_save(results, self.max_tool_result_chars);
+                    checkpoint.completed_tool_results = saved
+                        .into_iter()
+                        .map(|mut r| {
+                            r.as_object_mut().map(|o| o.remove("timestamp"));
+                            r
+                        })
+                        .collect();
                 }
                 Err(e) => {
                     tracing::warn!(session_id = %self.key, "failed to save tool batch: {e:#}")
@@ -164,7 +160,7 @@ impl CheckpointSink for SessionCheckpoints<'_> {
         }
         let outcome = self
             .update(|m| {
-                m.insert(RUNTIME_CHECKPOINT_KEY.into(), payload);
+                m.insert(RUNTIME_CHECKPOINT_KEY.into(), checkpoint.to_json());
             })
             .await;
         if let Err(e) = outcome {

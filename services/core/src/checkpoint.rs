@@ -22,15 +22,68 @@ pub const TOOL_INTERRUPTED: &str = "Error: Task interrupted before this tool fin
 /// Synthetic reply for a user message that never got one.
 pub const RESPONSE_INTERRUPTED: &str = "Error: Task interrupted before a response was generated.";
 
+/// Where a turn stands when the runner emits a checkpoint (upstream's `phase` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The model asked for tools; none has run yet.
+    AwaitingTools,
+    /// A tool batch finished; its results are in the checkpoint.
+    ToolsCompleted,
+    /// A final reply exists but follow-ups arrived: the turn goes on.
+    FinalResponse,
+}
+
+impl Phase {
+    /// Returns upstream's spelling (`awaiting_tools`, `tools_completed`, `final_response`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AwaitingTools => "awaiting_tools",
+            Self::ToolsCompleted => "tools_completed",
+            Self::FinalResponse => "final_response",
+        }
+    }
+}
+
+/// One checkpoint of a running turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Where the turn stands.
+    pub phase: Phase,
+    /// The runner iteration.
+    pub iteration: u32,
+    /// The model in use.
+    pub model: String,
+    /// The assistant message of this iteration.
+    pub assistant_message: Value,
+    /// Tool result rows of the finished batch.
+    pub completed_tool_results: Vec<Value>,
+    /// Tool calls not run yet.
+    pub pending_tool_calls: Vec<Value>,
+}
+
+impl Checkpoint {
+    /// Returns the checkpoint in upstream's `runtime_checkpoint` format.
+    pub fn to_json(&self) -> Value {
+        payload(
+            self.phase.as_str(),
+            self.iteration,
+            &self.model,
+            &self.assistant_message,
+            &self.completed_tool_results,
+            &self.pending_tool_calls,
+        )
+    }
+}
+
 /// Receives the runner's checkpoints.
 #[async_trait::async_trait]
 pub trait CheckpointSink: Send + Sync {
-    /// Stores `payload`; `turn_messages` are the messages the run has appended so far.
-    async fn checkpoint(&self, payload: Value, turn_messages: &[Value]);
+    /// Stores `checkpoint`; `turn_messages` are the messages the run has appended so far.
+    async fn checkpoint(&self, checkpoint: Checkpoint, turn_messages: &[Value]);
 }
 
 /// Returns a checkpoint payload in upstream's format.
-pub fn payload(
+fn payload(
     phase: &str,
     iteration: u32,
     model: &str,

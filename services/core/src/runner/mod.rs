@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use nanobot_proto::ToolSpec;
 
-use crate::checkpoint::CheckpointSink;
+use crate::checkpoint::{Checkpoint, CheckpointSink, Phase};
 use crate::hooks::{AgentHook, IterationContext, RunSummary};
 use crate::provider::{ChatModel, ChatResponse, ToolCall, Usage};
 use crate::tools::{ToolClient, ToolExecutor, ToolScope};
@@ -184,9 +184,9 @@ impl Run<'_> {
         &self.messages[self.initial..]
     }
 
-    async fn emit(&self, payload: Value) {
+    async fn emit(&self, checkpoint: Checkpoint) {
         if let Some(sink) = self.deps.checkpoints {
-            sink.checkpoint(payload, self.turn_messages()).await;
+            sink.checkpoint(checkpoint, self.turn_messages()).await;
         }
     }
 
@@ -377,7 +377,15 @@ pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
             run.messages.push(reply.clone());
             if parts.is_empty() && run.inject("before the final reply").await {
                 // The reply so far stays in the transcript; the model answers the follow-ups.
-                run.emit(json!({"phase": "final_response", "iteration": iteration, "model": spec.model, "assistant_message": reply, "completed_tool_results": [], "pending_tool_calls": []})).await;
+                run.emit(Checkpoint {
+                    phase: Phase::FinalResponse,
+                    iteration,
+                    model: spec.model.clone(),
+                    assistant_message: reply,
+                    completed_tool_results: Vec::new(),
+                    pending_tool_calls: Vec::new(),
+                })
+                .await;
                 empty_retries = 0;
                 let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
                 continue;

@@ -72,8 +72,8 @@ struct Sink(Mutex<Vec<(String, usize)>>);
 
 #[async_trait::async_trait]
 impl CheckpointSink for Sink {
-    async fn checkpoint(&self, payload: Value, turn: &[Value]) {
-        let phase = payload["phase"].as_str().unwrap_or("").to_string();
+    async fn checkpoint(&self, checkpoint: Checkpoint, turn: &[Value]) {
+        let phase = checkpoint.phase.as_str().to_string();
         self.0.lock().unwrap().push((phase, turn.len()));
     }
 }
