@@ -10,22 +10,17 @@
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 
-use nanobot_core::checkpoint::{Checkpoint, CheckpointSink, Phase, RUNTIME_CHECKPOINT_KEY};
+use nanobot_core::checkpoint::{Checkpoint, CheckpointSink, Phase};
 use nanobot_core::history;
-use nanobot_core::session::{Commit, SessionStore};
+use nanobot_core::session::{Commit, SessionStore, meta};
 
 use crate::mailbox::{FollowUps, Taken};
 
-/// Session metadata key: ids of follow-ups injected into the running turn and saved.
-pub const INJECTED_IDS_KEY: &str = "_injected_ids";
-/// Session metadata key: stream sequence of the last follow-up saved with the running turn.
-pub const INJECTED_SEQ_KEY: &str = "_injected_seq";
-
 /// Restores what a resumed turn had taken from its mailbox, from the session `metadata`.
 pub fn taken_from(metadata: &Map<String, Value>) -> Option<Taken> {
-    let seq = metadata.get(INJECTED_SEQ_KEY)?.as_u64()?;
+    let seq = metadata.get(meta::INJECTED_SEQ)?.as_u64()?;
     let ids = metadata
-        .get(INJECTED_IDS_KEY)?
+        .get(meta::INJECTED_IDS)?
         .as_array()?
         .iter()
         .filter_map(|v| v.as_str().map(str::to_string))
@@ -111,13 +106,13 @@ impl<'a> SessionCheckpoints<'a> {
         if !taken.ids.is_empty() {
             state
                 .metadata
-                .insert(INJECTED_IDS_KEY.into(), json!(taken.ids));
+                .insert(meta::INJECTED_IDS.into(), json!(taken.ids));
             state
                 .metadata
-                .insert(INJECTED_SEQ_KEY.into(), json!(taken.last_seq));
+                .insert(meta::INJECTED_SEQ.into(), json!(taken.last_seq));
         }
         if clear_checkpoint {
-            state.metadata.remove(RUNTIME_CHECKPOINT_KEY);
+            state.metadata.remove(meta::RUNTIME_CHECKPOINT);
         }
         let commit = Commit {
             rows: rows.clone(),
@@ -160,7 +155,7 @@ impl CheckpointSink for SessionCheckpoints<'_> {
         }
         let outcome = self
             .update(|m| {
-                m.insert(RUNTIME_CHECKPOINT_KEY.into(), checkpoint.to_json());
+                m.insert(meta::RUNTIME_CHECKPOINT.into(), checkpoint.to_json());
             })
             .await;
         if let Err(e) = outcome {

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use nanobot_proto::keys;
 
+pub mod meta;
 mod scripts;
 
 /// Session store errors.
