@@ -38,7 +38,7 @@ async fn request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let client = nats.client().await;
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().join("workspace");
@@ -215,7 +215,7 @@ fn everything_bin() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_server_tools_are_listed_after_builtins_and_run_through_the_executor() {
     let bin = everything_bin();
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let client = nats.client().await;
     let dir = tempfile::tempdir().unwrap();
     let tools = serde_json::json!({
