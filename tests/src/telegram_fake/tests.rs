@@ -437,3 +437,38 @@ async fn group_messages_carry_mentions_replies_and_topics() {
     assert_eq!(entity.kind, teloxide::types::MessageEntityKind::Mention);
     assert_eq!((entity.offset, entity.length), (0, 17));
 }
+
+#[tokio::test]
+async fn the_gateway_renderer_output_for_a_long_reply_is_accepted_in_chunks() {
+    use nanobot_gateway::render::telegram::{MAX_HTML_LEN, split_markdown_html};
+    let (_fake, handle, bot) = fake_and_bot().await;
+    let mut md = String::from("## Plan\n\n| step | owner |\n|---|---|\n| build | me |\n\n");
+    for i in 0..30 {
+        md.push_str(&format!(
+            "1. **step {i}** <b>not a tag</b> & ~~old~~ [doc](https://d.example/{i})\n"
+        ));
+    }
+    md.push_str("\n```rust\n");
+    for i in 0..220 {
+        md.push_str(&format!("let x{i} = a < b && c > d; // <{i}>\n"));
+    }
+    md.push_str("```\n");
+    assert!(md.chars().count() >= 9_000, "{}", md.chars().count());
+
+    let chunks = split_markdown_html(&md, MAX_HTML_LEN);
+    assert!(chunks.len() >= 3);
+    for chunk in &chunks {
+        bot.send_message(ChatId(42), chunk.html.clone())
+            .parse_mode(ParseMode::Html)
+            .await
+            .unwrap_or_else(|e| panic!("telegram refused {:?}: {e}", chunk.html));
+    }
+    let shown = handle.bot_messages(42);
+    assert_eq!(shown.len(), chunks.len());
+    let text: String = shown.iter().filter_map(|m| m.text.clone()).collect();
+    assert!(text.contains("let x219 = a < b && c > d; // <219>"));
+    assert!(
+        text.contains("<b>not a tag</b>"),
+        "raw HTML from the model is shown as text"
+    );
+}
