@@ -86,7 +86,7 @@ impl Chat {
             .unwrap_or(&session_key)
             .to_string();
         let subject = subjects::outbound(&bot, "cli", &chat_id);
-        let replies = Replies::open(bus.js.clone(), subject).await?;
+        let replies = Replies::open(bus.client.clone(), bus.js.clone(), subject).await?;
         let timeout = reply_wait(cfg);
         Ok(Self {
             bus,

@@ -2,9 +2,12 @@
 //! broker restarts. It starts after the stream's last message at open time, remembers the
 //! stream sequence of every message it reads, and when the consumer fails (a NATS restart
 //! drops ephemeral consumers: "consumer not found", a closed stream, missed heartbeats) it
-//! creates a new one from the next sequence, retrying until the caller's deadline. Replies
+//! creates a new one from the next sequence, retrying until the caller's deadline. It does not
+//! wait for the old consumer to notice (missed heartbeats take seconds): a reconnect of the
+//! client is seen in its `connects` statistic and the consumer is replaced at once. Replies
 //! published while the broker or the consumer was away are in the stream and are read then.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::DeliverPolicy, consumer::pull::Ordered};
@@ -24,10 +27,15 @@ pub enum WaitError {
 
 /// Longest pause between two attempts to recreate the consumer.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How often the feed checks whether the client reconnected.
+const RECONNECT_CHECK: Duration = Duration::from_millis(100);
 
 /// An outbound subject read from a known stream sequence on.
 pub(super) struct Replies {
+    client: async_nats::Client,
     js: jetstream::Context,
+    /// The client's connection count when the current consumer was created.
+    connects: u64,
     subject: String,
     next_seq: u64,
     messages: Option<Ordered>,
@@ -37,7 +45,11 @@ pub(super) struct Replies {
 
 impl Replies {
     /// Opens the feed of `subject`, starting after the outbound stream's last message.
-    pub(super) async fn open(js: jetstream::Context, subject: String) -> anyhow::Result<Self> {
+    pub(super) async fn open(
+        client: async_nats::Client,
+        js: jetstream::Context,
+        subject: String,
+    ) -> anyhow::Result<Self> {
         use anyhow::Context as _;
         let mut stream = js
             .get_stream(subjects::OUTBOUND_STREAM)
@@ -50,7 +62,9 @@ impl Replies {
             .state
             .last_sequence;
         let mut replies = Self {
+            client,
             js,
+            connects: 0,
             subject,
             next_seq: last + 1,
             messages: None,
@@ -63,7 +77,12 @@ impl Replies {
         Ok(replies)
     }
 
+    fn connects_now(&self) -> u64 {
+        self.client.statistics().connects.load(Ordering::Relaxed)
+    }
+
     async fn subscribe(&mut self) -> Result<(), async_nats::Error> {
+        self.connects = self.connects_now();
         let stream = self.js.get_stream(subjects::OUTBOUND_STREAM).await?;
         let consumer = stream
             .create_consumer(jetstream::consumer::pull::OrderedConfig {
@@ -103,7 +122,16 @@ impl Replies {
                 }
                 continue;
             };
-            let next = tokio::time::timeout_at(deadline, messages.next()).await;
+            let next = tokio::select! {
+                next = tokio::time::timeout_at(deadline, messages.next()) => next,
+                _ = tokio::time::sleep(RECONNECT_CHECK) => {
+                    if self.connects_now() != self.connects {
+                        tracing::info!(from_seq = self.next_seq, "nats reconnected, recreating the reply consumer");
+                        self.messages = None;
+                    }
+                    continue;
+                }
+            };
             let message = match next {
                 Err(_) => return Err(WaitError::Timeout),
                 Ok(Some(Ok(message))) => message,
