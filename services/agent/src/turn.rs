@@ -263,6 +263,7 @@ pub async fn run(
             reasoning_effort: d.reasoning_effort.clone(),
             max_iterations: d.max_tool_iterations,
             llm_timeout: resolve::llm_timeout(cfg),
+            capped_replies: bot.target.caps_replies(),
             scope: ToolScope {
                 session_key: input.session_key.clone(),
                 channel: input.channel.clone(),

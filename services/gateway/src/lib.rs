@@ -13,11 +13,13 @@
 //! - [`outbound`]: outbound delivery: the per-replica consumer of a channel's replies and the
 //!   routing of each reply to the request waiting for it.
 //! - [`error`]: the split between user-facing text and internal error detail.
+//! - [`render`]: Markdown → chat formats (Telegram HTML, splitting long replies).
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod error;
 pub mod outbound;
+pub mod render;
 
 use std::future::Future;
 use std::net::SocketAddr;

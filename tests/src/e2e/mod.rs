@@ -6,6 +6,7 @@ mod api;
 mod background;
 mod backpressure;
 mod chaos;
+mod cli;
 mod executors;
 mod observability;
 mod repo;

@@ -32,9 +32,17 @@ pub struct FleetBuilder {
     extra: Value,
     env: Vec<(String, String)>,
     ready_timeout: Duration,
+    local_model: bool,
 }
 
 impl FleetBuilder {
+    /// Configures no provider, so bots fall back to the local default model, served by the
+    /// scripted LLM at `runner.localModelUrl` (as `make run` does without an API key).
+    pub fn local_model(mut self) -> Self {
+        self.local_model = true;
+        self
+    }
+
     /// Sets the roles to start (`agent`, `tools`, `gateway`, `memory`, `cron`); each runs the
     /// binary `nanobot-<role>`.
     pub fn roles(mut self, roles: &[&str]) -> Self {
@@ -91,6 +99,11 @@ impl FleetBuilder {
             "runner": {"sessionLeaseSecs": 2, "redeliverAfterSecs": 4},
         });
         merge(&mut config, self.extra);
+        if self.local_model {
+            config["providers"] = json!({});
+            config["agents"]["defaults"]["provider"] = json!("auto");
+            config["runner"]["localModelUrl"] = json!(llm.base_url());
+        }
         let config_path = root.path().join("config.json");
         let text = serde_json::to_string_pretty(&config).context("encode config")?;
         std::fs::write(&config_path, text).context("write config")?;
@@ -140,6 +153,7 @@ impl Fleet {
             extra: json!({}),
             env: Vec::new(),
             ready_timeout: READY_TIMEOUT,
+            local_model: false,
         }
     }
 

@@ -1,7 +1,8 @@
 //! The agent runner loop (upstream `agent/runner.py`, reference §3): call the model, run its
 //! tool calls through the executors with checkpoints around each batch, append results,
 //! repeat. Blank replies are retried, then finalized without tools; replies cut at the token
-//! limit are continued (up to 3 times) and joined; model errors end the turn with the error
+//! limit are continued (up to 3 times) and joined, unless the provider caps replies on purpose
+//! ([`RunSpec::capped_replies`], the local default model); model errors end the turn with the error
 //! text and a transcript placeholder; an exhausted iteration budget gets one no-tools
 //! finalization request, then upstream's template.
 //!
@@ -65,6 +66,9 @@ pub struct RunSpec {
     pub llm_timeout: Option<Duration>,
     /// Who tool calls run for.
     pub scope: ToolScope,
+    /// The provider caps replies on purpose (the local default model, whose proxy limits
+    /// completions): a reply cut at the token limit is final, never continued.
+    pub capped_replies: bool,
 }
 
 /// What the run talks to.
@@ -332,7 +336,8 @@ pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
             response = retry;
             clean = hook.finalize_content(response.content.clone().unwrap_or_default());
         }
-        if response.finish_reason == "length" && parts.len() < MAX_LENGTH_RECOVERIES {
+        let recover = !spec.capped_replies && parts.len() < MAX_LENGTH_RECOVERIES;
+        if response.finish_reason == "length" && recover {
             tracing::info!(
                 iteration,
                 recoveries = parts.len() + 1,

@@ -206,6 +206,32 @@ async fn truncated_replies_are_continued_and_joined() {
 }
 
 #[tokio::test]
+async fn a_capped_provider_s_truncated_reply_is_final_without_continuations() {
+    let model = Model::new(vec![
+        finish("Hello, I am a small ", "length"),
+        text("never"),
+    ]);
+    let specs = [tool_spec("exec")];
+    let deps = RunDeps {
+        model: &model,
+        tools: &Tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    let capped = RunSpec {
+        capped_replies: true,
+        ..spec(10)
+    };
+    let r = run(deps, capped).await;
+    assert_eq!(r.content, "Hello, I am a small ");
+    assert_eq!(r.llm_calls, 1);
+    assert_eq!(model.requests().len(), 1);
+    assert_eq!(r.stop_reason, "completed");
+}
+
+#[tokio::test]
 async fn all_malformed_tool_calls_get_one_corrective_retry_then_a_no_tools_request() {
     let malformed = ChatResponse {
         malformed_tool_calls: 1,
