@@ -8,6 +8,7 @@ mod backpressure;
 mod chaos;
 mod cli;
 mod executors;
+mod k8s;
 mod observability;
 mod repo;
 mod runner;
