@@ -243,9 +243,8 @@ fn check_roles(r: &Rendered) {
 fn check_references(r: &Rendered, operator_secrets: &[&str]) {
     let mut missing = Vec::new();
     for (kind, name) in r.references() {
-        if !r.names(kind).contains(&name)
-            && !(kind == "Secret" && operator_secrets.contains(&name.as_str()))
-        {
+        let by_operator = kind == "Secret" && operator_secrets.contains(&name.as_str());
+        if !by_operator && !r.names(kind).contains(&name) {
             missing.push(format!("{kind} {name}"));
         }
     }
