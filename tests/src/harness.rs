@@ -16,5 +16,6 @@ mod tests;
 
 pub use fleet::{Fleet, FleetBuilder, missing_ready_roles, request_statuses};
 pub use nanobot_runtime::testsuite::{
-    Nats, Redis, ServiceProc, bin_path, find_server_binary, free_port, wait_until,
+    Nats, NatsCluster, Redis, ServiceProc, bin_path, find_server_binary, free_port,
+    wait_cluster_formed, wait_until,
 };

@@ -1,5 +1,5 @@
-//! Chaos: three runners serve many sessions while runners are SIGKILLed and NATS or Redis
-//! restart under load. Whatever dies, every message is answered exactly once, each session's
+//! Chaos: three runners serve many sessions while runners are SIGKILLed, NATS or Redis
+//! restart under load, or one node of a 3-node NATS cluster (R3 streams) is SIGKILLed. Whatever dies, every message is answered exactly once, each session's
 //! messages reach its history once and in order, and every stored history is valid.
 //!
 //! Sizes come from the environment so the same tests run bigger by hand:
@@ -71,7 +71,12 @@ enum Fault {
     KillRunners,
     RestartNats,
     RestartRedis,
+    /// SIGKILL one node of a 3-node JetStream cluster, restart it later.
+    KillNatsNode,
 }
+
+/// NATS servers when the fault is [`Fault::KillNatsNode`].
+const NATS_NODES: usize = 3;
 
 fn session_key(s: usize) -> String {
     format!("chat:{s}")
@@ -85,9 +90,15 @@ fn message_text(s: usize, m: usize) -> String {
     format!("session {s} message {m}")
 }
 
-async fn start_fleet(sizes: Sizes) -> Fleet {
+async fn start_fleet(fault: Fault, sizes: Sizes) -> Fleet {
+    let nodes = if fault == Fault::KillNatsNode {
+        NATS_NODES
+    } else {
+        1
+    };
     let mut fleet = Fleet::builder()
         .roles(&["agent", "tools"])
+        .nats_cluster(nodes)
         .start()
         .await
         .expect("fleet starts");
@@ -122,6 +133,26 @@ async fn inject(fleet: &mut Fleet, fault: Fault, sizes: Sizes) {
             }
             Fault::RestartNats => fleet.nats.restart().await.expect("restart nats"),
             Fault::RestartRedis => fleet.redis.restart().await.expect("restart redis"),
+            Fault::KillNatsNode => {
+                let victim = rng.random_range(0..NATS_NODES);
+                let down = rng.random_range(1000..3000);
+                fleet.nats_node(victim).kill().expect("sigkill a nats node");
+                let killed = std::time::Instant::now();
+                tokio::time::sleep(Duration::from_millis(down)).await;
+                fleet
+                    .nats_node(victim)
+                    .restart()
+                    .await
+                    .expect("restart the node");
+                fleet
+                    .wait_nats_formed()
+                    .await
+                    .expect("the cluster forms again");
+                eprintln!(
+                    "chaos: nats node n{victim} down {down} ms; the cluster was whole again {} ms after the kill",
+                    killed.elapsed().as_millis()
+                );
+            }
         }
     }
 }
@@ -200,7 +231,8 @@ async fn run_chaos(fault: Fault) {
         "chaos {fault:?}: {sizes:?} (replay with CHAOS_SEED={})",
         sizes.seed
     );
-    let mut fleet = start_fleet(sizes).await;
+    let mut fleet = start_fleet(fault, sizes).await;
+    let started = std::time::Instant::now();
     // Publishing runs on its own connection while faults are injected.
     let client = fleet.nats_client().await.expect("nats");
     let publisher = tokio::spawn(publish_all(client, sizes));
@@ -266,8 +298,9 @@ async fn run_chaos(fault: Fault) {
         );
     }
     eprintln!(
-        "chaos {fault:?}: {total} messages over {} sessions, {RUNNERS} runners: all answered once, in order",
-        sizes.sessions
+        "chaos {fault:?}: {total} messages over {} sessions, {RUNNERS} runners: all answered once, in order, {} ms after the first was sent",
+        sizes.sessions,
+        started.elapsed().as_millis()
     );
 }
 
@@ -324,6 +357,11 @@ async fn a_nats_restart_under_load_loses_and_doubles_nothing() {
 #[tokio::test]
 async fn a_redis_restart_under_load_loses_and_doubles_nothing() {
     run_chaos(Fault::RestartRedis).await;
+}
+
+#[tokio::test]
+async fn a_nats_cluster_node_killed_under_load_loses_and_doubles_nothing() {
+    run_chaos(Fault::KillNatsNode).await;
 }
 
 #[test]

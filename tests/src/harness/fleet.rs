@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use nanobot_proto::{ServiceStatus, StatusRequest, subjects};
 
-use super::{Nats, Redis, ServiceProc, bin_path, free_port};
+use super::{Nats, NatsCluster, Redis, ServiceProc, bin_path, free_port, wait_cluster_formed};
 use crate::scripted_llm::ScriptedLlm;
 
 /// How long status replies are collected per probe.
@@ -33,9 +33,17 @@ pub struct FleetBuilder {
     env: Vec<(String, String)>,
     ready_timeout: Duration,
     local_model: bool,
+    nats_nodes: usize,
 }
 
 impl FleetBuilder {
+    /// Runs NATS as a JetStream cluster of `nodes` servers (streams with `nodes` replicas,
+    /// `bus.url` listing every node) instead of one server.
+    pub fn nats_cluster(mut self, nodes: usize) -> Self {
+        self.nats_nodes = nodes;
+        self
+    }
+
     /// Configures no provider, so bots fall back to the local default model, served by the
     /// scripted LLM at `runner.localModelUrl` (as `make run` does without an API key).
     pub fn local_model(mut self) -> Self {
@@ -71,11 +79,25 @@ impl FleetBuilder {
     /// Starts NATS, Redis and the scripted LLM, writes the config, spawns every role and
     /// waits until each has a ready instance.
     pub async fn start(self) -> anyhow::Result<Fleet> {
-        let (nats, redis, llm) =
-            tokio::try_join!(Nats::start(), Redis::start(), ScriptedLlm::start())?;
+        let (mut nats_nodes, redis, llm) =
+            tokio::try_join!(self.start_nats(), Redis::start(), ScriptedLlm::start())?;
+        let nats = nats_nodes.remove(0);
+        let bus_url = std::iter::once(&nats)
+            .chain(&nats_nodes)
+            .map(Nats::url)
+            .collect::<Vec<_>>()
+            .join(",");
         // As `nanobot up` does: the streams exist before any role starts (roles only check).
-        let js = async_nats::jetstream::new(nats.client().await?);
-        nanobot_runtime::bus::init_streams(&js, 1)
+        let client = connect_all(&bus_url).await?;
+        let js = async_nats::jetstream::new(client);
+        let replicas = self.nats_nodes.max(1);
+        let created = || async {
+            nanobot_runtime::bus::init_streams(&js, replicas)
+                .await
+                .inspect_err(|e| tracing::debug!(error = %e, "stream creation retried"))
+                .is_ok()
+        };
+        super::wait_until(created, Duration::from_secs(20))
             .await
             .context("create the streams")?;
         let root = tempfile::Builder::new()
@@ -85,7 +107,7 @@ impl FleetBuilder {
         std::fs::create_dir_all(&workspace).context("create workspace")?;
         let api_port = free_port()?;
         let mut config = json!({
-            "bus": {"url": nats.url()},
+            "bus": {"url": bus_url},
             "store": {"url": redis.url()},
             "providers": {"custom": {"apiBase": llm.base_url(), "apiKey": "test-key"}},
             "agents": {"defaults": {
@@ -110,6 +132,8 @@ impl FleetBuilder {
         let mut fleet = Fleet {
             services: Vec::new(),
             nats,
+            nats_peers: nats_nodes,
+            bus_url,
             redis,
             llm,
             env: self.env,
@@ -125,14 +149,38 @@ impl FleetBuilder {
         fleet.wait_ready().await?;
         Ok(fleet)
     }
+
+    /// Starts one server, or the cluster's nodes (the first one becomes [`Fleet::nats`]).
+    async fn start_nats(&self) -> anyhow::Result<Vec<Nats>> {
+        if self.nats_nodes > 1 {
+            Ok(NatsCluster::start(self.nats_nodes).await?.into_nodes())
+        } else {
+            Ok(vec![Nats::start().await?])
+        }
+    }
+}
+
+/// Connects a client that knows every server of `bus_url` (comma-separated).
+async fn connect_all(bus_url: &str) -> anyhow::Result<async_nats::Client> {
+    let addrs = bus_url
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
+    async_nats::ConnectOptions::new()
+        .connect(addrs)
+        .await
+        .with_context(|| format!("connect to {bus_url}"))
 }
 
 /// A running fleet; every process stops when it drops (services first).
 #[derive(Debug)]
 pub struct Fleet {
     services: Vec<(String, ServiceProc)>,
-    /// The NATS server.
+    /// The NATS server (the first node when NATS runs as a cluster).
     pub nats: Nats,
+    /// The other nodes of the NATS cluster ([`FleetBuilder::nats_cluster`]), else empty.
+    pub nats_peers: Vec<Nats>,
+    bus_url: String,
     /// The Redis server.
     pub redis: Redis,
     /// The scripted LLM every bot talks to.
@@ -154,6 +202,7 @@ impl Fleet {
             env: Vec::new(),
             ready_timeout: READY_TIMEOUT,
             local_model: false,
+            nats_nodes: 1,
         }
     }
 
@@ -210,9 +259,29 @@ impl Fleet {
         Ok(&mut last.1)
     }
 
-    /// Connects a NATS client.
+    /// Connects a NATS client (knowing every node of a cluster).
     pub async fn nats_client(&self) -> anyhow::Result<async_nats::Client> {
-        self.nats.client().await
+        connect_all(&self.bus_url).await
+    }
+
+    /// Returns the `index`-th NATS server (0 is [`Fleet::nats`], then the cluster peers).
+    ///
+    /// # Panics
+    /// When there is no such node (a mistake in the test).
+    pub fn nats_node(&mut self, index: usize) -> &mut Nats {
+        match index {
+            0 => &mut self.nats,
+            i => &mut self.nats_peers[i - 1],
+        }
+    }
+
+    /// Waits until the NATS cluster has a meta leader and every running node is current again
+    /// (after a node was killed or restarted).
+    pub async fn wait_nats_formed(&mut self) -> anyhow::Result<()> {
+        let mut nodes: Vec<&mut Nats> = std::iter::once(&mut self.nats)
+            .chain(self.nats_peers.iter_mut())
+            .collect();
+        wait_cluster_formed(&mut nodes).await
     }
 
     /// Connects a reconnecting Redis connection.

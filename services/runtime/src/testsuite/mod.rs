@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-pub use servers::{Nats, Redis};
+pub use servers::{Nats, NatsCluster, Redis, wait_cluster_formed};
 pub use service::{ServiceProc, bin_path};
 
 /// How often [`wait_until`] re-checks its condition.
