@@ -56,13 +56,13 @@ ensure_venv() {
 }
 
 ensure_redis() {
-  if system_bin redis-server >/dev/null 2>&1; then
-    ln -sf "$(system_bin redis-server)" "$bin/redis-server"
-    return
+  # redis-cli (Debian's redis-tools, a dependency of redis-server) creates test clusters.
+  if ! system_bin redis-server >/dev/null 2>&1 || ! system_bin redis-cli >/dev/null 2>&1; then
+    log "installing redis-server (apt)"
+    apt_install redis-server redis-tools
   fi
-  log "installing redis-server (apt)"
-  apt_install redis-server
   ln -sf "$(system_bin redis-server)" "$bin/redis-server"
+  ln -sf "$(system_bin redis-cli)" "$bin/redis-cli"
 }
 
 ensure_nats() {

@@ -16,6 +16,7 @@ mod tests;
 
 pub use fleet::{Fleet, FleetBuilder, missing_ready_roles, request_statuses};
 pub use nanobot_runtime::testsuite::{
-    Nats, NatsCluster, Redis, ServiceProc, bin_path, find_server_binary, free_port,
-    wait_cluster_formed, wait_until,
+    Nats, NatsCluster, Redis, RedisCluster, ServiceProc, bin_path, connect_cluster,
+    find_server_binary, free_port, redis_primaries, wait_cluster_formed,
+    wait_redis_cluster_healthy, wait_until,
 };

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use nanobot_runtime::store::Store;
 
 use nanobot_core::context::ContextBuilder;
 use nanobot_core::provider::Provider;
@@ -49,11 +49,7 @@ pub fn builtin_skills_dir() -> Option<PathBuf> {
 }
 
 /// Builds the per-bot state of every configured bot, by id.
-pub fn build(
-    cfg: &Config,
-    nats: &async_nats::Client,
-    redis: &ConnectionManager,
-) -> HashMap<String, Arc<Bot>> {
+pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<String, Arc<Bot>> {
     let skills = builtin_skills_dir();
     let tool_timeout = Duration::from_secs(cfg.bus.tool_timeout_secs.max(1));
     // One reply subscription for every tool call of this runner, whatever the bot.

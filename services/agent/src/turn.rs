@@ -142,7 +142,8 @@ pub async fn recover(
     if how == Restore::Close
         && let Some(id) = interrupted
     {
-        deps.mark_seen(&keys::inbound_seen(&bot.spec.id, &id)).await;
+        deps.mark_seen(&keys::inbound_seen(&bot.spec.id, session_key, &id))
+            .await;
     }
     tracing::info!(session_id = %session_key, rows = rows.len(), resumed = how == Restore::Resume, "restored interrupted turn");
     Ok(rows.len())

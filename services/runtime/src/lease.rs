@@ -12,8 +12,8 @@
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
+use crate::store::Store;
 use redis::Script;
-use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
 /// The shortest lease time accepted (shorter values are raised to it).
@@ -59,7 +59,7 @@ pub struct Fence {
 /// Takes leases for one holder (a process instance).
 #[derive(Clone)]
 pub struct Leases {
-    redis: ConnectionManager,
+    redis: Store,
     holder: String,
     ttl: Duration,
 }
@@ -81,12 +81,12 @@ pub struct Lease {
     fence: Fence,
     lost: CancellationToken,
     renewer: tokio::task::JoinHandle<()>,
-    redis: ConnectionManager,
+    redis: Store,
 }
 
 impl Leases {
     /// Returns the lease taker of `holder` with lease time `ttl` (at least [`MIN_TTL`]).
-    pub fn new(redis: ConnectionManager, holder: &str, ttl: Duration) -> Self {
+    pub fn new(redis: Store, holder: &str, ttl: Duration) -> Self {
         Self {
             redis,
             holder: holder.to_string(),
@@ -123,6 +123,8 @@ impl Leases {
         if token == 0 {
             return Ok(None);
         }
+        // A fencing token lost in a failover could be handed out twice.
+        self.redis.replicate(&fence_key).await;
         let value = format!("{}|{token}", self.holder);
         let lost = CancellationToken::new();
         let renewer = tokio::spawn(renew(
@@ -216,13 +218,7 @@ fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn renew(
-    redis: ConnectionManager,
-    key: String,
-    value: String,
-    ttl: Duration,
-    lost: CancellationToken,
-) {
+async fn renew(redis: Store, key: String, value: String, ttl: Duration, lost: CancellationToken) {
     let mut last_ok = Instant::now();
     let mut tick = tokio::time::interval(ttl / 3);
     tick.tick().await;

@@ -73,7 +73,12 @@ enum Fault {
     RestartRedis,
     /// SIGKILL one node of a 3-node JetStream cluster, restart it later.
     KillNatsNode,
+    /// SIGKILL one primary of a 3-primary Redis Cluster (its replica takes over), restart it.
+    FailoverRedis,
 }
+
+/// Redis Cluster primaries when the fault is [`Fault::FailoverRedis`] (one replica each).
+const REDIS_MASTERS: usize = 3;
 
 /// NATS servers when the fault is [`Fault::KillNatsNode`].
 const NATS_NODES: usize = 3;
@@ -96,9 +101,15 @@ async fn start_fleet(fault: Fault, sizes: Sizes) -> Fleet {
     } else {
         1
     };
+    let masters = if fault == Fault::FailoverRedis {
+        REDIS_MASTERS
+    } else {
+        0
+    };
     let mut fleet = Fleet::builder()
         .roles(&["agent", "tools"])
         .nats_cluster(nodes)
+        .redis_cluster(masters)
         .start()
         .await
         .expect("fleet starts");
@@ -150,6 +161,30 @@ async fn inject(fleet: &mut Fleet, fault: Fault, sizes: Sizes) {
                     .expect("the cluster forms again");
                 eprintln!(
                     "chaos: nats node n{victim} down {down} ms; the cluster was whole again {} ms after the kill",
+                    killed.elapsed().as_millis()
+                );
+            }
+            Fault::FailoverRedis => {
+                let primaries = fleet.redis_primaries().await;
+                let victim = primaries[rng.random_range(0..primaries.len())];
+                fleet
+                    .redis_node(victim)
+                    .kill()
+                    .expect("sigkill a redis primary");
+                let killed = std::time::Instant::now();
+                fleet
+                    .wait_redis_healthy()
+                    .await
+                    .expect("a replica takes over");
+                let failover = killed.elapsed().as_millis();
+                fleet
+                    .redis_node(victim)
+                    .restart()
+                    .await
+                    .expect("restart the node");
+                fleet.wait_redis_healthy().await.expect("the node rejoins");
+                eprintln!(
+                    "chaos: redis primary {victim} killed; a replica served its slots after {failover} ms, the node rejoined after {} ms",
                     killed.elapsed().as_millis()
                 );
             }
@@ -362,6 +397,11 @@ async fn a_redis_restart_under_load_loses_and_doubles_nothing() {
 #[tokio::test]
 async fn a_nats_cluster_node_killed_under_load_loses_and_doubles_nothing() {
     run_chaos(Fault::KillNatsNode).await;
+}
+
+#[tokio::test]
+async fn a_redis_cluster_primary_killed_under_load_fails_over_and_loses_and_doubles_nothing() {
+    run_chaos(Fault::FailoverRedis).await;
 }
 
 #[test]

@@ -99,6 +99,37 @@ async fn a_streamed_reply_is_printed_once_and_matches_the_final_text() {
 }
 
 #[tokio::test]
+async fn text_streamed_before_tools_and_the_answer_after_are_separate_lines() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    fleet.llm.push(
+        Reply::tool_calls([("list_dir", json!({"path": "."}))]).with_text("Let me look around."),
+    );
+    fleet.llm.push(Reply::text("Done looking."));
+    let reply = ask(&mut fleet, "look", Some("cli:segments")).await;
+    assert_eq!(reply, "Let me look around.\nDone looking.");
+    // The runner ends the segment before the tools run (upstream's `_stream_end` resuming).
+    let kinds: Vec<OutboundKind> = outbound_messages(&fleet)
+        .await
+        .iter()
+        .map(|m| m.kind())
+        .filter(|k| *k != OutboundKind::StreamDelta)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            OutboundKind::StreamEnd,
+            OutboundKind::ToolHint,
+            OutboundKind::StreamEnd,
+            OutboundKind::Final
+        ]
+    );
+}
+
+#[tokio::test]
 async fn the_local_default_model_answers_a_capped_reply_with_one_model_call() {
     let mut fleet = Fleet::builder()
         .roles(&["agent"])

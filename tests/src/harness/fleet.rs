@@ -13,7 +13,10 @@ use serde_json::{Value, json};
 
 use nanobot_proto::{ServiceStatus, StatusRequest, subjects};
 
-use super::{Nats, NatsCluster, Redis, ServiceProc, bin_path, free_port, wait_cluster_formed};
+use super::{
+    Nats, NatsCluster, Redis, RedisCluster, ServiceProc, bin_path, connect_cluster, free_port,
+    redis_primaries, wait_cluster_formed, wait_redis_cluster_healthy,
+};
 use crate::scripted_llm::ScriptedLlm;
 
 /// How long status replies are collected per probe.
@@ -34,6 +37,8 @@ pub struct FleetBuilder {
     ready_timeout: Duration,
     local_model: bool,
     nats_nodes: usize,
+    /// Redis Cluster primaries (0: one Redis server).
+    redis_masters: usize,
 }
 
 impl FleetBuilder {
@@ -41,6 +46,13 @@ impl FleetBuilder {
     /// `bus.url` listing every node) instead of one server.
     pub fn nats_cluster(mut self, nodes: usize) -> Self {
         self.nats_nodes = nodes;
+        self
+    }
+
+    /// Runs Redis as a Redis Cluster of `masters` primaries with one replica each (`store.url`
+    /// a `redis+cluster://` URL) instead of one server.
+    pub fn redis_cluster(mut self, masters: usize) -> Self {
+        self.redis_masters = masters;
         self
     }
 
@@ -79,9 +91,10 @@ impl FleetBuilder {
     /// Starts NATS, Redis and the scripted LLM, writes the config, spawns every role and
     /// waits until each has a ready instance.
     pub async fn start(self) -> anyhow::Result<Fleet> {
-        let (mut nats_nodes, redis, llm) =
-            tokio::try_join!(self.start_nats(), Redis::start(), ScriptedLlm::start())?;
+        let (mut nats_nodes, (mut redis_nodes, store_url), llm) =
+            tokio::try_join!(self.start_nats(), self.start_redis(), ScriptedLlm::start())?;
         let nats = nats_nodes.remove(0);
+        let redis = redis_nodes.remove(0);
         let bus_url = std::iter::once(&nats)
             .chain(&nats_nodes)
             .map(Nats::url)
@@ -108,7 +121,7 @@ impl FleetBuilder {
         let api_port = free_port()?;
         let mut config = json!({
             "bus": {"url": bus_url},
-            "store": {"url": redis.url()},
+            "store": {"url": store_url},
             "providers": {"custom": {"apiBase": llm.base_url(), "apiKey": "test-key"}},
             "agents": {"defaults": {
                 "model": "test-model",
@@ -135,6 +148,9 @@ impl FleetBuilder {
             nats_peers: nats_nodes,
             bus_url,
             redis,
+            redis_peers: redis_nodes,
+            redis_masters: self.redis_masters,
+            store_url,
             llm,
             env: self.env,
             config_path,
@@ -148,6 +164,20 @@ impl FleetBuilder {
         }
         fleet.wait_ready().await?;
         Ok(fleet)
+    }
+
+    /// Starts one Redis server, or a Redis Cluster (the first node becomes [`Fleet::redis`]);
+    /// returns the nodes and the `store.url`.
+    async fn start_redis(&self) -> anyhow::Result<(Vec<Redis>, String)> {
+        if self.redis_masters > 0 {
+            let cluster = RedisCluster::start(self.redis_masters, 1).await?;
+            let url = cluster.url();
+            Ok((cluster.into_nodes(), url))
+        } else {
+            let redis = Redis::start().await?;
+            let url = redis.url();
+            Ok((vec![redis], url))
+        }
     }
 
     /// Starts one server, or the cluster's nodes (the first one becomes [`Fleet::nats`]).
@@ -181,8 +211,12 @@ pub struct Fleet {
     /// The other nodes of the NATS cluster ([`FleetBuilder::nats_cluster`]), else empty.
     pub nats_peers: Vec<Nats>,
     bus_url: String,
-    /// The Redis server.
+    /// The Redis server (the first node when Redis runs as a cluster).
     pub redis: Redis,
+    /// The other nodes of the Redis Cluster ([`FleetBuilder::redis_cluster`]), else empty.
+    pub redis_peers: Vec<Redis>,
+    redis_masters: usize,
+    store_url: String,
     /// The scripted LLM every bot talks to.
     pub llm: ScriptedLlm,
     env: Vec<(String, String)>,
@@ -203,6 +237,7 @@ impl Fleet {
             ready_timeout: READY_TIMEOUT,
             local_model: false,
             nats_nodes: 1,
+            redis_masters: 0,
         }
     }
 
@@ -285,8 +320,40 @@ impl Fleet {
     }
 
     /// Connects a reconnecting Redis connection.
-    pub async fn redis_conn(&self) -> anyhow::Result<redis::aio::ConnectionManager> {
-        self.redis.conn().await
+    pub async fn redis_conn(&self) -> anyhow::Result<nanobot_runtime::store::Store> {
+        if self.redis_masters > 0 {
+            connect_cluster(&self.store_url).await
+        } else {
+            self.redis.conn().await
+        }
+    }
+
+    fn redis_nodes(&mut self) -> Vec<&mut Redis> {
+        std::iter::once(&mut self.redis)
+            .chain(self.redis_peers.iter_mut())
+            .collect()
+    }
+
+    /// Returns the `index`-th Redis node (0 is [`Fleet::redis`], then the cluster peers).
+    ///
+    /// # Panics
+    /// When there is no such node (a mistake in the test).
+    pub fn redis_node(&mut self, index: usize) -> &mut Redis {
+        match index {
+            0 => &mut self.redis,
+            i => &mut self.redis_peers[i - 1],
+        }
+    }
+
+    /// Indices of the Redis Cluster nodes that are primaries now.
+    pub async fn redis_primaries(&mut self) -> Vec<usize> {
+        redis_primaries(&mut self.redis_nodes()).await
+    }
+
+    /// Waits until the Redis Cluster is healthy (after a failover or a node's return).
+    pub async fn wait_redis_healthy(&mut self) -> anyhow::Result<()> {
+        let masters = self.redis_masters;
+        wait_redis_cluster_healthy(&mut self.redis_nodes(), masters).await
     }
 
     /// Runs the `nanobot` CLI with `--config <path>` and `args`, and returns its output.

@@ -154,12 +154,18 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
             problems.push(format!("bus.url: {url:?} is not a nats:// URL"));
         }
     }
-    if !is_url(
-        &config.store.url,
-        &["redis", "rediss", "redis+unix", "unix"],
-    ) {
+    // One node, a `redis+cluster://host:port,host:port` cluster, or several node URLs.
+    let store_ok = match config.store.url.trim().strip_prefix("redis+cluster://") {
+        Some(hosts) => !hosts.is_empty() && !hosts.split(',').any(|h| h.trim().is_empty()),
+        None => config
+            .store
+            .url
+            .split(',')
+            .all(|url| is_url(url.trim(), &["redis", "rediss", "redis+unix", "unix"])),
+    };
+    if !store_ok {
         problems.push(format!(
-            "store.url: {:?} is not a redis:// URL",
+            "store.url: {:?} is not a redis:// URL, a list of them or a redis+cluster:// URL",
             config.store.url
         ));
     }

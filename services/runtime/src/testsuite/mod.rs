@@ -12,6 +12,7 @@
 //! # Ok(()) }
 //! ```
 
+mod clusters;
 mod servers;
 mod service;
 
@@ -21,7 +22,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-pub use servers::{Nats, NatsCluster, Redis, wait_cluster_formed};
+pub use clusters::{
+    NatsCluster, RedisCluster, connect_cluster, redis_primaries, wait_cluster_formed,
+    wait_redis_cluster_healthy,
+};
+pub use servers::{Nats, Redis};
 pub use service::{ServiceProc, bin_path};
 
 /// How often [`wait_until`] re-checks its condition.
