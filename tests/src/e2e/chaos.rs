@@ -75,6 +75,8 @@ enum Fault {
     KillNatsNode,
     /// SIGKILL one primary of a 3-primary Redis Cluster (its replica takes over), restart it.
     FailoverRedis,
+    /// Both clusters at once: a NATS node, then a Redis primary, killed during the same load.
+    KillClusterNodes,
 }
 
 /// Redis Cluster primaries when the fault is [`Fault::FailoverRedis`] (one replica each).
@@ -96,12 +98,12 @@ fn message_text(s: usize, m: usize) -> String {
 }
 
 async fn start_fleet(fault: Fault, sizes: Sizes) -> Fleet {
-    let nodes = if fault == Fault::KillNatsNode {
+    let nodes = if matches!(fault, Fault::KillNatsNode | Fault::KillClusterNodes) {
         NATS_NODES
     } else {
         1
     };
-    let masters = if fault == Fault::FailoverRedis {
+    let masters = if matches!(fault, Fault::FailoverRedis | Fault::KillClusterNodes) {
         REDIS_MASTERS
     } else {
         0
@@ -134,60 +136,69 @@ async fn inject(fleet: &mut Fleet, fault: Fault, sizes: Sizes) {
     for _ in 0..times {
         let pause = rng.random_range(700..1500);
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        match fault {
-            Fault::KillRunners => {
-                let victim = rng.random_range(0..RUNNERS);
-                let runner = fleet.service_at("agent", victim);
-                runner.sigkill().expect("sigkill");
-                runner.wait_exit(Duration::from_secs(5)).await;
-                runner.restart().expect("replace the runner");
-            }
-            Fault::RestartNats => fleet.nats.restart().await.expect("restart nats"),
-            Fault::RestartRedis => fleet.redis.restart().await.expect("restart redis"),
-            Fault::KillNatsNode => {
-                let victim = rng.random_range(0..NATS_NODES);
-                let down = rng.random_range(1000..3000);
-                fleet.nats_node(victim).kill().expect("sigkill a nats node");
-                let killed = std::time::Instant::now();
-                tokio::time::sleep(Duration::from_millis(down)).await;
-                fleet
-                    .nats_node(victim)
-                    .restart()
-                    .await
-                    .expect("restart the node");
-                fleet
-                    .wait_nats_formed()
-                    .await
-                    .expect("the cluster forms again");
-                eprintln!(
-                    "chaos: nats node n{victim} down {down} ms; the cluster was whole again {} ms after the kill",
-                    killed.elapsed().as_millis()
-                );
-            }
-            Fault::FailoverRedis => {
-                let primaries = fleet.redis_primaries().await;
-                let victim = primaries[rng.random_range(0..primaries.len())];
-                fleet
-                    .redis_node(victim)
-                    .kill()
-                    .expect("sigkill a redis primary");
-                let killed = std::time::Instant::now();
-                fleet
-                    .wait_redis_healthy()
-                    .await
-                    .expect("a replica takes over");
-                let failover = killed.elapsed().as_millis();
-                fleet
-                    .redis_node(victim)
-                    .restart()
-                    .await
-                    .expect("restart the node");
-                fleet.wait_redis_healthy().await.expect("the node rejoins");
-                eprintln!(
-                    "chaos: redis primary {victim} killed; a replica served its slots after {failover} ms, the node rejoined after {} ms",
-                    killed.elapsed().as_millis()
-                );
-            }
+        strike(fleet, fault, &mut rng).await;
+    }
+}
+
+/// Injects `fault` once.
+async fn strike(fleet: &mut Fleet, fault: Fault, rng: &mut StdRng) {
+    match fault {
+        Fault::KillRunners => {
+            let victim = rng.random_range(0..RUNNERS);
+            let runner = fleet.service_at("agent", victim);
+            runner.sigkill().expect("sigkill");
+            runner.wait_exit(Duration::from_secs(5)).await;
+            runner.restart().expect("replace the runner");
+        }
+        Fault::RestartNats => fleet.nats.restart().await.expect("restart nats"),
+        Fault::RestartRedis => fleet.redis.restart().await.expect("restart redis"),
+        Fault::KillClusterNodes => {
+            Box::pin(strike(fleet, Fault::KillNatsNode, rng)).await;
+            Box::pin(strike(fleet, Fault::FailoverRedis, rng)).await;
+        }
+        Fault::KillNatsNode => {
+            let victim = rng.random_range(0..NATS_NODES);
+            let down = rng.random_range(1000..3000);
+            fleet.nats_node(victim).kill().expect("sigkill a nats node");
+            let killed = std::time::Instant::now();
+            tokio::time::sleep(Duration::from_millis(down)).await;
+            fleet
+                .nats_node(victim)
+                .restart()
+                .await
+                .expect("restart the node");
+            fleet
+                .wait_nats_formed()
+                .await
+                .expect("the cluster forms again");
+            eprintln!(
+                "chaos: nats node n{victim} down {down} ms; the cluster was whole again {} ms after the kill",
+                killed.elapsed().as_millis()
+            );
+        }
+        Fault::FailoverRedis => {
+            let primaries = fleet.redis_primaries().await;
+            let victim = primaries[rng.random_range(0..primaries.len())];
+            fleet
+                .redis_node(victim)
+                .kill()
+                .expect("sigkill a redis primary");
+            let killed = std::time::Instant::now();
+            fleet
+                .wait_redis_healthy()
+                .await
+                .expect("a replica takes over");
+            let failover = killed.elapsed().as_millis();
+            fleet
+                .redis_node(victim)
+                .restart()
+                .await
+                .expect("restart the node");
+            fleet.wait_redis_healthy().await.expect("the node rejoins");
+            eprintln!(
+                "chaos: redis primary {victim} killed; a replica served its slots after {failover} ms, the node rejoined after {} ms",
+                killed.elapsed().as_millis()
+            );
         }
     }
 }
@@ -402,6 +413,11 @@ async fn a_nats_cluster_node_killed_under_load_loses_and_doubles_nothing() {
 #[tokio::test]
 async fn a_redis_cluster_primary_killed_under_load_fails_over_and_loses_and_doubles_nothing() {
     run_chaos(Fault::FailoverRedis).await;
+}
+
+#[tokio::test]
+async fn a_nats_node_and_a_redis_primary_killed_in_one_run_lose_and_double_nothing() {
+    run_chaos(Fault::KillClusterNodes).await;
 }
 
 #[test]
