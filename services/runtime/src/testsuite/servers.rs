@@ -90,6 +90,11 @@ impl Nats {
         self.proc.is_running()
     }
 
+    /// Returns the pid while the process runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
+    }
+
     /// Kills the server with SIGKILL (a crash).
     pub fn kill(&mut self) -> anyhow::Result<()> {
         self.proc.sigkill()
@@ -207,6 +212,11 @@ impl Redis {
     /// Whether the server process runs.
     pub fn is_running(&mut self) -> bool {
         self.proc.is_running()
+    }
+
+    /// Returns the pid while the process runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
     }
 
     /// Returns the URL, `redis://127.0.0.1:PORT`.
