@@ -7,12 +7,14 @@
 
 pub mod load;
 pub mod schema;
+pub mod telegram;
 mod validate;
 
 use std::path::{Path, PathBuf};
 
 pub use load::{ConfigError, default_path, load, load_str};
 pub use schema::*;
+pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
 
 /// The bot id used when `bots` is empty.
 pub const DEFAULT_BOT: &str = "default";
@@ -229,7 +231,7 @@ mod tests {
         )
         .unwrap();
         assert!(c.tools.restrict_to_workspace);
-        assert!(c.channels.extra.contains_key("telegram"));
+        assert!(c.channels.telegram.as_ref().is_some_and(|t| t.enabled));
     }
 
     #[test]
