@@ -75,6 +75,48 @@ pub fn cron_last_fire(bot: &str, job_id: &str) -> String {
     format!("nanobot:{bot}:cron:last:{job_id}")
 }
 
+/// The Telegram poller lease of one bot token (`token_id` is a hash of the token, never the
+/// token): exactly one gateway replica long-polls it.
+pub fn telegram_poller(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{bot}:telegram:{token_id}:poller")
+}
+
+/// Fence counter of [`telegram_poller`].
+pub fn telegram_poller_fence(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{bot}:telegram:{token_id}:fence")
+}
+
+/// The next `getUpdates` offset of one bot token (written only under the poller's fence).
+pub fn telegram_offset(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{bot}:telegram:{token_id}:offset")
+}
+
+/// The streaming preview of one reply (`reply_to` = the inbound id): the preview's message id
+/// while deltas edit it, `final` once the final reply took it over (with a TTL).
+pub fn telegram_stream(bot: &str, reply_to: &str) -> String {
+    format!("nanobot:{bot}:telegram:stream:{reply_to}")
+}
+
+/// A pending pairing request of `bot` by its code (JSON, TTL 600 s).
+pub fn pairing_code(bot: &str, code: &str) -> String {
+    format!("nanobot:{bot}:pairing:code:{code}")
+}
+
+/// Pattern matching every pending pairing code of `bot` (for `SCAN`).
+pub fn pairing_codes(bot: &str) -> String {
+    format!("nanobot:{bot}:pairing:code:*")
+}
+
+/// The pending code of one sender of a channel (same TTL as the code).
+pub fn pairing_sender(bot: &str, channel: &str, sender_id: &str) -> String {
+    format!("nanobot:{bot}:pairing:sender:{channel}:{sender_id}")
+}
+
+/// The set of senders of a channel approved through pairing.
+pub fn pairing_approved(bot: &str, channel: &str) -> String {
+    format!("nanobot:{bot}:pairing:approved:{channel}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +137,14 @@ mod tests {
             memory_lock("b"),
             memory_fence("b"),
             cron_last_fire("b", "j"),
+            telegram_poller("b", "t"),
+            telegram_poller_fence("b", "t"),
+            telegram_offset("b", "t"),
+            telegram_stream("b", "m"),
+            pairing_code("b", "C"),
+            pairing_codes("b"),
+            pairing_sender("b", "telegram", "42|alice"),
+            pairing_approved("b", "telegram"),
         ];
         for k in &all {
             assert!(k.starts_with("nanobot:b:"), "{k}");
