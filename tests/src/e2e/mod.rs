@@ -11,6 +11,7 @@ mod observability;
 mod repo;
 mod runner;
 mod sessions;
+mod telegram;
 mod turns;
 
 use std::time::Duration;
