@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use rand::Rng as _;
 use redis::AsyncCommands as _;
-use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 
 use nanobot_proto::keys;
+use nanobot_runtime::store::Store;
 
 /// How long a pairing code stays valid, as upstream.
 pub const CODE_TTL: Duration = Duration::from_secs(600);
@@ -35,7 +35,7 @@ pub struct PendingPairing {
 /// Pairing state of one bot.
 #[derive(Clone)]
 pub struct PairingStore {
-    redis: ConnectionManager,
+    redis: Store,
     bot: String,
 }
 
@@ -67,7 +67,7 @@ pub fn new_code() -> String {
 
 impl PairingStore {
     /// Returns the store of `bot`.
-    pub fn new(redis: ConnectionManager, bot: &str) -> Self {
+    pub fn new(redis: Store, bot: &str) -> Self {
         Self {
             redis,
             bot: bot.to_string(),
@@ -114,37 +114,26 @@ impl PairingStore {
                 .await?
                 .is_some();
             if created {
+                let _: () = conn.sadd(keys::pairing_index(&self.bot), &code).await?;
                 let _: () = conn.set_ex(&sender_key, &code, ttl).await?;
                 return Ok(code);
             }
         }
     }
 
-    /// Returns every pending request, oldest first.
+    /// Returns every pending request, oldest first (expired codes leave the index here).
     pub async fn pending(&self) -> redis::RedisResult<Vec<PendingPairing>> {
         let mut conn = self.redis.clone();
-        let mut found: Vec<String> = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(keys::pairing_codes(&self.bot))
-                .arg("COUNT")
-                .arg(200)
-                .query_async(&mut conn)
-                .await?;
-            found.extend(batch);
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
+        let index = keys::pairing_index(&self.bot);
+        let codes: Vec<String> = conn.smembers(&index).await?;
         let mut out = Vec::new();
-        for key in found {
-            let json: Option<String> = conn.get(&key).await?;
-            if let Some(p) = json.and_then(|j| serde_json::from_str(&j).ok()) {
-                out.push(p);
+        for code in codes {
+            let json: Option<String> = conn.get(keys::pairing_code(&self.bot, &code)).await?;
+            match json.and_then(|j| serde_json::from_str(&j).ok()) {
+                Some(p) => out.push(p),
+                None => {
+                    let _: () = conn.srem(&index, &code).await?;
+                }
             }
         }
         out.sort_by_key(|p: &PendingPairing| p.created_at);
@@ -157,6 +146,7 @@ impl PairingStore {
         let mut conn = self.redis.clone();
         let code = code.trim().to_ascii_uppercase();
         let json: Option<String> = conn.get_del(keys::pairing_code(&self.bot, &code)).await?;
+        let _: () = conn.srem(keys::pairing_index(&self.bot), &code).await?;
         let Some(pending) = json.and_then(|j| serde_json::from_str::<PendingPairing>(&j).ok())
         else {
             return Ok(None);

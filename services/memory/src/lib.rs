@@ -89,7 +89,7 @@ pub async fn run(
 
 async fn handle(
     cfg: &Config,
-    redis: &redis::aio::ConnectionManager,
+    redis: &nanobot_runtime::store::Store,
     nats: &async_nats::Client,
     instance: &str,
     msg: jetstream::Message,

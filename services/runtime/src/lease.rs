@@ -12,8 +12,8 @@
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
+use crate::store::Store;
 use redis::Script;
-use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
 /// The shortest lease time accepted (shorter values are raised to it).
@@ -70,7 +70,7 @@ impl Fence {
     /// whether it was written (false: another holder took the lease since).
     pub async fn set(
         &self,
-        redis: &ConnectionManager,
+        redis: &Store,
         key: &str,
         value: &str,
     ) -> redis::RedisResult<bool> {
@@ -82,6 +82,9 @@ impl Fence {
             .arg(value)
             .invoke_async(&mut conn)
             .await?;
+        if written == 1 {
+            redis.replicate(key).await;
+        }
         Ok(written == 1)
     }
 }
@@ -89,7 +92,7 @@ impl Fence {
 /// Takes leases for one holder (a process instance).
 #[derive(Clone)]
 pub struct Leases {
-    redis: ConnectionManager,
+    redis: Store,
     holder: String,
     ttl: Duration,
 }
@@ -111,12 +114,12 @@ pub struct Lease {
     fence: Fence,
     lost: CancellationToken,
     renewer: tokio::task::JoinHandle<()>,
-    redis: ConnectionManager,
+    redis: Store,
 }
 
 impl Leases {
     /// Returns the lease taker of `holder` with lease time `ttl` (at least [`MIN_TTL`]).
-    pub fn new(redis: ConnectionManager, holder: &str, ttl: Duration) -> Self {
+    pub fn new(redis: Store, holder: &str, ttl: Duration) -> Self {
         Self {
             redis,
             holder: holder.to_string(),
@@ -153,6 +156,8 @@ impl Leases {
         if token == 0 {
             return Ok(None);
         }
+        // A fencing token lost in a failover could be handed out twice.
+        self.redis.replicate(&fence_key).await;
         let value = format!("{}|{token}", self.holder);
         let lost = CancellationToken::new();
         let renewer = tokio::spawn(renew(
@@ -246,13 +251,7 @@ fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn renew(
-    redis: ConnectionManager,
-    key: String,
-    value: String,
-    ttl: Duration,
-    lost: CancellationToken,
-) {
+async fn renew(redis: Store, key: String, value: String, ttl: Duration, lost: CancellationToken) {
     let mut last_ok = Instant::now();
     let mut tick = tokio::time::interval(ttl / 3);
     tick.tick().await;

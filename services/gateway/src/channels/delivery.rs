@@ -23,7 +23,7 @@ use async_nats::jetstream::{AckKind, Message};
 use futures::StreamExt as _;
 use prost::Message as _;
 use redis::AsyncCommands as _;
-use redis::aio::ConnectionManager;
+use nanobot_runtime::store::Store;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -57,7 +57,7 @@ pub enum SendError {
 /// How far a delivery got: parts already accepted by the platform.
 #[derive(Debug)]
 pub struct Progress {
-    redis: ConnectionManager,
+    redis: Store,
     key: String,
     done: usize,
 }
@@ -168,7 +168,7 @@ pub(super) async fn start(
 async fn lane(
     mut rx: mpsc::Receiver<Message>,
     bots: Arc<BTreeMap<String, Arc<dyn Channel>>>,
-    redis: ConnectionManager,
+    redis: Store,
 ) {
     while let Some(msg) = rx.recv().await {
         let outcome = deliver(&msg, &bots, &redis).await;
@@ -192,7 +192,7 @@ enum Outcome {
 async fn deliver(
     msg: &Message,
     bots: &BTreeMap<String, Arc<dyn Channel>>,
-    redis: &ConnectionManager,
+    redis: &Store,
 ) -> Outcome {
     let out = match OutboundMessage::decode(msg.payload.clone()) {
         Ok(out) => out,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use async_nats::jetstream;
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
+use nanobot_runtime::store::Store;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -125,7 +125,7 @@ pub struct ChannelDeps {
     /// Core NATS.
     pub nats: async_nats::Client,
     /// Redis.
-    pub redis: ConnectionManager,
+    pub redis: Store,
     /// This replica's instance name (lease holder).
     pub instance: String,
 }

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
+use nanobot_runtime::store::Store;
 use teloxide::Bot;
 use teloxide::requests::Requester as _;
 use tokio_util::sync::CancellationToken;
@@ -66,7 +66,7 @@ pub struct TelegramChannel {
     settings: ChannelSettings,
     api: Bot,
     token_id: String,
-    redis: ConnectionManager,
+    redis: Store,
     leases: Leases,
     pairing: PairingStore,
     media_dir: PathBuf,
