@@ -1,6 +1,8 @@
 //! One bot, one gateway: replies in HTML, long replies in chunks, ACL, pairing, groups and
 //! streaming.
 
+use std::time::Duration;
+
 use serde_json::json;
 
 use super::{ALICE, telegram_fleet, wait_shown};
@@ -23,7 +25,8 @@ async fn a_users_message_is_answered_in_telegram_html() {
     let shown = bot.bot_messages(ALICE);
     assert_eq!(shown.len(), 1, "{shown:#?}");
     assert_eq!(shown[0].text.as_deref(), Some("Hello Alice, x < y"));
-    assert_eq!(fleet.llm.requests()[0].last_user_text().as_deref(), Some("hi there"));
+    let asked = fleet.llm.requests()[0].last_user_text().unwrap();
+    assert!(asked.ends_with("\n\nhi there") && asked.contains("Channel: telegram"), "{asked}");
     let rows = session_rows(&fleet, "default", &format!("telegram:{ALICE}")).await;
     assert_eq!(rows.len(), 2, "{rows:#?}");
     // Receipt reaction, typing and the command menu, as upstream.
@@ -47,7 +50,12 @@ async fn a_9000_character_answer_arrives_in_valid_chunks_with_balanced_code() {
     fleet.llm.push(Reply::text(answer.clone()));
     let alice = TgUser::new(ALICE, "alice");
     bot.inject(Incoming::text_from(&alice, "show me the code"));
-    let calls = bot.wait_calls("sendMessage", 3).await.unwrap();
+    bot.wait_for_call("sendMessage", |c| {
+        c.text().is_some_and(|t| t.ends_with("That is <b>all</b>."))
+    })
+    .await
+    .unwrap();
+    let calls = bot.calls_of("sendMessage");
     let sends: Vec<_> = calls.iter().filter(|c| c.chat_id() == Some(ALICE)).collect();
     assert!(sends.len() >= 3, "9000 characters need at least 3 messages");
     for call in &sends {
@@ -143,7 +151,10 @@ async fn a_streamed_reply_edits_one_preview_into_the_final_html() {
     let (fleet, fake, bot) =
         telegram_fleet(json!({"streaming": true, "streamEditInterval": 0.1})).await;
     let answer = "**Streaming** works: ".to_string() + &"word ".repeat(60) + "done";
-    fleet.llm.push(Reply::text(answer.clone()));
+    // Paced like a real model, so the preview is up before the final reply arrives.
+    fleet
+        .llm
+        .push(Reply::text(answer.clone()).with_stream_pace(Duration::from_millis(100)));
     bot.inject(Incoming::text_from(&TgUser::new(ALICE, "alice"), "stream please"));
     let expected = format!("<b>Streaming</b> works: {}done", "word ".repeat(60));
     wait_shown(&fake, &bot, ALICE, &expected).await;
@@ -152,6 +163,10 @@ async fn a_streamed_reply_edits_one_preview_into_the_final_html() {
     assert!(shown[0].edits >= 1);
     assert_eq!(shown[0].parse_mode.as_deref(), Some("HTML"));
     let first = &bot.calls_of("sendMessage")[0];
-    assert!(first.params.get("parse_mode").is_none(), "the preview is plain text");
+    let preview = first.text().unwrap();
+    assert!(
+        preview.starts_with("Streaming works: word") && !preview.contains('*') && !preview.contains("<b>"),
+        "the preview is plain text: {preview}"
+    );
     assert!(bot.calls_of("editMessageText").len() >= 1);
 }
