@@ -160,7 +160,10 @@ pub fn pairing_index(bot: &str) -> String {
 
 /// The pending code of one sender of a channel (same TTL as the code).
 pub fn pairing_sender(bot: &str, channel: &str, sender_id: &str) -> String {
-    format!("nanobot:{}:pairing:sender:{channel}:{sender_id}", bot_tag(bot))
+    format!(
+        "nanobot:{}:pairing:sender:{channel}:{sender_id}",
+        bot_tag(bot)
+    )
 }
 
 /// The set of senders of a channel approved through pairing.

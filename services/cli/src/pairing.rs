@@ -52,7 +52,10 @@ pub async fn run(cfg: &Config, bot: Option<&str>, action: &PairingAction) -> any
             for bot in &bots {
                 for p in PairingStore::new(redis.clone(), bot).pending().await? {
                     any = true;
-                    println!("{}  bot={}  channel={}  sender={}", p.code, p.bot, p.channel, p.sender_id);
+                    println!(
+                        "{}  bot={}  channel={}  sender={}",
+                        p.code, p.bot, p.channel, p.sender_id
+                    );
                 }
             }
             if !any {
@@ -73,7 +76,9 @@ pub async fn run(cfg: &Config, bot: Option<&str>, action: &PairingAction) -> any
         PairingAction::Revoke { sender, channel } => {
             let mut revoked = false;
             for bot in &bots {
-                revoked |= PairingStore::new(redis.clone(), bot).revoke(channel, sender).await?;
+                revoked |= PairingStore::new(redis.clone(), bot)
+                    .revoke(channel, sender)
+                    .await?;
             }
             if revoked {
                 println!("Revoked {sender} on {channel}.");

@@ -68,12 +68,7 @@ pub struct Fence {
 impl Fence {
     /// Sets `key` to `value` only while this token is still the fence's current one; returns
     /// whether it was written (false: another holder took the lease since).
-    pub async fn set(
-        &self,
-        redis: &Store,
-        key: &str,
-        value: &str,
-    ) -> redis::RedisResult<bool> {
+    pub async fn set(&self, redis: &Store, key: &str, value: &str) -> redis::RedisResult<bool> {
         let mut conn = redis.clone();
         let written: i64 = SET_FENCED
             .key(&self.key)

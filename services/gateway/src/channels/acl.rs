@@ -25,7 +25,11 @@ fn split_sender(sender_id: &str) -> Option<(&str, &str)> {
         Some(_) => return None,
         None => (sender_id, ""),
     };
-    let numeric = !id.is_empty() && id.trim_start_matches('-').chars().all(|c| c.is_ascii_digit());
+    let numeric = !id.is_empty()
+        && id
+            .trim_start_matches('-')
+            .chars()
+            .all(|c| c.is_ascii_digit());
     numeric.then_some((id, username))
 }
 
@@ -47,8 +51,17 @@ mod tests {
         assert!(allowed_by_list(&list(&["42|alice"]), "42|alice"));
         assert!(allowed_by_list(&list(&["42"]), "42"));
         assert!(!allowed_by_list(&list(&["43", "bob"]), "42|alice"));
-        assert!(!allowed_by_list(&list(&["alice"]), "42"), "no username, no match");
-        assert!(!allowed_by_list(&list(&["a"]), "x|a"), "non-numeric ids never match parts");
-        assert!(!allowed_by_list(&list(&["b"]), "1|a|b"), "two | never match parts");
+        assert!(
+            !allowed_by_list(&list(&["alice"]), "42"),
+            "no username, no match"
+        );
+        assert!(
+            !allowed_by_list(&list(&["a"]), "x|a"),
+            "non-numeric ids never match parts"
+        );
+        assert!(
+            !allowed_by_list(&list(&["b"]), "1|a|b"),
+            "two | never match parts"
+        );
     }
 }

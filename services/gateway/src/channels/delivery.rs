@@ -21,9 +21,9 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::{AckKind, Message};
 use futures::StreamExt as _;
+use nanobot_runtime::store::Store;
 use prost::Message as _;
 use redis::AsyncCommands as _;
-use nanobot_runtime::store::Store;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -131,7 +131,9 @@ pub(super) async fn start(
                         break;
                     }
                 }
-                Some(Err(e)) => tracing::warn!(channel = name, error = %e, "outbound consumer error"),
+                Some(Err(e)) => {
+                    tracing::warn!(channel = name, error = %e, "outbound consumer error")
+                }
                 None => break,
             }
         }

@@ -53,8 +53,11 @@ pub trait Channel: Send + Sync + 'static {
     fn settings(&self) -> &ChannelSettings;
 
     /// Receives platform events until `cancel`, publishing chat messages through `inbound`.
-    async fn run(self: Arc<Self>, inbound: Inbound, cancel: CancellationToken)
-    -> anyhow::Result<()>;
+    async fn run(
+        self: Arc<Self>,
+        inbound: Inbound,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<()>;
 
     /// Delivers one outbound message (final, error, progress or tool hint). Returns once the
     /// platform accepted every part; `progress` records parts already accepted so a

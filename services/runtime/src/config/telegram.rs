@@ -238,7 +238,9 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>) {
         }
         if c.mode == "webhook" {
             if url_of(&c.webhook_url, &["https"]).is_none() {
-                problems.push(format!("{at}.webhookUrl: an https URL is required in webhook mode"));
+                problems.push(format!(
+                    "{at}.webhookUrl: an https URL is required in webhook mode"
+                ));
             }
             if !is_secret_token(&c.webhook_secret_token) {
                 problems.push(format!(

@@ -49,11 +49,15 @@ fn merge(base: &mut Value, extra: Value) {
 
 /// Waits until the bot's messages in `chat` include one whose source (HTML) is `raw`.
 pub(crate) async fn wait_shown(fake: &TelegramFake, bot: &FakeBot, chat: i64, raw: &str) {
-    fake.wait_until(&format!("{raw:?} shown in chat {chat}"), DEFAULT_WAIT, |_| {
-        bot.bot_messages(chat)
-            .into_iter()
-            .find(|m| m.raw.as_deref() == Some(raw))
-    })
+    fake.wait_until(
+        &format!("{raw:?} shown in chat {chat}"),
+        DEFAULT_WAIT,
+        |_| {
+            bot.bot_messages(chat)
+                .into_iter()
+                .find(|m| m.raw.as_deref() == Some(raw))
+        },
+    )
     .await
     .unwrap_or_else(|e| panic!("{e}; shown: {:#?}", bot.bot_messages(chat)));
 }

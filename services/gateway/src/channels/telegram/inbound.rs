@@ -226,7 +226,11 @@ fn media_of(msg: &Message) -> Vec<MediaRef> {
         push(MediaKind::Voice, &v.file, ".ogg".into());
     }
     if let Some(a) = msg.audio() {
-        push(MediaKind::Audio, &a.file, ext_of(a.file_name.as_deref(), ".mp3"));
+        push(
+            MediaKind::Audio,
+            &a.file,
+            ext_of(a.file_name.as_deref(), ".mp3"),
+        );
     }
     if let Some(d) = msg.document() {
         push(MediaKind::File, &d.file, ext_of(d.file_name.as_deref(), ""));
@@ -310,14 +314,16 @@ mod tests {
         assert_eq!(p.sender_id, "42|alice");
         assert_eq!(p.session_key, "telegram:42");
         assert!(p.addressed && p.is_private);
-        let anon = message(json!({"text": "hi", "from": {"id": 5, "is_bot": false, "first_name": "Bo"}}));
+        let anon =
+            message(json!({"text": "hi", "from": {"id": 5, "is_bot": false, "first_name": "Bo"}}));
         assert_eq!(parse(&anon, &me()).unwrap().sender_id, "5");
         let topic = group(json!({"text": "x", "message_thread_id": 11, "is_topic_message": true}));
         let p = parse(&topic, &me()).unwrap();
         assert_eq!(p.session_key, "telegram:-100:topic:11");
         assert_eq!(thread_of(&p.session_key), Some(11));
         assert_eq!(thread_of("telegram:-100"), None);
-        let from_bot = message(json!({"text": "x", "from": {"id": 1, "is_bot": true, "first_name": "B"}}));
+        let from_bot =
+            message(json!({"text": "x", "from": {"id": 1, "is_bot": true, "first_name": "B"}}));
         assert!(parse(&from_bot, &me()).is_none());
     }
 
@@ -337,7 +343,10 @@ mod tests {
             "text": "earlier answer"}}));
         let p = parse(&reply, &me()).unwrap();
         assert!(p.addressed);
-        assert_eq!(p.reply_context.as_deref(), Some("[Reply to bot: earlier answer]"));
+        assert_eq!(
+            p.reply_context.as_deref(),
+            Some("[Reply to bot: earlier answer]")
+        );
     }
 
     #[test]
@@ -345,7 +354,10 @@ mod tests {
         let (text, cmd) = strip_command("/help@nano_bot", "nano_bot");
         assert_eq!((text.as_str(), cmd.as_deref()), ("/help", Some("help")));
         let (text, cmd) = strip_command("/dream_log@Nano_Bot abc", "nano_bot");
-        assert_eq!((text.as_str(), cmd.as_deref()), ("/dream-log abc", Some("dream_log")));
+        assert_eq!(
+            (text.as_str(), cmd.as_deref()),
+            ("/dream-log abc", Some("dream_log"))
+        );
         let (text, cmd) = strip_command("/help@someone_else", "nano_bot");
         assert_eq!((text.as_str(), cmd), ("/help@someone_else", None));
         assert_eq!(strip_command("hello", "nano_bot").1, None);
@@ -361,10 +373,19 @@ mod tests {
             {"file_id": "big", "file_unique_id": "B1", "width": 9, "height": 9}]}));
         let p = parse(&photo, &me()).unwrap();
         assert_eq!(p.media.len(), 1);
-        assert_eq!((p.media[0].file_id.as_str(), p.media[0].ext.as_str()), ("big", ".jpg"));
-        assert_eq!(content(&p, &["[image: /m/B1.jpg]".into()]), "look\n[image: /m/B1.jpg]");
+        assert_eq!(
+            (p.media[0].file_id.as_str(), p.media[0].ext.as_str()),
+            ("big", ".jpg")
+        );
+        assert_eq!(
+            content(&p, &["[image: /m/B1.jpg]".into()]),
+            "look\n[image: /m/B1.jpg]"
+        );
         let sticker_like = message(json!({}));
-        assert_eq!(content(&parse(&sticker_like, &me()).unwrap(), &[]), "[empty message]");
+        assert_eq!(
+            content(&parse(&sticker_like, &me()).unwrap(), &[]),
+            "[empty message]"
+        );
         assert_eq!(ext_of(Some("report.PDF"), ""), ".pdf");
         assert_eq!(ext_of(Some("noext"), ".bin"), ".bin");
     }

@@ -64,7 +64,10 @@ impl Transcriber {
             .unwrap_or_else(|| "audio.ogg".into());
         let form = reqwest::multipart::Form::new()
             .text("model", self.model.clone())
-            .part("file", reqwest::multipart::Part::bytes(bytes).file_name(name));
+            .part(
+                "file",
+                reqwest::multipart::Part::bytes(bytes).file_name(name),
+            );
         let mut request = self.http.post(&self.url).multipart(form);
         if !self.api_key.is_empty() {
             request = request.bearer_auth(&self.api_key);
@@ -86,7 +89,9 @@ impl Transcriber {
 
 /// Downloads `media` into the media folder (once) and returns its absolute path.
 pub(super) async fn save(ch: &TelegramChannel, media: &MediaRef) -> anyhow::Result<PathBuf> {
-    let path = ch.media_dir.join(format!("{}{}", media.unique_id, media.ext));
+    let path = ch
+        .media_dir
+        .join(format!("{}{}", media.unique_id, media.ext));
     if tokio::fs::metadata(&path).await.is_ok_and(|m| m.len() > 0) {
         return Ok(path);
     }

@@ -96,7 +96,10 @@ impl TelegramChannel {
         let lease_ttl = Duration::from_secs_f64(tg.config.lease_secs);
         let settings = ChannelSettings {
             allow_from: tg.config.allow_from.clone(),
-            send_progress: tg.config.send_progress.unwrap_or(cfg.channels.send_progress),
+            send_progress: tg
+                .config
+                .send_progress
+                .unwrap_or(cfg.channels.send_progress),
             send_tool_hints: tg
                 .config
                 .send_tool_hints
@@ -140,7 +143,9 @@ impl TelegramChannel {
                     let _ = self.me.set(me.clone());
                     return Some(me);
                 }
-                Err(e) => tracing::warn!(bot = %self.bot_id, token_id = %self.token_id, error = %self.redact(&e.to_string()), retry_in = ?delay, "telegram getMe failed"),
+                Err(e) => {
+                    tracing::warn!(bot = %self.bot_id, token_id = %self.token_id, error = %self.redact(&e.to_string()), retry_in = ?delay, "telegram getMe failed")
+                }
             }
             tokio::select! {
                 _ = cancel.cancelled() => return None,
@@ -169,7 +174,11 @@ impl Channel for TelegramChannel {
         &self.settings
     }
 
-    async fn run(self: Arc<Self>, inbound: Inbound, cancel: CancellationToken) -> anyhow::Result<()> {
+    async fn run(
+        self: Arc<Self>,
+        inbound: Inbound,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<()> {
         let Some(me) = self.identify(&cancel).await else {
             return Ok(());
         };

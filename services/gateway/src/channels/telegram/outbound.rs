@@ -13,7 +13,9 @@ use teloxide::payloads::{
     SetMessageReactionSetters as _,
 };
 use teloxide::requests::Requester as _;
-use teloxide::types::{ChatId, InputFile, Message, MessageId, ParseMode, ReplyParameters, ThreadId};
+use teloxide::types::{
+    ChatId, InputFile, Message, MessageId, ParseMode, ReplyParameters, ThreadId,
+};
 use teloxide::{ApiError, RequestError};
 
 use nanobot_proto::{OutboundKind, OutboundMessage};
@@ -137,7 +139,8 @@ pub(super) async fn send_text(
             req = req.message_thread_id(ThreadId(MessageId(t)));
         }
         if let Some(r) = target.reply_to {
-            req = req.reply_parameters(ReplyParameters::new(MessageId(r)).allow_sending_without_reply());
+            req = req
+                .reply_parameters(ReplyParameters::new(MessageId(r)).allow_sending_without_reply());
         }
         req
     })
@@ -176,11 +179,16 @@ pub(super) async fn edit_text(
             })
             .await
         }
-        None => Err(RequestError::Api(ApiError::CantParseEntities(String::new()))),
+        None => Err(RequestError::Api(
+            ApiError::CantParseEntities(String::new()),
+        )),
     };
     let edited = match edited {
         Err(RequestError::Api(ApiError::CantParseEntities(_))) => {
-            retry(ch, || ch.api.edit_message_text(ChatId(chat), MessageId(id), plain)).await
+            retry(ch, || {
+                ch.api.edit_message_text(ChatId(chat), MessageId(id), plain)
+            })
+            .await
         }
         other => other,
     };
@@ -199,31 +207,41 @@ async fn send_media(ch: &TelegramChannel, target: Target, path: &Path) -> Result
     let thread = target.thread.map(|t| ThreadId(MessageId(t)));
     let file = || InputFile::file(path);
     let sent = match ext.as_str() {
-        "jpg" | "jpeg" | "png" | "webp" => {
-            retry(ch, || with_thread(ch.api.send_photo(chat, file()), thread, |r, t| r.message_thread_id(t)))
-                .await
-                .map(drop)
-        }
-        "ogg" | "oga" | "opus" => {
-            retry(ch, || with_thread(ch.api.send_voice(chat, file()), thread, |r, t| r.message_thread_id(t)))
-                .await
-                .map(drop)
-        }
-        "mp3" | "m4a" | "wav" | "flac" => {
-            retry(ch, || with_thread(ch.api.send_audio(chat, file()), thread, |r, t| r.message_thread_id(t)))
-                .await
-                .map(drop)
-        }
-        "mp4" | "mov" | "webm" => {
-            retry(ch, || with_thread(ch.api.send_video(chat, file()), thread, |r, t| r.message_thread_id(t)))
-                .await
-                .map(drop)
-        }
-        _ => {
-            retry(ch, || with_thread(ch.api.send_document(chat, file()), thread, |r, t| r.message_thread_id(t)))
-                .await
-                .map(drop)
-        }
+        "jpg" | "jpeg" | "png" | "webp" => retry(ch, || {
+            with_thread(ch.api.send_photo(chat, file()), thread, |r, t| {
+                r.message_thread_id(t)
+            })
+        })
+        .await
+        .map(drop),
+        "ogg" | "oga" | "opus" => retry(ch, || {
+            with_thread(ch.api.send_voice(chat, file()), thread, |r, t| {
+                r.message_thread_id(t)
+            })
+        })
+        .await
+        .map(drop),
+        "mp3" | "m4a" | "wav" | "flac" => retry(ch, || {
+            with_thread(ch.api.send_audio(chat, file()), thread, |r, t| {
+                r.message_thread_id(t)
+            })
+        })
+        .await
+        .map(drop),
+        "mp4" | "mov" | "webm" => retry(ch, || {
+            with_thread(ch.api.send_video(chat, file()), thread, |r, t| {
+                r.message_thread_id(t)
+            })
+        })
+        .await
+        .map(drop),
+        _ => retry(ch, || {
+            with_thread(ch.api.send_document(chat, file()), thread, |r, t| {
+                r.message_thread_id(t)
+            })
+        })
+        .await
+        .map(drop),
     };
     sent.map_err(|e| classify(ch, e))
 }

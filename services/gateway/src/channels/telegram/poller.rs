@@ -48,7 +48,9 @@ pub(super) async fn run(
                 tracing::info!(bot = %ch.bot_id, token_id = %ch.token_id, lost, "telegram poller stopped polling");
             }
             Ok(None) => {}
-            Err(e) => tracing::warn!(bot = %ch.bot_id, error = %e, "telegram poller lease unavailable"),
+            Err(e) => {
+                tracing::warn!(bot = %ch.bot_id, error = %e, "telegram poller lease unavailable")
+            }
         }
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
@@ -110,7 +112,11 @@ async fn poll(ch: &TelegramChannel, inbound: &Inbound, lease: &Lease, cancel: &C
             }
             let last = group.last().map(|u| u.id.0).unwrap_or_default();
             offset = i32::try_from(last).unwrap_or(i32::MAX).saturating_add(1);
-            match lease.fence().set(&ch.redis, &offset_key, &offset.to_string()).await {
+            match lease
+                .fence()
+                .set(&ch.redis, &offset_key, &offset.to_string())
+                .await
+            {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::warn!(bot = %ch.bot_id, "telegram poller lease taken over; stopping");

@@ -31,7 +31,10 @@ const COMMANDS: &[(&str, &str)] = &[
     ("skill", "List enabled skills"),
     ("dream", "Run Dream memory consolidation now"),
     ("dream_log", "Show the latest Dream memory change"),
-    ("dream_restore", "Restore memory to an earlier Dream version"),
+    (
+        "dream_restore",
+        "Restore memory to an earlier Dream version",
+    ),
     ("dream_prompt", "Customize how Dream organizes memory"),
     ("help", "Show available commands"),
 ];
@@ -100,7 +103,12 @@ pub(super) async fn handle(
                 .await
                 .context("create a pairing code")?;
             tracing::info!(bot = %ch.bot_id, sender = %first.sender_id, "unknown private sender sent a pairing code");
-            reply_plain(ch, first, &nanobot_core::pairing::format_pairing_reply(&code)).await;
+            reply_plain(
+                ch,
+                first,
+                &nanobot_core::pairing::format_pairing_reply(&code),
+            )
+            .await;
         } else {
             tracing::warn!(bot = %ch.bot_id, sender = %first.sender_id, chat = first.chat_id, "message from a sender not in allowFrom ignored");
         }
@@ -115,7 +123,11 @@ pub(super) async fn handle(
         return Ok(());
     }
     react(ch, first).await;
-    ch.typing.start(&ch.api, first.chat_id, inbound::thread_of(&first.session_key));
+    ch.typing.start(
+        &ch.api,
+        first.chat_id,
+        inbound::thread_of(&first.session_key),
+    );
     let mut attachments = Vec::new();
     let mut paths = Vec::new();
     for part in &parts {
@@ -205,6 +217,10 @@ mod tests {
         assert_eq!(message_id_of("api:x"), None);
         let names: Vec<&str> = COMMANDS.iter().map(|(n, _)| *n).collect();
         assert!(names.contains(&"start") && names.contains(&"help"));
-        assert!(names.iter().all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_')));
+        assert!(
+            names
+                .iter()
+                .all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        );
     }
 }

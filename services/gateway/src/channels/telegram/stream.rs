@@ -74,12 +74,14 @@ async fn delta(ch: &TelegramChannel, msg: &OutboundMessage) {
     let interval = Duration::from_secs_f64(ch.cfg.stream_edit_interval);
     let preview = {
         let mut previews = ch.streams.lock();
-        let entry = previews.entry(msg.reply_to.clone()).or_insert_with(|| Preview {
-            text: String::new(),
-            message_id: None,
-            last_edit: Instant::now(),
-            shown: 0,
-        });
+        let entry = previews
+            .entry(msg.reply_to.clone())
+            .or_insert_with(|| Preview {
+                text: String::new(),
+                message_id: None,
+                last_edit: Instant::now(),
+                shown: 0,
+            });
         entry.text.push_str(&msg.content);
         entry.clone()
     };
@@ -107,7 +109,14 @@ async fn delta(ch: &TelegramChannel, msg: &OutboundMessage) {
             thread: thread_of(&msg.session_key),
             reply_to: None,
         };
-        match outbound::send_text(ch, target, &crate::render::telegram::escape_html(&plain), &plain).await {
+        match outbound::send_text(
+            ch,
+            target,
+            &crate::render::telegram::escape_html(&plain),
+            &plain,
+        )
+        .await
+        {
             Ok(sent) => {
                 let _: redis::RedisResult<()> = conn.set_ex(&key, sent.id.0, RECORD_TTL_SECS).await;
                 if let Some(p) = ch.streams.lock().get_mut(&msg.reply_to) {

@@ -57,7 +57,10 @@ impl Typing {
             }
             token.cancel();
             let mut chats = chats.lock().unwrap_or_else(PoisonError::into_inner);
-            if chats.get(&chat).is_some_and(CancellationToken::is_cancelled) {
+            if chats
+                .get(&chat)
+                .is_some_and(CancellationToken::is_cancelled)
+            {
                 chats.remove(&chat);
             }
         });
