@@ -5,7 +5,8 @@
 //! keys share a slot and the fleet runs on a Redis Cluster as on one node.
 //! - session keys (rows, meta, lease, fence, cursor, outbox, seen/attempt markers of its
 //!   messages): `{<bot>:<session>}`, so sessions spread over the cluster's slots;
-//! - per-bot keys (session index, memory lock, cron state, delivered markers): `{<bot>}`;
+//! - per-bot keys (session index, memory lock, cron state, delivered markers, Telegram
+//!   poller/offset/previews, pairing): `{<bot>}`;
 //! - fleet-wide keys (cron leadership): `{fleet}`.
 //!
 //! Session keys and bot ids are user data: a tag that would contain a brace (which would end
@@ -124,6 +125,52 @@ pub fn hash_tag(key: &str) -> &str {
     key
 }
 
+/// The Telegram poller lease of one bot token (`token_id` is a hash of the token, never the
+/// token): exactly one gateway replica long-polls it.
+pub fn telegram_poller(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{}:telegram:{token_id}:poller", bot_tag(bot))
+}
+
+/// Fence counter of [`telegram_poller`].
+pub fn telegram_poller_fence(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{}:telegram:{token_id}:fence", bot_tag(bot))
+}
+
+/// The next `getUpdates` offset of one bot token (written only under the poller's fence).
+pub fn telegram_offset(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{}:telegram:{token_id}:offset", bot_tag(bot))
+}
+
+/// The streaming preview of one reply (`reply_to` = the inbound id): the preview's message id
+/// while deltas edit it, `final` once the final reply took it over (with a TTL).
+pub fn telegram_stream(bot: &str, reply_to: &str) -> String {
+    format!("nanobot:{}:telegram:stream:{reply_to}", bot_tag(bot))
+}
+
+/// A pending pairing request of `bot` by its code (JSON, TTL 600 s).
+pub fn pairing_code(bot: &str, code: &str) -> String {
+    format!("nanobot:{}:pairing:code:{code}", bot_tag(bot))
+}
+
+/// The set of pending pairing codes of `bot` (an index of [`pairing_code`] keys; a code
+/// whose key expired is dropped from it when listed).
+pub fn pairing_index(bot: &str) -> String {
+    format!("nanobot:{}:pairing:codes", bot_tag(bot))
+}
+
+/// The pending code of one sender of a channel (same TTL as the code).
+pub fn pairing_sender(bot: &str, channel: &str, sender_id: &str) -> String {
+    format!(
+        "nanobot:{}:pairing:sender:{channel}:{sender_id}",
+        bot_tag(bot)
+    )
+}
+
+/// The set of senders of a channel approved through pairing.
+pub fn pairing_approved(bot: &str, channel: &str) -> String {
+    format!("nanobot:{}:pairing:approved:{channel}", bot_tag(bot))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +251,14 @@ mod tests {
             memory_lock("b"),
             memory_fence("b"),
             cron_last_fire("b", "j"),
+            telegram_poller("b", "t"),
+            telegram_poller_fence("b", "t"),
+            telegram_offset("b", "t"),
+            telegram_stream("b", "m"),
+            pairing_code("b", "C"),
+            pairing_index("b"),
+            pairing_sender("b", "telegram", "42|alice"),
+            pairing_approved("b", "telegram"),
             CRON_LEADER.to_string(),
             CRON_LEADER_FENCE.to_string(),
         ]);

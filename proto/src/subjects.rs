@@ -44,6 +44,12 @@ pub const STATUS: &str = "nanobot.fleet.status";
 /// Cancels a running turn wherever it runs: `nanobot.<bot>.control.stop.<session>`.
 pub const STOP_ALL: &str = "nanobot.*.control.stop.*";
 
+/// Durable consumer of a chat channel's outbound messages (all bots), shared by the gateway
+/// replicas: `gateway-<channel>`.
+pub fn channel_outbound_consumer(channel: &str) -> String {
+    format!("gateway-{}", token(channel))
+}
+
 /// The characters allowed verbatim in a subject token.
 fn is_plain(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '@' | '+' | '=')

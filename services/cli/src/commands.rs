@@ -67,6 +67,15 @@ pub enum Command {
         #[arg(long)]
         run_dir: Option<PathBuf>,
     },
+    /// Approve or revoke chat-channel senders: `list`, `approve CODE`, `revoke SENDER`.
+    Pairing {
+        /// Bot id (default: every bot).
+        #[arg(long)]
+        bot: Option<String>,
+        /// What to do.
+        #[command(subcommand)]
+        action: crate::pairing::PairingAction,
+    },
     /// Exit 0 when `GET <url>` answers 2xx (container health checks).
     Probe {
         /// URL to check.
@@ -181,6 +190,10 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 .unwrap_or_else(crate::fleet::default_run_dir);
             crate::fleet::down(&dir).await?;
             Ok(0)
+        }
+        Command::Pairing { bot, action } => {
+            let cfg = load(&cli)?;
+            crate::pairing::run(&cfg, bot.as_deref(), action).await
         }
         Command::Probe { url } => {
             let ok = reqwest::Client::new()

@@ -46,6 +46,15 @@ pub static DELETE_IF: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
+/// Sets `KEYS[2]` to `ARGV[2]` only while the fence counter `KEYS[1]` still equals `ARGV[1]`.
+static SET_FENCED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then
+           redis.call('SET', KEYS[2], ARGV[2]) return 1 end
+         return 0",
+    )
+});
+
 /// A fencing token: the value of a fence counter when its lease was taken. A write guarded by
 /// it first checks `GET key == token`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +63,25 @@ pub struct Fence {
     pub key: String,
     /// The token.
     pub token: u64,
+}
+
+impl Fence {
+    /// Sets `key` to `value` only while this token is still the fence's current one; returns
+    /// whether it was written (false: another holder took the lease since).
+    pub async fn set(&self, redis: &Store, key: &str, value: &str) -> redis::RedisResult<bool> {
+        let mut conn = redis.clone();
+        let written: i64 = SET_FENCED
+            .key(&self.key)
+            .key(key)
+            .arg(self.token)
+            .arg(value)
+            .invoke_async(&mut conn)
+            .await?;
+        if written == 1 {
+            redis.replicate(key).await;
+        }
+        Ok(written == 1)
+    }
 }
 
 /// Takes leases for one holder (a process instance).

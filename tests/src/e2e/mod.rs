@@ -14,6 +14,7 @@ mod repo;
 mod runner;
 mod sessions;
 mod streams;
+mod telegram;
 mod turns;
 
 use std::time::Duration;

@@ -425,6 +425,12 @@ impl Fleet {
         let args = ["--config", config.as_str(), "--health-addr", "127.0.0.1:0"];
         let mut env: Vec<(&str, &str)> = vec![("RUST_LOG", "info")];
         env.extend(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        // A further gateway replica listens on its own API port (the first keeps api_base).
+        let api_port;
+        if role == "gateway" && self.services.iter().any(|(r, _)| r == "gateway") {
+            api_port = free_port()?.to_string();
+            env.push(("NANOBOT_API__PORT", api_port.as_str()));
+        }
         let proc = ServiceProc::spawn(&format!("nanobot-{role}"), &args, &env)?;
         self.services.push((role.to_string(), proc));
         Ok(())

@@ -126,6 +126,11 @@ impl FakeBot {
         self.with(|bot| bot.fail_next(method, times, failure));
     }
 
+    /// Serves the next `pass` calls of `method`, then answers `times` calls with `failure`.
+    pub fn fail_after(&self, method: &str, pass: usize, times: usize, failure: Failure) {
+        self.with(|bot| bot.fail_after(method, pass, times, failure));
+    }
+
     // === inspection ===
 
     /// Returns this bot's calls so far.

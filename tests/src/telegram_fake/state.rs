@@ -105,7 +105,7 @@ pub(super) struct BotState {
     pub(super) chats: HashMap<i64, ChatState>,
     pub(super) files: HashMap<String, StoredFile>,
     next_file: u64,
-    failures: HashMap<String, VecDeque<Failure>>,
+    failures: HashMap<String, VecDeque<Option<Failure>>>,
     pub(super) webhook: Option<Webhook>,
     pub(super) commands: Value,
 }
@@ -245,13 +245,19 @@ impl BotState {
     // === failures ===
 
     pub(super) fn fail_next(&mut self, method: &str, times: usize, failure: Failure) {
+        self.fail_after(method, 0, times, failure);
+    }
+
+    /// Serves the next `pass` calls of `method`, then fails `times` calls with `failure`.
+    pub(super) fn fail_after(&mut self, method: &str, pass: usize, times: usize, failure: Failure) {
         let queue = self.failures.entry(method.to_string()).or_default();
-        queue.extend(std::iter::repeat_n(failure, times));
+        queue.extend(std::iter::repeat_n(None, pass));
+        queue.extend(std::iter::repeat_n(Some(failure), times));
     }
 
     /// Returns the scripted error for this call of `method`, if one is queued.
     pub(super) fn take_failure(&mut self, method: &str) -> Option<ApiError> {
-        let failure = self.failures.get_mut(method)?.pop_front()?;
+        let failure = self.failures.get_mut(method)?.pop_front()??;
         Some(failure.into_error())
     }
 

@@ -7,6 +7,7 @@
 
 pub mod load;
 pub mod schema;
+pub mod telegram;
 mod tools;
 mod validate;
 
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 pub use load::{ConfigError, default_path, load, load_str};
 pub use schema::*;
+pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
 pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
 
 /// The bot id used when `bots` is empty.
@@ -231,7 +233,7 @@ mod tests {
         )
         .unwrap();
         assert!(c.tools.restrict_to_workspace);
-        assert!(c.channels.extra.contains_key("telegram"));
+        assert!(c.channels.telegram.as_ref().is_some_and(|t| t.enabled));
     }
 
     #[test]

@@ -129,7 +129,9 @@ pub struct ChannelsConfig {
     /// Retries per delivery. Default 3.
     #[serde(alias = "send_max_retries")]
     pub send_max_retries: u32,
-    /// Every channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
+    /// Telegram (`channels.telegram`), typed; see [`super::telegram`].
+    pub telegram: Option<super::telegram::TelegramConfig>,
+    /// Every other channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
 }
@@ -140,6 +142,7 @@ impl Default for ChannelsConfig {
             send_progress: true,
             send_tool_hints: true,
             send_max_retries: 3,
+            telegram: None,
             extra: BTreeMap::new(),
         }
     }

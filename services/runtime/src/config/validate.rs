@@ -207,6 +207,7 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
             ));
         }
     }
+    super::telegram::validate(config, &mut problems);
     for id in config.bots.keys() {
         let ok = !id.is_empty()
             && id
