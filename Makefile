@@ -35,8 +35,8 @@ deps: ## Install nats-server and redis-server if missing (into ~/.cache/nanobot)
 deps-model: ## Install the local default model (SmolLM2-135M served by xllamacpp)
 	@scripts/deps.sh model >/dev/null
 
-deps-test: ## Install what the tests need: nats-server, redis-server, docker-compose
-	@scripts/deps.sh core compose >/dev/null
+deps-test: ## Install what the tests need: nats-server, redis-server, the MCP servers, the local model, docker-compose, kubectl and kubernetes-validate
+	@scripts/deps.sh core compose model k8s >/dev/null
 
 build: ## Build every binary (debug)
 	cargo build --workspace --bins
@@ -90,12 +90,9 @@ fmt: ## Format the code
 proto: ## Regenerate proto/src/gen from the .proto files (fails if it changed)
 	cargo test -p nanobot-proto --test bootstrap
 
-compose-check: ## Validate docker-compose.yml (skipped when docker-compose is not installed)
-	@if command -v docker-compose >/dev/null 2>&1; then \
-		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"; \
-	else \
-		echo "docker-compose not installed; skipping (make deps-test installs it)"; \
-	fi
+compose-check: ## Validate docker-compose.yml (make deps-test installs docker-compose)
+	@scripts/deps.sh compose >/dev/null
+	docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
 
 clean-run: down ## Stop the local fleet and delete its data, logs and pids
 	rm -rf $(or $(RUN_DIR),$(HOME)/.nanobot/run)

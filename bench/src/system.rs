@@ -48,8 +48,36 @@ pub struct Running {
     pub nats_url: Option<String>,
     /// Redis URL (fleet only).
     pub redis_url: Option<String>,
+    /// NATS and Redis clusters the fleet runs on instead of single servers (stopped on drop).
+    pub clusters: Option<Clusters>,
     /// Temporary directory holding config, data and the workspace.
     pub dir: tempfile::TempDir,
+}
+
+/// A 3-node NATS JetStream cluster and a 3-primary Redis Cluster with a replica each.
+#[derive(Debug)]
+pub struct Clusters {
+    /// The NATS servers.
+    pub nats: Vec<nanobot_tests::harness::Nats>,
+    /// The Redis nodes.
+    pub redis: Vec<nanobot_tests::harness::Redis>,
+}
+
+impl Clusters {
+    /// Every node's name and pid.
+    fn pids(&self) -> Vec<(String, u32)> {
+        let nats = self
+            .nats
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.pid().map(|p| (format!("nats-server#{}", i + 1), p)));
+        let redis = self
+            .redis
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.pid().map(|p| (format!("redis-server#{}", i + 1), p)));
+        nats.chain(redis).collect()
+    }
 }
 
 impl Running {
@@ -66,6 +94,11 @@ impl Running {
                 out.insert(member.name.clone(), mem);
             }
         }
+        for (name, pid) in self.clusters.iter().flat_map(Clusters::pids) {
+            if let Some(mem) = procinfo::memory(pid) {
+                out.insert(name, mem);
+            }
+        }
         out
     }
 
@@ -77,7 +110,36 @@ impl Running {
                 out.insert(member.name.clone(), secs);
             }
         }
+        for (name, pid) in self.clusters.iter().flat_map(Clusters::pids) {
+            if let Some(secs) = procinfo::cpu_seconds(pid) {
+                out.insert(name, secs);
+            }
+        }
         out
+    }
+
+    /// Returns Redis's `used_memory` (bytes, summed over a cluster's primaries) and the number
+    /// of sessions of the `default` bot; `None` for upstream or when Redis does not answer.
+    pub async fn redis_usage(&self) -> Option<(u64, u64)> {
+        use redis::AsyncCommands as _;
+        let url = self.redis_url.clone()?;
+        let cfg = nanobot_runtime::config::StoreConfig { url };
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let connect = nanobot_runtime::store::connect(&cfg, &cancel);
+        let mut conn = tokio::time::timeout(std::time::Duration::from_secs(5), connect)
+            .await
+            .ok()?
+            .ok()?;
+        let sessions: u64 = conn
+            .scard(nanobot_proto::keys::sessions("default"))
+            .await
+            .ok()?;
+        let info: redis::InfoDict = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        Some((info.get("used_memory")?, sessions))
     }
 
     /// Returns the workspace path.

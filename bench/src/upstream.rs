@@ -107,6 +107,7 @@ pub async fn start(opts: &UpstreamOptions) -> anyhow::Result<Running> {
     )
     .await?;
     Ok(Running {
+        clusters: None,
         kind: Kind::Upstream,
         api_base,
         members: mock.into_iter().chain([serve]).collect(),

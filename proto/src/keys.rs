@@ -1,114 +1,279 @@
 //! Every Redis key of the fleet. Nothing else in the workspace spells one.
 //!
-//! Layout: `nanobot:<bot>:<area>:<…>`. Session keys are user data and are kept verbatim
-//! after the prefix (Redis keys are binary safe), so `SCAN nanobot:<bot>:session:*` finds them.
+//! Layout: `nanobot:{<tag>}:<area>:<…>`. The part in braces is the Redis Cluster hash tag:
+//! every key that one script, transaction or pipeline touches carries the same tag, so the
+//! keys share a slot and the fleet runs on a Redis Cluster as on one node.
+//! - session keys (rows, meta, lease, fence, cursor, outbox, seen/attempt markers of its
+//!   messages): `{<bot>:<session>}`, so sessions spread over the cluster's slots;
+//! - per-bot keys (session index, memory lock, cron state, delivered markers, Telegram
+//!   poller/offset/previews, pairing): `{<bot>}`;
+//! - fleet-wide keys (cron leadership): `{fleet}`.
+//!
+//! Session keys and bot ids are user data: a tag that would contain a brace (which would end
+//! the tag early, or leave it empty so Redis hashes the whole key) is replaced by `#` and a
+//! SHA-256 digest of it, so every key of one session still shares one slot.
+
+use sha2::{Digest as _, Sha256};
+
+/// The hash tag of a session: `{<bot>:<session>}`.
+fn session_tag(bot: &str, session: &str) -> String {
+    tag(&format!("{bot}:{session}"))
+}
+
+/// The hash tag of a bot: `{<bot>}`.
+fn bot_tag(bot: &str) -> String {
+    tag(bot)
+}
+
+fn tag(value: &str) -> String {
+    if value.is_empty() || value.contains(['{', '}']) {
+        let digest = Sha256::digest(value.as_bytes());
+        let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{{#{hex}}}")
+    } else {
+        format!("{{{value}}}")
+    }
+}
 
 /// Session metadata hash: `created_at`, `updated_at`, `last_consolidated`, `metadata` (JSON).
 pub fn session_meta(bot: &str, session: &str) -> String {
-    format!("nanobot:{bot}:session:{session}:meta")
+    format!("nanobot:{}:session:meta", session_tag(bot, session))
 }
 
 /// Session messages: a list of JSON rows in nanobot's session format, append-only.
 pub fn session_messages(bot: &str, session: &str) -> String {
-    format!("nanobot:{bot}:session:{session}:messages")
+    format!("nanobot:{}:session:messages", session_tag(bot, session))
 }
 
 /// The set of session keys of `bot`.
 pub fn sessions(bot: &str) -> String {
-    format!("nanobot:{bot}:sessions")
+    format!("nanobot:{}:sessions", bot_tag(bot))
 }
 
-/// Marker that an inbound message id was already processed (with a TTL).
-pub fn inbound_seen(bot: &str, message_id: &str) -> String {
-    format!("nanobot:{bot}:seen:inbound:{message_id}")
+/// Marker that an inbound message id of a session was already processed (with a TTL).
+pub fn inbound_seen(bot: &str, session: &str, message_id: &str) -> String {
+    format!(
+        "nanobot:{}:seen:inbound:{message_id}",
+        session_tag(bot, session)
+    )
 }
 
 /// Failed attempts at a turn of an inbound message (with a TTL); after a few the message is
 /// answered with an error so one poison message cannot block its session.
-pub fn inbound_attempts(bot: &str, message_id: &str) -> String {
-    format!("nanobot:{bot}:attempts:inbound:{message_id}")
+pub fn inbound_attempts(bot: &str, session: &str, message_id: &str) -> String {
+    format!(
+        "nanobot:{}:attempts:inbound:{message_id}",
+        session_tag(bot, session)
+    )
 }
 
 /// Marker that an outbound delivery id was already delivered (with a TTL).
 pub fn outbound_delivered(bot: &str, delivery_id: &str) -> String {
-    format!("nanobot:{bot}:seen:outbound:{delivery_id}")
+    format!("nanobot:{}:seen:outbound:{delivery_id}", bot_tag(bot))
 }
 
 /// Per-session lease (holder + fencing token).
 pub fn session_lease(bot: &str, session: &str) -> String {
-    format!("nanobot:{bot}:lease:{session}")
+    format!("nanobot:{}:lease", session_tag(bot, session))
 }
 
 /// Monotonic fencing-token counter of a session.
 pub fn session_fence(bot: &str, session: &str) -> String {
-    format!("nanobot:{bot}:fence:{session}")
+    format!("nanobot:{}:fence", session_tag(bot, session))
 }
 
 /// Stream sequence of the last inbound message of a session that a turn has answered (the
 /// session's mailbox cursor; written only under the session's fencing token).
 pub fn session_cursor(bot: &str, session: &str) -> String {
-    format!("nanobot:{bot}:cursor:{session}")
+    format!("nanobot:{}:cursor", session_tag(bot, session))
 }
 
 /// A committed turn's reply not yet confirmed published (the outbox of a session).
 pub fn session_outbox(bot: &str, session: &str) -> String {
-    format!("nanobot:{bot}:outbox:{session}")
+    format!("nanobot:{}:outbox", session_tag(bot, session))
 }
 
 /// Per-bot lock held by the memory worker that writes history.jsonl and the cursors.
 pub fn memory_lock(bot: &str) -> String {
-    format!("nanobot:{bot}:lock:memory")
+    format!("nanobot:{}:lock:memory", bot_tag(bot))
 }
 
 /// Fence counter of the memory lock of `bot` (a token per holder).
 pub fn memory_fence(bot: &str) -> String {
-    format!("nanobot:{bot}:fence:memory")
+    format!("nanobot:{}:fence:memory", bot_tag(bot))
 }
 
 /// Marker that memory job `id` of `bot` is done (with a TTL); its value is the encoded result,
 /// answered again when the job is delivered again.
 pub fn memory_job_done(bot: &str, id: &str) -> String {
-    format!("nanobot:{bot}:seen:memory:{id}")
+    format!("nanobot:{}:seen:memory:{id}", bot_tag(bot))
 }
 
 /// The cron leader lease (one leader fires for the whole fleet).
-pub const CRON_LEADER: &str = "nanobot:fleet:cron:leader";
+pub const CRON_LEADER: &str = "nanobot:{fleet}:cron:leader";
 /// Fence counter of the cron leader lease.
-pub const CRON_LEADER_FENCE: &str = "nanobot:fleet:cron:fence";
+pub const CRON_LEADER_FENCE: &str = "nanobot:{fleet}:cron:fence";
 
 /// Last fire time of a cron job (unix ms), so a new leader neither skips nor repeats.
 pub fn cron_last_fire(bot: &str, job_id: &str) -> String {
-    format!("nanobot:{bot}:cron:last:{job_id}")
+    format!("nanobot:{}:cron:last:{job_id}", bot_tag(bot))
+}
+
+/// The Redis Cluster hash tag of `key` (what decides its slot): the text between the first
+/// `{` and the next `}` when not empty, else the whole key.
+pub fn hash_tag(key: &str) -> &str {
+    if let Some(open) = key.find('{')
+        && let Some(len) = key[open + 1..].find('}')
+        && len > 0
+    {
+        return &key[open + 1..open + 1 + len];
+    }
+    key
+}
+
+/// The Telegram poller lease of one bot token (`token_id` is a hash of the token, never the
+/// token): exactly one gateway replica long-polls it.
+pub fn telegram_poller(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{}:telegram:{token_id}:poller", bot_tag(bot))
+}
+
+/// Fence counter of [`telegram_poller`].
+pub fn telegram_poller_fence(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{}:telegram:{token_id}:fence", bot_tag(bot))
+}
+
+/// The next `getUpdates` offset of one bot token (written only under the poller's fence).
+pub fn telegram_offset(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{}:telegram:{token_id}:offset", bot_tag(bot))
+}
+
+/// The streaming preview of one reply (`reply_to` = the inbound id): the preview's message id
+/// while deltas edit it, `final` once the final reply took it over (with a TTL).
+pub fn telegram_stream(bot: &str, reply_to: &str) -> String {
+    format!("nanobot:{}:telegram:stream:{reply_to}", bot_tag(bot))
+}
+
+/// A pending pairing request of `bot` by its code (JSON, TTL 600 s).
+pub fn pairing_code(bot: &str, code: &str) -> String {
+    format!("nanobot:{}:pairing:code:{code}", bot_tag(bot))
+}
+
+/// The set of pending pairing codes of `bot` (an index of [`pairing_code`] keys; a code
+/// whose key expired is dropped from it when listed).
+pub fn pairing_index(bot: &str) -> String {
+    format!("nanobot:{}:pairing:codes", bot_tag(bot))
+}
+
+/// The pending code of one sender of a channel (same TTL as the code).
+pub fn pairing_sender(bot: &str, channel: &str, sender_id: &str) -> String {
+    format!(
+        "nanobot:{}:pairing:sender:{channel}:{sender_id}",
+        bot_tag(bot)
+    )
+}
+
+/// The set of senders of a channel approved through pairing.
+pub fn pairing_approved(bot: &str, channel: &str) -> String {
+    format!("nanobot:{}:pairing:approved:{channel}", bot_tag(bot))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Every key of one session, as the session's scripts touch them together.
+    fn session_keys(bot: &str, s: &str) -> Vec<String> {
+        vec![
+            session_meta(bot, s),
+            session_messages(bot, s),
+            session_lease(bot, s),
+            session_fence(bot, s),
+            session_cursor(bot, s),
+            session_outbox(bot, s),
+            inbound_seen(bot, s, "m-1"),
+            inbound_attempts(bot, s, "m-1"),
+        ]
+    }
+
     #[test]
-    fn keys_share_the_bot_prefix_and_have_no_spaces() {
-        let all = [
-            session_meta("b", "api:x"),
-            session_messages("b", "api:x"),
+    fn every_key_of_a_session_shares_one_hash_tag_whatever_the_session_key() {
+        for session in [
+            "api:x",
+            "telegram:123:topic:7",
+            "a}b",
+            "}starts-with-a-brace",
+            "{x}",
+            "ends{",
+            "",
+        ] {
+            let keys = session_keys("b", session);
+            let tag = hash_tag(&keys[0]);
+            assert!(!tag.is_empty());
+            for k in &keys {
+                assert_eq!(hash_tag(k), tag, "{k} shares the slot of {}", keys[0]);
+                assert!(k.starts_with("nanobot:{"), "{k}");
+            }
+        }
+        assert_ne!(
+            hash_tag(&session_meta("b", "s1")),
+            hash_tag(&session_meta("b", "s2")),
+            "sessions spread over slots"
+        );
+        assert_ne!(
+            hash_tag(&session_meta("b", "a}b")),
+            hash_tag(&session_meta("b", "a}c")),
+            "digested tags still tell sessions apart"
+        );
+    }
+
+    #[test]
+    fn per_bot_and_fleet_locks_share_a_tag_with_their_fence() {
+        for bot in ["b", "we{ird}"] {
+            assert_eq!(hash_tag(&memory_lock(bot)), hash_tag(&memory_fence(bot)));
+            assert_ne!(hash_tag(&memory_lock(bot)), memory_lock(bot));
+        }
+        assert_eq!(hash_tag(CRON_LEADER), hash_tag(CRON_LEADER_FENCE));
+        assert_eq!(hash_tag(CRON_LEADER), "fleet");
+    }
+
+    #[test]
+    fn hash_tag_follows_redis_cluster_rules() {
+        assert_eq!(hash_tag("a{b}c"), "b");
+        assert_eq!(
+            hash_tag("a{}c{d}"),
+            "a{}c{d}",
+            "an empty tag hashes the whole key"
+        );
+        assert_eq!(hash_tag("a{b"), "a{b");
+        assert_eq!(hash_tag("{x}{y}"), "x");
+    }
+
+    #[test]
+    fn keys_have_the_prefix_and_no_spaces_and_never_collide() {
+        let mut all = session_keys("b", "api:x");
+        all.extend([
             sessions("b"),
-            inbound_seen("b", "1"),
-            inbound_attempts("b", "1"),
             outbound_delivered("b", "1"),
-            session_lease("b", "s"),
-            session_fence("b", "s"),
-            session_cursor("b", "s"),
-            session_outbox("b", "s"),
             memory_lock("b"),
             memory_fence("b"),
             memory_job_done("b", "j"),
             cron_last_fire("b", "j"),
-        ];
+            telegram_poller("b", "t"),
+            telegram_poller_fence("b", "t"),
+            telegram_offset("b", "t"),
+            telegram_stream("b", "m"),
+            pairing_code("b", "C"),
+            pairing_index("b"),
+            pairing_sender("b", "telegram", "42|alice"),
+            pairing_approved("b", "telegram"),
+            CRON_LEADER.to_string(),
+            CRON_LEADER_FENCE.to_string(),
+        ]);
         for k in &all {
-            assert!(k.starts_with("nanobot:b:"), "{k}");
+            assert!(k.starts_with("nanobot:{"), "{k}");
             assert!(!k.contains(' '), "{k}");
         }
-        assert_ne!(session_meta("b", "s"), session_messages("b", "s"));
-        assert!(CRON_LEADER.starts_with("nanobot:"));
-        assert!(CRON_LEADER_FENCE.starts_with("nanobot:"));
+        let unique: std::collections::BTreeSet<&String> = all.iter().collect();
+        assert_eq!(unique.len(), all.len(), "{all:?}");
     }
 }

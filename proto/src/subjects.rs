@@ -44,6 +44,12 @@ pub const STATUS: &str = "nanobot.fleet.status";
 /// Cancels a running turn wherever it runs: `nanobot.<bot>.control.stop.<session>`.
 pub const STOP_ALL: &str = "nanobot.*.control.stop.*";
 
+/// Durable consumer of a chat channel's outbound messages (all bots), shared by the gateway
+/// replicas: `gateway-<channel>`.
+pub fn channel_outbound_consumer(channel: &str) -> String {
+    format!("gateway-{}", token(channel))
+}
+
 /// The characters allowed verbatim in a subject token.
 fn is_plain(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '@' | '+' | '=')
@@ -139,6 +145,33 @@ pub fn stop(bot: &str, session_key: &str) -> String {
     format!("nanobot.{}.control.stop.{}", token(bot), token(session_key))
 }
 
+/// What a subject under [`TOOL_CALL_ALL`] or [`TOOL_LIST_ALL`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolSubject<'a> {
+    /// `nanobot.<bot>.tools.call.<tool>`: run the tool (tokens as published).
+    Call {
+        /// The bot token.
+        bot: &'a str,
+        /// The tool token.
+        tool: &'a str,
+    },
+    /// `nanobot.<bot>.tools.list`: list the tools.
+    List {
+        /// The bot token.
+        bot: &'a str,
+    },
+}
+
+/// Classifies a tool subject; `None` for anything else.
+pub fn parse_tool_subject(subject: &str) -> Option<ToolSubject<'_>> {
+    let tokens: Vec<&str> = subject.split('.').collect();
+    match tokens.as_slice() {
+        ["nanobot", bot, "tools", "call", tool] => Some(ToolSubject::Call { bot, tool }),
+        ["nanobot", bot, "tools", "list"] => Some(ToolSubject::List { bot }),
+        _ => None,
+    }
+}
+
 /// Returns the bot token of any `nanobot.<bot>.…` subject.
 pub fn bot_of(subject: &str) -> Option<&str> {
     let mut parts = subject.split('.');
@@ -220,5 +253,18 @@ mod tests {
         assert_ne!(inbound("b", "api", "x"), inbound("b", "api", "y"));
         assert_eq!(bot_of(&consolidate("bot1")), Some("bot1"));
         assert_eq!(bot_of("other.x"), None);
+        assert_eq!(
+            parse_tool_subject(&tool_call("b", "read_file")),
+            Some(ToolSubject::Call {
+                bot: "b",
+                tool: "read_file"
+            })
+        );
+        assert_eq!(
+            parse_tool_subject(&tool_list("b")),
+            Some(ToolSubject::List { bot: "b" })
+        );
+        assert_eq!(parse_tool_subject("nanobot.b.tools.call"), None);
+        assert_eq!(parse_tool_subject(&consolidate("b")), None);
     }
 }

@@ -11,72 +11,12 @@
 //! ```
 
 mod fleet;
-mod servers;
-mod service;
 #[cfg(test)]
 mod tests;
 
-use std::future::Future;
-use std::path::PathBuf;
-use std::time::Duration;
-
-use anyhow::Context as _;
-
 pub use fleet::{Fleet, FleetBuilder, missing_ready_roles, request_statuses};
-pub use servers::{Nats, Redis};
-pub use service::{ServiceProc, bin_path};
-
-/// How often [`wait_until`] re-checks its condition.
-const POLL: Duration = Duration::from_millis(25);
-
-/// Returns a TCP port on 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).context("bind a free port")?;
-    Ok(listener.local_addr().context("read the free port")?.port())
-}
-
-/// Polls `check` until it returns true; fails after `timeout`.
-pub async fn wait_until<F, Fut>(mut check: F, timeout: Duration) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if check().await {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            anyhow::bail!("condition not met within {timeout:?}");
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Finds an infrastructure binary (`nats-server`, `redis-server`): the `env_var` override,
-/// then `$NANOBOT_CACHE_DIR/bin` (default `$HOME/.cache/nanobot/bin`), then `PATH`.
-pub fn find_server_binary(name: &str, env_var: &str) -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os(env_var) {
-        let path = PathBuf::from(path);
-        anyhow::ensure!(path.is_file(), "{env_var}={} is not a file", path.display());
-        return Ok(path);
-    }
-    let cache = std::env::var_os("NANOBOT_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/nanobot"))
-        });
-    let mut candidates: Vec<PathBuf> = cache
-        .into_iter()
-        .map(|c| c.join("bin").join(name))
-        .collect();
-    if let Some(path) = std::env::var_os("PATH") {
-        candidates.extend(std::env::split_paths(&path).map(|dir| dir.join(name)));
-    }
-    for candidate in candidates {
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    anyhow::bail!("{name} not found: run `scripts/deps.sh` (or `make deps`) to install {name}")
-}
+pub use nanobot_runtime::testsuite::{
+    Nats, NatsCluster, Redis, RedisCluster, ServiceProc, bin_path, connect_cluster,
+    find_server_binary, free_port, redis_primaries, wait_cluster_formed,
+    wait_redis_cluster_healthy, wait_until,
+};

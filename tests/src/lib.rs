@@ -5,6 +5,9 @@
 //! # Layout
 //! - [`scripted_llm`]: the scripted LLM HTTP server ([`scripted_llm::ScriptedLlm`],
 //!   [`scripted_llm::Reply`]).
+//! - [`telegram_fake`]: a Telegram Bot API fake over real HTTP ([`telegram_fake::TelegramFake`],
+//!   [`telegram_fake::FakeBot`], [`telegram_fake::Incoming`]): several bots, long polling with
+//!   409 for a second poller, HTML checks, scripted 429s, recorded calls.
 //! - [`harness`]: real processes killed on drop ([`harness::Nats`], [`harness::Redis`],
 //!   [`harness::ServiceProc`], [`harness::Fleet`]) and waiting helpers.
 //! - `e2e` (tests only): end-to-end tests of the whole fleet.
@@ -13,6 +16,7 @@
 
 pub mod harness;
 pub mod scripted_llm;
+pub mod telegram_fake;
 
 #[cfg(test)]
 mod e2e;

@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use nanobot_runtime::store::Store;
 
 use nanobot_core::context::ContextBuilder;
 use nanobot_core::provider::Provider;
 use nanobot_core::resolve::{self, Target};
 use nanobot_core::session::SessionStore;
-use nanobot_core::tools::ToolClient;
+use nanobot_core::tools::{Replies, ToolClient};
 use nanobot_runtime::config::{BotSpec, Config};
 
 /// Everything a turn of one bot needs.
@@ -49,13 +49,11 @@ pub fn builtin_skills_dir() -> Option<PathBuf> {
 }
 
 /// Builds the per-bot state of every configured bot, by id.
-pub fn build(
-    cfg: &Config,
-    nats: &async_nats::Client,
-    redis: &ConnectionManager,
-) -> HashMap<String, Arc<Bot>> {
+pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<String, Arc<Bot>> {
     let skills = builtin_skills_dir();
     let tool_timeout = Duration::from_secs(cfg.bus.tool_timeout_secs.max(1));
+    // One reply subscription for every tool call of this runner, whatever the bot.
+    let replies = Replies::new(nats.clone());
     cfg.bots()
         .into_iter()
         .map(|spec| {
@@ -63,7 +61,8 @@ pub fn build(
             tracing::info!(bot = %spec.id, provider = %target.provider, model = %target.model, "bot ready");
             let bot = Bot {
                 sessions: SessionStore::new(redis.clone(), &spec.id),
-                tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout),
+                tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout)
+                    .with_replies(replies.clone()),
                 provider,
                 target,
                 context: ContextBuilder {

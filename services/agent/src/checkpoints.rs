@@ -10,22 +10,17 @@
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 
-use nanobot_core::checkpoint::{CheckpointSink, RUNTIME_CHECKPOINT_KEY};
+use nanobot_core::checkpoint::{Checkpoint, CheckpointSink, Phase};
 use nanobot_core::history;
-use nanobot_core::session::{Commit, SessionStore};
+use nanobot_core::session::{Commit, SessionStore, meta};
 
 use crate::mailbox::{FollowUps, Taken};
 
-/// Session metadata key: ids of follow-ups injected into the running turn and saved.
-pub const INJECTED_IDS_KEY: &str = "_injected_ids";
-/// Session metadata key: stream sequence of the last follow-up saved with the running turn.
-pub const INJECTED_SEQ_KEY: &str = "_injected_seq";
-
 /// Restores what a resumed turn had taken from its mailbox, from the session `metadata`.
 pub fn taken_from(metadata: &Map<String, Value>) -> Option<Taken> {
-    let seq = metadata.get(INJECTED_SEQ_KEY)?.as_u64()?;
+    let seq = metadata.get(meta::INJECTED_SEQ)?.as_u64()?;
     let ids = metadata
-        .get(INJECTED_IDS_KEY)?
+        .get(meta::INJECTED_IDS)?
         .as_array()?
         .iter()
         .filter_map(|v| v.as_str().map(str::to_string))
@@ -111,13 +106,13 @@ impl<'a> SessionCheckpoints<'a> {
         if !taken.ids.is_empty() {
             state
                 .metadata
-                .insert(INJECTED_IDS_KEY.into(), json!(taken.ids));
+                .insert(meta::INJECTED_IDS.into(), json!(taken.ids));
             state
                 .metadata
-                .insert(INJECTED_SEQ_KEY.into(), json!(taken.last_seq));
+                .insert(meta::INJECTED_SEQ.into(), json!(taken.last_seq));
         }
         if clear_checkpoint {
-            state.metadata.remove(RUNTIME_CHECKPOINT_KEY);
+            state.metadata.remove(meta::RUNTIME_CHECKPOINT);
         }
         let commit = Commit {
             rows: rows.clone(),
@@ -132,30 +127,26 @@ impl<'a> SessionCheckpoints<'a> {
 
 #[async_trait::async_trait]
 impl CheckpointSink for SessionCheckpoints<'_> {
-    async fn checkpoint(&self, mut payload: Value, turn_messages: &[Value]) {
-        if payload["phase"] == "final_response" {
+    async fn checkpoint(&self, mut checkpoint: Checkpoint, turn_messages: &[Value]) {
+        if checkpoint.phase == Phase::FinalResponse {
             if let Err(e) = self.save_rest(turn_messages, true).await {
                 tracing::warn!(session_id = %self.key, "failed to save the turn so far: {e:#}");
             }
             return;
         }
-        if payload["phase"] == "tools_completed" {
+        if checkpoint.phase == Phase::ToolsCompleted {
             match self.save_rest(turn_messages, false).await {
                 Ok(_) => {
                     // Record the results as stored, so recovery recognises them in history.
-                    if let Some(results) = payload
-                        .get_mut("completed_tool_results")
-                        .and_then(Value::as_array_mut)
-                    {
-                        let saved = history::rows_to_save(results, self.max_tool_result_chars);
-                        *results = saved
-                            .into_iter()
-                            .map(|mut r| {
-                                r.as_object_mut().map(|o| o.remove("timestamp"));
-                                r
-                            })
-                            .collect();
-                    }
+                    let results = &checkpoint.completed_tool_results;
+                    let saved = history::rows_to_save(results, self.max_tool_result_chars);
+                    checkpoint.completed_tool_results = saved
+                        .into_iter()
+                        .map(|mut r| {
+                            r.as_object_mut().map(|o| o.remove("timestamp"));
+                            r
+                        })
+                        .collect();
                 }
                 Err(e) => {
                     tracing::warn!(session_id = %self.key, "failed to save tool batch: {e:#}")
@@ -164,7 +155,7 @@ impl CheckpointSink for SessionCheckpoints<'_> {
         }
         let outcome = self
             .update(|m| {
-                m.insert(RUNTIME_CHECKPOINT_KEY.into(), payload);
+                m.insert(meta::RUNTIME_CHECKPOINT.into(), checkpoint.to_json());
             })
             .await;
         if let Err(e) = outcome {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use nanobot_runtime::store::Store;
 
 use nanobot_proto::keys;
 
@@ -19,7 +19,7 @@ pub struct Leases {
 
 impl Leases {
     /// Returns the lease taker of runner `holder` with lease time `ttl`.
-    pub fn new(redis: ConnectionManager, holder: &str, ttl: Duration) -> Self {
+    pub fn new(redis: Store, holder: &str, ttl: Duration) -> Self {
         Self {
             inner: nanobot_runtime::lease::Leases::new(redis, holder, ttl),
         }

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use nanobot_core::runner::Injections;
 use nanobot_proto::{InboundMessage, keys, subjects};
+use nanobot_runtime::store::Store;
 use redis::AsyncCommands as _;
-use redis::aio::ConnectionManager;
 
 use crate::commands::{self, Parsed};
 
@@ -71,8 +71,9 @@ pub struct FollowUps {
     mailbox: Mailbox,
     subject: String,
     state: Mutex<Taken>,
-    redis: ConnectionManager,
+    redis: Store,
     bot: String,
+    session_key: String,
     turn_id: String,
 }
 
@@ -95,11 +96,13 @@ pub struct Taken {
 }
 
 impl FollowUps {
-    /// Follow-ups of the turn of message `turn_id` (bot `bot`), on `subject` after `seq`.
+    /// Follow-ups of the turn of message `turn_id` (bot `bot`, session `session_key`), on
+    /// `subject` after `seq`.
     pub fn new(
         mailbox: Mailbox,
-        redis: ConnectionManager,
+        redis: Store,
         bot: &str,
+        session_key: &str,
         turn_id: &str,
         subject: &str,
         seq: u64,
@@ -113,6 +116,7 @@ impl FollowUps {
             }),
             redis,
             bot: bot.to_string(),
+            session_key: session_key.to_string(),
             turn_id: turn_id.to_string(),
         }
     }
@@ -124,7 +128,7 @@ impl FollowUps {
             return true;
         }
         let mut conn = self.redis.clone();
-        conn.exists(keys::inbound_seen(&self.bot, id))
+        conn.exists(keys::inbound_seen(&self.bot, &self.session_key, id))
             .await
             .unwrap_or(false)
     }

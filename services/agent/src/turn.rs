@@ -6,15 +6,13 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use nanobot_core::checkpoint::{
-    self, PENDING_TURN_ID_KEY, PENDING_USER_TURN_KEY, RUNTIME_CHECKPOINT_KEY, Restore,
-};
+use nanobot_core::checkpoint::{self, Restore};
 use nanobot_core::history;
 use nanobot_core::hooks::{AgentHook, CompositeHook, LoggingHook, UsageHook};
 use nanobot_core::memory::{self as core_memory, Budget, estimate_messages};
 use nanobot_core::resolve;
 use nanobot_core::runner::{self, Injections, RunDeps, RunSpec};
-use nanobot_core::session::{Commit, SessionStore, now_iso};
+use nanobot_core::session::{Commit, SessionStore, meta, now_iso};
 use nanobot_core::tools::ToolScope;
 use nanobot_proto::{OutboundKind, keys};
 
@@ -38,9 +36,6 @@ pub struct TurnCtx<'a> {
     /// Follow-up messages read from the session's mailbox.
     pub follow_ups: Option<&'a FollowUps>,
 }
-
-/// Session metadata key of the last turn's usage (for `/status`).
-pub const LAST_USAGE_KEY: &str = "last_usage";
 
 /// The input of a turn, from a chat message or a cron fire.
 #[derive(Debug, Clone, Default)]
@@ -86,7 +81,7 @@ async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<Str
     let session = bot.sessions.load(session_key).await?;
     let usage = session
         .metadata
-        .get(LAST_USAGE_KEY)
+        .get(meta::LAST_USAGE)
         .cloned()
         .unwrap_or(Value::Null);
     let get = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -123,14 +118,14 @@ pub async fn recover(
     how: Restore,
 ) -> anyhow::Result<usize> {
     let mut session = sessions.load(session_key).await?;
-    if !session.metadata.contains_key(RUNTIME_CHECKPOINT_KEY)
-        && !session.metadata.contains_key(PENDING_USER_TURN_KEY)
+    if !session.metadata.contains_key(meta::RUNTIME_CHECKPOINT)
+        && !session.metadata.contains_key(meta::PENDING_USER_TURN)
     {
         return Ok(0);
     }
     let interrupted = session
         .metadata
-        .get(PENDING_TURN_ID_KEY)
+        .get(meta::PENDING_TURN_ID)
         .and_then(Value::as_str)
         .map(str::to_string);
     let rows = checkpoint::restore(&session.messages, &mut session.metadata, how);
@@ -147,7 +142,8 @@ pub async fn recover(
     if how == Restore::Close
         && let Some(id) = interrupted
     {
-        deps.mark_seen(&keys::inbound_seen(&bot.spec.id, &id)).await;
+        deps.mark_seen(&keys::inbound_seen(&bot.spec.id, session_key, &id))
+            .await;
     }
     tracing::info!(session_id = %session_key, rows = rows.len(), resumed = how == Restore::Resume, "restored interrupted turn");
     Ok(rows.len())
@@ -196,7 +192,7 @@ pub async fn run(
     let d = &cfg.agents.defaults;
     let pending = sessions.load(&input.session_key).await?.metadata;
     let resume =
-        pending.get(PENDING_TURN_ID_KEY).and_then(Value::as_str) == Some(input.id.as_str());
+        pending.get(meta::PENDING_TURN_ID).and_then(Value::as_str) == Some(input.id.as_str());
     let how = if resume {
         Restore::Resume
     } else {
@@ -217,8 +213,8 @@ pub async fn run(
     // The pending markers go with the user message in one write: a retry after a failure
     // in between would otherwise store the message twice.
     let mut metadata = session.metadata;
-    metadata.insert(PENDING_USER_TURN_KEY.into(), json!(true));
-    metadata.insert(PENDING_TURN_ID_KEY.into(), json!(input.id));
+    metadata.insert(meta::PENDING_USER_TURN.into(), json!(true));
+    metadata.insert(meta::PENDING_TURN_ID.into(), json!(input.id));
     let mut messages = if resume {
         // A redelivered message whose turn was interrupted: continue from its saved rows.
         sessions.set_metadata(&input.session_key, &metadata).await?;
@@ -286,6 +282,7 @@ pub async fn run(
             reasoning_effort: d.reasoning_effort.clone(),
             max_iterations: d.max_tool_iterations,
             llm_timeout: resolve::llm_timeout(cfg),
+            capped_replies: bot.target.caps_replies(),
             scope: ToolScope {
                 session_key: input.session_key.clone(),
                 channel: input.channel.clone(),
@@ -308,13 +305,13 @@ pub async fn run(
     );
     let (rows, metadata) = sink
         .finish(&result.new_messages, |m| {
-            m.remove(RUNTIME_CHECKPOINT_KEY);
-            m.remove(PENDING_USER_TURN_KEY);
-            m.remove(PENDING_TURN_ID_KEY);
-            m.remove(checkpoints::INJECTED_IDS_KEY);
-            m.remove(checkpoints::INJECTED_SEQ_KEY);
+            m.remove(meta::RUNTIME_CHECKPOINT);
+            m.remove(meta::PENDING_USER_TURN);
+            m.remove(meta::PENDING_TURN_ID);
+            m.remove(meta::INJECTED_IDS);
+            m.remove(meta::INJECTED_SEQ);
             m.insert(
-                LAST_USAGE_KEY.into(),
+                meta::LAST_USAGE.into(),
                 json!({"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens, "cached_tokens": result.usage.cached_tokens}),
             );
         })

@@ -112,6 +112,15 @@ impl AgentHook for TurnHook {
         }
         Ok(())
     }
+    /// A segment streamed before tools run ends here (upstream's `_stream_end` with
+    /// `_resuming`): channels close the streamed message and start a new one for the text
+    /// after the tools. The turn's last segment is ended by the turn itself, after commit.
+    fn on_stream_end(&self, resuming: bool) -> HookResult {
+        if self.gates.stream && resuming {
+            self.send(OutboundKind::StreamEnd, String::new());
+        }
+        Ok(())
+    }
     fn before_execute_tools(&self, response: &ChatResponse) -> HookResult {
         let text = response.content.as_deref().unwrap_or("").trim();
         if self.gates.progress && !self.gates.stream && !text.is_empty() {

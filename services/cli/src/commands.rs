@@ -46,6 +46,12 @@ pub enum Command {
     },
     /// Show every live service replica and the work waiting; exits 1 when a role is down.
     Status,
+    /// The NATS side of the fleet.
+    Bus {
+        /// What to do.
+        #[command(subcommand)]
+        command: BusCommand,
+    },
     /// Start the whole local fleet (NATS, Redis, local model, every role) in the background.
     Up {
         /// Directory for pids, logs and data (default `~/.nanobot/run`).
@@ -61,11 +67,28 @@ pub enum Command {
         #[arg(long)]
         run_dir: Option<PathBuf>,
     },
+    /// Approve or revoke chat-channel senders: `list`, `approve CODE`, `revoke SENDER`.
+    Pairing {
+        /// Bot id (default: every bot).
+        #[arg(long)]
+        bot: Option<String>,
+        /// What to do.
+        #[command(subcommand)]
+        action: crate::pairing::PairingAction,
+    },
     /// Exit 0 when `GET <url>` answers 2xx (container health checks).
     Probe {
         /// URL to check.
         url: String,
     },
+}
+
+/// `nanobot bus …` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum BusCommand {
+    /// Create the fleet's JetStream streams, or update them to this version's settings and
+    /// `bus.streamReplicas` (idempotent; `up` runs it too). Roles only check them.
+    Init,
 }
 
 fn load(cli: &Cli) -> anyhow::Result<Config> {
@@ -106,6 +129,9 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         } => {
             let cfg = load(&cli)?;
             let bus = connect(&cfg).await?;
+            bus::verify_streams(&bus.js)
+                .await
+                .context("check the jetstream streams")?;
             if crate::chat::live(&bus, "agent").await == 0 {
                 eprintln!(
                     "warning: no nanobot-agent replica answered; the message will wait in JetStream until one starts"
@@ -117,6 +143,25 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 Some(text) => crate::chat::one_shot(&mut chat, text).await?,
                 None => crate::chat::interactive(&mut chat).await?,
             }
+            Ok(0)
+        }
+        Command::Bus {
+            command: BusCommand::Init,
+        } => {
+            let cfg = load(&cli)?;
+            let bus = connect(&cfg).await?;
+            bus::init_streams(&bus.js, cfg.bus.stream_replicas)
+                .await
+                .context("create the jetstream streams")?;
+            println!(
+                "jetstream streams ready ({} replica{})",
+                cfg.bus.stream_replicas,
+                if cfg.bus.stream_replicas == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            );
             Ok(0)
         }
         Command::Status => {
@@ -145,6 +190,10 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 .unwrap_or_else(crate::fleet::default_run_dir);
             crate::fleet::down(&dir).await?;
             Ok(0)
+        }
+        Command::Pairing { bot, action } => {
+            let cfg = load(&cli)?;
+            crate::pairing::run(&cfg, bot.as_deref(), action).await
         }
         Command::Probe { url } => {
             let ok = reqwest::Client::new()

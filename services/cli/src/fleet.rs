@@ -112,6 +112,7 @@ pub async fn up(opts: &UpOptions, cfg: &Config) -> anyhow::Result<()> {
     let mut rows = Vec::new();
 
     rows.push(start::start_nats(&dirs, cfg, &http).await?);
+    init_streams(cfg).await?;
     rows.push(start::start_redis(&dirs, cfg, &http).await?);
     if wants_local_model(cfg, opts.with_model) {
         rows.push(start::start_model(&dirs, cfg, &http).await?);
@@ -120,6 +121,22 @@ pub async fn up(opts: &UpOptions, cfg: &Config) -> anyhow::Result<()> {
 
     print_summary(&rows, &dirs);
     Ok(())
+}
+
+/// Creates or updates the JetStream streams (`nanobot bus init`) before any role starts, since
+/// roles only check them.
+async fn init_streams(cfg: &Config) -> anyhow::Result<()> {
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let bus = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        nanobot_runtime::bus::connect(&cfg.bus, "nanobot-up", &cancel),
+    )
+    .await
+    .context("connect to nats to create the streams: timed out")?
+    .context("connect to nats to create the streams")?;
+    nanobot_runtime::bus::init_streams(&bus.js, cfg.bus.stream_replicas)
+        .await
+        .context("create the jetstream streams")
 }
 
 /// Stops every process recorded under `run_dir/pids`, roles first, then the model, Redis and

@@ -7,10 +7,12 @@
 //! - `status`: fleet status from the status subject.
 //! - `fleet`: `up` / `down`.
 //! - `onboard`: config and workspace from `templates/`.
+//! - `pairing`: `nanobot pairing list|approve|revoke` (chat-channel sender approvals).
 #![forbid(unsafe_code)]
 
 pub mod chat;
 pub mod commands;
 pub mod fleet;
 pub mod onboard;
+pub mod pairing;
 pub mod status;

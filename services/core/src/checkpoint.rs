@@ -8,29 +8,75 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::session::now_iso;
+use crate::session::{meta, now_iso};
 
-/// Session metadata key of the in-flight turn state.
-pub const RUNTIME_CHECKPOINT_KEY: &str = "runtime_checkpoint";
-/// Session metadata key set while a persisted user message awaits its reply.
-pub const PENDING_USER_TURN_KEY: &str = "pending_user_turn";
-/// Session metadata key of the id of the message whose turn is pending (fleet extension: a
-/// redelivered message with this id resumes its own turn instead of starting a new one).
-pub const PENDING_TURN_ID_KEY: &str = "pending_turn_id";
 /// Synthetic result for a tool call that never finished.
 pub const TOOL_INTERRUPTED: &str = "Error: Task interrupted before this tool finished.";
 /// Synthetic reply for a user message that never got one.
 pub const RESPONSE_INTERRUPTED: &str = "Error: Task interrupted before a response was generated.";
 
+/// Where a turn stands when the runner emits a checkpoint (upstream's `phase` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The model asked for tools; none has run yet.
+    AwaitingTools,
+    /// A tool batch finished; its results are in the checkpoint.
+    ToolsCompleted,
+    /// A final reply exists but follow-ups arrived: the turn goes on.
+    FinalResponse,
+}
+
+impl Phase {
+    /// Returns upstream's spelling (`awaiting_tools`, `tools_completed`, `final_response`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AwaitingTools => "awaiting_tools",
+            Self::ToolsCompleted => "tools_completed",
+            Self::FinalResponse => "final_response",
+        }
+    }
+}
+
+/// One checkpoint of a running turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Where the turn stands.
+    pub phase: Phase,
+    /// The runner iteration.
+    pub iteration: u32,
+    /// The model in use.
+    pub model: String,
+    /// The assistant message of this iteration.
+    pub assistant_message: Value,
+    /// Tool result rows of the finished batch.
+    pub completed_tool_results: Vec<Value>,
+    /// Tool calls not run yet.
+    pub pending_tool_calls: Vec<Value>,
+}
+
+impl Checkpoint {
+    /// Returns the checkpoint in upstream's `runtime_checkpoint` format.
+    pub fn to_json(&self) -> Value {
+        payload(
+            self.phase.as_str(),
+            self.iteration,
+            &self.model,
+            &self.assistant_message,
+            &self.completed_tool_results,
+            &self.pending_tool_calls,
+        )
+    }
+}
+
 /// Receives the runner's checkpoints.
 #[async_trait::async_trait]
 pub trait CheckpointSink: Send + Sync {
-    /// Stores `payload`; `turn_messages` are the messages the run has appended so far.
-    async fn checkpoint(&self, payload: Value, turn_messages: &[Value]);
+    /// Stores `checkpoint`; `turn_messages` are the messages the run has appended so far.
+    async fn checkpoint(&self, checkpoint: Checkpoint, turn_messages: &[Value]);
 }
 
 /// Returns a checkpoint payload in upstream's format.
-pub fn payload(
+fn payload(
     phase: &str,
     iteration: u32,
     model: &str,
@@ -76,9 +122,9 @@ pub enum Restore {
 /// checkpoint and pending markers in `metadata`. Rows already at the end of `history` (a
 /// batch the runner persisted before dying) are not repeated.
 pub fn restore(history: &[Value], metadata: &mut Map<String, Value>, how: Restore) -> Vec<Value> {
-    metadata.remove(PENDING_TURN_ID_KEY);
+    metadata.remove(meta::PENDING_TURN_ID);
     let mut rows = Vec::new();
-    if let Some(Value::Object(cp)) = metadata.remove(RUNTIME_CHECKPOINT_KEY) {
+    if let Some(Value::Object(cp)) = metadata.remove(meta::RUNTIME_CHECKPOINT) {
         let mut restored = Vec::new();
         if let Some(assistant) = cp.get("assistant_message").filter(|v| v.is_object()) {
             restored.push(assistant.clone());
@@ -115,7 +161,7 @@ pub fn restore(history: &[Value], metadata: &mut Map<String, Value>, how: Restor
         rows.extend(restored.into_iter().skip(overlap));
     }
     let pending_user = metadata
-        .remove(PENDING_USER_TURN_KEY)
+        .remove(meta::PENDING_USER_TURN)
         .is_some_and(|v| v.as_bool().unwrap_or(false));
     let last_role = rows
         .last()
@@ -161,7 +207,7 @@ mod tests {
         let assistant = json!({"role": "assistant", "content": null, "tool_calls": [call("c1", "exec"), call("c2", "read_file")]});
         let mut meta = Map::new();
         meta.insert(
-            RUNTIME_CHECKPOINT_KEY.into(),
+            meta::RUNTIME_CHECKPOINT.into(),
             payload(
                 "awaiting_tools",
                 0,
@@ -171,7 +217,7 @@ mod tests {
                 &[call("c1", "exec"), call("c2", "read_file")],
             ),
         );
-        meta.insert(PENDING_USER_TURN_KEY.into(), json!(true));
+        meta.insert(meta::PENDING_USER_TURN.into(), json!(true));
         let history = vec![json!({"role": "user", "content": "run it"})];
         let rows = restore(&history, &mut meta, Restore::Close);
         assert!(meta.is_empty(), "markers cleared");
@@ -192,7 +238,7 @@ mod tests {
         let result = json!({"role": "tool", "tool_call_id": "c1", "name": "exec", "content": "ok"});
         let mut meta = Map::new();
         meta.insert(
-            RUNTIME_CHECKPOINT_KEY.into(),
+            meta::RUNTIME_CHECKPOINT.into(),
             payload(
                 "tools_completed",
                 1,
@@ -202,7 +248,7 @@ mod tests {
                 &[],
             ),
         );
-        meta.insert(PENDING_USER_TURN_KEY.into(), json!(true));
+        meta.insert(meta::PENDING_USER_TURN.into(), json!(true));
         let mut saved = assistant.clone();
         saved["timestamp"] = json!("t");
         let history = vec![
@@ -219,7 +265,7 @@ mod tests {
     #[test]
     fn a_user_message_without_reply_gets_the_interrupted_reply() {
         let mut meta = Map::new();
-        meta.insert(PENDING_USER_TURN_KEY.into(), json!(true));
+        meta.insert(meta::PENDING_USER_TURN.into(), json!(true));
         let mut resumed = meta.clone();
         assert!(
             restore(

@@ -13,6 +13,7 @@
 //! - [`runner`]: the LLM/tool loop; [`hooks`]: its lifecycle hooks; [`checkpoint`]: crash
 //!   recovery of interrupted turns.
 //! - [`memory`]: `memory/history.jsonl` and the raw archive format.
+//! - [`pairing`]: pairing codes and approvals of chat-channel senders (Redis, per bot).
 #![forbid(unsafe_code)]
 
 pub mod args;
@@ -21,6 +22,7 @@ pub mod context;
 pub mod history;
 pub mod hooks;
 pub mod memory;
+pub mod pairing;
 pub mod provider;
 pub mod registry;
 pub mod resolve;

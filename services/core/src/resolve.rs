@@ -29,6 +29,18 @@ pub struct Target {
 /// Reads an environment variable (injected so tests never touch the process environment).
 pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
+/// Provider name of the local default model the fleet starts when nothing else is usable.
+pub const LOCAL_PROVIDER: &str = "local";
+
+impl Target {
+    /// Returns whether the provider caps replies on purpose, so a reply cut at the token limit
+    /// must not be continued: the local default model (its server limits completions to keep
+    /// a small CPU model answering in seconds).
+    pub fn caps_replies(&self) -> bool {
+        self.provider == LOCAL_PROVIDER
+    }
+}
+
 struct Candidate<'a> {
     name: &'a str,
     config: &'a ProviderConfig,
@@ -206,7 +218,7 @@ pub fn resolve_with(cfg: &Config, bot: &BotSpec, env: EnvLookup<'_>) -> Target {
 
 fn local(cfg: &Config) -> Target {
     Target {
-        provider: "local".into(),
+        provider: LOCAL_PROVIDER.into(),
         backend: Backend::OpenAiCompat,
         model: cfg.runner.local_model.clone(),
         temperature: None,
@@ -268,6 +280,11 @@ mod tests {
         let t = resolve(&bare, &bare.bots()[0]);
         assert_eq!(t.provider, "local");
         assert_eq!(t.endpoint.api_base, "http://127.0.0.1:18080/v1");
+        assert!(
+            t.caps_replies(),
+            "the local model's capped replies are never continued"
+        );
+        assert!(!resolve(&c, &c.bots()[0]).caps_replies());
     }
 
     #[test]

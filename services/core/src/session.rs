@@ -2,12 +2,13 @@
 //! `content`, `timestamp`, `tool_calls`, `tool_call_id`, `name`, …) plus a metadata hash
 //! (`created_at`, `updated_at`, `last_consolidated`, `metadata`).
 
+use nanobot_runtime::store::Store;
 use redis::AsyncCommands as _;
-use redis::aio::ConnectionManager;
 use serde_json::{Map, Value};
 
 use nanobot_proto::keys;
 
+pub mod meta;
 mod scripts;
 
 /// Session store errors.
@@ -75,7 +76,7 @@ pub fn now_iso() -> String {
 /// Reads and writes sessions of one bot.
 #[derive(Clone)]
 pub struct SessionStore {
-    redis: ConnectionManager,
+    redis: Store,
     bot: String,
     fence: Option<Fence>,
 }
@@ -90,7 +91,7 @@ impl std::fmt::Debug for SessionStore {
 
 impl SessionStore {
     /// Returns a store for `bot`.
-    pub fn new(redis: ConnectionManager, bot: &str) -> Self {
+    pub fn new(redis: Store, bot: &str) -> Self {
         Self {
             redis,
             bot: bot.to_string(),
@@ -151,11 +152,22 @@ impl SessionStore {
         }
     }
 
-    fn token(&self) -> (String, String) {
+    /// The fence key and token a write of session `key` checks (no token: unchecked, but the
+    /// key still names this session's fence so the script's keys share one slot).
+    fn token(&self, key: &str) -> (String, String) {
         match &self.fence {
             Some(f) => (f.key.clone(), f.token.to_string()),
-            None => (keys::session_fence(&self.bot, "-"), String::new()),
+            None => (keys::session_fence(&self.bot, key), String::new()),
         }
+    }
+
+    /// Adds `key` to the bot's session index (before its first write, so a crash in between
+    /// leaves at most an index entry of an empty session; idempotent).
+    async fn index(&self, key: &str) -> Result<()> {
+        let mut conn = self.redis.clone();
+        conn.sadd::<_, _, ()>(keys::sessions(&self.bot), key)
+            .await
+            .map_err(Self::err("index", key))
     }
 
     async fn run(
@@ -166,7 +178,12 @@ impl SessionStore {
     ) -> Result<()> {
         let mut conn = self.redis.clone();
         match invocation.invoke_async::<()>(&mut conn).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.redis
+                    .replicate(&keys::session_meta(&self.bot, session))
+                    .await;
+                Ok(())
+            }
             Err(e) if e.to_string().contains("FENCED") => Err(SessionError::Fenced {
                 session: session.to_string(),
             }),
@@ -176,15 +193,14 @@ impl SessionStore {
 
     /// Appends message rows and touches `updated_at` (creating the session if needed).
     pub async fn append(&self, key: &str, rows: &[Value]) -> Result<()> {
-        let (fence, token) = self.token();
+        self.index(key).await?;
+        let (fence, token) = self.token(key);
         let mut inv = scripts::APPEND.prepare_invoke();
         inv.key(fence)
             .key(keys::session_messages(&self.bot, key))
             .key(keys::session_meta(&self.bot, key))
-            .key(keys::sessions(&self.bot))
             .arg(token)
-            .arg(now_iso())
-            .arg(key);
+            .arg(now_iso());
         for row in rows {
             inv.arg(row.to_string());
         }
@@ -204,7 +220,7 @@ impl SessionStore {
     }
 
     async fn set_field(&self, key: &str, field: &str, value: String) -> Result<()> {
-        let (fence, token) = self.token();
+        let (fence, token) = self.token(key);
         let mut inv = scripts::SET_FIELD.prepare_invoke();
         inv.key(fence)
             .key(keys::session_meta(&self.bot, key))
@@ -217,7 +233,7 @@ impl SessionStore {
     /// Clears a session (`/new`): no messages, `last_consolidated` 0, metadata kept minus
     /// `_last_summary`.
     pub async fn clear(&self, key: &str) -> Result<()> {
-        let (fence, token) = self.token();
+        let (fence, token) = self.token(key);
         let mut inv = scripts::CLEAR.prepare_invoke();
         inv.key(fence)
             .key(keys::session_messages(&self.bot, key))
@@ -231,20 +247,21 @@ impl SessionStore {
     /// the mailbox cursor moved forward, the reply put in the outbox, the answered messages
     /// marked seen.
     pub async fn commit(&self, key: &str, commit: &Commit) -> Result<()> {
-        let (fence, token) = self.token();
+        if !commit.rows.is_empty() || commit.metadata.is_some() {
+            self.index(key).await?;
+        }
+        let (fence, token) = self.token(key);
         let mut inv = scripts::COMMIT.prepare_invoke();
         inv.key(fence)
             .key(keys::session_messages(&self.bot, key))
             .key(keys::session_meta(&self.bot, key))
-            .key(keys::sessions(&self.bot))
             .key(keys::session_cursor(&self.bot, key))
             .key(keys::session_outbox(&self.bot, key));
         for id in &commit.seen {
-            inv.key(keys::inbound_seen(&self.bot, id));
+            inv.key(keys::inbound_seen(&self.bot, key, id));
         }
         inv.arg(token)
             .arg(now_iso())
-            .arg(key)
             .arg(
                 commit
                     .metadata

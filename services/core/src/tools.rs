@@ -15,8 +15,10 @@ use nanobot_proto::{ToolCallRequest, ToolCallResult, ToolListRequest, ToolSpec};
 use nanobot_runtime::bus;
 
 pub mod liveness;
+pub mod replies;
 
 pub use liveness::{AttemptError, Liveness};
+pub use replies::Replies;
 
 /// Appended to every tool error (upstream runner).
 pub const RETRY_HINT: &str = "\n\n[Analyze the error above and try a different approach.]";
@@ -84,6 +86,7 @@ type ListCache = Arc<Mutex<Option<(Instant, Vec<ToolSpec>)>>>;
 #[derive(Debug, Clone)]
 pub struct ToolClient {
     client: async_nats::Client,
+    replies: Replies,
     bot: String,
     timeout: Duration,
     liveness: Liveness,
@@ -96,6 +99,7 @@ impl ToolClient {
     /// Returns a client for `bot` with a per-call deadline.
     pub fn new(client: async_nats::Client, bot: &str, timeout: Duration) -> Self {
         Self {
+            replies: Replies::new(client.clone()),
             client,
             bot: bot.to_string(),
             timeout,
@@ -103,6 +107,12 @@ impl ToolClient {
             cache: Arc::new(Mutex::new(None)),
             read_only: Arc::new(RwLock::new(HashSet::new())),
         }
+    }
+
+    /// Shares `replies` (one reply subscription for every bot of a runner).
+    pub fn with_replies(mut self, replies: Replies) -> Self {
+        self.replies = replies;
+        self
     }
 
     /// Replaces the liveness timing (heartbeat, ack window, silence).
@@ -190,8 +200,14 @@ impl ToolClient {
             chat_id: chat_id.to_string(),
             heartbeat_ms: u32::try_from(self.liveness.heartbeat.as_millis()).unwrap_or(u32::MAX),
         };
-        let mut outcome =
-            liveness::attempt(&self.client, &request, self.timeout, self.liveness).await;
+        let mut outcome = liveness::attempt(
+            &self.client,
+            &self.replies,
+            &request,
+            self.timeout,
+            self.liveness,
+        )
+        .await;
         if let Err(AttemptError::ExecutorLost { accepted }) = &outcome
             && self.is_read_only(name)
         {
@@ -202,7 +218,8 @@ impl ToolClient {
                 "tool executor lost mid-call, retrying read-only tool"
             );
             let left = self.timeout.saturating_sub(started.elapsed());
-            outcome = liveness::attempt(&self.client, &request, left, self.liveness).await;
+            outcome =
+                liveness::attempt(&self.client, &self.replies, &request, left, self.liveness).await;
         }
         match outcome {
             Ok(result) => render(result),

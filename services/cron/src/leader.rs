@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use nanobot_runtime::store::Store;
 
 use nanobot_proto::keys;
 use nanobot_runtime::lease::{Lease, Leases};
@@ -21,7 +21,7 @@ pub struct Leadership {
 
 impl Leadership {
     /// Returns a stand-by replica named `instance`.
-    pub fn new(redis: ConnectionManager, instance: &str) -> Self {
+    pub fn new(redis: Store, instance: &str) -> Self {
         Self {
             leases: Leases::new(redis, instance, LEASE),
             held: None,

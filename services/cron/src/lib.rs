@@ -16,8 +16,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use nanobot_runtime::store::Store;
 use redis::AsyncCommands as _;
-use redis::aio::ConnectionManager;
 
 use nanobot_proto::{CronFire, keys, subjects};
 use nanobot_runtime::bus::{self, Bus};
@@ -60,7 +60,7 @@ pub async fn run(
 async fn on_tick(
     cfg: &Config,
     bus: &Bus,
-    redis: &ConnectionManager,
+    redis: &Store,
     leadership: &mut leader::Leadership,
     was_leading: bool,
 ) -> bool {
@@ -74,7 +74,7 @@ async fn on_tick(
     leading
 }
 
-async fn fire_due(cfg: &Config, bus: &Bus, redis: &ConnectionManager) {
+async fn fire_due(cfg: &Config, bus: &Bus, redis: &Store) {
     let now = chrono::Utc::now().timestamp_millis();
     for bot in cfg.bots() {
         let jobs = match jobs::load(&bot.workspace) {

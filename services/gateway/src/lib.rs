@@ -6,18 +6,24 @@
 //! [`subjects::outbound`](nanobot_proto::subjects::outbound) (stream
 //! [`subjects::OUTBOUND_STREAM`](nanobot_proto::subjects::OUTBOUND_STREAM)).
 //!
-//! Channels served today: the OpenAI-compatible HTTP API (`nanobot serve` upstream).
+//! Channels served today: the OpenAI-compatible HTTP API (`nanobot serve` upstream) and the
+//! chat channels of [`channels`] (Telegram).
 //!
 //! # Layout
 //! - [`api`]: the OpenAI-compatible HTTP API (`/v1/chat/completions`, `/v1/models`, `/health`).
+//! - [`channels`]: the chat-channel layer (one module per channel behind one trait) and its
+//!   durable outbound delivery.
 //! - [`outbound`]: outbound delivery: the per-replica consumer of a channel's replies and the
 //!   routing of each reply to the request waiting for it.
 //! - [`error`]: the split between user-facing text and internal error detail.
+//! - [`render`]: Markdown → chat formats (Telegram HTML, splitting long replies).
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod channels;
 pub mod error;
 pub mod outbound;
+pub mod render;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -53,6 +59,26 @@ pub async fn run(
     .await
     .context("start the api outbound consumer")?;
 
+    let channel_cancel = CancellationToken::new();
+    let mut channel_tasks = if cfg.telegram_bots().is_empty() {
+        tokio::task::JoinSet::new()
+    } else {
+        let redis = nanobot_runtime::store::connect(&cfg.store, &started.cancel)
+            .await
+            .context("connect to redis")?;
+        let deps = channels::ChannelDeps {
+            js: started.bus.js.clone(),
+            nats: started.bus.client.clone(),
+            redis,
+            instance: started.health.instance.clone(),
+        };
+        let (running, tasks) = channels::start(&cfg, &deps, &channel_cancel)
+            .await
+            .context("start the chat channels")?;
+        tracing::info!(channels = ?running, "chat channels started");
+        tasks
+    };
+
     let addr = format!("{}:{}", cfg.api.host, cfg.api.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -83,6 +109,11 @@ pub async fn run(
             Ok(Err(e)) => tracing::warn!(error = %e, "api server stopped with an error"),
             Err(e) => tracing::warn!(error = %e, "api server task failed"),
         }
+    })
+    .await;
+    channel_cancel.cancel();
+    shutdown::drain("chat channels", async {
+        while channel_tasks.join_next().await.is_some() {}
     })
     .await;
     consumer_cancel.cancel();

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use nanobot_runtime::store::Store;
 use serde_json::Value;
 
 use nanobot_core::context::ContextBuilder;
@@ -50,7 +50,7 @@ impl MemoryBot {
 pub fn build(
     cfg: &Config,
     nats: &async_nats::Client,
-    redis: &ConnectionManager,
+    redis: &Store,
 ) -> HashMap<String, Arc<MemoryBot>> {
     let tool_timeout = Duration::from_secs(cfg.bus.tool_timeout_secs.max(1));
     cfg.bots()

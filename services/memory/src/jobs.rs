@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use prost::Message as _;
 use redis::AsyncCommands as _;
-use redis::aio::ConnectionManager;
+use nanobot_runtime::store::Store;
 
 use nanobot_proto::{ConsolidationRequest, ConsolidationResult, MemoryJobKind, keys};
 use nanobot_runtime::config::Config;
@@ -30,7 +30,7 @@ pub struct Deps {
     /// Config.
     pub cfg: Config,
     /// Redis.
-    pub redis: ConnectionManager,
+    pub redis: Store,
     /// Core NATS (tool lists, results).
     pub nats: async_nats::Client,
     /// Bots by id.
@@ -45,7 +45,7 @@ impl Deps {
     /// Returns the shared state of worker `instance`.
     pub fn new(
         cfg: Config,
-        redis: ConnectionManager,
+        redis: Store,
         nats: async_nats::Client,
         instance: &str,
     ) -> Self {

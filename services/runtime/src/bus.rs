@@ -76,8 +76,9 @@ async fn options(cfg: &BusConfig, name: &str) -> Result<async_nats::ConnectOptio
     Ok(opts)
 }
 
-/// Connects to NATS (retrying with backoff until it answers or `cancel` fires) and makes sure
-/// the fleet's streams exist.
+/// Connects to NATS, retrying with backoff until it answers or `cancel` fires. Streams are not
+/// touched: `nanobot bus init` creates them ([`init_streams`]); roles check them with
+/// [`verify_streams`].
 pub async fn connect(
     cfg: &BusConfig,
     name: &str,
@@ -104,13 +105,12 @@ pub async fn connect(
         delay = (delay * 2).min(Duration::from_secs(5));
     };
     let js = jetstream::new(client.clone());
-    let bus = Bus { client, js };
-    ensure_streams(&bus.js).await?;
-    Ok(bus)
+    Ok(Bus { client, js })
 }
 
-/// Creates the fleet's streams if missing (file storage, so accepted messages survive).
-pub async fn ensure_streams(js: &jetstream::Context) -> Result<(), BusError> {
+/// The fleet's streams with this version's settings (file storage, so accepted messages
+/// survive), each with `replicas` replicas.
+fn stream_configs(replicas: usize) -> Vec<stream::Config> {
     let day = Duration::from_secs(24 * 3600);
     let streams = [
         // Inbound is the sessions' mailbox: a work queue (a message leaves once its turn is
@@ -143,7 +143,55 @@ pub async fn ensure_streams(js: &jetstream::Context) -> Result<(), BusError> {
             ..Default::default()
         },
     ];
-    for config in streams {
+    streams
+        .into_iter()
+        .map(|c| stream::Config {
+            num_replicas: replicas,
+            ..c
+        })
+        .collect()
+}
+
+/// Checks that every stream the fleet needs exists with this version's retention; the error
+/// says to run `nanobot bus init` otherwise. Roles call this at start; only `bus init` creates
+/// or changes streams.
+pub async fn verify_streams(js: &jetstream::Context) -> Result<(), BusError> {
+    for config in stream_configs(1) {
+        let mut existing = js
+            .get_stream(&config.name)
+            .await
+            .map_err(|e| BusError::JetStream {
+                op: "check stream",
+                cause: format!(
+                    "stream {} is missing or unreadable ({e}); create the streams with \
+                     `nanobot bus init`",
+                    config.name
+                ),
+            })?;
+        let info = existing.info().await.map_err(|e| BusError::JetStream {
+            op: "read stream info",
+            cause: e.to_string(),
+        })?;
+        if info.config.retention != config.retention
+            || info.config.allow_direct != config.allow_direct
+        {
+            return Err(BusError::JetStream {
+                op: "check stream",
+                cause: format!(
+                    "stream {} has settings of another version; update it with `nanobot bus init`",
+                    config.name
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Creates the fleet's streams, or updates them to this version's settings (idempotent):
+/// `nanobot bus init`, also run by `nanobot up`. A fully consumed stream with another
+/// retention is recreated; one that still holds work is refused.
+pub async fn init_streams(js: &jetstream::Context, replicas: usize) -> Result<(), BusError> {
+    for config in stream_configs(replicas) {
         let mut existing =
             js.get_or_create_stream(config.clone())
                 .await
@@ -187,7 +235,9 @@ pub async fn ensure_streams(js: &jetstream::Context) -> Result<(), BusError> {
                 ),
             });
         }
-        if info.config.allow_direct != config.allow_direct {
+        if info.config.allow_direct != config.allow_direct
+            || info.config.num_replicas != config.num_replicas
+        {
             js.update_stream(config)
                 .await
                 .map_err(|e| BusError::JetStream {

@@ -12,8 +12,8 @@
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
+use crate::store::Store;
 use redis::Script;
-use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
 /// The shortest lease time accepted (shorter values are raised to it).
@@ -46,6 +46,15 @@ pub static DELETE_IF: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
+/// Sets `KEYS[2]` to `ARGV[2]` only while the fence counter `KEYS[1]` still equals `ARGV[1]`.
+static SET_FENCED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then
+           redis.call('SET', KEYS[2], ARGV[2]) return 1 end
+         return 0",
+    )
+});
+
 /// A fencing token: the value of a fence counter when its lease was taken. A write guarded by
 /// it first checks `GET key == token`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,10 +65,29 @@ pub struct Fence {
     pub token: u64,
 }
 
+impl Fence {
+    /// Sets `key` to `value` only while this token is still the fence's current one; returns
+    /// whether it was written (false: another holder took the lease since).
+    pub async fn set(&self, redis: &Store, key: &str, value: &str) -> redis::RedisResult<bool> {
+        let mut conn = redis.clone();
+        let written: i64 = SET_FENCED
+            .key(&self.key)
+            .key(key)
+            .arg(self.token)
+            .arg(value)
+            .invoke_async(&mut conn)
+            .await?;
+        if written == 1 {
+            redis.replicate(key).await;
+        }
+        Ok(written == 1)
+    }
+}
+
 /// Takes leases for one holder (a process instance).
 #[derive(Clone)]
 pub struct Leases {
-    redis: ConnectionManager,
+    redis: Store,
     holder: String,
     ttl: Duration,
 }
@@ -81,12 +109,12 @@ pub struct Lease {
     fence: Fence,
     lost: CancellationToken,
     renewer: tokio::task::JoinHandle<()>,
-    redis: ConnectionManager,
+    redis: Store,
 }
 
 impl Leases {
     /// Returns the lease taker of `holder` with lease time `ttl` (at least [`MIN_TTL`]).
-    pub fn new(redis: ConnectionManager, holder: &str, ttl: Duration) -> Self {
+    pub fn new(redis: Store, holder: &str, ttl: Duration) -> Self {
         Self {
             redis,
             holder: holder.to_string(),
@@ -123,6 +151,8 @@ impl Leases {
         if token == 0 {
             return Ok(None);
         }
+        // A fencing token lost in a failover could be handed out twice.
+        self.redis.replicate(&fence_key).await;
         let value = format!("{}|{token}", self.holder);
         let lost = CancellationToken::new();
         let renewer = tokio::spawn(renew(
@@ -216,13 +246,7 @@ fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn renew(
-    redis: ConnectionManager,
-    key: String,
-    value: String,
-    ttl: Duration,
-    lost: CancellationToken,
-) {
+async fn renew(redis: Store, key: String, value: String, ttl: Duration, lost: CancellationToken) {
     let mut last_ok = Instant::now();
     let mut tick = tokio::time::interval(ttl / 3);
     tick.tick().await;

@@ -13,6 +13,8 @@
 //! - [`health`]: HTTP `/health` + `/ready` and the fleet status responder.
 //! - [`cli`]: the flags every binary shares and the launcher.
 //! - [`service`]: the shared start-up sequence.
+//! - `testsuite` (feature `testsuite`): real `nats-server`, `redis-server` and fleet binaries
+//!   as processes for tests and benchmarks.
 #![forbid(unsafe_code)]
 
 pub mod bus;
@@ -24,6 +26,8 @@ pub mod service;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
+#[cfg(feature = "testsuite")]
+pub mod testsuite;
 
 /// The fleet's version, reported by every service.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

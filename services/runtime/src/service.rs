@@ -51,6 +51,9 @@ pub async fn start(
     let bus = bus::connect(&cfg.bus, &health.instance, &cancel)
         .await
         .context("connect to nats")?;
+    bus::verify_streams(&bus.js)
+        .await
+        .context("check the jetstream streams")?;
     health::serve_status(bus.client.clone(), health.clone(), cancel.clone())
         .await
         .context("subscribe to status probes")?;

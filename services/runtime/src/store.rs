@@ -1,11 +1,29 @@
-//! Redis connection: a multiplexed, auto-reconnecting connection manager.
+//! Redis connection: one node (a multiplexed, auto-reconnecting connection manager) or a
+//! Redis Cluster (the redis crate's cluster client, which follows slot moves and failovers),
+//! behind one [`Store`] type every role uses.
+//!
+//! `store.url` forms:
+//! - `redis://[user:password@]host:port[/db]` (also `rediss://`): one node;
+//! - `redis+cluster://[user:password@]host:port,host:port,…`, or several `redis://` URLs
+//!   separated by commas: a Redis Cluster, seeded from those nodes.
+//!
+//! On a cluster every key one script or pipeline touches must share a hash tag
+//! (`nanobot_proto::keys` makes sure they do).
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::StoreConfig;
+
+/// Scheme of a Redis Cluster URL.
+const CLUSTER_SCHEME: &str = "redis+cluster://";
+/// How long [`Store::replicate`] waits for a replica to confirm (ms).
+const REPLICATE_TIMEOUT_MS: u64 = 1_000;
 
 /// Redis errors.
 #[derive(Debug, thiserror::Error)]
@@ -18,21 +36,116 @@ pub enum StoreError {
     Cancelled,
 }
 
-/// Connects to Redis, retrying with backoff (max 5 s) until it answers or `cancel` fires.
-pub async fn connect(
-    cfg: &StoreConfig,
-    cancel: &CancellationToken,
-) -> Result<ConnectionManager, StoreError> {
-    let client = redis::Client::open(cfg.url.as_str()).map_err(StoreError::Url)?;
-    let manager_cfg = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(5)))
-        .set_response_timeout(Some(Duration::from_secs(10)))
-        .set_number_of_retries(6)
-        .set_max_delay(Duration::from_secs(2));
+/// A connection to the fleet's Redis: one node or a cluster. Cheap to clone; every clone
+/// shares the underlying connections.
+#[derive(Clone)]
+pub enum Store {
+    /// One Redis server.
+    Node(ConnectionManager),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Node(_) => "Store::Node",
+            Self::Cluster(_) => "Store::Cluster",
+        })
+    }
+}
+
+impl Store {
+    /// On a cluster, waits (`WAIT 1`, at most 1 s) until the writes made so far on the node
+    /// that holds `key` reached a replica, so a failover after this returns keeps them; a
+    /// replica that does not confirm in time is logged, not fatal (Redis replication stays
+    /// asynchronous). On one node there is nothing to wait for: its AOF keeps the writes
+    /// across a restart.
+    pub async fn replicate(&self, key: &str) {
+        let Self::Cluster(conn) = self else { return };
+        let mut conn = conn.clone();
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(1).arg(REPLICATE_TIMEOUT_MS);
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+            key,
+            SlotAddr::Master,
+        )));
+        match conn.route_command(wait, route).await {
+            Ok(Value::Int(n)) if n >= 1 => {}
+            Ok(acked) => tracing::warn!(?acked, "write not confirmed by a replica in time"),
+            Err(e) => tracing::warn!(error = %e, "waiting for a replica failed"),
+        }
+    }
+}
+
+impl ConnectionLike for Store {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Node(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Node(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Where `store.url` points.
+#[derive(Debug, Clone, PartialEq)]
+enum Target {
+    Node(String),
+    Cluster(Vec<String>),
+}
+
+fn target(url: &str) -> Target {
+    let url = url.trim();
+    if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
+        // Credentials written once, before the first node, apply to every node.
+        let (auth, hosts) = match rest.rsplit_once('@') {
+            Some((auth, hosts)) => (format!("{auth}@"), hosts),
+            None => (String::new(), rest),
+        };
+        let nodes = hosts
+            .split(',')
+            .map(|h| format!("redis://{auth}{}", h.trim()))
+            .collect();
+        return Target::Cluster(nodes);
+    }
+    if url.contains(',') {
+        return Target::Cluster(url.split(',').map(|u| u.trim().to_string()).collect());
+    }
+    Target::Node(url.to_string())
+}
+
+/// Connects to Redis (one node or a cluster), retrying with backoff (max 5 s) until it
+/// answers or `cancel` fires.
+pub async fn connect(cfg: &StoreConfig, cancel: &CancellationToken) -> Result<Store, StoreError> {
+    let target = target(&cfg.url);
     let mut delay = Duration::from_millis(100);
     loop {
-        match ConnectionManager::new_with_config(client.clone(), manager_cfg.clone()).await {
-            Ok(conn) => return Ok(conn),
+        let attempt = match &target {
+            Target::Node(url) => connect_node(url).await,
+            Target::Cluster(nodes) => connect_cluster(nodes).await,
+        };
+        match attempt {
+            Ok(store) => return Ok(store),
+            Err(e) if is_invalid_url(&e) => return Err(StoreError::Url(e)),
             Err(e) => tracing::warn!(error = %e, retry_in = ?delay, "redis not reachable"),
         }
         tokio::select! {
@@ -40,5 +153,57 @@ pub async fn connect(
             _ = tokio::time::sleep(delay) => {}
         }
         delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+fn is_invalid_url(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::InvalidClientConfig
+}
+
+async fn connect_node(url: &str) -> redis::RedisResult<Store> {
+    let client = redis::Client::open(url)?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(10)))
+        .set_number_of_retries(6)
+        .set_max_delay(Duration::from_secs(2));
+    Ok(Store::Node(
+        ConnectionManager::new_with_config(client, config).await?,
+    ))
+}
+
+async fn connect_cluster(nodes: &[String]) -> redis::RedisResult<Store> {
+    // Retries cover a failover: the replica's promotion takes the cluster's node timeout
+    // plus an election (about 2–3 s with a 1 s node timeout).
+    let client = redis::cluster::ClusterClient::builder(nodes.iter().map(String::as_str))
+        .connection_timeout(Duration::from_secs(5))
+        .response_timeout(Duration::from_secs(10))
+        .retries(12)
+        .max_retry_wait(2_000)
+        .build()?;
+    Ok(Store::Cluster(client.get_async_connection().await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_urls_name_one_node_or_a_cluster() {
+        assert_eq!(
+            target("redis://:pw@127.0.0.1:6379/0"),
+            Target::Node("redis://:pw@127.0.0.1:6379/0".into())
+        );
+        assert_eq!(
+            target("redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7000"),
+            Target::Cluster(vec![
+                "redis://:pw@10.0.0.1:7000".into(),
+                "redis://:pw@10.0.0.2:7000".into()
+            ])
+        );
+        assert_eq!(
+            target("redis://a:1, redis://b:2"),
+            Target::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+        );
     }
 }

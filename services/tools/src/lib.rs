@@ -51,7 +51,7 @@ pub async fn run(
     let mut registry = Registry::builtin(&cfg.tools).context("build the tool registry")?;
     let started = service::start("tools", &cfg, health_addr, shutdown).await?;
     // MCP tools must be known before the first tool list is answered.
-    let guard = web::guard::Guard::new(net::whitelist_from(cfg.tools.extra.get("ssrfWhitelist")));
+    let guard = web::guard::Guard::new(cfg.tools.ssrf_whitelist());
     for tool in mcp::connect_all(&cfg.tools.mcp_servers, &guard).await {
         registry.register(tool);
     }

@@ -5,63 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use serde_json::Value;
-
-/// A CIDR range from `tools.ssrfWhitelist`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Cidr {
-    network: IpAddr,
-    prefix: u8,
-}
-
-impl Cidr {
-    /// Parses `10.0.0.0/8`, `::1/128` or a bare address.
-    pub fn parse(text: &str) -> Option<Self> {
-        let (addr, prefix) = match text.trim().split_once('/') {
-            Some((addr, prefix)) => (addr, Some(prefix.parse::<u8>().ok()?)),
-            None => (text.trim(), None),
-        };
-        let network: IpAddr = addr.parse().ok()?;
-        let max = if network.is_ipv4() { 32 } else { 128 };
-        let prefix = prefix.unwrap_or(max);
-        (prefix <= max).then_some(Self { network, prefix })
-    }
-
-    /// Returns whether `ip` lies in the range.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.network, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-/// Returns the `tools.ssrfWhitelist` entries that parse as CIDRs (others are ignored, as
-/// upstream does).
-pub fn whitelist_from(value: Option<&Value>) -> Vec<Cidr> {
-    let Some(list) = value.and_then(Value::as_array) else {
-        return Vec::new();
-    };
-    let mut cidrs = Vec::new();
-    for entry in list {
-        match entry.as_str().and_then(Cidr::parse) {
-            Some(cidr) => cidrs.push(cidr),
-            None => tracing::warn!(entry = %entry, "ignoring invalid tools.ssrfWhitelist entry"),
-        }
-    }
-    cidrs
-}
+pub use nanobot_runtime::config::Cidr;
 
 /// Returns an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) as its IPv4 form; others as is.
 pub fn canonical(ip: IpAddr) -> IpAddr {
@@ -144,7 +88,5 @@ mod tests {
         assert!(!is_blocked(ip("127.0.0.1"), &whitelist));
         assert!(!is_blocked(ip("::ffff:127.0.0.1"), &whitelist));
         assert!(is_blocked(ip("127.0.0.2"), &whitelist));
-        let parsed = whitelist_from(Some(&serde_json::json!(["100.64.0.0/10", "nope", 7])));
-        assert_eq!(parsed, [Cidr::parse("100.64.0.0/10").unwrap()]);
     }
 }

@@ -134,7 +134,7 @@ async fn run(tools: &ToolClient, name: &str, args: Value) -> (Value, bool, Durat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_acknowledges_then_beats_while_the_tool_runs_then_answers() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let nc = nats.client().await;
     let dir = tempfile::tempdir().unwrap();
     let executor = Executor::start(config(&nats.url, dir.path()), &nc).await;
@@ -179,7 +179,7 @@ async fn executor_acknowledges_then_beats_while_the_tool_runs_then_answers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_call_is_retried_on_another_executor_when_its_executor_dies() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (tools, dir) = client_knowing_tools(&nats).await;
     let mut doomed = FakeExecutor::start(&nats, "read_file", true).await;
     let call = tokio::spawn({
@@ -201,7 +201,7 @@ async fn read_only_call_is_retried_on_another_executor_when_its_executor_dies() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn side_effecting_call_lost_with_its_executor_is_reported_not_retried() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (tools, dir) = client_knowing_tools(&nats).await;
     let mut doomed = FakeExecutor::start(&nats, "exec", true).await;
     let call = tokio::spawn({
@@ -231,7 +231,7 @@ async fn side_effecting_call_lost_with_its_executor_is_reported_not_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_that_never_acknowledges_is_given_up_after_one_retry() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let (tools, _dir) = client_knowing_tools(&nats).await;
     let mut silent = FakeExecutor::start(&nats, "read_file", false).await;
     let (content, is_error, elapsed) = run(&tools, "read_file", json!({"path": "x"})).await;
@@ -259,7 +259,7 @@ async fn executor_that_never_acknowledges_is_given_up_after_one_retry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_keep_a_long_call_alive_until_the_overall_deadline() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let nc = nats.client().await;
     let dir = tempfile::tempdir().unwrap();
     let executor = Executor::start(config(&nats.url, dir.path()), &nc).await;

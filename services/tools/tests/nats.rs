@@ -38,7 +38,7 @@ async fn request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
-    let nats = NatsServer::start();
+    let nats = NatsServer::start().await;
     let client = nats.client().await;
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().join("workspace");
@@ -190,8 +190,9 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
     assert!(shutdown_at.elapsed() < Duration::from_secs(5));
 }
 
-/// Returns the installed `server-everything` binary, or `None` (saying why) to skip.
-fn everything_bin() -> Option<PathBuf> {
+/// Returns the installed `server-everything` binary; panics with the install hint when it is
+/// missing (`make test` installs it, so a missing server is a failure, not a skip).
+fn everything_bin() -> PathBuf {
     let cache = std::env::var("NANOBOT_CACHE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| {
@@ -203,20 +204,18 @@ fn everything_bin() -> Option<PathBuf> {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !node || !bin.exists() {
-        eprintln!(
-            "skipping: {} or node missing; run `scripts/deps.sh mcp` (needs node and npm)",
-            bin.display()
-        );
-        return None;
-    }
-    Some(bin)
+    assert!(
+        node && bin.exists(),
+        "{} or node missing; run `scripts/deps.sh mcp` (needs node and npm)",
+        bin.display()
+    );
+    bin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_server_tools_are_listed_after_builtins_and_run_through_the_executor() {
-    let Some(bin) = everything_bin() else { return };
-    let nats = NatsServer::start();
+    let bin = everything_bin();
+    let nats = NatsServer::start().await;
     let client = nats.client().await;
     let dir = tempfile::tempdir().unwrap();
     let tools = serde_json::json!({

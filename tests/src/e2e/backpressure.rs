@@ -83,7 +83,19 @@ async fn while_redis_is_down_inbound_waits_in_jetstream_and_is_answered_after() 
     fleet.llm.set_fallback(Reply::echo());
     fleet.redis.kill().unwrap();
     publish_inbound(&fleet, "rd-1", "cli:redis-down", "are you there?").await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The runner took the message and failed on the dead store at least once.
+    let agent = fleet.service("agent");
+    wait_until(
+        || async {
+            agent
+                .logs()
+                .lines()
+                .any(|l| l.contains("WARN") && l.contains("rd-1"))
+        },
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the runner tried rd-1: {}", agent.log_tail(30)));
     assert!(
         replies_to(&outbound_messages(&fleet).await, "rd-1").is_empty(),
         "no reply (and no error reply) while the session store is down"
@@ -115,7 +127,9 @@ async fn an_older_inbound_stream_is_recreated_once_consumed_and_refused_while_wo
         .unwrap()
         .await
         .unwrap();
-    let err = nanobot_runtime::bus::ensure_streams(&js).await.unwrap_err();
+    let err = nanobot_runtime::bus::init_streams(&js, 1)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("nats stream rm"), "{err}");
 
     let consumer = old_stream
@@ -134,7 +148,7 @@ async fn an_older_inbound_stream_is_recreated_once_consumed_and_refused_while_wo
         .double_ack()
         .await
         .unwrap();
-    nanobot_runtime::bus::ensure_streams(&js).await.unwrap();
+    nanobot_runtime::bus::init_streams(&js, 1).await.unwrap();
     let mut recreated = js.get_stream(subjects::INBOUND_STREAM).await.unwrap();
     let info = recreated.info().await.unwrap();
     assert_eq!(info.config.retention, stream::RetentionPolicy::WorkQueue);

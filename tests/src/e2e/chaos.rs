@@ -1,21 +1,27 @@
-//! Chaos: three runners serve many sessions while runners are SIGKILLed and NATS or Redis
-//! restart under load. Whatever dies, every message is answered exactly once, each session's
+//! Chaos: three runners serve many sessions while runners are SIGKILLed, NATS or Redis
+//! restart under load, or one node of a 3-node NATS cluster (R3 streams) is SIGKILLed. Whatever dies, every message is answered exactly once, each session's
 //! messages reach its history once and in order, and every stored history is valid.
 //!
 //! Sizes come from the environment so the same tests run bigger by hand:
 //! `CHAOS_SESSIONS` (default 50), `CHAOS_MESSAGES` per session (5), `CHAOS_KILLS` (3),
 //! `CHAOS_LLM_DELAY_MS` (150), e.g.
 //! `CHAOS_SESSIONS=500 CHAOS_KILLS=20 cargo nextest run -p nanobot-tests chaos`.
+//!
+//! Every random choice (gaps between messages, when faults strike, which runner dies) comes
+//! from one seed, printed at the start of each run and in every failure; `CHAOS_SEED=<n>`
+//! replays a run's choices (timing on a busy machine still varies).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rand::Rng as _;
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
 use serde_json::Value;
 
 use nanobot_proto::{InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_runtime::bus;
 
+use crate::e2e::sessions::wait_settled;
 use crate::e2e::{outbound_messages, session_rows};
 use crate::harness::{Fleet, wait_until};
 use crate::scripted_llm::Reply;
@@ -30,6 +36,8 @@ struct Sizes {
     messages: usize,
     kills: usize,
     llm_delay: Duration,
+    /// Seed of every random choice of the run.
+    seed: u64,
 }
 
 impl Sizes {
@@ -45,6 +53,10 @@ impl Sizes {
             messages: get("CHAOS_MESSAGES", 5),
             kills: get("CHAOS_KILLS", 3),
             llm_delay: Duration::from_millis(get("CHAOS_LLM_DELAY_MS", 150) as u64),
+            seed: std::env::var("CHAOS_SEED")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(rand::random),
         }
     }
 
@@ -59,7 +71,19 @@ enum Fault {
     KillRunners,
     RestartNats,
     RestartRedis,
+    /// SIGKILL one node of a 3-node JetStream cluster, restart it later.
+    KillNatsNode,
+    /// SIGKILL one primary of a 3-primary Redis Cluster (its replica takes over), restart it.
+    FailoverRedis,
+    /// Both clusters at once: a NATS node, then a Redis primary, killed during the same load.
+    KillClusterNodes,
 }
+
+/// Redis Cluster primaries when the fault is [`Fault::FailoverRedis`] (one replica each).
+const REDIS_MASTERS: usize = 3;
+
+/// NATS servers when the fault is [`Fault::KillNatsNode`].
+const NATS_NODES: usize = 3;
 
 fn session_key(s: usize) -> String {
     format!("chat:{s}")
@@ -73,9 +97,21 @@ fn message_text(s: usize, m: usize) -> String {
     format!("session {s} message {m}")
 }
 
-async fn start_fleet(sizes: Sizes) -> Fleet {
+async fn start_fleet(fault: Fault, sizes: Sizes) -> Fleet {
+    let nodes = if matches!(fault, Fault::KillNatsNode | Fault::KillClusterNodes) {
+        NATS_NODES
+    } else {
+        1
+    };
+    let masters = if matches!(fault, Fault::FailoverRedis | Fault::KillClusterNodes) {
+        REDIS_MASTERS
+    } else {
+        0
+    };
     let mut fleet = Fleet::builder()
         .roles(&["agent", "tools"])
+        .nats_cluster(nodes)
+        .redis_cluster(masters)
         .start()
         .await
         .expect("fleet starts");
@@ -96,19 +132,73 @@ async fn inject(fleet: &mut Fleet, fault: Fault, sizes: Sizes) {
     } else {
         1
     };
+    let mut rng = StdRng::seed_from_u64(sizes.seed);
     for _ in 0..times {
-        let pause = rand::rng().random_range(700..1500);
+        let pause = rng.random_range(700..1500);
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        match fault {
-            Fault::KillRunners => {
-                let victim = rand::rng().random_range(0..RUNNERS);
-                let runner = fleet.service_at("agent", victim);
-                runner.sigkill().expect("sigkill");
-                runner.wait_exit(Duration::from_secs(5)).await;
-                runner.restart().expect("replace the runner");
-            }
-            Fault::RestartNats => fleet.nats.restart().await.expect("restart nats"),
-            Fault::RestartRedis => fleet.redis.restart().await.expect("restart redis"),
+        strike(fleet, fault, &mut rng).await;
+    }
+}
+
+/// Injects `fault` once.
+async fn strike(fleet: &mut Fleet, fault: Fault, rng: &mut StdRng) {
+    match fault {
+        Fault::KillRunners => {
+            let victim = rng.random_range(0..RUNNERS);
+            let runner = fleet.service_at("agent", victim);
+            runner.sigkill().expect("sigkill");
+            runner.wait_exit(Duration::from_secs(5)).await;
+            runner.restart().expect("replace the runner");
+        }
+        Fault::RestartNats => fleet.nats.restart().await.expect("restart nats"),
+        Fault::RestartRedis => fleet.redis.restart().await.expect("restart redis"),
+        Fault::KillClusterNodes => {
+            Box::pin(strike(fleet, Fault::KillNatsNode, rng)).await;
+            Box::pin(strike(fleet, Fault::FailoverRedis, rng)).await;
+        }
+        Fault::KillNatsNode => {
+            let victim = rng.random_range(0..NATS_NODES);
+            let down = rng.random_range(1000..3000);
+            fleet.nats_node(victim).kill().expect("sigkill a nats node");
+            let killed = std::time::Instant::now();
+            tokio::time::sleep(Duration::from_millis(down)).await;
+            fleet
+                .nats_node(victim)
+                .restart()
+                .await
+                .expect("restart the node");
+            fleet
+                .wait_nats_formed()
+                .await
+                .expect("the cluster forms again");
+            eprintln!(
+                "chaos: nats node n{victim} down {down} ms; the cluster was whole again {} ms after the kill",
+                killed.elapsed().as_millis()
+            );
+        }
+        Fault::FailoverRedis => {
+            let primaries = fleet.redis_primaries().await;
+            let victim = primaries[rng.random_range(0..primaries.len())];
+            fleet
+                .redis_node(victim)
+                .kill()
+                .expect("sigkill a redis primary");
+            let killed = std::time::Instant::now();
+            fleet
+                .wait_redis_healthy()
+                .await
+                .expect("a replica takes over");
+            let failover = killed.elapsed().as_millis();
+            fleet
+                .redis_node(victim)
+                .restart()
+                .await
+                .expect("restart the node");
+            fleet.wait_redis_healthy().await.expect("the node rejoins");
+            eprintln!(
+                "chaos: redis primary {victim} killed; a replica served its slots after {failover} ms, the node rejoined after {} ms",
+                killed.elapsed().as_millis()
+            );
         }
     }
 }
@@ -183,7 +273,12 @@ fn check_history(session: &str, rows: &[Value]) -> Result<(), String> {
 
 async fn run_chaos(fault: Fault) {
     let sizes = Sizes::from_env();
-    let mut fleet = start_fleet(sizes).await;
+    eprintln!(
+        "chaos {fault:?}: {sizes:?} (replay with CHAOS_SEED={})",
+        sizes.seed
+    );
+    let mut fleet = start_fleet(fault, sizes).await;
+    let started = std::time::Instant::now();
     // Publishing runs on its own connection while faults are injected.
     let client = fleet.nats_client().await.expect("nats");
     let publisher = tokio::spawn(publish_all(client, sizes));
@@ -211,34 +306,47 @@ async fn run_chaos(fault: Fault) {
             .map(|i| fleet.service_at("agent", i).log_tail(30))
             .collect();
         panic!(
-            "{} of {total} messages never answered: {missing:?}\n{}",
+            "CHAOS_SEED={}: {} of {total} messages never answered: {missing:?}\n{}",
+            sizes.seed,
             missing.len(),
             logs.join("\n---\n")
         );
     }
-    // Let anything late (a duplicate) arrive before counting.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Anything late (a duplicate) is published before its message is acknowledged: count
+    // once every inbound message is answered and acknowledged.
+    wait_settled(&fleet, Duration::from_secs(60)).await;
     let out = outbound_messages(&fleet).await;
     let (count, errors) = answers(&out);
     let doubled: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(doubled.is_empty(), "answered more than once: {doubled:?}");
-    assert!(errors.is_empty(), "error replies: {errors:#?}");
+    let seed = sizes.seed;
+    assert!(
+        doubled.is_empty(),
+        "CHAOS_SEED={seed}: answered more than once: {doubled:?}"
+    );
+    assert!(
+        errors.is_empty(),
+        "CHAOS_SEED={seed}: error replies: {errors:#?}"
+    );
 
     for s in 0..sizes.sessions {
         let key = session_key(s);
         let rows = session_rows(&fleet, "default", &key).await;
-        check_history(&key, &rows).unwrap_or_else(|e| panic!("{e}"));
+        check_history(&key, &rows).unwrap_or_else(|e| panic!("CHAOS_SEED={seed}: {e}"));
         let users: Vec<&str> = rows
             .iter()
             .filter(|r| r["role"] == "user")
             .filter_map(|r| r["content"].as_str())
             .collect();
         let expected: Vec<String> = (0..sizes.messages).map(|m| message_text(s, m)).collect();
-        assert_eq!(users, expected, "{key}: each message once, in order");
+        assert_eq!(
+            users, expected,
+            "CHAOS_SEED={seed}: {key}: each message once, in order"
+        );
     }
     eprintln!(
-        "chaos {fault:?}: {total} messages over {} sessions, {RUNNERS} runners: all answered once, in order",
-        sizes.sessions
+        "chaos {fault:?}: {total} messages over {} sessions, {RUNNERS} runners: all answered once, in order, {} ms after the first was sent",
+        sizes.sessions,
+        started.elapsed().as_millis()
     );
 }
 
@@ -250,9 +358,11 @@ async fn publish_all(client: async_nats::Client, sizes: Sizes) {
     let mut tasks = Vec::new();
     for s in 0..sizes.sessions {
         let js = js.clone();
+        // One stream of choices per session, derived from the run's seed.
+        let mut rng = StdRng::seed_from_u64(sizes.seed.wrapping_add(1 + s as u64));
         tasks.push(tokio::spawn(async move {
             for m in 0..sizes.messages {
-                let gap = rand::rng().random_range(0..400);
+                let gap = rng.random_range(0..400);
                 tokio::time::sleep(Duration::from_millis(gap)).await;
                 let msg = InboundMessage {
                     id: message_id(s, m),
@@ -293,6 +403,21 @@ async fn a_nats_restart_under_load_loses_and_doubles_nothing() {
 #[tokio::test]
 async fn a_redis_restart_under_load_loses_and_doubles_nothing() {
     run_chaos(Fault::RestartRedis).await;
+}
+
+#[tokio::test]
+async fn a_nats_cluster_node_killed_under_load_loses_and_doubles_nothing() {
+    run_chaos(Fault::KillNatsNode).await;
+}
+
+#[tokio::test]
+async fn a_redis_cluster_primary_killed_under_load_fails_over_and_loses_and_doubles_nothing() {
+    run_chaos(Fault::FailoverRedis).await;
+}
+
+#[tokio::test]
+async fn a_nats_node_and_a_redis_primary_killed_in_one_run_lose_and_double_nothing() {
+    run_chaos(Fault::KillClusterNodes).await;
 }
 
 #[test]

@@ -6,12 +6,16 @@ mod api;
 mod background;
 mod backpressure;
 mod chaos;
+mod cli;
 mod executors;
+mod k8s;
 mod memory;
 mod observability;
 mod repo;
 mod runner;
 mod sessions;
+mod streams;
+mod telegram;
 mod turns;
 
 use std::time::Duration;
@@ -57,29 +61,43 @@ pub(crate) async fn session_rows(fleet: &Fleet, bot: &str, session: &str) -> Vec
 }
 
 /// Reads every outbound message published so far (the whole outbound stream, in order).
+/// JetStream API requests are retried for a while: right after a NATS node of a cluster comes
+/// back, a request may time out while the stream's leader is being elected.
 pub(crate) async fn outbound_messages(fleet: &Fleet) -> Vec<nanobot_proto::OutboundMessage> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match read_outbound(fleet).await {
+            Ok(out) => return out,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "outbound stream read retried");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("read the outbound stream: {e:#}"),
+        }
+    }
+}
+
+async fn read_outbound(fleet: &Fleet) -> anyhow::Result<Vec<nanobot_proto::OutboundMessage>> {
     use futures::StreamExt as _;
     use prost::Message as _;
-    let js = async_nats::jetstream::new(fleet.nats_client().await.expect("nats"));
+    let js = async_nats::jetstream::new(fleet.nats_client().await?);
     let mut stream = js
         .get_stream(nanobot_proto::subjects::OUTBOUND_STREAM)
-        .await
-        .expect("outbound stream");
-    let total = stream.info().await.expect("stream info").state.messages;
+        .await?;
+    let total = stream.info().await?.state.messages;
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
-        .await
-        .expect("ordered consumer");
-    let mut messages = consumer.messages().await.expect("consume");
+        .await?;
+    let mut messages = consumer.messages().await?;
     let mut out = Vec::new();
     while (out.len() as u64) < total {
         let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), messages.next()).await
         else {
             break;
         };
-        out.push(nanobot_proto::OutboundMessage::decode(m.payload.clone()).expect("outbound"));
+        out.push(nanobot_proto::OutboundMessage::decode(m.payload.clone())?);
     }
-    out
+    Ok(out)
 }
 
 /// Final (or error) replies among `messages` that answer inbound message `id`.

@@ -36,7 +36,8 @@ async fn inbound_settled(js: &jetstream::Context) -> bool {
         .is_ok_and(|i| i.num_pending == 0 && i.num_ack_pending == 0)
 }
 
-async fn wait_settled(fleet: &Fleet, timeout: Duration) {
+/// Waits until every inbound message was answered and acknowledged.
+pub(crate) async fn wait_settled(fleet: &Fleet, timeout: Duration) {
     let js = jetstream::new(fleet.nats_client().await.unwrap());
     wait_until(|| inbound_settled(&js), timeout)
         .await

@@ -96,9 +96,15 @@ async fn two_tool_calls_run_in_the_tools_process() {
         "{:?}",
         tool_rows[1]
     );
+    // The tools process ran this very call: its "finished" line names the tool and the
+    // call id the model chose (not just a startup line mentioning the tool).
+    let read_call = tool_rows[1]["tool_call_id"].as_str().unwrap();
+    let logs = fleet.service("tools").logs();
     assert!(
-        fleet.service("tools").logs().contains("read_file"),
-        "the executor ran the call"
+        logs.lines().any(|l| l.contains("tool call finished")
+            && l.contains(read_call)
+            && l.contains("read_file")),
+        "the executor ran call {read_call}: {logs}"
     );
 
     let rows = session_rows(&fleet, "default", "cli:tools").await;

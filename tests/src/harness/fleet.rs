@@ -13,7 +13,10 @@ use serde_json::{Value, json};
 
 use nanobot_proto::{ServiceStatus, StatusRequest, subjects};
 
-use super::{Nats, Redis, ServiceProc, bin_path, free_port};
+use super::{
+    Nats, NatsCluster, Redis, RedisCluster, ServiceProc, bin_path, connect_cluster, free_port,
+    redis_primaries, wait_cluster_formed, wait_redis_cluster_healthy,
+};
 use crate::scripted_llm::ScriptedLlm;
 
 /// How long status replies are collected per probe.
@@ -32,9 +35,34 @@ pub struct FleetBuilder {
     extra: Value,
     env: Vec<(String, String)>,
     ready_timeout: Duration,
+    local_model: bool,
+    nats_nodes: usize,
+    /// Redis Cluster primaries (0: one Redis server).
+    redis_masters: usize,
 }
 
 impl FleetBuilder {
+    /// Runs NATS as a JetStream cluster of `nodes` servers (streams with `nodes` replicas,
+    /// `bus.url` listing every node) instead of one server.
+    pub fn nats_cluster(mut self, nodes: usize) -> Self {
+        self.nats_nodes = nodes;
+        self
+    }
+
+    /// Runs Redis as a Redis Cluster of `masters` primaries with one replica each (`store.url`
+    /// a `redis+cluster://` URL) instead of one server.
+    pub fn redis_cluster(mut self, masters: usize) -> Self {
+        self.redis_masters = masters;
+        self
+    }
+
+    /// Configures no provider, so bots fall back to the local default model, served by the
+    /// scripted LLM at `runner.localModelUrl` (as `make run` does without an API key).
+    pub fn local_model(mut self) -> Self {
+        self.local_model = true;
+        self
+    }
+
     /// Sets the roles to start (`agent`, `tools`, `gateway`, `memory`, `cron`); each runs the
     /// binary `nanobot-<role>`.
     pub fn roles(mut self, roles: &[&str]) -> Self {
@@ -63,8 +91,28 @@ impl FleetBuilder {
     /// Starts NATS, Redis and the scripted LLM, writes the config, spawns every role and
     /// waits until each has a ready instance.
     pub async fn start(self) -> anyhow::Result<Fleet> {
-        let (nats, redis, llm) =
-            tokio::try_join!(Nats::start(), Redis::start(), ScriptedLlm::start())?;
+        let (mut nats_nodes, (mut redis_nodes, store_url), llm) =
+            tokio::try_join!(self.start_nats(), self.start_redis(), ScriptedLlm::start())?;
+        let nats = nats_nodes.remove(0);
+        let redis = redis_nodes.remove(0);
+        let bus_url = std::iter::once(&nats)
+            .chain(&nats_nodes)
+            .map(Nats::url)
+            .collect::<Vec<_>>()
+            .join(",");
+        // As `nanobot up` does: the streams exist before any role starts (roles only check).
+        let client = connect_all(&bus_url).await?;
+        let js = async_nats::jetstream::new(client);
+        let replicas = self.nats_nodes.max(1);
+        let created = || async {
+            nanobot_runtime::bus::init_streams(&js, replicas)
+                .await
+                .inspect_err(|e| tracing::debug!(error = %e, "stream creation retried"))
+                .is_ok()
+        };
+        super::wait_until(created, Duration::from_secs(20))
+            .await
+            .context("create the streams")?;
         let root = tempfile::Builder::new()
             .prefix("nanobot-fleet-")
             .tempdir()?;
@@ -72,8 +120,8 @@ impl FleetBuilder {
         std::fs::create_dir_all(&workspace).context("create workspace")?;
         let api_port = free_port()?;
         let mut config = json!({
-            "bus": {"url": nats.url()},
-            "store": {"url": redis.url()},
+            "bus": {"url": bus_url},
+            "store": {"url": store_url},
             "providers": {"custom": {"apiBase": llm.base_url(), "apiKey": "test-key"}},
             "agents": {"defaults": {
                 "model": "test-model",
@@ -86,13 +134,23 @@ impl FleetBuilder {
             "runner": {"sessionLeaseSecs": 2, "redeliverAfterSecs": 4},
         });
         merge(&mut config, self.extra);
+        if self.local_model {
+            config["providers"] = json!({});
+            config["agents"]["defaults"]["provider"] = json!("auto");
+            config["runner"]["localModelUrl"] = json!(llm.base_url());
+        }
         let config_path = root.path().join("config.json");
         let text = serde_json::to_string_pretty(&config).context("encode config")?;
         std::fs::write(&config_path, text).context("write config")?;
         let mut fleet = Fleet {
             services: Vec::new(),
             nats,
+            nats_peers: nats_nodes,
+            bus_url,
             redis,
+            redis_peers: redis_nodes,
+            redis_masters: self.redis_masters,
+            store_url,
             llm,
             env: self.env,
             config_path,
@@ -107,16 +165,58 @@ impl FleetBuilder {
         fleet.wait_ready().await?;
         Ok(fleet)
     }
+
+    /// Starts one Redis server, or a Redis Cluster (the first node becomes [`Fleet::redis`]);
+    /// returns the nodes and the `store.url`.
+    async fn start_redis(&self) -> anyhow::Result<(Vec<Redis>, String)> {
+        if self.redis_masters > 0 {
+            let cluster = RedisCluster::start(self.redis_masters, 1).await?;
+            let url = cluster.url();
+            Ok((cluster.into_nodes(), url))
+        } else {
+            let redis = Redis::start().await?;
+            let url = redis.url();
+            Ok((vec![redis], url))
+        }
+    }
+
+    /// Starts one server, or the cluster's nodes (the first one becomes [`Fleet::nats`]).
+    async fn start_nats(&self) -> anyhow::Result<Vec<Nats>> {
+        if self.nats_nodes > 1 {
+            Ok(NatsCluster::start(self.nats_nodes).await?.into_nodes())
+        } else {
+            Ok(vec![Nats::start().await?])
+        }
+    }
+}
+
+/// Connects a client that knows every server of `bus_url` (comma-separated).
+async fn connect_all(bus_url: &str) -> anyhow::Result<async_nats::Client> {
+    let addrs = bus_url
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
+    async_nats::ConnectOptions::new()
+        .connect(addrs)
+        .await
+        .with_context(|| format!("connect to {bus_url}"))
 }
 
 /// A running fleet; every process stops when it drops (services first).
 #[derive(Debug)]
 pub struct Fleet {
     services: Vec<(String, ServiceProc)>,
-    /// The NATS server.
+    /// The NATS server (the first node when NATS runs as a cluster).
     pub nats: Nats,
-    /// The Redis server.
+    /// The other nodes of the NATS cluster ([`FleetBuilder::nats_cluster`]), else empty.
+    pub nats_peers: Vec<Nats>,
+    bus_url: String,
+    /// The Redis server (the first node when Redis runs as a cluster).
     pub redis: Redis,
+    /// The other nodes of the Redis Cluster ([`FleetBuilder::redis_cluster`]), else empty.
+    pub redis_peers: Vec<Redis>,
+    redis_masters: usize,
+    store_url: String,
     /// The scripted LLM every bot talks to.
     pub llm: ScriptedLlm,
     env: Vec<(String, String)>,
@@ -135,6 +235,9 @@ impl Fleet {
             extra: json!({}),
             env: Vec::new(),
             ready_timeout: READY_TIMEOUT,
+            local_model: false,
+            nats_nodes: 1,
+            redis_masters: 0,
         }
     }
 
@@ -191,14 +294,66 @@ impl Fleet {
         Ok(&mut last.1)
     }
 
-    /// Connects a NATS client.
+    /// Connects a NATS client (knowing every node of a cluster).
     pub async fn nats_client(&self) -> anyhow::Result<async_nats::Client> {
-        self.nats.client().await
+        connect_all(&self.bus_url).await
+    }
+
+    /// Returns the `index`-th NATS server (0 is [`Fleet::nats`], then the cluster peers).
+    ///
+    /// # Panics
+    /// When there is no such node (a mistake in the test).
+    pub fn nats_node(&mut self, index: usize) -> &mut Nats {
+        match index {
+            0 => &mut self.nats,
+            i => &mut self.nats_peers[i - 1],
+        }
+    }
+
+    /// Waits until the NATS cluster has a meta leader and every running node is current again
+    /// (after a node was killed or restarted).
+    pub async fn wait_nats_formed(&mut self) -> anyhow::Result<()> {
+        let mut nodes: Vec<&mut Nats> = std::iter::once(&mut self.nats)
+            .chain(self.nats_peers.iter_mut())
+            .collect();
+        wait_cluster_formed(&mut nodes).await
     }
 
     /// Connects a reconnecting Redis connection.
-    pub async fn redis_conn(&self) -> anyhow::Result<redis::aio::ConnectionManager> {
-        self.redis.conn().await
+    pub async fn redis_conn(&self) -> anyhow::Result<nanobot_runtime::store::Store> {
+        if self.redis_masters > 0 {
+            connect_cluster(&self.store_url).await
+        } else {
+            self.redis.conn().await
+        }
+    }
+
+    fn redis_nodes(&mut self) -> Vec<&mut Redis> {
+        std::iter::once(&mut self.redis)
+            .chain(self.redis_peers.iter_mut())
+            .collect()
+    }
+
+    /// Returns the `index`-th Redis node (0 is [`Fleet::redis`], then the cluster peers).
+    ///
+    /// # Panics
+    /// When there is no such node (a mistake in the test).
+    pub fn redis_node(&mut self, index: usize) -> &mut Redis {
+        match index {
+            0 => &mut self.redis,
+            i => &mut self.redis_peers[i - 1],
+        }
+    }
+
+    /// Indices of the Redis Cluster nodes that are primaries now.
+    pub async fn redis_primaries(&mut self) -> Vec<usize> {
+        redis_primaries(&mut self.redis_nodes()).await
+    }
+
+    /// Waits until the Redis Cluster is healthy (after a failover or a node's return).
+    pub async fn wait_redis_healthy(&mut self) -> anyhow::Result<()> {
+        let masters = self.redis_masters;
+        wait_redis_cluster_healthy(&mut self.redis_nodes(), masters).await
     }
 
     /// Runs the `nanobot` CLI with `--config <path>` and `args`, and returns its output.
@@ -264,11 +419,18 @@ impl Fleet {
         }
     }
 
-    fn spawn_role(&mut self, role: &str) -> anyhow::Result<()> {
+    /// Spawns one more instance of `role` without waiting for it to be ready.
+    pub fn spawn_role(&mut self, role: &str) -> anyhow::Result<()> {
         let config = self.config_path.display().to_string();
         let args = ["--config", config.as_str(), "--health-addr", "127.0.0.1:0"];
         let mut env: Vec<(&str, &str)> = vec![("RUST_LOG", "info")];
         env.extend(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        // A further gateway replica listens on its own API port (the first keeps api_base).
+        let api_port;
+        if role == "gateway" && self.services.iter().any(|(r, _)| r == "gateway") {
+            api_port = free_port()?.to_string();
+            env.push(("NANOBOT_API__PORT", api_port.as_str()));
+        }
         let proc = ServiceProc::spawn(&format!("nanobot-{role}"), &args, &env)?;
         self.services.push((role.to_string(), proc));
         Ok(())

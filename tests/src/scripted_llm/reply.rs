@@ -14,6 +14,7 @@ pub struct Reply {
     tool_calls: Vec<ScriptedCall>,
     finish: Option<Finish>,
     delay: Option<Duration>,
+    pace: Option<Duration>,
     usage: Option<(u64, u64)>,
 }
 
@@ -79,6 +80,7 @@ impl Reply {
             tool_calls: Vec::new(),
             finish: None,
             delay: None,
+            pace: None,
             usage: None,
         }
     }
@@ -170,6 +172,13 @@ impl Reply {
         self
     }
 
+    /// When streamed, waits `pace` before each stream event after the first (so a client sees
+    /// the deltas arrive over time, as from a real model).
+    pub fn with_stream_pace(mut self, pace: Duration) -> Self {
+        self.pace = Some(pace);
+        self
+    }
+
     /// Adds reasoning (`reasoning_content`, or an Anthropic `thinking` block).
     pub fn with_reasoning(mut self, reasoning: impl Into<String>) -> Self {
         self.reasoning = Some(reasoning.into());
@@ -245,6 +254,7 @@ impl Reply {
             finish,
             prompt_tokens,
             completion_tokens,
+            pace: self.pace,
         })
     }
 }
@@ -288,6 +298,8 @@ pub(crate) struct Turn {
     pub(crate) finish: Finish,
     pub(crate) prompt_tokens: u64,
     pub(crate) completion_tokens: u64,
+    /// Wait between stream events.
+    pub(crate) pace: Option<Duration>,
 }
 
 /// A tool call with its final id.

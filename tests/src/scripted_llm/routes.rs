@@ -1,6 +1,7 @@
 //! The HTTP routes: OpenAI chat completions and models, Anthropic messages.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -8,6 +9,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 use super::reply::Resolved;
@@ -52,10 +54,8 @@ pub(super) async fn chat_completions(
     let id = shared.response_id("chatcmpl-");
     if body.get("stream").and_then(Value::as_bool) == Some(true) {
         let events = openai::stream(&turn, model, &id);
-        let events = events
-            .into_iter()
-            .map(|d| Ok::<_, std::convert::Infallible>(Event::default().data(d)));
-        return Sse::new(futures::stream::iter(events)).into_response();
+        let events = events.into_iter().map(|d| Event::default().data(d));
+        return Sse::new(paced(events.collect(), turn.pace)).into_response();
     }
     Json(openai::completion(&turn, model, &id)).into_response()
 }
@@ -77,12 +77,25 @@ pub(super) async fn messages(
     let id = shared.response_id("msg_");
     if body.get("stream").and_then(Value::as_bool) == Some(true) {
         let events = anthropic::stream(&turn, model, &id);
-        let events = events.into_iter().map(|(name, d)| {
-            Ok::<_, std::convert::Infallible>(Event::default().event(name).data(d))
-        });
-        return Sse::new(futures::stream::iter(events)).into_response();
+        let events = events
+            .into_iter()
+            .map(|(name, d)| Event::default().event(name).data(d));
+        return Sse::new(paced(events.collect(), turn.pace)).into_response();
     }
     Json(anthropic::message(&turn, model, &id)).into_response()
+}
+
+/// Streams `events`, waiting `pace` before each one after the first.
+fn paced(
+    events: Vec<Event>,
+    pace: Option<Duration>,
+) -> impl futures::Stream<Item = Result<Event, std::convert::Infallible>> {
+    futures::stream::iter(events.into_iter().enumerate()).then(move |(i, event)| async move {
+        if let Some(pace) = pace.filter(|_| i > 0) {
+            tokio::time::sleep(pace).await;
+        }
+        Ok(event)
+    })
 }
 
 pub(super) async fn models() -> Json<Value> {

@@ -27,7 +27,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     let span = tracing::info_span!("cron_turn", session_id = %session_key, job_id = %fire.job_id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
-        let marker = keys::inbound_seen(&fire.bot, &fire.id);
+        let marker = keys::inbound_seen(&fire.bot, &session_key, &fire.id);
         let (channel, chat_id) = if fire.deliver && !fire.channel.is_empty() {
             (fire.channel.clone(), fire.to.clone())
         } else {

@@ -63,7 +63,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
                 if let Err(e) = outbox.send(OutboundKind::Final, &reply, 0).await {
                     tracing::warn!(error = %e, "failed to publish command reply");
                 }
-                deps.mark_seen(&keys::inbound_seen(&inbound.bot, &inbound.id))
+                deps.mark_seen(&keys::inbound_seen(&inbound.bot, &session_key, &inbound.id))
                     .await;
                 let _ = msg.ack().await;
                 return;

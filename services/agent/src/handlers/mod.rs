@@ -11,8 +11,8 @@ use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, AckKind};
+use nanobot_runtime::store::Store;
 use redis::AsyncCommands as _;
-use redis::aio::ConnectionManager;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +35,7 @@ pub struct Deps {
     /// JetStream.
     pub js: jetstream::Context,
     /// Redis.
-    pub redis: ConnectionManager,
+    pub redis: Store,
     /// Bots by id.
     pub bots: HashMap<String, Arc<Bot>>,
     /// Session leases.
@@ -66,8 +66,9 @@ impl Deps {
     /// Records `marker` as processed.
     pub async fn mark_seen(&self, marker: &str) {
         let mut conn = self.redis.clone();
-        if let Err(e) = conn.set_ex::<_, _, ()>(marker, 1, SEEN_TTL_SECS).await {
-            tracing::warn!(error = %e, "failed to record processed marker");
+        match conn.set_ex::<_, _, ()>(marker, 1, SEEN_TTL_SECS).await {
+            Ok(()) => self.redis.replicate(marker).await,
+            Err(e) => tracing::warn!(error = %e, "failed to record processed marker"),
         }
     }
 

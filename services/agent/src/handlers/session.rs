@@ -132,7 +132,10 @@ pub async fn drain(
             .clone()
             .filter(|_| mailbox::needs_turn(&entry));
         let answered = match &message {
-            Some(m) => deps.seen(&keys::inbound_seen(&bot.spec.id, &m.id)).await,
+            Some(m) => {
+                deps.seen(&keys::inbound_seen(&bot.spec.id, session_key, &m.id))
+                    .await
+            }
             None => true,
         };
         match message {
@@ -187,6 +190,7 @@ async fn run_one(
         deps.mailbox.clone(),
         deps.redis.clone(),
         &bot.spec.id,
+        &session_key,
         &msg.id,
         subject,
         seq,
@@ -231,8 +235,12 @@ pub async fn guarded(
             let committed = match ctx.seq {
                 Some(seq) => ctx.sessions.cursor(&input.session_key).await? >= seq,
                 None => {
-                    deps.seen(&keys::inbound_seen(&bot.spec.id, &input.id))
-                        .await
+                    deps.seen(&keys::inbound_seen(
+                        &bot.spec.id,
+                        &input.session_key,
+                        &input.id,
+                    ))
+                    .await
                 }
             };
             if committed || lease.lost().is_cancelled() {
@@ -241,7 +249,7 @@ pub async fn guarded(
                 return Err(e);
             }
             let mut conn = deps.redis.clone();
-            let attempts_key = keys::inbound_attempts(&bot.spec.id, &input.id);
+            let attempts_key = keys::inbound_attempts(&bot.spec.id, &input.session_key, &input.id);
             let attempts: i64 = conn.incr(&attempts_key, 1).await?;
             let _: () = conn.expire(&attempts_key, 24 * 3600).await?;
             if attempts < MAX_ATTEMPTS {

@@ -297,10 +297,7 @@ mod tests {
         let out = std::process::Command::new("python3")
             .args(["-c", LOCAL_MODEL_PY, "--self-test"])
             .output();
-        let Ok(out) = out else {
-            eprintln!("python3 not found; skipping");
-            return;
-        };
+        let out = out.expect("run python3 (scripts/deps.sh installs it)");
         assert!(
             out.status.success(),
             "{}",
@@ -308,14 +305,12 @@ mod tests {
         );
     }
 
-    /// Runs the real local model when `scripts/deps.sh model` has installed it.
+    /// Runs the real local model (`make test` installs it with `scripts/deps.sh model`).
     #[tokio::test]
     async fn local_model_answers_chat_completions_within_its_reply_cap() {
         let venv = launch::cache_dir().join("venv");
-        let Ok(gguf) = launch::find_gguf(&venv, None) else {
-            eprintln!("local model not installed (scripts/deps.sh model); skipping");
-            return;
-        };
+        let gguf = launch::find_gguf(&venv, None)
+            .expect("the local model is installed (scripts/deps.sh model)");
         let run = tempfile::tempdir().unwrap();
         let dirs = RunDirs::create(run.path()).unwrap();
         let port = launch::port_or_free(None).unwrap();

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::{Run, assistant_message, call_json};
 use crate::args;
-use crate::checkpoint;
+use crate::checkpoint::{Checkpoint, Phase};
 use crate::hooks::AgentHook;
 use crate::provider::{ChatResponse, ToolCall};
 use crate::tools::{ToolExecutor, ToolOutcome, ToolScope};
@@ -30,14 +30,14 @@ impl Run<'_> {
         self.messages.push(assistant.clone());
         let pending: Vec<Value> = calls.iter().map(call_json).collect();
         let model = self.spec.model.clone();
-        self.emit(checkpoint::payload(
-            "awaiting_tools",
+        self.emit(Checkpoint {
+            phase: Phase::AwaitingTools,
             iteration,
-            &model,
-            &assistant,
-            &[],
-            &pending,
-        ))
+            model: model.clone(),
+            assistant_message: assistant.clone(),
+            completed_tool_results: Vec::new(),
+            pending_tool_calls: pending,
+        })
         .await;
         let _ = hook.before_execute_tools(response);
         let outcomes = run_calls(
@@ -59,14 +59,14 @@ impl Run<'_> {
             self.messages.push(row.clone());
             completed.push(row);
         }
-        self.emit(checkpoint::payload(
-            "tools_completed",
+        self.emit(Checkpoint {
+            phase: Phase::ToolsCompleted,
             iteration,
-            &model,
-            &assistant,
-            &completed,
-            &[],
-        ))
+            model,
+            assistant_message: assistant,
+            completed_tool_results: completed,
+            pending_tool_calls: Vec::new(),
+        })
         .await;
     }
 }

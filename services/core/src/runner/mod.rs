@@ -1,7 +1,8 @@
 //! The agent runner loop (upstream `agent/runner.py`, reference §3): call the model, run its
 //! tool calls through the executors with checkpoints around each batch, append results,
 //! repeat. Blank replies are retried, then finalized without tools; replies cut at the token
-//! limit are continued (up to 3 times) and joined; model errors end the turn with the error
+//! limit are continued (up to 3 times) and joined, unless the provider caps replies on purpose
+//! ([`RunSpec::capped_replies`], the local default model); model errors end the turn with the error
 //! text and a transcript placeholder; an exhausted iteration budget gets one no-tools
 //! finalization request, then upstream's template.
 //!
@@ -23,7 +24,7 @@ use serde_json::{Value, json};
 
 use nanobot_proto::ToolSpec;
 
-use crate::checkpoint::CheckpointSink;
+use crate::checkpoint::{Checkpoint, CheckpointSink, Phase};
 use crate::hooks::{AgentHook, IterationContext, RunSummary};
 use crate::provider::{ChatModel, ChatResponse, ToolCall, Usage};
 use crate::tools::{ToolClient, ToolExecutor, ToolScope};
@@ -65,6 +66,9 @@ pub struct RunSpec {
     pub llm_timeout: Option<Duration>,
     /// Who tool calls run for.
     pub scope: ToolScope,
+    /// The provider caps replies on purpose (the local default model, whose proxy limits
+    /// completions): a reply cut at the token limit is final, never continued.
+    pub capped_replies: bool,
 }
 
 /// What the run talks to.
@@ -184,9 +188,9 @@ impl Run<'_> {
         &self.messages[self.initial..]
     }
 
-    async fn emit(&self, payload: Value) {
+    async fn emit(&self, checkpoint: Checkpoint) {
         if let Some(sink) = self.deps.checkpoints {
-            sink.checkpoint(payload, self.turn_messages()).await;
+            sink.checkpoint(checkpoint, self.turn_messages()).await;
         }
     }
 
@@ -332,7 +336,8 @@ pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
             response = retry;
             clean = hook.finalize_content(response.content.clone().unwrap_or_default());
         }
-        if response.finish_reason == "length" && parts.len() < MAX_LENGTH_RECOVERIES {
+        let recover = !spec.capped_replies && parts.len() < MAX_LENGTH_RECOVERIES;
+        if response.finish_reason == "length" && recover {
             tracing::info!(
                 iteration,
                 recoveries = parts.len() + 1,
@@ -377,7 +382,15 @@ pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
             run.messages.push(reply.clone());
             if parts.is_empty() && run.inject("before the final reply").await {
                 // The reply so far stays in the transcript; the model answers the follow-ups.
-                run.emit(json!({"phase": "final_response", "iteration": iteration, "model": spec.model, "assistant_message": reply, "completed_tool_results": [], "pending_tool_calls": []})).await;
+                run.emit(Checkpoint {
+                    phase: Phase::FinalResponse,
+                    iteration,
+                    model: spec.model.clone(),
+                    assistant_message: reply,
+                    completed_tool_results: Vec::new(),
+                    pending_tool_calls: Vec::new(),
+                })
+                .await;
                 empty_retries = 0;
                 let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
                 continue;

@@ -72,8 +72,8 @@ struct Sink(Mutex<Vec<(String, usize)>>);
 
 #[async_trait::async_trait]
 impl CheckpointSink for Sink {
-    async fn checkpoint(&self, payload: Value, turn: &[Value]) {
-        let phase = payload["phase"].as_str().unwrap_or("").to_string();
+    async fn checkpoint(&self, checkpoint: Checkpoint, turn: &[Value]) {
+        let phase = checkpoint.phase.as_str().to_string();
         self.0.lock().unwrap().push((phase, turn.len()));
     }
 }
@@ -203,6 +203,32 @@ async fn truncated_replies_are_continued_and_joined() {
         last_content(&reqs[1])
             .contains("<already_delivered_tail>\nHello \n</already_delivered_tail>")
     );
+}
+
+#[tokio::test]
+async fn a_capped_provider_s_truncated_reply_is_final_without_continuations() {
+    let model = Model::new(vec![
+        finish("Hello, I am a small ", "length"),
+        text("never"),
+    ]);
+    let specs = [tool_spec("exec")];
+    let deps = RunDeps {
+        model: &model,
+        tools: &Tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    let capped = RunSpec {
+        capped_replies: true,
+        ..spec(10)
+    };
+    let r = run(deps, capped).await;
+    assert_eq!(r.content, "Hello, I am a small ");
+    assert_eq!(r.llm_calls, 1);
+    assert_eq!(model.requests().len(), 1);
+    assert_eq!(r.stop_reason, "completed");
 }
 
 #[tokio::test]

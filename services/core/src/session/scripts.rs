@@ -1,6 +1,8 @@
 //! Lua scripts behind every session write. Each first checks the session's fencing token when
 //! one is given (`ARGV[1]` non-empty): a runner whose lease was taken over gets `FENCED` and
-//! changes nothing, so only the current lease holder can write a session.
+//! changes nothing, so only the current lease holder can write a session. Every key a script
+//! touches belongs to one session (one hash tag, one Redis Cluster slot); the bot's session
+//! index is written apart (see `SessionStore::index`).
 
 use std::sync::LazyLock;
 
@@ -17,14 +19,13 @@ macro_rules! fenced {
     };
 }
 
-/// Appends rows and touches the session. KEYS: fence, messages, meta, sessions set.
-/// ARGV: token, now, session key, rows….
+/// Appends rows and touches the session. KEYS: fence, messages, meta.
+/// ARGV: token, now, rows….
 pub(super) static APPEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(fenced!(
-        "for i = 4, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+        "for i = 3, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
          redis.call('HSETNX', KEYS[3], 'created_at', ARGV[2])
          redis.call('HSET', KEYS[3], 'updated_at', ARGV[2])
-         redis.call('SADD', KEYS[4], ARGV[3])
          return 1"
     ))
 });
@@ -48,25 +49,24 @@ pub(super) static CLEAR: LazyLock<Script> = LazyLock::new(|| {
 
 /// Ends a turn atomically: rows, metadata, the mailbox cursor (only forward), the reply kept
 /// in the outbox until published, and "seen" markers of every answered message.
-/// KEYS: fence, messages, meta, sessions set, cursor, outbox, seen markers….
-/// ARGV: token, now, session key, metadata JSON or '', cursor or '', outbox payload or '',
+/// KEYS: fence, messages, meta, cursor, outbox, seen markers….
+/// ARGV: token, now, metadata JSON or '', cursor or '', outbox payload or '',
 /// seen TTL seconds, row count, rows….
 pub(super) static COMMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(fenced!(
-        "local n = tonumber(ARGV[8])
-         for i = 9, 8 + n do redis.call('RPUSH', KEYS[2], ARGV[i]) end
-         if n > 0 or ARGV[4] ~= '' then
+        "local n = tonumber(ARGV[7])
+         for i = 8, 7 + n do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+         if n > 0 or ARGV[3] ~= '' then
            redis.call('HSETNX', KEYS[3], 'created_at', ARGV[2])
            redis.call('HSET', KEYS[3], 'updated_at', ARGV[2])
-           redis.call('SADD', KEYS[4], ARGV[3])
          end
-         if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], 'metadata', ARGV[4]) end
-         if ARGV[5] ~= '' then
-           local cur = tonumber(redis.call('GET', KEYS[5]) or '0')
-           if tonumber(ARGV[5]) > cur then redis.call('SET', KEYS[5], ARGV[5]) end
+         if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], 'metadata', ARGV[3]) end
+         if ARGV[4] ~= '' then
+           local cur = tonumber(redis.call('GET', KEYS[4]) or '0')
+           if tonumber(ARGV[4]) > cur then redis.call('SET', KEYS[4], ARGV[4]) end
          end
-         if ARGV[6] ~= '' then redis.call('SET', KEYS[6], ARGV[6]) end
-         for i = 7, #KEYS do redis.call('SET', KEYS[i], '1', 'EX', ARGV[7]) end
+         if ARGV[5] ~= '' then redis.call('SET', KEYS[5], ARGV[5]) end
+         for i = 6, #KEYS do redis.call('SET', KEYS[i], '1', 'EX', ARGV[6]) end
          return 1"
     ))
 });

@@ -8,13 +8,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt as _;
 use prost::Message as _;
 use tokio::time::Instant;
 
 use nanobot_proto::{CallState, ERROR_CODE_HEADER, ERROR_HEADER, Rpc as _, ToolCallRequest};
 use nanobot_proto::{ErrorCode, ToolCallResult};
 use nanobot_runtime::bus;
+
+use super::replies::Replies;
 
 /// Timing of the liveness protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,23 +66,21 @@ pub enum AttemptError {
     Transport(String),
 }
 
-/// Runs one attempt of `request` within `budget`, watching the executor's heartbeats.
+/// Runs one attempt of `request` within `budget`, watching the executor's heartbeats. The
+/// replies come through the runner's shared reply subscription ([`Replies`]).
 pub async fn attempt(
     client: &async_nats::Client,
+    replies: &Replies,
     request: &ToolCallRequest,
     budget: Duration,
     liveness: Liveness,
 ) -> Result<ToolCallResult, AttemptError> {
     let transport = |e: &dyn std::fmt::Display| AttemptError::Transport(e.to_string());
-    let inbox = client.new_inbox();
-    let mut replies = client
-        .subscribe(inbox.clone())
-        .await
-        .map_err(|e| transport(&e))?;
+    let mut route = replies.open().await.map_err(|e| transport(&e))?;
     client
         .publish_with_reply_and_headers(
             request.subject(),
-            inbox,
+            route.inbox.clone(),
             bus::headers(None),
             Bytes::from(request.encode_to_vec()),
         )
@@ -100,7 +99,7 @@ pub async fn attempt(
             return Err(AttemptError::Timeout);
         }
         let wait = quiet.min(deadline - now);
-        let msg = match tokio::time::timeout(wait, replies.next()).await {
+        let msg = match tokio::time::timeout(wait, route.messages.recv()).await {
             Ok(Some(msg)) => msg,
             Ok(None) => return Err(AttemptError::Transport("reply subscription closed".into())),
             Err(_) if Instant::now() >= deadline => return Err(AttemptError::Timeout),

@@ -1,9 +1,7 @@
 //! Test fixtures: a real `nats-server`, the gateway run in-process, and a scripted stand-in
 //! for the agent runners that consumes inbound messages and publishes replies.
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull};
@@ -15,64 +13,29 @@ use tokio::task::JoinHandle;
 use nanobot_proto::{InboundMessage, OutboundKind, OutboundMessage, subjects};
 use nanobot_runtime::bus;
 use nanobot_runtime::config::{BotConfig, Config};
+use nanobot_runtime::testsuite;
 
-/// A `nats-server` with JetStream on free loopback ports, killed on drop.
+/// A `nats-server` with JetStream (the shared harness, `nanobot_runtime::testsuite`) with the
+/// fleet's streams created, killed on drop.
 pub struct Nats {
-    child: Child,
+    _server: testsuite::Nats,
     pub url: String,
-    _store: tempfile::TempDir,
 }
 
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
+    testsuite::free_port().expect("a free port")
 }
 
 impl Nats {
     pub async fn start() -> Self {
-        let bin = std::env::var_os("NATS_SERVER")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                let home = std::env::var_os("HOME")
-                    .map(PathBuf::from)
-                    .unwrap_or_default();
-                home.join(".cache/nanobot/bin/nats-server")
-            });
-        assert!(
-            bin.exists(),
-            "nats-server not found at {}: run scripts/deps.sh or set NATS_SERVER",
-            bin.display()
-        );
-        let store = tempfile::tempdir().expect("temp dir");
-        let (port, monitor) = (free_port(), free_port());
-        let child = Command::new(&bin)
-            .args([
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-m",
-                &monitor.to_string(),
-            ])
-            .arg("-sd")
-            .arg(store.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn nats-server");
-        let healthz = format!("http://127.0.0.1:{monitor}/healthz?js-enabled-only=true");
-        wait_until(Duration::from_secs(10), || async {
-            reqwest::get(&healthz)
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        })
-        .await;
-        Self {
-            child,
-            url: format!("nats://127.0.0.1:{port}"),
-            _store: store,
-        }
+        let server = testsuite::Nats::start().await.expect("start nats-server");
+        let nats = Self {
+            url: server.url(),
+            _server: server,
+        };
+        // As `nanobot up` does: the streams exist before any role starts (roles only check).
+        nats.jetstream().await;
+        nats
     }
 
     pub async fn jetstream(&self) -> jetstream::Context {
@@ -80,15 +43,8 @@ impl Nats {
             .await
             .expect("connect to nats");
         let js = jetstream::new(client);
-        bus::ensure_streams(&js).await.expect("create streams");
+        bus::init_streams(&js, 1).await.expect("create streams");
         js
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -7,12 +7,16 @@
 
 pub mod load;
 pub mod schema;
+pub mod telegram;
+mod tools;
 mod validate;
 
 use std::path::{Path, PathBuf};
 
 pub use load::{ConfigError, default_path, load, load_str};
 pub use schema::*;
+pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
+pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
 
 /// The bot id used when `bots` is empty.
 pub const DEFAULT_BOT: &str = "default";
@@ -229,7 +233,44 @@ mod tests {
         )
         .unwrap();
         assert!(c.tools.restrict_to_workspace);
-        assert!(c.channels.extra.contains_key("telegram"));
+        assert!(c.channels.telegram.as_ref().is_some_and(|t| t.enabled));
+    }
+
+    #[test]
+    fn tools_web_and_ssrf_whitelist_are_typed_and_bad_entries_are_listed_with_other_problems() {
+        let c = parse(
+            r#"{"tools":{"web":{"userAgent":"ua","search":{"provider":"brave","api_key":"k"}},
+                "ssrf_whitelist":["100.64.0.0/10","10.0.0.1"]}}"#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.tools.web.user_agent(), "ua");
+        assert_eq!(c.tools.web.search.provider, "brave");
+        assert_eq!(c.tools.web.search.api_key, "k");
+        assert!(c.tools.web.fetch.use_jina_reader);
+        let cidrs = c.tools.ssrf_whitelist();
+        assert_eq!(cidrs.len(), 2);
+        assert!(cidrs[0].contains("100.64.1.2".parse().unwrap()));
+        assert!(cidrs[1].contains("10.0.0.1".parse().unwrap()));
+        assert!(!cidrs[1].contains("10.0.0.2".parse().unwrap()));
+        assert!(
+            !c.dump_redacted().contains("\"k\""),
+            "search api key redacted"
+        );
+
+        let err = parse(
+            r#"{"tools":{"ssrfWhitelist":["nope","10.0.0.0/99"]},"agents":{"defaults":{"maxTokens":0}}}"#,
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("tools.ssrfWhitelist[0]"), "{err}");
+        assert!(err.contains("tools.ssrfWhitelist[1]"), "{err}");
+        assert!(err.contains("maxTokens"), "all problems at once: {err}");
+        assert_eq!(
+            parse("{}", &[]).unwrap().tools.web.user_agent(),
+            DEFAULT_USER_AGENT
+        );
     }
 
     #[test]

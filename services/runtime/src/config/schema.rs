@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::tools::{Cidr, WebConfig};
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
@@ -127,7 +129,9 @@ pub struct ChannelsConfig {
     /// Retries per delivery. Default 3.
     #[serde(alias = "send_max_retries")]
     pub send_max_retries: u32,
-    /// Every channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
+    /// Telegram (`channels.telegram`), typed; see [`super::telegram`].
+    pub telegram: Option<super::telegram::TelegramConfig>,
+    /// Every other channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
 }
@@ -138,6 +142,7 @@ impl Default for ChannelsConfig {
             send_progress: true,
             send_tool_hints: true,
             send_max_retries: 3,
+            telegram: None,
             extra: BTreeMap::new(),
         }
     }
@@ -222,9 +227,25 @@ pub struct ToolsConfig {
     /// MCP servers by name (kept as given).
     #[serde(alias = "mcp_servers")]
     pub mcp_servers: BTreeMap<String, Value>,
-    /// Other upstream keys (`web`, `file`, `cliApps`, `ssrfWhitelist`, ...), kept as given.
+    /// Web tools (`web_search`, `web_fetch`).
+    pub web: WebConfig,
+    /// Internal addresses (CIDRs or bare addresses) the network tools may reach anyway. Every
+    /// entry must parse (checked at load).
+    #[serde(alias = "ssrf_whitelist")]
+    pub ssrf_whitelist: Vec<String>,
+    /// Other upstream keys (`file`, `cliApps`, ...), kept as given.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
+}
+
+impl ToolsConfig {
+    /// Returns `ssrfWhitelist` as CIDRs (entries that do not parse were refused at load).
+    pub fn ssrf_whitelist(&self) -> Vec<Cidr> {
+        self.ssrf_whitelist
+            .iter()
+            .filter_map(|e| Cidr::parse(e))
+            .collect()
+    }
 }
 
 /// `tools.exec` section.
@@ -288,6 +309,10 @@ pub struct BusConfig {
     /// Tool-call deadline in seconds. Default 120.
     #[serde(alias = "tool_timeout_secs")]
     pub tool_timeout_secs: u64,
+    /// Replicas of every JetStream stream, applied by `nanobot bus init`: 1 for one server,
+    /// 3 for a cluster (up to 5). Default 1.
+    #[serde(alias = "stream_replicas")]
+    pub stream_replicas: usize,
 }
 
 impl Default for BusConfig {
@@ -299,6 +324,7 @@ impl Default for BusConfig {
             token: None,
             creds_file: None,
             tool_timeout_secs: 120,
+            stream_replicas: 1,
         }
     }
 }

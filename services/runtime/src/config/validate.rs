@@ -45,7 +45,6 @@ const PROVIDER_EXTRAS: &[&str] = &[
 const GATEWAY_EXTRAS: &[&str] = &["restartMode", "heartbeat"];
 /// Upstream keys of `tools` the fleet keeps as given.
 const TOOLS_EXTRAS: &[&str] = &[
-    "web",
     "file",
     "cliApps",
     "my",
@@ -53,7 +52,6 @@ const TOOLS_EXTRAS: &[&str] = &[
     "maxSessionMessagesPerMinute",
     "webuiAllowLocalServiceAccess",
     "webuiAllowRemotePackageInstall",
-    "ssrfWhitelist",
     "myEnabled",
     "mySet",
 ];
@@ -141,17 +139,33 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
     if config.channels.send_max_retries > 10 {
         problems.push("channels.sendMaxRetries: must be within 0..=10".into());
     }
+    if !(1..=5).contains(&config.bus.stream_replicas) {
+        problems.push("bus.streamReplicas: must be within 1..=5".into());
+    }
+    for (i, entry) in config.tools.ssrf_whitelist.iter().enumerate() {
+        if super::Cidr::parse(entry).is_none() {
+            problems.push(format!(
+                "tools.ssrfWhitelist[{i}]: {entry:?} is not a CIDR or an IP address"
+            ));
+        }
+    }
     for url in config.bus.url.split(',') {
         if !is_url(url.trim(), &["nats", "tls", "ws", "wss"]) {
             problems.push(format!("bus.url: {url:?} is not a nats:// URL"));
         }
     }
-    if !is_url(
-        &config.store.url,
-        &["redis", "rediss", "redis+unix", "unix"],
-    ) {
+    // One node, a `redis+cluster://host:port,host:port` cluster, or several node URLs.
+    let store_ok = match config.store.url.trim().strip_prefix("redis+cluster://") {
+        Some(hosts) => !hosts.is_empty() && !hosts.split(',').any(|h| h.trim().is_empty()),
+        None => config
+            .store
+            .url
+            .split(',')
+            .all(|url| is_url(url.trim(), &["redis", "rediss", "redis+unix", "unix"])),
+    };
+    if !store_ok {
         problems.push(format!(
-            "store.url: {:?} is not a redis:// URL",
+            "store.url: {:?} is not a redis:// URL, a list of them or a redis+cluster:// URL",
             config.store.url
         ));
     }
@@ -193,6 +207,7 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
             ));
         }
     }
+    super::telegram::validate(config, &mut problems);
     for id in config.bots.keys() {
         let ok = !id.is_empty()
             && id

@@ -62,11 +62,10 @@ enum Kind {
 }
 
 fn kind_of(subject: &str) -> Kind {
-    let tokens: Vec<&str> = subject.split('.').collect();
-    match tokens.as_slice() {
-        ["nanobot", _, "tools", "call", _] => Kind::Call,
-        ["nanobot", _, "tools", "list"] => Kind::List,
-        _ => Kind::Unknown,
+    match subjects::parse_tool_subject(subject) {
+        Some(subjects::ToolSubject::Call { .. }) => Kind::Call,
+        Some(subjects::ToolSubject::List { .. }) => Kind::List,
+        None => Kind::Unknown,
     }
 }
 

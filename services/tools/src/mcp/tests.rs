@@ -1,7 +1,7 @@
 //! MCP against the real npm servers (`@modelcontextprotocol/server-everything` over stdio
 //! and streamable HTTP, `@modelcontextprotocol/server-filesystem`), installed by
-//! `scripts/deps.sh mcp`. Each test prints why it skips when node or the packages are
-//! missing.
+//! `scripts/deps.sh mcp` (part of `make test`). A missing server fails the test with the
+//! install hint.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,8 +17,9 @@ use crate::registry::{Registry, ToolContext, ToolOutput};
 use crate::sandbox::Sandbox;
 use crate::web::guard::Guard;
 
-/// Returns an installed npm server binary, or `None` (after saying why) to skip.
-fn npm_bin(name: &str) -> Option<PathBuf> {
+/// Returns an installed npm server binary; panics with the install hint when it is missing
+/// (`make test` installs it, so a missing server is a failure, not a skip).
+fn npm_bin(name: &str) -> PathBuf {
     let cache = std::env::var("NANOBOT_CACHE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| {
@@ -30,14 +31,12 @@ fn npm_bin(name: &str) -> Option<PathBuf> {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !node || !bin.exists() {
-        eprintln!(
-            "skipping: {} or node missing; run `scripts/deps.sh mcp` (needs node and npm)",
-            bin.display()
-        );
-        return None;
-    }
-    Some(bin)
+    assert!(
+        node && bin.exists(),
+        "{} or node missing; run `scripts/deps.sh mcp` (needs node and npm)",
+        bin.display()
+    );
+    bin
 }
 
 fn stdio(bin: &Path, args: &[&str]) -> ServerConfig {
@@ -139,9 +138,7 @@ fn schemas_are_normalised_for_providers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_server_tools_resources_and_prompts_are_served() {
-    let Some(bin) = npm_bin("mcp-server-everything") else {
-        return;
-    };
+    let bin = npm_bin("mcp-server-everything");
     let mut cfg = stdio(&bin, &[]);
     cfg.env = BTreeMap::from([("NANOBOT_MCP_TEST".into(), "visible".into())]);
     let (_server, registry) = connect("everything", cfg, Guard::default()).await;
@@ -218,9 +215,7 @@ async fn stdio_server_tools_resources_and_prompts_are_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enabled_tools_select_by_raw_or_wrapped_name_and_hide_resources() {
-    let Some(bin) = npm_bin("mcp-server-everything") else {
-        return;
-    };
+    let bin = npm_bin("mcp-server-everything");
     let mut cfg = stdio(&bin, &[]);
     cfg.enabled_tools = vec![
         "echo".into(),
@@ -236,9 +231,7 @@ async fn enabled_tools_select_by_raw_or_wrapped_name_and_hide_resources() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_time_out_and_a_dead_child_is_replaced() {
-    let Some(bin) = npm_bin("mcp-server-everything") else {
-        return;
-    };
+    let bin = npm_bin("mcp-server-everything");
     let mut cfg = stdio(&bin, &[]);
     cfg.tool_timeout = 1;
     let (server, registry) = connect("everything", cfg, Guard::default()).await;
@@ -275,9 +268,7 @@ async fn transient_errors_reconnect_then_retry_once_then_give_up() {
 
     use super::server::Failure;
 
-    let Some(bin) = npm_bin("mcp-server-everything") else {
-        return;
-    };
+    let bin = npm_bin("mcp-server-everything");
     let server = Arc::new(Server::new(
         "everything".into(),
         stdio(&bin, &[]),
@@ -381,9 +372,7 @@ fn free_port() -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamable_http_servers_are_ssrf_guarded_and_survive_a_restart() {
-    let Some(bin) = npm_bin("mcp-server-everything") else {
-        return;
-    };
+    let bin = npm_bin("mcp-server-everything");
     let http = HttpServer::start(&bin, free_port());
     let cfg = ServerConfig {
         url: format!("http://127.0.0.1:{}/mcp", http.port),
@@ -427,9 +416,7 @@ async fn streamable_http_servers_are_ssrf_guarded_and_survive_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filesystem_server_reads_files_in_its_allowed_directory_and_readers_are_read_only() {
-    let Some(bin) = npm_bin("mcp-server-filesystem") else {
-        return;
-    };
+    let bin = npm_bin("mcp-server-filesystem");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("note.txt"), "from the filesystem server").unwrap();
     let root = dir.path().canonicalize().unwrap();

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use nanobot_runtime::config::ToolsConfig;
 
-use crate::net;
 use crate::registry::{RegistryError, Tool};
 
 pub mod edit_file;
@@ -41,7 +40,7 @@ pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
         tools.push(Arc::new(notebook_edit::NotebookEdit));
     }
     if cfg.exec.enable {
-        let whitelist = net::whitelist_from(cfg.extra.get("ssrfWhitelist"));
+        let whitelist = cfg.ssrf_whitelist();
         tools.push(Arc::new(
             exec::Exec::new(&cfg.exec)?.with_ssrf_whitelist(whitelist),
         ));

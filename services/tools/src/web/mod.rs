@@ -1,14 +1,11 @@
-//! The web tools, `web_fetch` and `web_search`, and their config (`tools.web`, kept by the
-//! runtime as JSON and parsed here with upstream's camelCase or snake_case keys).
+//! The web tools, `web_fetch` and `web_search`; their config (`tools.web`) is typed in
+//! `nanobot_runtime::config`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use nanobot_runtime::config::ToolsConfig;
 
-use crate::net;
 use crate::registry::{RegistryError, Tool};
 
 pub mod extract;
@@ -20,116 +17,19 @@ mod search_providers;
 #[cfg(test)]
 mod tests;
 
-/// The user agent sent when `tools.web.userAgent` is not set (upstream's).
-pub const DEFAULT_USER_AGENT: &str =
-    "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_7_2) AppleWebKit/537.36";
-
-/// `tools.web`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", default)]
-pub struct WebConfig {
-    /// Register `web_search` and `web_fetch`. Default true.
-    pub enable: bool,
-    /// HTTP(S) proxy for every web request (the DNS pinning is then the proxy's job).
-    pub proxy: Option<String>,
-    /// User agent; default [`DEFAULT_USER_AGENT`].
-    #[serde(alias = "user_agent")]
-    pub user_agent: Option<String>,
-    /// `tools.web.search`.
-    pub search: SearchConfig,
-    /// `tools.web.fetch`.
-    pub fetch: FetchConfig,
-}
-
-impl Default for WebConfig {
-    fn default() -> Self {
-        Self {
-            enable: true,
-            proxy: None,
-            user_agent: None,
-            search: SearchConfig::default(),
-            fetch: FetchConfig::default(),
-        }
-    }
-}
-
-/// `tools.web.search`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", default)]
-pub struct SearchConfig {
-    /// `duckduckgo` (default), `brave`, `tavily` or `searxng`.
-    pub provider: String,
-    /// API key of Brave or Tavily (else `BRAVE_API_KEY` / `TAVILY_API_KEY`).
-    #[serde(alias = "api_key")]
-    pub api_key: String,
-    /// SearXNG base URL (else `SEARXNG_BASE_URL`).
-    #[serde(alias = "base_url")]
-    pub base_url: String,
-    /// Results when the call gives no `count`. Default 5.
-    #[serde(alias = "max_results")]
-    pub max_results: u32,
-    /// Seconds one search may take. Default 30.
-    pub timeout: u64,
-}
-
-impl Default for SearchConfig {
-    fn default() -> Self {
-        Self {
-            provider: "duckduckgo".into(),
-            api_key: String::new(),
-            base_url: String::new(),
-            max_results: 5,
-            timeout: 30,
-        }
-    }
-}
-
-/// `tools.web.fetch`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", default)]
-pub struct FetchConfig {
-    /// Try the Jina Reader (`r.jina.ai`) first for public pages. Default true.
-    #[serde(alias = "use_jina_reader")]
-    pub use_jina_reader: bool,
-}
-
-impl Default for FetchConfig {
-    fn default() -> Self {
-        Self {
-            use_jina_reader: true,
-        }
-    }
-}
-
-impl WebConfig {
-    /// Parses `tools.web` (absent: defaults).
-    pub fn from_tools(cfg: &ToolsConfig) -> Result<Self, RegistryError> {
-        let Some(value) = cfg.extra.get("web") else {
-            return Ok(Self::default());
-        };
-        serde_json::from_value(value.clone()).map_err(|e| RegistryError::Section {
-            section: "tools.web",
-            cause: e.to_string(),
-        })
-    }
-
-    /// Returns the user agent to send.
-    pub fn user_agent(&self) -> &str {
-        self.user_agent.as_deref().unwrap_or(DEFAULT_USER_AGENT)
-    }
-}
+pub use nanobot_runtime::config::{DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
 
 /// Returns `web_search` and `web_fetch` unless `tools.web.enable` is false. API keys and
 /// the SearXNG URL missing from config are read from the process environment, as upstream.
 pub fn tools(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
-    let web = WebConfig::from_tools(cfg)?;
+    let web = &cfg.web;
     if !web.enable {
         return Ok(Vec::new());
     }
-    let guard = guard::Guard::new(net::whitelist_from(cfg.extra.get("ssrfWhitelist")));
+    let guard = guard::Guard::new(cfg.ssrf_whitelist());
     let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
-    let search = search::WebSearch::new(&web, env);
-    let fetch = fetch::WebFetch::new(&web, guard, env("JINA_API_KEY"));
+    let search = search::WebSearch::new(web, env);
+    let fetch = fetch::WebFetch::new(web, guard, env("JINA_API_KEY"));
     Ok(vec![Arc::new(search), Arc::new(fetch)])
 }
 

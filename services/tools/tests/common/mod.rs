@@ -3,68 +3,39 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nanobot_runtime::config::{Config, load_str};
+use nanobot_runtime::testsuite;
 
-/// A `nats-server` with JetStream on a free loopback port, killed on drop.
+/// A `nats-server` with JetStream (the shared harness, `nanobot_runtime::testsuite`), killed on
+/// drop.
 pub struct NatsServer {
-    child: Child,
+    _server: testsuite::Nats,
     pub url: String,
-    _store: tempfile::TempDir,
 }
 
 impl NatsServer {
-    pub fn start() -> Self {
-        let binary = std::env::var("NATS_SERVER")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| {
-                let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-                Path::new(&home).join(".cache/nanobot/bin/nats-server")
-            });
-        assert!(
-            binary.exists(),
-            "nats-server not found at {}: run scripts/deps.sh or set NATS_SERVER",
-            binary.display()
-        );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let store = tempfile::tempdir().unwrap();
-        let child = Command::new(&binary)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(store.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn nats-server");
+    pub async fn start() -> Self {
+        let server = testsuite::Nats::start().await.expect("start nats-server");
         Self {
-            child,
-            url: format!("nats://127.0.0.1:{port}"),
-            _store: store,
+            url: server.url(),
+            _server: server,
         }
     }
 
+    /// Connects a client, after creating the fleet's streams as `nanobot up` does (roles only
+    /// check them).
     pub async fn client(&self) -> async_nats::Client {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match async_nats::connect(&self.url).await {
-                Ok(client) => return client,
-                Err(e) if Instant::now() > deadline => panic!("nats-server never came up: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let client = async_nats::connect(&self.url)
+            .await
+            .expect("connect to nats");
+        let js = async_nats::jetstream::new(client.clone());
+        nanobot_runtime::bus::init_streams(&js, 1)
+            .await
+            .expect("create streams");
+        client
     }
 }
 

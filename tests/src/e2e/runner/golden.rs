@@ -129,8 +129,8 @@ const GOLDEN_TOOL_TURN: &str = r##"[
   }
 ]"##;
 
-/// Runs one tool turn and returns the outbound kinds and contents it published before the
-/// final reply.
+/// Runs one tool turn for a channel that does not stream and returns the outbound kinds and
+/// contents it published before the final reply.
 async fn interim_output(fleet: &mut Fleet) -> Vec<(nanobot_proto::OutboundKind, String)> {
     use futures::StreamExt as _;
     let client = fleet.nats_client().await.unwrap();
@@ -140,7 +140,10 @@ async fn interim_output(fleet: &mut Fleet) -> Vec<(nanobot_proto::OutboundKind, 
         Reply::tool_calls([("list_dir", json!({"path": "."}))]).with_text("Let me look around."),
     );
     fleet.llm.push(Reply::text("Done looking."));
-    assert_eq!(ask(fleet, "look", None).await, "Done looking.");
+    // A channel that does not stream (the CLI asks for deltas, so publish directly).
+    super::publish_inbound(fleet, "look-1", "cli:look", "look").await;
+    let replies = crate::e2e::wait_for_replies(fleet, "look-1").await;
+    assert_eq!(replies[0].content, "Done looking.");
     let mut seen = Vec::new();
     while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(2), out.next()).await {
         let msg = nanobot_proto::OutboundMessage::decode(m.payload).unwrap();

@@ -55,7 +55,7 @@ async fn a_runner_killed_mid_tool_is_replaced_and_the_turn_resumes_with_interrup
     );
     let mut conn = fleet.redis_conn().await.unwrap();
     let seen: bool = redis::cmd("EXISTS")
-        .arg(keys::inbound_seen("default", "crash-1"))
+        .arg(keys::inbound_seen("default", "cli:crash", "crash-1"))
         .query_async(&mut conn)
         .await
         .unwrap();

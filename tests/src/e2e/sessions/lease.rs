@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use nanobot_runtime::store::Store;
 use redis::AsyncCommands as _;
-use redis::aio::ConnectionManager;
 use serde_json::{Map, json};
 
 use nanobot_agent::lease::{Lease, Leases};
@@ -20,7 +20,7 @@ const SESSION: &str = "cli:lease";
 /// The shortest lease [`Leases`] allows.
 const TTL: Duration = Duration::from_millis(300);
 
-async fn redis() -> (Redis, ConnectionManager) {
+async fn redis() -> (Redis, Store) {
     let redis = Redis::start().await.unwrap();
     let conn = redis.conn().await.unwrap();
     (redis, conn)
@@ -44,7 +44,7 @@ fn is_fenced<T: std::fmt::Debug>(r: Result<T, SessionError>) -> bool {
     matches!(r, Err(SessionError::Fenced { .. }))
 }
 
-async fn exists(conn: &ConnectionManager, key: &str) -> bool {
+async fn exists(conn: &Store, key: &str) -> bool {
     conn.clone().exists(key).await.unwrap()
 }
 
@@ -172,7 +172,7 @@ async fn a_store_fenced_with_a_stale_token_changes_nothing_and_the_current_holde
     assert_eq!(store.load(SESSION).await.unwrap(), before);
     assert_eq!(store.cursor(SESSION).await.unwrap(), 0);
     assert_eq!(store.outbox(SESSION).await.unwrap(), None);
-    assert!(!exists(&conn, &keys::inbound_seen(BOT, "m-stale")).await);
+    assert!(!exists(&conn, &keys::inbound_seen(BOT, SESSION, "m-stale")).await);
 
     current.commit(SESSION, &commit).await.unwrap();
     let after = store.load(SESSION).await.unwrap();
@@ -204,7 +204,11 @@ async fn commit_moves_the_cursor_only_forward_marks_answers_seen_for_a_while_and
     assert_eq!(store.cursor(SESSION).await.unwrap(), 10);
     assert_eq!(store.outbox(SESSION).await.unwrap().unwrap(), b"reply-1");
     for id in ["m-1", "m-2"] {
-        let ttl: i64 = conn.clone().ttl(keys::inbound_seen(BOT, id)).await.unwrap();
+        let ttl: i64 = conn
+            .clone()
+            .ttl(keys::inbound_seen(BOT, SESSION, id))
+            .await
+            .unwrap();
         assert!(
             ttl > 0 && ttl as u64 <= SEEN_TTL_SECS,
             "seen marker of {id} expires (ttl {ttl})"

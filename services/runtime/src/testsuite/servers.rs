@@ -7,9 +7,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use super::{ServiceProc, find_server_binary, free_port};
-
 /// How long a server may take to become ready.
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a graceful stop may take before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Attempts with fresh ports when a server fails to start (a port taken meanwhile).
@@ -27,16 +26,19 @@ pub struct Nats {
 impl Nats {
     /// Starts `nats-server` with JetStream and waits until `/healthz?js-enabled-only=true`.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with(&[]).await
+    }
+
+    /// Starts `nats-server` with JetStream and `extra` arguments (e.g. cluster options).
+    pub(super) async fn start_with(extra: &[String]) -> anyhow::Result<Self> {
         let bin = find_server_binary("nats-server", "NATS_SERVER")?;
         let mut store = tempfile::Builder::new().prefix("nats-store-").tempdir()?;
         let mut last_error = None;
         for _ in 0..START_ATTEMPTS {
             let (port, monitor_port) = (free_port()?, free_port()?);
-            let proc = ServiceProc::spawn_program(
-                &bin,
-                &nats_args(port, monitor_port, store.path()),
-                &[],
-            )?;
+            let mut args = nats_args(port, monitor_port, store.path());
+            args.extend_from_slice(extra);
+            let proc = ServiceProc::spawn_program(&bin, &args, &[])?;
             let mut nats = Self {
                 proc,
                 port,
@@ -81,6 +83,16 @@ impl Nats {
         async_nats::connect(self.url())
             .await
             .with_context(|| format!("connect to {}", self.url()))
+    }
+
+    /// Whether the server process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.proc.is_running()
+    }
+
+    /// Returns the pid while the process runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
     }
 
     /// Kills the server with SIGKILL (a crash).
@@ -162,12 +174,19 @@ pub struct Redis {
 impl Redis {
     /// Starts `redis-server` and waits until it answers PING.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with(&[]).await
+    }
+
+    /// Starts `redis-server` with `extra` arguments (e.g. cluster mode).
+    pub(super) async fn start_with(extra: &[String]) -> anyhow::Result<Self> {
         let bin = find_server_binary("redis-server", "REDIS_SERVER")?;
         let mut dir = tempfile::Builder::new().prefix("redis-data-").tempdir()?;
         let mut last_error = None;
         for _ in 0..START_ATTEMPTS {
             let port = free_port()?;
-            let proc = ServiceProc::spawn_program(&bin, &redis_args(port, dir.path()), &[])?;
+            let mut args = redis_args(port, dir.path());
+            args.extend_from_slice(extra);
+            let proc = ServiceProc::spawn_program(&bin, &args, &[])?;
             let mut redis = Self { proc, port, dir };
             match redis.wait_ready().await {
                 Ok(()) => return Ok(redis),
@@ -185,16 +204,32 @@ impl Redis {
         Err(last_error.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
     }
 
+    /// Returns the port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Whether the server process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.proc.is_running()
+    }
+
+    /// Returns the pid while the process runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
+    }
+
     /// Returns the URL, `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Returns a reconnecting connection.
-    pub async fn conn(&self) -> anyhow::Result<redis::aio::ConnectionManager> {
+    /// Returns a reconnecting connection, as the roles hold one.
+    pub async fn conn(&self) -> anyhow::Result<crate::store::Store> {
         let client = redis::Client::open(self.url()).context("parse redis url")?;
         redis::aio::ConnectionManager::new(client)
             .await
+            .map(crate::store::Store::Node)
             .with_context(|| format!("connect to {}", self.url()))
     }
 

@@ -1,0 +1,165 @@
+//! The chat-channel layer: one module per channel behind [`Channel`]. A channel instance serves
+//! one bot (its own token, workspace and settings), receives its platform's events and publishes
+//! [`InboundMessage`]s on [`subjects::inbound`]; the shared [`delivery`] loop hands it the
+//! bot's [`OutboundMessage`]s from a durable JetStream consumer. Adding Discord or Slack is one
+//! new module implementing [`Channel`] plus one line in [`start`].
+//!
+//! # Layout
+//! - [`acl`]: `allowFrom` matching.
+//! - [`delivery`]: the durable outbound consumer shared by the gateway replicas, with the
+//!   delivered-record that keeps a redelivery from sending twice.
+//! - [`telegram`]: Telegram through teloxide.
+
+pub mod acl;
+pub mod delivery;
+pub mod telegram;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_nats::jetstream;
+use async_trait::async_trait;
+use nanobot_runtime::store::Store;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use nanobot_proto::{InboundMessage, OutboundMessage};
+use nanobot_runtime::bus::{self, BusError};
+use nanobot_runtime::config::Config;
+
+pub use self::delivery::{Progress, SendError};
+
+/// Settings every chat channel has, as upstream's `channels.<name>` keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelSettings {
+    /// `allowFrom`: ids, usernames or `"*"`; empty denies everyone.
+    pub allow_from: Vec<String>,
+    /// Deliver progress text (`channels.<name>.sendProgress`, else `channels.sendProgress`).
+    pub send_progress: bool,
+    /// Deliver tool hints (`channels.<name>.sendToolHints`, else `channels.sendToolHints`).
+    pub send_tool_hints: bool,
+}
+
+/// One chat channel serving one bot.
+#[async_trait]
+pub trait Channel: Send + Sync + 'static {
+    /// Returns the channel name (`telegram`): the subject token and session-key prefix.
+    fn name(&self) -> &'static str;
+
+    /// Returns the bot this instance serves.
+    fn bot(&self) -> &str;
+
+    /// Returns the shared settings.
+    fn settings(&self) -> &ChannelSettings;
+
+    /// Receives platform events until `cancel`, publishing chat messages through `inbound`.
+    async fn run(
+        self: Arc<Self>,
+        inbound: Inbound,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<()>;
+
+    /// Delivers one outbound message (final, error, progress or tool hint). Returns once the
+    /// platform accepted every part; `progress` records parts already accepted so a
+    /// redelivery resumes after them.
+    async fn send(&self, msg: &OutboundMessage, progress: &mut Progress) -> Result<(), SendError>;
+
+    /// Sees every outbound message of the bot on every replica, in publish order and without
+    /// durability: stream deltas, and finals (to stop a typing indicator).
+    async fn observe(&self, _msg: &OutboundMessage) {}
+}
+
+/// Publishes inbound chat messages on JetStream, de-duplicated by message id.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    js: jetstream::Context,
+}
+
+impl Inbound {
+    /// Returns the publisher over `js`.
+    pub fn new(js: jetstream::Context) -> Self {
+        Self { js }
+    }
+
+    /// Publishes `msg` on its session's subject with its id as the de-duplication id: a
+    /// re-publish (after a poller takeover) is dropped by the stream, and past its window by
+    /// the runners' seen-set.
+    pub async fn publish(&self, msg: &InboundMessage) -> Result<(), BusError> {
+        bus::publish(&self.js, msg.subject(), Some(&msg.id), msg).await
+    }
+}
+
+/// The channels of one gateway replica, by channel name and bot.
+#[derive(Default, Clone)]
+pub struct Channels {
+    by_name: BTreeMap<&'static str, BTreeMap<String, Arc<dyn Channel>>>,
+}
+
+impl std::fmt::Debug for Channels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<_> = self
+            .by_name
+            .iter()
+            .map(|(n, bots)| format!("{n}: {:?}", bots.keys().collect::<Vec<_>>()))
+            .collect();
+        f.debug_list().entries(names).finish()
+    }
+}
+
+impl Channels {
+    fn add(&mut self, channel: Arc<dyn Channel>) {
+        self.by_name
+            .entry(channel.name())
+            .or_default()
+            .insert(channel.bot().to_string(), channel);
+    }
+
+    /// Returns whether no channel is configured.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}
+
+/// What the channels need from the gateway.
+#[derive(Debug, Clone)]
+pub struct ChannelDeps {
+    /// JetStream.
+    pub js: jetstream::Context,
+    /// Core NATS.
+    pub nats: async_nats::Client,
+    /// Redis.
+    pub redis: Store,
+    /// This replica's instance name (lease holder).
+    pub instance: String,
+}
+
+/// Builds every configured channel of every bot, starts their receivers and the outbound
+/// delivery loops, and returns the running tasks (they stop on `cancel`).
+pub async fn start(
+    cfg: &Config,
+    deps: &ChannelDeps,
+    cancel: &CancellationToken,
+) -> anyhow::Result<(Channels, JoinSet<()>)> {
+    let mut channels = Channels::default();
+    for tg in cfg.telegram_bots() {
+        let channel = telegram::TelegramChannel::new(cfg, tg, deps)?;
+        channels.add(Arc::new(channel));
+    }
+    let mut tasks = JoinSet::new();
+    for (name, bots) in &channels.by_name {
+        for channel in bots.values() {
+            let inbound = Inbound::new(deps.js.clone());
+            let channel = channel.clone();
+            let cancel = cancel.clone();
+            tasks.spawn(async move {
+                let bot = channel.bot().to_string();
+                let name = channel.name();
+                if let Err(e) = channel.run(inbound, cancel).await {
+                    tracing::error!(channel = name, %bot, error = format!("{e:#}"), "channel receiver failed");
+                }
+            });
+        }
+        delivery::start(name, bots.clone(), deps, cancel.clone(), &mut tasks).await?;
+    }
+    Ok((channels, tasks))
+}

@@ -1,0 +1,197 @@
+//! Telegram through teloxide: one [`TelegramChannel`] per bot token.
+//!
+//! - Receiving ([`poller`]): exactly one gateway replica long-polls a token at a time, holding
+//!   the lease [`keys::telegram_poller`] (fenced by [`keys::telegram_poller_fence`]); the
+//!   `getUpdates` offset lives in [`keys::telegram_offset`] and is written only under the
+//!   lease's fence, after the update's inbound message was accepted by JetStream. The inbound id
+//!   is derived from the update (`tg:{update_id}:{message_id}`), so an update fetched again
+//!   after a takeover is dropped by the stream's de-duplication and the runners' seen-set.
+//! - Each update ([`receive`]): ACL and pairing, group policy, `/start`, the 👀 reaction,
+//!   typing, media download and transcription, then one inbound message.
+//! - Sending ([`outbound`]): HTML chunks with a plain-text fallback, flood control and
+//!   timeouts retried, streaming previews edited by the lease holder.
+//!
+//! The token is never logged and never part of a key: keys use [`token_id`], a hash of it.
+
+mod inbound;
+mod media;
+mod outbound;
+mod poller;
+mod receive;
+mod stream;
+mod typing;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_trait::async_trait;
+use nanobot_runtime::store::Store;
+use teloxide::Bot;
+use teloxide::requests::Requester as _;
+use tokio_util::sync::CancellationToken;
+
+use nanobot_core::pairing::PairingStore;
+use nanobot_proto::OutboundMessage;
+use nanobot_runtime::config::{Config, TelegramBot, TelegramConfig};
+use nanobot_runtime::lease::Leases;
+
+use super::{Channel, ChannelDeps, ChannelSettings, Inbound, Progress, SendError};
+
+pub use self::inbound::{Me, Parsed, content, parse, sender_id, session_key, thread_of};
+
+/// Channel name (subject token, session prefix).
+pub const CHANNEL: &str = "telegram";
+
+/// Returns a stable, non-reversible id of a bot token for Redis keys and logs.
+pub fn token_id(token: &str) -> String {
+    let digest = sha1_smol::Sha1::from(token.as_bytes()).digest().to_string();
+    digest[..16].to_string()
+}
+
+/// Returns `text` with `token` masked (teloxide's network errors carry the request URL).
+pub(crate) fn redact(text: &str, token: &str) -> String {
+    if token.is_empty() {
+        return text.to_string();
+    }
+    text.replace(token, "***")
+}
+
+/// One bot's Telegram channel.
+pub struct TelegramChannel {
+    bot_id: String,
+    cfg: TelegramConfig,
+    settings: ChannelSettings,
+    api: Bot,
+    token_id: String,
+    redis: Store,
+    leases: Leases,
+    pairing: PairingStore,
+    media_dir: PathBuf,
+    transcriber: Option<media::Transcriber>,
+    me: OnceLock<Me>,
+    /// True while this replica holds the token's lease (it edits streaming previews).
+    holder: AtomicBool,
+    typing: typing::Typing,
+    streams: stream::Streams,
+}
+
+impl std::fmt::Debug for TelegramChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TelegramChannel")
+            .field("bot", &self.bot_id)
+            .field("token_id", &self.token_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TelegramChannel {
+    /// Builds the channel of one bot (no network yet).
+    pub fn new(cfg: &Config, tg: TelegramBot, deps: &ChannelDeps) -> anyhow::Result<Self> {
+        let url = tg.config.api_base.trim_end_matches('/');
+        let url = url::Url::parse(url).context("channels.telegram.apiBase")?;
+        let api = Bot::new(tg.config.token.clone()).set_api_url(url);
+        let lease_ttl = Duration::from_secs_f64(tg.config.lease_secs);
+        let settings = ChannelSettings {
+            allow_from: tg.config.allow_from.clone(),
+            send_progress: tg
+                .config
+                .send_progress
+                .unwrap_or(cfg.channels.send_progress),
+            send_tool_hints: tg
+                .config
+                .send_tool_hints
+                .unwrap_or(cfg.channels.send_tool_hints),
+        };
+        Ok(Self {
+            token_id: token_id(&tg.config.token),
+            transcriber: media::Transcriber::from_config(cfg),
+            media_dir: tg.workspace.join(".nanobot").join("media").join(CHANNEL),
+            pairing: PairingStore::new(deps.redis.clone(), &tg.bot),
+            leases: Leases::new(deps.redis.clone(), &deps.instance, lease_ttl),
+            redis: deps.redis.clone(),
+            bot_id: tg.bot,
+            cfg: tg.config,
+            settings,
+            api,
+            me: OnceLock::new(),
+            holder: AtomicBool::new(false),
+            typing: typing::Typing::default(),
+            streams: stream::Streams::default(),
+        })
+    }
+
+    fn redact(&self, text: &str) -> String {
+        redact(text, &self.cfg.token)
+    }
+
+    /// Reads the bot's identity (`getMe`) once, retrying with backoff until `cancel`.
+    async fn identify(&self, cancel: &CancellationToken) -> Option<Me> {
+        if let Some(me) = self.me.get() {
+            return Some(me.clone());
+        }
+        let mut delay = Duration::from_millis(200);
+        loop {
+            match self.api.get_me().await {
+                Ok(me) => {
+                    let me = Me {
+                        id: me.id.0,
+                        username: me.username().to_string(),
+                    };
+                    let _ = self.me.set(me.clone());
+                    return Some(me);
+                }
+                Err(e) => {
+                    tracing::warn!(bot = %self.bot_id, token_id = %self.token_id, error = %self.redact(&e.to_string()), retry_in = ?delay, "telegram getMe failed")
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return None,
+                _ = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(Duration::from_secs(30));
+        }
+    }
+
+    fn is_holder(&self) -> bool {
+        self.holder.load(Ordering::Acquire)
+    }
+}
+
+#[async_trait]
+impl Channel for TelegramChannel {
+    fn name(&self) -> &'static str {
+        CHANNEL
+    }
+
+    fn bot(&self) -> &str {
+        &self.bot_id
+    }
+
+    fn settings(&self) -> &ChannelSettings {
+        &self.settings
+    }
+
+    async fn run(
+        self: Arc<Self>,
+        inbound: Inbound,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let Some(me) = self.identify(&cancel).await else {
+            return Ok(());
+        };
+        tracing::info!(bot = %self.bot_id, token_id = %self.token_id, username = %me.username, mode = %self.cfg.mode, "telegram channel started");
+        receive::register_commands(&self).await;
+        poller::run(self, inbound, cancel).await
+    }
+
+    async fn send(&self, msg: &OutboundMessage, progress: &mut Progress) -> Result<(), SendError> {
+        outbound::send(self, msg, progress).await
+    }
+
+    async fn observe(&self, msg: &OutboundMessage) {
+        stream::observe(self, msg).await;
+    }
+}

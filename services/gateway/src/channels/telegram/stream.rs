@@ -1,0 +1,189 @@
+//! Streaming previews. Stream deltas are not durable: every replica sees them through its
+//! observer, and only the holder of the token's poller lease acts on them (one preview per
+//! reply). The first delta sends a plain preview; later deltas edit it at most every
+//! `streamEditInterval`. The preview's message id is kept in [`keys::telegram_stream`], so the
+//! final reply, delivered durably by whichever replica, edits the preview into the final HTML
+//! instead of sending a new message, then marks the stream `final` so no late preview edit
+//! follows.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands as _;
+
+use nanobot_proto::{OutboundKind, OutboundMessage, keys};
+
+use super::outbound::{self, Target};
+use super::{TelegramChannel, thread_of};
+use crate::channels::{Progress, SendError};
+use crate::render::telegram::{HtmlChunk, MAX_MESSAGE_LEN, strip_markdown};
+
+/// How long a stream's record lives.
+const RECORD_TTL_SECS: u64 = 3600;
+/// The record's value once the final reply took the preview over.
+const FINAL: &str = "final";
+/// The record's value while the first preview is being sent.
+const PENDING: &str = "pending";
+/// How long the final reply waits for a preview being sent.
+const PENDING_WAIT: Duration = Duration::from_secs(5);
+
+/// Previews this replica is editing, by the inbound id they answer.
+#[derive(Debug, Default)]
+pub(super) struct Streams {
+    previews: Mutex<HashMap<String, Preview>>,
+}
+
+#[derive(Debug, Clone)]
+struct Preview {
+    text: String,
+    message_id: Option<i32>,
+    last_edit: Instant,
+    shown: usize,
+}
+
+/// Acts on an observed outbound message: deltas update the preview (lease holder only); the
+/// end of a stream or a final reply forgets it; a final reply stops typing on this replica.
+pub(super) async fn observe(ch: &TelegramChannel, msg: &OutboundMessage) {
+    let kind = OutboundKind::try_from(msg.kind).unwrap_or(OutboundKind::Final);
+    match kind {
+        OutboundKind::StreamDelta if ch.cfg.streaming && ch.is_holder() => delta(ch, msg).await,
+        OutboundKind::StreamEnd => {
+            ch.streams.lock().remove(&msg.reply_to);
+        }
+        OutboundKind::Final | OutboundKind::Error => {
+            ch.streams.lock().remove(&msg.reply_to);
+            if let Ok(chat) = msg.chat_id.parse() {
+                ch.typing.stop(chat);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl Streams {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Preview>> {
+        self.previews.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+async fn delta(ch: &TelegramChannel, msg: &OutboundMessage) {
+    let Ok(chat) = msg.chat_id.parse::<i64>() else {
+        return;
+    };
+    let interval = Duration::from_secs_f64(ch.cfg.stream_edit_interval);
+    let preview = {
+        let mut previews = ch.streams.lock();
+        let entry = previews
+            .entry(msg.reply_to.clone())
+            .or_insert_with(|| Preview {
+                text: String::new(),
+                message_id: None,
+                last_edit: Instant::now(),
+                shown: 0,
+            });
+        entry.text.push_str(&msg.content);
+        entry.clone()
+    };
+    let key = keys::telegram_stream(&ch.bot_id, &msg.reply_to);
+    let mut conn = ch.redis.clone();
+    let plain = strip_markdown(&preview.text);
+    if plain.trim().is_empty() || preview.text.chars().count() > MAX_MESSAGE_LEN {
+        // Too long for one preview: the final reply splits it.
+        return;
+    }
+    let Some(id) = preview.message_id else {
+        let claimed: redis::RedisResult<Option<String>> = redis::cmd("SET")
+            .arg(&key)
+            .arg(PENDING)
+            .arg("NX")
+            .arg("EX")
+            .arg(RECORD_TTL_SECS)
+            .query_async(&mut conn)
+            .await;
+        if !matches!(claimed, Ok(Some(_))) {
+            return;
+        }
+        let target = Target {
+            chat,
+            thread: thread_of(&msg.session_key),
+            reply_to: None,
+        };
+        match outbound::send_text(
+            ch,
+            target,
+            &crate::render::telegram::escape_html(&plain),
+            &plain,
+        )
+        .await
+        {
+            Ok(sent) => {
+                let _: redis::RedisResult<()> = conn.set_ex(&key, sent.id.0, RECORD_TTL_SECS).await;
+                if let Some(p) = ch.streams.lock().get_mut(&msg.reply_to) {
+                    p.message_id = Some(sent.id.0);
+                    p.last_edit = Instant::now();
+                    p.shown = preview.text.len();
+                }
+            }
+            Err(e) => {
+                tracing::debug!(bot = %ch.bot_id, error = %e, "telegram stream preview not sent");
+                let _: redis::RedisResult<()> = conn.del(&key).await;
+            }
+        }
+        return;
+    };
+    if preview.last_edit.elapsed() < interval || preview.shown == preview.text.len() {
+        return;
+    }
+    let state: Option<String> = conn.get(&key).await.ok().flatten();
+    if state.as_deref() == Some(FINAL) {
+        ch.streams.lock().remove(&msg.reply_to);
+        return;
+    }
+    if let Err(e) = outbound::edit_text(ch, chat, id, None, &plain).await {
+        tracing::debug!(bot = %ch.bot_id, error = %e, "telegram stream preview not edited");
+    }
+    if let Some(p) = ch.streams.lock().get_mut(&msg.reply_to) {
+        p.last_edit = Instant::now();
+        p.shown = preview.text.len();
+    }
+}
+
+/// When the reply was streamed into a preview, edits it into `first` (the final reply's first
+/// chunk) and returns true; false when there is no preview (send normally).
+pub(super) async fn finish(
+    ch: &TelegramChannel,
+    msg: &OutboundMessage,
+    target: Target,
+    first: Option<&HtmlChunk>,
+    progress: &mut Progress,
+) -> Result<bool, SendError> {
+    if !ch.cfg.streaming {
+        return Ok(false);
+    }
+    let key = keys::telegram_stream(&ch.bot_id, &msg.reply_to);
+    let mut conn = ch.redis.clone();
+    let deadline = Instant::now() + PENDING_WAIT;
+    let state = loop {
+        let state: Option<String> = conn
+            .get(&key)
+            .await
+            .map_err(|e| SendError::Transient(format!("read stream record: {e}")))?;
+        if state.as_deref() != Some(PENDING) || Instant::now() >= deadline {
+            break state;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let preview: Option<i32> = state.as_deref().and_then(|s| s.parse().ok());
+    let _: redis::RedisResult<()> = conn.set_ex(&key, FINAL, RECORD_TTL_SECS).await;
+    let Some(id) = preview else {
+        return Ok(false);
+    };
+    if progress.done() == 0 {
+        if let Some(chunk) = first {
+            outbound::edit_text(ch, target.chat, id, Some(&chunk.html), &chunk.markdown).await?;
+        }
+        progress.part_done().await;
+    }
+    Ok(true)
+}

@@ -1,0 +1,11 @@
+//! Rendering of the agent's Markdown replies for chat channels.
+//!
+//! # Layout
+//! - [`telegram`]: Markdown → Telegram HTML ([`telegram::markdown_to_html`]), the plain
+//!   streaming preview ([`telegram::strip_markdown`]), and splitting long replies into
+//!   messages that never leave a code fence unbalanced ([`telegram::split_markdown`],
+//!   [`telegram::split_markdown_html`]).
+
+mod split;
+mod table;
+pub mod telegram;

@@ -1,0 +1,135 @@
+//! Typed tool settings that several crates read: `tools.web` (search and fetch) and
+//! `tools.ssrfWhitelist` (CIDRs the network tools may reach although they are internal).
+//! Parsed once with the rest of the config; bad entries are config problems.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// The user agent sent when `tools.web.userAgent` is not set (upstream's).
+pub const DEFAULT_USER_AGENT: &str =
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_7_2) AppleWebKit/537.36";
+
+/// `tools.web`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WebConfig {
+    /// Register `web_search` and `web_fetch`. Default true.
+    pub enable: bool,
+    /// HTTP(S) proxy for every web request (the DNS pinning is then the proxy's job).
+    pub proxy: Option<String>,
+    /// User agent; default [`DEFAULT_USER_AGENT`].
+    #[serde(alias = "user_agent")]
+    pub user_agent: Option<String>,
+    /// `tools.web.search`.
+    pub search: SearchConfig,
+    /// `tools.web.fetch`.
+    pub fetch: FetchConfig,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            proxy: None,
+            user_agent: None,
+            search: SearchConfig::default(),
+            fetch: FetchConfig::default(),
+        }
+    }
+}
+
+/// `tools.web.search`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SearchConfig {
+    /// `duckduckgo` (default), `brave`, `tavily` or `searxng`.
+    pub provider: String,
+    /// API key of Brave or Tavily (else `BRAVE_API_KEY` / `TAVILY_API_KEY`).
+    #[serde(alias = "api_key")]
+    pub api_key: String,
+    /// SearXNG base URL (else `SEARXNG_BASE_URL`).
+    #[serde(alias = "base_url")]
+    pub base_url: String,
+    /// Results when the call gives no `count`. Default 5.
+    #[serde(alias = "max_results")]
+    pub max_results: u32,
+    /// Seconds one search may take. Default 30.
+    pub timeout: u64,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        Self {
+            provider: "duckduckgo".into(),
+            api_key: String::new(),
+            base_url: String::new(),
+            max_results: 5,
+            timeout: 30,
+        }
+    }
+}
+
+/// `tools.web.fetch`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FetchConfig {
+    /// Try the Jina Reader (`r.jina.ai`) first for public pages. Default true.
+    #[serde(alias = "use_jina_reader")]
+    pub use_jina_reader: bool,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        Self {
+            use_jina_reader: true,
+        }
+    }
+}
+
+impl WebConfig {
+    /// Returns the user agent to send.
+    pub fn user_agent(&self) -> &str {
+        self.user_agent.as_deref().unwrap_or(DEFAULT_USER_AGENT)
+    }
+}
+
+/// A CIDR range from `tools.ssrfWhitelist`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `10.0.0.0/8`, `::1/128` or a bare address.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (addr, prefix) = match text.trim().split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix.parse::<u8>().ok()?)),
+            None => (text.trim(), None),
+        };
+        let network: IpAddr = addr.parse().ok()?;
+        let max = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(max);
+        (prefix <= max).then_some(Self { network, prefix })
+    }
+
+    /// Returns whether `ip` lies in the range.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.network, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
