@@ -322,9 +322,7 @@ pub async fn run(
         streamed,
         ..Reply::text(&result.content)
     };
-    finish(deps, ctx, input, outbox, reply).await?;
-    memory_jobs::maybe_consolidate(deps, bot, &input.session_key, &input.channel).await;
-    Ok(())
+    finish(deps, ctx, input, outbox, reply).await
 }
 
 /// How a turn ends.

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nanobot_runtime::store::Store;
 use prost::Message as _;
 use redis::AsyncCommands as _;
-use nanobot_runtime::store::Store;
 
 use nanobot_proto::{ConsolidationRequest, ConsolidationResult, MemoryJobKind, keys};
 use nanobot_runtime::config::Config;
@@ -16,6 +16,7 @@ use nanobot_runtime::lease::Leases;
 
 use crate::bots::{self, MemoryBot};
 use crate::consolidate::{self, Ctx};
+use crate::dream;
 
 /// How long a worker holds a bot's memory lease without renewing it.
 const MEMORY_LOCK_TTL: Duration = Duration::from_secs(30);
@@ -43,12 +44,7 @@ pub struct Deps {
 
 impl Deps {
     /// Returns the shared state of worker `instance`.
-    pub fn new(
-        cfg: Config,
-        redis: Store,
-        nats: async_nats::Client,
-        instance: &str,
-    ) -> Self {
+    pub fn new(cfg: Config, redis: Store, nats: async_nats::Client, instance: &str) -> Self {
         let session_ttl = Duration::from_secs_f64(cfg.runner.session_lease_secs.max(1.0));
         Self {
             bots: bots::build(&cfg, &nats, &redis),
@@ -70,6 +66,9 @@ pub enum JobError {
     /// Consolidation failed.
     #[error(transparent)]
     Consolidate(#[from] consolidate::Error),
+    /// Dream failed.
+    #[error(transparent)]
+    Dream(#[from] dream::Error),
     /// Redis failed.
     #[error("redis failed: {0}")]
     Redis(#[from] redis::RedisError),
@@ -83,7 +82,9 @@ impl JobError {
     pub fn retryable(&self) -> bool {
         !matches!(
             self,
-            Self::Consolidate(consolidate::Error::Snapshot(_)) | Self::Unknown(_)
+            Self::Consolidate(consolidate::Error::Snapshot(_))
+                | Self::Unknown(_)
+                | Self::Dream(dream::Error::Incomplete(_))
         )
     }
 
@@ -92,6 +93,9 @@ impl JobError {
         match self {
             Self::Unknown(_) => "this memory command is not supported".into(),
             Self::Consolidate(consolidate::Error::Snapshot(_)) => "bad archive snapshot".into(),
+            Self::Dream(e @ dream::Error::Incomplete(_)) => {
+                format!("{e}; the history stays queued for the next run")
+            }
             _ => "memory is busy, try again shortly".into(),
         }
     }
@@ -139,6 +143,20 @@ async fn dispatch(
         leases: &deps.session_leases,
     };
     let key = request.session_key.as_str();
+    let arg = (!request.arg.trim().is_empty()).then(|| request.arg.trim());
+    let reply = match request.kind() {
+        MemoryJobKind::Dream => Some(dream::run(ctx).await?),
+        MemoryJobKind::DreamLog => Some(dream::log(bot, arg)?),
+        MemoryJobKind::DreamRestore => Some(dream::restore(bot, arg)?),
+        MemoryJobKind::DreamPrompt => Some(dream::prompt(bot, arg)?),
+        _ => None,
+    };
+    if let Some(reply) = reply {
+        return Ok(ConsolidationResult {
+            reply,
+            ..Default::default()
+        });
+    }
     let outcome = match request.kind() {
         MemoryJobKind::Tokens => {
             consolidate::by_tokens(ctx, key, u64::from(request.overhead_tokens)).await?

@@ -9,10 +9,13 @@
 //! - `bots`: per-bot sessions, LLM client, prompt builder and tool list.
 //! - `jobs`: one job end to end (dedup marker, memory lease, dispatch by kind).
 //! - `consolidate`: the Consolidator.
+//! - `dream`: Dream runs and the Dream commands; `git`: the memory files' git history.
 #![forbid(unsafe_code)]
 
 pub mod bots;
 pub mod consolidate;
+pub mod dream;
+pub mod git;
 pub mod jobs;
 
 use std::future::Future;

@@ -3,6 +3,7 @@
 //! history and its commands, AutoCompact.
 
 mod consolidator;
+mod dream;
 
 use std::path::Path;
 
