@@ -103,6 +103,12 @@ pub fn memory_fence(bot: &str) -> String {
     format!("nanobot:{}:fence:memory", bot_tag(bot))
 }
 
+/// Marker that memory job `id` of `bot` is done (with a TTL); its value is the encoded result,
+/// answered again when the job is delivered again.
+pub fn memory_job_done(bot: &str, id: &str) -> String {
+    format!("nanobot:{}:seen:memory:{id}", bot_tag(bot))
+}
+
 /// The cron leader lease (one leader fires for the whole fleet).
 pub const CRON_LEADER: &str = "nanobot:{fleet}:cron:leader";
 /// Fence counter of the cron leader lease.
@@ -250,6 +256,7 @@ mod tests {
             outbound_delivered("b", "1"),
             memory_lock("b"),
             memory_fence("b"),
+            memory_job_done("b", "j"),
             cron_last_fire("b", "j"),
             telegram_poller("b", "t"),
             telegram_poller_fence("b", "t"),

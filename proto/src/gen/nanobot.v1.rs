@@ -215,7 +215,8 @@ impl CallState {
         }
     }
 }
-/// Asks a memory worker to consolidate a session. Published on `subjects::consolidate(bot)`.
+/// Asks a memory worker for a job (consolidation, Dream, a Dream command). Published on
+/// `subjects::consolidate(bot)` (the memory work queue).
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ConsolidationRequest {
     #[prost(string, tag = "1")]
@@ -224,13 +225,19 @@ pub struct ConsolidationRequest {
     pub bot: ::prost::alloc::string::String,
     #[prost(string, tag = "3")]
     pub session_key: ::prost::alloc::string::String,
-    /// "tokens" (over budget), "archive" (/new: archive the whole unconsolidated tail).
-    #[prost(string, tag = "4")]
-    pub reason: ::prost::alloc::string::String,
-    /// For "archive": the rows to archive (a JSON array), snapshotted before the session was
+    /// For ARCHIVE: the rows to archive (a JSON array), snapshotted before the session was
     /// cleared.
     #[prost(string, tag = "5")]
     pub messages_json: ::prost::alloc::string::String,
+    #[prost(enumeration = "MemoryJobKind", tag = "6")]
+    pub kind: i32,
+    /// Command argument (a commit sha, `init`), empty when none.
+    #[prost(string, tag = "7")]
+    pub arg: ::prost::alloc::string::String,
+    /// Tokens of the system prompt and tool definitions the agent measured for this session
+    /// (the part of the context that is not history).
+    #[prost(uint32, tag = "8")]
+    pub overhead_tokens: u32,
 }
 /// Reply published on `subjects::consolidated(bot)` once the work is done.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -247,6 +254,9 @@ pub struct ConsolidationResult {
     pub last_consolidated: u32,
     #[prost(string, tag = "6")]
     pub error: ::prost::alloc::string::String,
+    /// The text answering a Dream command (`/dream`, `/dream-log`, ...).
+    #[prost(string, tag = "7")]
+    pub reply: ::prost::alloc::string::String,
 }
 /// A cron job came due. Published by the cron leader on `subjects::cron_fire(bot)`, consumed by
 /// agent runners, which run it as a turn in session `cron:<job_id>`.
@@ -272,6 +282,58 @@ pub struct CronFire {
     pub channel: ::prost::alloc::string::String,
     #[prost(string, tag = "9")]
     pub to: ::prost::alloc::string::String,
+}
+/// What a memory job does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum MemoryJobKind {
+    Unspecified = 0,
+    /// The session's replayable history crossed the budget: archive its oldest turns.
+    Tokens = 1,
+    /// `/new`: archive the snapshot in `messages_json` whole.
+    Archive = 2,
+    /// The session sat idle past `idleCompactAfterMinutes`: archive its whole unarchived tail.
+    Idle = 3,
+    /// Run Dream over the history entries after `.dream_cursor` (cron or `/dream`).
+    Dream = 4,
+    /// `/dream-log \[sha\]`: describe a Dream commit.
+    DreamLog = 5,
+    /// `/dream-restore \[sha\]`: list Dream commits or revert one.
+    DreamRestore = 6,
+    /// `/dream-prompt \[init\]`: show or create `prompts/dream.md`.
+    DreamPrompt = 7,
+}
+impl MemoryJobKind {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "MEMORY_JOB_KIND_UNSPECIFIED",
+            Self::Tokens => "MEMORY_JOB_KIND_TOKENS",
+            Self::Archive => "MEMORY_JOB_KIND_ARCHIVE",
+            Self::Idle => "MEMORY_JOB_KIND_IDLE",
+            Self::Dream => "MEMORY_JOB_KIND_DREAM",
+            Self::DreamLog => "MEMORY_JOB_KIND_DREAM_LOG",
+            Self::DreamRestore => "MEMORY_JOB_KIND_DREAM_RESTORE",
+            Self::DreamPrompt => "MEMORY_JOB_KIND_DREAM_PROMPT",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "MEMORY_JOB_KIND_UNSPECIFIED" => Some(Self::Unspecified),
+            "MEMORY_JOB_KIND_TOKENS" => Some(Self::Tokens),
+            "MEMORY_JOB_KIND_ARCHIVE" => Some(Self::Archive),
+            "MEMORY_JOB_KIND_IDLE" => Some(Self::Idle),
+            "MEMORY_JOB_KIND_DREAM" => Some(Self::Dream),
+            "MEMORY_JOB_KIND_DREAM_LOG" => Some(Self::DreamLog),
+            "MEMORY_JOB_KIND_DREAM_RESTORE" => Some(Self::DreamRestore),
+            "MEMORY_JOB_KIND_DREAM_PROMPT" => Some(Self::DreamPrompt),
+            _ => None,
+        }
+    }
 }
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct StatusRequest {}

@@ -4,7 +4,7 @@
 //! commands that take none, and the `/help` and `/status` texts.
 
 /// A command the fleet supports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     /// `/new`: archive and clear the session.
     New,
@@ -12,28 +12,77 @@ pub enum Command {
     Stop,
     /// `/status`: runtime, model, tokens, context, session, uptime, tasks.
     Status,
+    /// `/dream`: run Dream now and answer when it is done.
+    Dream,
+    /// `/dream-log [sha]`: the last (or given) Dream commit and its diff.
+    DreamLog(Option<String>),
+    /// `/dream-restore [sha]`: list Dream commits, or revert one.
+    DreamRestore(Option<String>),
+    /// `/dream-prompt [init]`: show or create the workspace's Dream prompt.
+    DreamPrompt(Option<String>),
     /// `/help`: the command list.
     Help,
 }
 
-/// Supported commands with upstream's help lines, in upstream's order.
-const COMMANDS: &[(Command, &str, &str)] = &[
+/// Command names, without their arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Name {
+    New,
+    Stop,
+    Status,
+    Dream,
+    DreamLog,
+    DreamRestore,
+    DreamPrompt,
+    Help,
+}
+
+/// Supported commands with upstream's help lines, in upstream's order; whether each takes an
+/// argument.
+const COMMANDS: &[(Name, &str, &str, bool)] = &[
     (
-        Command::New,
+        Name::New,
         "/new",
         "Reset this chat and start a fresh conversation.",
+        false,
     ),
     (
-        Command::Stop,
+        Name::Stop,
         "/stop",
         "Cancel the active agent turn for this chat.",
+        false,
     ),
     (
-        Command::Status,
+        Name::Status,
         "/status",
         "Display runtime, provider, and channel status.",
+        false,
     ),
-    (Command::Help, "/help", "List available slash commands."),
+    (
+        Name::Dream,
+        "/dream",
+        "Manually trigger memory consolidation.",
+        false,
+    ),
+    (
+        Name::DreamLog,
+        "/dream-log",
+        "Show what the last Dream consolidation changed.",
+        true,
+    ),
+    (
+        Name::DreamRestore,
+        "/dream-restore",
+        "Revert memory to a previous Dream snapshot.",
+        true,
+    ),
+    (
+        Name::DreamPrompt,
+        "/dream-prompt [init]",
+        "Tell Dream how to organize this workspace's memory.",
+        true,
+    ),
+    (Name::Help, "/help", "List available slash commands.", false),
 ];
 
 /// What a message is.
@@ -49,9 +98,27 @@ pub enum Parsed {
 
 impl Command {
     /// Whether it runs outside the session lock (upstream's priority tier).
-    pub fn is_priority(self) -> bool {
+    pub fn is_priority(&self) -> bool {
         matches!(self, Self::Stop | Self::Status)
     }
+
+    fn build(name: Name, arg: Option<String>) -> Self {
+        match name {
+            Name::New => Self::New,
+            Name::Stop => Self::Stop,
+            Name::Status => Self::Status,
+            Name::Dream => Self::Dream,
+            Name::DreamLog => Self::DreamLog(arg),
+            Name::DreamRestore => Self::DreamRestore(arg),
+            Name::DreamPrompt => Self::DreamPrompt(arg),
+            Name::Help => Self::Help,
+        }
+    }
+}
+
+/// Returns the bare command of a help entry (`/dream-prompt [init]` → `/dream-prompt`).
+fn bare(entry: &str) -> &str {
+    entry.split_whitespace().next().unwrap_or(entry)
 }
 
 /// Parses `text`.
@@ -73,17 +140,19 @@ pub fn parse(text: &str) -> Parsed {
         _ => head,
     };
     let name = head.to_lowercase();
-    if let Some((cmd, known, _)) = COMMANDS.iter().find(|(_, n, _)| *n == name) {
-        if args.is_empty() {
-            return Parsed::Command(*cmd);
+    if let Some((cmd, entry, _, takes_arg)) = COMMANDS.iter().find(|c| bare(c.1) == name) {
+        if args.is_empty() || *takes_arg {
+            let arg = (!args.is_empty()).then(|| args.to_string());
+            return Parsed::Command(Command::build(*cmd, arg));
         }
+        let known = bare(entry);
         return Parsed::Rejected(format!(
             "Command \"{known}\" does not accept arguments. Did you mean \"{known}\"?"
         ));
     }
     let best = COMMANDS
         .iter()
-        .map(|(_, n, _)| (similarity(&name, n), *n))
+        .map(|c| (similarity(&name, bare(c.1)), bare(c.1)))
         .filter(|(score, _)| *score >= 0.6)
         .max_by(|a, b| a.0.total_cmp(&b.0));
     match best {
@@ -99,7 +168,7 @@ pub fn parse(text: &str) -> Parsed {
 /// Upstream's `/help` text for the supported commands.
 pub fn help_text() -> String {
     let mut out = String::from("🐈 nanobot commands:");
-    for (_, name, help) in COMMANDS {
+    for (_, name, help, _) in COMMANDS {
         out.push_str(&format!("\n{name} — {help}"));
     }
     out
@@ -144,8 +213,8 @@ pub struct StatusInfo {
     pub last_usage: (u64, u64, u64),
     /// `contextWindowTokens`.
     pub context_window: u64,
-    /// `maxTokens`.
-    pub max_tokens: u64,
+    /// The input budget ([`nanobot_core::memory::Budget`]).
+    pub budget: u64,
     /// Stored messages of the session.
     pub session_messages: usize,
     /// Estimated tokens of the replayed context.
@@ -169,7 +238,7 @@ pub fn status_text(s: &StatusInfo) -> String {
     if cached > 0 && input > 0 {
         tokens.push_str(&format!(" ({}% cached)", cached * 100 / input));
     }
-    let budget = s.context_window.saturating_sub(s.max_tokens + 1024).max(1);
+    let budget = s.budget.max(1);
     let pct = (s.context_tokens * 100 / budget).min(100);
     let used = if s.context_tokens >= 1000 {
         format!("{}k", s.context_tokens / 1000)
@@ -202,6 +271,25 @@ mod tests {
         assert_eq!(parse("hello"), Parsed::Text);
         assert_eq!(parse(" /NEW "), Parsed::Command(Command::New));
         assert_eq!(parse("/stop@my_bot"), Parsed::Command(Command::Stop));
+        assert_eq!(parse("/dream"), Parsed::Command(Command::Dream));
+        assert_eq!(
+            parse("/dream-log abc123"),
+            Parsed::Command(Command::DreamLog(Some("abc123".into())))
+        );
+        assert_eq!(
+            parse("/Dream-Restore"),
+            Parsed::Command(Command::DreamRestore(None))
+        );
+        assert_eq!(
+            parse("/dream-prompt init"),
+            Parsed::Command(Command::DreamPrompt(Some("init".into())))
+        );
+        assert_eq!(
+            parse("/dream now"),
+            Parsed::Rejected(
+                "Command \"/dream\" does not accept arguments. Did you mean \"/dream\"?".into()
+            )
+        );
         assert_eq!(
             parse("/new now"),
             Parsed::Rejected(
@@ -232,14 +320,14 @@ mod tests {
     fn help_and_status_texts_have_upstream_lines() {
         assert_eq!(
             help_text(),
-            "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/stop — Cancel the active agent turn for this chat.\n/status — Display runtime, provider, and channel status.\n/help — List available slash commands."
+            "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/stop — Cancel the active agent turn for this chat.\n/status — Display runtime, provider, and channel status.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/help — List available slash commands."
         );
         let s = status_text(&StatusInfo {
             version: "0.1.0".into(),
             model: "m".into(),
             last_usage: (2000, 50, 1000),
             context_window: 200_000,
-            max_tokens: 8192,
+            budget: nanobot_core::memory::Budget::new(200_000, 8192, 0.5).budget,
             session_messages: 4,
             context_tokens: 19_000,
             uptime_secs: 3725,

@@ -10,6 +10,8 @@
 //! - `lease`: per-session leases with fencing tokens; `mailbox`: a session's messages in
 //!   stream order, and follow-ups injected into a running turn.
 //! - `turn`: one turn end to end; `commands`: slash commands; `stop`: `/stop` across runners.
+//! - `memory_jobs`: consolidation requests, `/new` archives and the Dream commands, answered
+//!   by the memory workers.
 //! - `turn_hook`: stream deltas, progress and tool hints; `checkpoints`: turn state in Redis.
 //! - `outbox`: publishing replies, and replies committed but not yet published.
 #![forbid(unsafe_code)]
@@ -20,6 +22,7 @@ pub mod commands;
 pub mod handlers;
 pub mod lease;
 pub mod mailbox;
+pub mod memory_jobs;
 pub mod outbox;
 pub mod stop;
 pub mod turn;
@@ -57,6 +60,8 @@ pub async fn run(
         .await
         .context("connect to redis")?;
     let bots = bots::build(&cfg, &started.bus.client, &redis);
+    // Builds the tokenizer's tables now, not inside the first turn's budget check.
+    tokio::task::spawn_blocking(|| nanobot_core::memory::budget::count_text("warm up"));
     // Messages held here at once: running or waiting for a session another runner holds.
     let permits = Arc::new(Semaphore::new(cfg.runner.max_waiting_messages as usize));
     let deps = Arc::new(Deps {

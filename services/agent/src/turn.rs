@@ -9,19 +9,19 @@ use serde_json::{Value, json};
 use nanobot_core::checkpoint::{self, Restore};
 use nanobot_core::history;
 use nanobot_core::hooks::{AgentHook, CompositeHook, LoggingHook, UsageHook};
-use nanobot_core::memory::estimate_tokens;
+use nanobot_core::memory::{self as core_memory, Budget, estimate_messages};
 use nanobot_core::resolve;
 use nanobot_core::runner::{self, Injections, RunDeps, RunSpec};
 use nanobot_core::session::{Commit, SessionStore, meta, now_iso};
 use nanobot_core::tools::ToolScope;
-use nanobot_proto::{ConsolidationRequest, OutboundKind, keys, subjects};
-use nanobot_runtime::bus;
+use nanobot_proto::{OutboundKind, keys};
 
 use crate::bots::Bot;
 use crate::checkpoints::{self, SessionCheckpoints};
 use crate::commands::{self, Command, Parsed, StatusInfo};
 use crate::handlers::Deps;
 use crate::mailbox::FollowUps;
+use crate::memory_jobs;
 use crate::outbox::{self, Outbox};
 use crate::stop;
 use crate::turn_hook::{Gates, TurnHook};
@@ -100,9 +100,9 @@ async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<Str
             get("cached_tokens"),
         ),
         context_window: u64::from(d.context_window_tokens),
-        max_tokens: u64::from(d.max_tokens),
+        budget: Budget::of(d).budget,
         session_messages: session.messages.len(),
-        context_tokens: estimate_tokens(&replay) as u64,
+        context_tokens: estimate_messages(&replay) as u64,
         uptime_secs: deps.started.elapsed().as_secs(),
         active_tasks: deps.active.len(),
     }))
@@ -164,12 +164,26 @@ pub async fn run(
             return finish(deps, ctx, input, outbox, Reply::text(&reply)).await;
         }
         Parsed::Command(cmd) => {
-            let reply = match cmd {
+            let reply = match &cmd {
                 Command::New => new_session(deps, bot, sessions, input).await?,
                 Command::Help => commands::help_text(),
                 Command::Stop | Command::Status => priority_command(deps, bot, input)
                     .await?
                     .unwrap_or_default(),
+                other => match memory_jobs::dream_job(other) {
+                    Some((kind, arg)) => {
+                        memory_jobs::dream_command(
+                            deps,
+                            bot,
+                            &input.id,
+                            &input.session_key,
+                            kind,
+                            arg,
+                        )
+                        .await?
+                    }
+                    None => commands::help_text(),
+                },
             };
             return finish(deps, ctx, input, outbox, Reply::text(&reply)).await;
         }
@@ -195,12 +209,13 @@ pub async fn run(
         session.last_consolidated,
         history::MAX_REPLAY_MESSAGES,
     );
+    let summary = core_memory::summary_section(&session.metadata);
     // The pending markers go with the user message in one write: a retry after a failure
     // in between would otherwise store the message twice.
     let mut metadata = session.metadata;
     metadata.insert(meta::PENDING_USER_TURN.into(), json!(true));
     metadata.insert(meta::PENDING_TURN_ID.into(), json!(input.id));
-    let messages = if resume {
+    let mut messages = if resume {
         // A redelivered message whose turn was interrupted: continue from its saved rows.
         sessions.set_metadata(&input.session_key, &metadata).await?;
         bot.context.resumed_messages(replay, &input.channel)
@@ -225,6 +240,9 @@ pub async fn run(
             &input.chat_id,
         )
     };
+    if let Some(section) = &summary {
+        nanobot_core::context::inject_summary(&mut messages, section);
+    }
     let sink = SessionCheckpoints::new(
         sessions.clone(),
         &input.session_key,
@@ -304,9 +322,7 @@ pub async fn run(
         streamed,
         ..Reply::text(&result.content)
     };
-    finish(deps, ctx, input, outbox, reply).await?;
-    maybe_consolidate(deps, bot, &input.session_key).await;
-    Ok(())
+    finish(deps, ctx, input, outbox, reply).await
 }
 
 /// How a turn ends.
@@ -381,55 +397,7 @@ async fn new_session(
     input: &TurnInput,
 ) -> anyhow::Result<String> {
     let session = sessions.load(&input.session_key).await?;
-    let tail = &session.messages[session.last_consolidated..];
-    if !tail.is_empty() {
-        let request = ConsolidationRequest {
-            id: format!("{}:archive", input.id),
-            bot: bot.spec.id.clone(),
-            session_key: input.session_key.clone(),
-            reason: "archive".into(),
-            messages_json: Value::Array(tail.to_vec()).to_string(),
-        };
-        bus::publish(
-            &deps.js,
-            subjects::consolidate(&bot.spec.id),
-            Some(&request.id),
-            &request,
-        )
-        .await?;
-    }
+    memory_jobs::archive_on_new(deps, bot, &input.id, &session).await?;
     sessions.clear(&input.session_key).await?;
     Ok("New session started.".into())
-}
-
-/// Asks the memory workers to consolidate when the replayable history exceeds the budget
-/// (`contextWindowTokens − maxTokens − 1024`).
-async fn maybe_consolidate(deps: &Deps, bot: &Bot, session_key: &str) {
-    let d = &deps.cfg.agents.defaults;
-    let budget = (d.context_window_tokens as usize).saturating_sub(d.max_tokens as usize + 1024);
-    let Ok(session) = bot.sessions.load(session_key).await else {
-        return;
-    };
-    let tail = &session.messages[session.last_consolidated..];
-    if estimate_tokens(tail) < budget {
-        return;
-    }
-    let request = ConsolidationRequest {
-        id: format!("{session_key}:{}", session.messages.len()),
-        bot: bot.spec.id.clone(),
-        session_key: session_key.to_string(),
-        reason: "tokens".into(),
-        messages_json: String::new(),
-    };
-    match bus::publish(
-        &deps.js,
-        subjects::consolidate(&bot.spec.id),
-        Some(&request.id),
-        &request,
-    )
-    .await
-    {
-        Ok(()) => tracing::info!(session_id = %session_key, "consolidation requested"),
-        Err(e) => tracing::warn!(error = %e, "failed to request consolidation"),
-    }
 }

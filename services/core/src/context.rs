@@ -179,6 +179,16 @@ impl ContextBuilder {
     }
 }
 
+/// Appends a session's `[Archived Context Summary]` section (see
+/// [`crate::memory::summary_section`]) as the last part of the system message of `messages`.
+pub fn inject_summary(messages: &mut [Value], section: &str) {
+    let Some(system) = messages.first_mut().filter(|m| m["role"] == "system") else {
+        return;
+    };
+    let prompt = system["content"].as_str().unwrap_or("");
+    system["content"] = Value::String(format!("{prompt}{SEPARATOR}{section}"));
+}
+
 fn mime_of(bytes: &[u8]) -> Option<&'static str> {
     match bytes {
         [0x89, b'P', b'N', b'G', ..] => Some("image/png"),
@@ -260,6 +270,18 @@ mod tests {
         assert_eq!(parts[2], "# Memory\n\n## Long-term Memory\nUser likes tea.");
         assert_eq!(parts[3], "# Recent History\n\n- [2026-01-02 10:00] new");
         assert_eq!(prompt, b.system_prompt("cli"));
+    }
+
+    #[test]
+    fn the_archived_summary_ends_the_system_prompt() {
+        let ws = tempfile::tempdir().unwrap();
+        let b = builder(ws.path());
+        let mut msgs = b.messages(vec![], "hi", &[], "cli", "d");
+        inject_summary(&mut msgs, "[Archived Context Summary]\n\n- likes tea");
+        let prompt = msgs[0]["content"].as_str().unwrap();
+        assert!(prompt.starts_with(&b.system_prompt("cli")));
+        assert!(prompt.ends_with("\n\n---\n\n[Archived Context Summary]\n\n- likes tea"));
+        assert_eq!(msgs.len(), 2);
     }
 
     #[test]

@@ -1,17 +1,55 @@
-//! Consolidation: move the oldest user-aligned chunk of a session into `memory/history.jsonl`
-//! and advance `last_consolidated`; or archive a `/new` snapshot whole. (This issue writes
-//! upstream's raw-archive format; the LLM summary comes with the full algorithm.)
+//! The Consolidator (upstream semantics, reference §8.2–8.4): archive a session's oldest
+//! user-aligned chunks until its context is under `budget × consolidationRatio`, archive a
+//! `/new` snapshot, or archive an idle session's whole tail. Each chunk becomes one
+//! `history.jsonl` entry: an LLM summary, or upstream's raw archive when the call cannot be
+//! used.
+//!
+//! Fencing: the LLM call runs without holding anything; the result is committed under the
+//! session's own lease (the agent's lease primitive and keys, so no turn runs meanwhile),
+//! after checking the chunk is still the session's unarchived prefix, and
+//! `last_consolidated` and `_last_summary` are written with that lease's fencing token. A
+//! `/new` in between (clear) or another worker's archive makes the check fail and the chunk
+//! is dropped, never written over the new session.
 
-use serde_json::Value;
+use std::time::Duration;
 
-use nanobot_core::memory::{append_history, estimate_tokens, pick_boundary, raw_archive};
-use nanobot_core::session::SessionStore;
-use nanobot_runtime::config::{AgentDefaults, BotSpec};
+use serde_json::{Map, Value};
 
-/// Upper bound on archive rounds per request (upstream).
-pub const MAX_ROUNDS: usize = 5;
+use nanobot_core::history;
+use nanobot_core::memory::archive::{self, RawReason};
+use nanobot_core::memory::{Budget, estimate_prompt};
+use nanobot_core::provider::ChatModel as _;
+use nanobot_core::session::SessionError;
+use nanobot_proto::keys;
+use nanobot_runtime::config::Config;
+use nanobot_runtime::lease::Leases;
 
-/// What one request did.
+use crate::bots::MemoryBot;
+
+/// How long a worker waits for a session's lease (a turn in progress) before retrying later.
+const SESSION_WAIT: Duration = Duration::from_secs(20);
+
+/// Consolidation errors; every one leaves the job to be retried.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A turn held the session longer than [`SESSION_WAIT`].
+    #[error("session {0} is busy")]
+    Busy(String),
+    /// The session store failed (or the lease was lost: fenced).
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// Redis failed.
+    #[error("redis failed: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A memory file could not be written.
+    #[error("memory file write failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The `/new` snapshot was not a JSON array of rows.
+    #[error("archive snapshot is not a JSON array: {0}")]
+    Snapshot(#[from] serde_json::Error),
+}
+
+/// What one job did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
     /// Messages archived.
@@ -20,66 +58,203 @@ pub struct Outcome {
     pub last_consolidated: usize,
 }
 
-/// Returns the token budget of replayable history (`window − maxTokens − 1024`).
-pub fn budget(d: &AgentDefaults) -> usize {
-    (d.context_window_tokens as usize).saturating_sub(d.max_tokens as usize + 1024)
+/// What the Consolidator works with.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx<'a> {
+    /// Config (agent defaults, LLM timeout).
+    pub cfg: &'a Config,
+    /// The bot.
+    pub bot: &'a MemoryBot,
+    /// Lease taker for session leases.
+    pub leases: &'a Leases,
 }
 
-/// Archives a snapshot (JSON array of rows) whole.
-pub async fn archive_snapshot(
-    bot: &BotSpec,
+/// A chunk's archive text.
+struct Archived {
+    text: String,
+    /// The LLM summary, when there is one (kept as `_last_summary`).
+    summary: Option<String>,
+}
+
+/// Returns the channel part of a session key (`telegram:1` → `telegram`).
+fn channel_of(session_key: &str) -> &str {
+    session_key.split(':').next().unwrap_or("cli")
+}
+
+/// Summarises `messages[from..boundary]` with the LLM, or formats it as a raw archive.
+async fn archive_text(
+    ctx: Ctx<'_>,
+    session_key: &str,
+    messages: &[Value],
+    from: usize,
+    boundary: usize,
+) -> Archived {
+    let d = &ctx.cfg.agents.defaults;
+    let system = ctx.bot.context.system_prompt(channel_of(session_key));
+    let tools = ctx.bot.tool_definitions().await;
+    let budget = Budget::of(d).budget;
+    let attempt = async {
+        let prompt = archive::archive_messages(&system, messages, from, boundary, &tools, budget)?;
+        let request = archive::archive_request(&ctx.bot.target.model, prompt, tools, d.max_tokens);
+        let call = ctx.bot.provider.chat(&request, None);
+        let response = match nanobot_core::resolve::llm_timeout(ctx.cfg) {
+            Some(limit) => tokio::time::timeout(limit, call)
+                .await
+                .map_err(|_| RawReason::Provider("timed out".into()))?,
+            None => call.await,
+        }
+        .map_err(|e| RawReason::Provider(e.to_string()))?;
+        archive::summary_of(&response)
+    };
+    match attempt.await {
+        Ok(summary) => Archived {
+            text: summary.clone(),
+            summary: Some(summary),
+        },
+        Err(reason) => {
+            tracing::warn!(session_id = %session_key, %reason, "archiving raw messages");
+            Archived {
+                text: archive::raw_archive(&messages[from..boundary]),
+                summary: None,
+            }
+        }
+    }
+}
+
+/// Appends `text` to the bot's history (off the async threads).
+async fn append_history(ctx: Ctx<'_>, text: String, session_key: &str) -> Result<i64, Error> {
+    let files = ctx.bot.files();
+    let key = session_key.to_string();
+    let cursor = tokio::task::spawn_blocking(move || files.append(&text, Some(&key)))
+        .await
+        .map_err(std::io::Error::other)??;
+    Ok(cursor)
+}
+
+/// Commits an archived chunk under the session's lease: only if `messages[from..boundary]`
+/// (and, for idle sessions, nothing after it) is still the session's unarchived prefix.
+/// Returns whether it was committed.
+async fn commit_chunk(
+    ctx: Ctx<'_>,
+    session_key: &str,
+    chunk: &[Value],
+    from: usize,
+    whole_tail: bool,
+    archived: Archived,
+) -> Result<bool, Error> {
+    let lease = ctx
+        .leases
+        .acquire_within(
+            &keys::session_lease(&ctx.bot.spec.id, session_key),
+            &keys::session_fence(&ctx.bot.spec.id, session_key),
+            SESSION_WAIT,
+        )
+        .await
+        .ok_or_else(|| Error::Busy(session_key.to_string()))?;
+    let result = async {
+        let sessions = ctx.bot.sessions.fenced(lease.fence());
+        let now = sessions.load(session_key).await?;
+        let boundary = from + chunk.len();
+        let unchanged = now.last_consolidated == from
+            && now.messages.get(from..boundary) == Some(chunk)
+            && (!whole_tail || now.messages.len() == boundary);
+        if !unchanged {
+            tracing::info!(session_id = %session_key, "session changed meanwhile, chunk dropped");
+            return Ok(false);
+        }
+        if lease.lost().is_cancelled() {
+            return Err(Error::Busy(session_key.to_string()));
+        }
+        append_history(ctx, archived.text, session_key).await?;
+        sessions
+            .set_last_consolidated(session_key, boundary)
+            .await?;
+        if let Some(summary) = &archived.summary {
+            let mut metadata: Map<String, Value> = now.metadata;
+            archive::remember_summary(&mut metadata, summary);
+            sessions.set_metadata(session_key, &metadata).await?;
+        }
+        Ok(true)
+    }
+    .await;
+    lease.release().await;
+    result
+}
+
+/// Archives chunks until the session's estimate is at most `budget × consolidationRatio`
+/// (at most [`archive::MAX_ROUNDS`]; stops after a raw archive). `overhead` is the system
+/// prompt and tool tokens the agent measured.
+pub async fn by_tokens(ctx: Ctx<'_>, session_key: &str, overhead: u64) -> Result<Outcome, Error> {
+    let budget = Budget::of(&ctx.cfg.agents.defaults);
+    let mut outcome = Outcome::default();
+    for _ in 0..archive::MAX_ROUNDS {
+        let session = ctx.bot.sessions.load(session_key).await?;
+        let from = session.last_consolidated;
+        outcome.last_consolidated = from;
+        let replay = history::replay(&session.messages, from, usize::MAX);
+        let estimate = overhead
+            + tokio::task::spawn_blocking(move || estimate_prompt("", &replay, &[]))
+                .await
+                .map_err(std::io::Error::other)? as u64;
+        if estimate <= budget.target {
+            break;
+        }
+        let needed = (estimate - budget.target) as usize;
+        let Some(boundary) = archive::pick_boundary(&session.messages, from, needed) else {
+            break;
+        };
+        let archived = archive_text(ctx, session_key, &session.messages, from, boundary).await;
+        let raw = archived.summary.is_none();
+        let chunk = &session.messages[from..boundary];
+        if !commit_chunk(ctx, session_key, chunk, from, false, archived).await? {
+            break;
+        }
+        outcome.archived += chunk.len();
+        outcome.last_consolidated = boundary;
+        tracing::info!(session_id = %session_key, archived = chunk.len(), last_consolidated = boundary, raw, "archived chunk");
+        if raw {
+            break;
+        }
+    }
+    Ok(outcome)
+}
+
+/// AutoCompact: archives an idle session's whole unarchived tail; nothing when a message
+/// arrived meanwhile.
+pub async fn idle(ctx: Ctx<'_>, session_key: &str) -> Result<Outcome, Error> {
+    let session = ctx.bot.sessions.load(session_key).await?;
+    let from = session.last_consolidated;
+    let boundary = session.messages.len();
+    if from >= boundary {
+        return Ok(Outcome {
+            archived: 0,
+            last_consolidated: from,
+        });
+    }
+    let archived = archive_text(ctx, session_key, &session.messages, from, boundary).await;
+    let chunk = &session.messages[from..boundary];
+    let committed = commit_chunk(ctx, session_key, chunk, from, true, archived).await?;
+    Ok(Outcome {
+        archived: if committed { chunk.len() } else { 0 },
+        last_consolidated: if committed { boundary } else { from },
+    })
+}
+
+/// Archives a `/new` snapshot (a JSON array of rows) whole; the session itself was cleared
+/// by the agent.
+pub async fn snapshot(
+    ctx: Ctx<'_>,
     session_key: &str,
     messages_json: &str,
-) -> anyhow::Result<Outcome> {
+) -> Result<Outcome, Error> {
     let rows: Vec<Value> = serde_json::from_str(messages_json)?;
     if rows.is_empty() {
         return Ok(Outcome::default());
     }
-    let text = raw_archive(&rows);
-    let workspace = bot.workspace.clone();
-    let key = session_key.to_string();
-    tokio::task::spawn_blocking(move || append_history(&workspace, &text, Some(&key))).await??;
+    let archived = archive_text(ctx, session_key, &rows, 0, rows.len()).await;
+    append_history(ctx, archived.text, session_key).await?;
     Ok(Outcome {
         archived: rows.len(),
         last_consolidated: 0,
     })
-}
-
-/// Archives chunks until the unconsolidated tail fits `budget × consolidationRatio`.
-pub async fn by_tokens(
-    store: &SessionStore,
-    bot: &BotSpec,
-    d: &AgentDefaults,
-    session_key: &str,
-) -> anyhow::Result<Outcome> {
-    let budget = budget(d);
-    let target = (budget as f64 * d.consolidation_ratio) as usize;
-    let mut outcome = Outcome::default();
-    for _ in 0..MAX_ROUNDS {
-        let session = store.load(session_key).await?;
-        outcome.last_consolidated = session.last_consolidated;
-        let tail = &session.messages[session.last_consolidated..];
-        let estimate = estimate_tokens(tail);
-        if estimate <= target {
-            break;
-        }
-        let Some(boundary) = pick_boundary(
-            &session.messages,
-            session.last_consolidated,
-            estimate - target,
-        ) else {
-            break;
-        };
-        let chunk = session.messages[session.last_consolidated..boundary].to_vec();
-        let text = raw_archive(&chunk);
-        let workspace = bot.workspace.clone();
-        let key = session_key.to_string();
-        tokio::task::spawn_blocking(move || append_history(&workspace, &text, Some(&key)))
-            .await??;
-        store.set_last_consolidated(session_key, boundary).await?;
-        outcome.archived += chunk.len();
-        outcome.last_consolidated = boundary;
-        tracing::info!(session_id = %session_key, archived = chunk.len(), last_consolidated = boundary, "archived chunk");
-    }
-    Ok(outcome)
 }

@@ -1,14 +1,22 @@
-//! Memory workers: consume consolidation requests (`subjects::CONSOLIDATE_ALL`, a JetStream
-//! work queue), archive old session messages into the bot's `memory/history.jsonl`, advance
-//! `last_consolidated` in Redis, and announce results on `subjects::consolidated`. Writers of
-//! one bot's memory files are serialised by the per-bot memory lease (the fleet's one lease
-//! primitive, `nanobot_runtime::lease`) plus a file lock.
+//! Memory workers: consume memory jobs (`subjects::CONSOLIDATE_ALL`, a JetStream work queue):
+//! consolidation of sessions over their context budget, `/new` archives and idle sessions
+//! (AutoCompact) into the bot's `memory/history.jsonl`, Dream runs and the Dream commands;
+//! answer each on `subjects::consolidated`. One worker at a time writes a bot's memory files
+//! (the per-bot memory lease, `nanobot_runtime::lease`); session writes carry the session
+//! lease's fencing token.
 //!
 //! # Layout
-//! - `consolidate`: the archive rules.
+//! - `bots`: per-bot sessions, LLM client, prompt builder and tool list.
+//! - `jobs`: one job end to end (dedup marker, memory lease, dispatch by kind).
+//! - `consolidate`: the Consolidator.
+//! - `dream`: Dream runs and the Dream commands; `git`: the memory files' git history.
 #![forbid(unsafe_code)]
 
+pub mod bots;
 pub mod consolidate;
+pub mod dream;
+pub mod git;
+pub mod jobs;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,14 +28,11 @@ use futures::StreamExt as _;
 use prost::Message as _;
 use tracing::Instrument as _;
 
-use nanobot_core::session::SessionStore;
-use nanobot_proto::{ConsolidationRequest, ConsolidationResult, keys, subjects};
+use nanobot_proto::{ConsolidationRequest, ConsolidationResult, subjects};
 use nanobot_runtime::config::Config;
-use nanobot_runtime::lease::Leases;
 use nanobot_runtime::{service, shutdown, store, telemetry};
 
-/// How long a worker holds a bot's memory lease without renewing it.
-const MEMORY_LOCK_TTL: Duration = Duration::from_secs(60);
+pub use jobs::Deps;
 
 /// Runs a memory worker until `shutdown`.
 pub async fn run(
@@ -46,40 +51,60 @@ pub async fn run(
         .get_stream(subjects::JOBS_STREAM)
         .await
         .context("open jobs stream")?;
+    // Jobs may run long (Dream): a worker extends the deadline while it works, so the
+    // redelivery delay only applies to a worker that died.
+    let ack_wait = Duration::from_secs_f64(cfg.runner.redeliver_after_secs.max(1.0));
     let consumer = stream
-        .get_or_create_consumer(
-            subjects::CONSOLIDATE_CONSUMER,
-            pull::Config {
-                durable_name: Some(subjects::CONSOLIDATE_CONSUMER.into()),
-                filter_subject: subjects::CONSOLIDATE_ALL.into(),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: Duration::from_secs(120),
-                max_deliver: 10,
-                ..Default::default()
-            },
-        )
+        .create_consumer(pull::Config {
+            durable_name: Some(subjects::CONSOLIDATE_CONSUMER.into()),
+            filter_subject: subjects::CONSOLIDATE_ALL.into(),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait,
+            max_deliver: 20,
+            ..Default::default()
+        })
         .await
-        .context("create consolidation consumer")?;
-    let mut messages = consumer
-        .messages()
-        .await
-        .context("subscribe to consolidation requests")?;
+        .context("create memory job consumer")?;
+    let deps = Deps::new(
+        cfg,
+        redis,
+        started.bus.client.clone(),
+        &started.health.instance,
+    );
     started.health.set_ready(true);
     tracing::info!(instance = %started.health.instance, "memory worker ready");
     let mut handled = 0u64;
     loop {
-        tokio::select! {
+        // One job at a time, pulled when this worker is free: nothing waits here that another
+        // worker could run.
+        let batch = tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
-            next = messages.next() => match next {
-                Some(Ok(msg)) => {
-                    let _busy = started.health.track();
-                    handle(&cfg, &redis, &started.bus.client, &started.health.instance, msg).await;
-                    handled += 1;
-                }
-                Some(Err(e)) => tracing::warn!(error = %e, "failed to receive consolidation request"),
-                None => break,
-            },
+            b = consumer.fetch().max_messages(1).expires(Duration::from_secs(5)).messages() => b,
+        };
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to pull memory jobs, retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        let next = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            n = batch.next() => n,
+        };
+        match next {
+            Some(Ok(msg)) => {
+                let _busy = started.health.track();
+                let keep_alive = keep_alive(&msg, ack_wait);
+                handle(&deps, msg).await;
+                keep_alive.abort();
+                handled += 1;
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "failed to receive memory job"),
+            None => {}
         }
     }
     shutdown::drain("memory worker", async {}).await;
@@ -87,86 +112,80 @@ pub async fn run(
     Ok(())
 }
 
-async fn handle(
-    cfg: &Config,
-    redis: &nanobot_runtime::store::Store,
-    nats: &async_nats::Client,
-    instance: &str,
-    msg: jetstream::Message,
-) {
+/// Extends a job's ack deadline every third of it until aborted.
+fn keep_alive(msg: &jetstream::Message, ack_wait: Duration) -> tokio::task::JoinHandle<()> {
+    let acker = msg.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(ack_wait / 3);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            if acker.ack_with(AckKind::Progress).await.is_err() {
+                break;
+            }
+        }
+    })
+}
+
+/// Runs one job and settles it: acked and answered when done; redelivered later when it may
+/// succeed then (busy, a dependency failed); terminated and answered with an error when it
+/// never can.
+async fn handle(deps: &Deps, msg: jetstream::Message) {
     let request = match ConsolidationRequest::decode(msg.payload.clone()) {
         Ok(r) => r,
         Err(e) => {
-            tracing::warn!(subject = %msg.subject, error = %e, "dropping undecodable consolidation request");
+            tracing::warn!(subject = %msg.subject, error = %e, "dropping undecodable memory job");
             let _ = msg.ack_with(AckKind::Term).await;
             return;
         }
     };
-    let Some(bot) = cfg.bot(&request.bot) else {
-        tracing::warn!(bot = %request.bot, "dropping consolidation request for unknown bot");
+    let Some(bot) = deps.bots.get(&request.bot).cloned() else {
+        tracing::warn!(bot = %request.bot, "dropping memory job for unknown bot");
         let _ = msg.ack_with(AckKind::Term).await;
         return;
     };
-    let span = tracing::info_span!("consolidate", session_id = %request.session_key, reason = %request.reason);
+    let kind = request.kind();
+    let span = tracing::info_span!("memory_job", session_id = %request.session_key, kind = kind.as_str_name(), job_id = %request.id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
-        let leases = Leases::new(redis.clone(), instance, MEMORY_LOCK_TTL);
-        let Some(guard) = leases
-            .acquire_within(
-                &keys::memory_lock(&bot.id),
-                &keys::memory_fence(&bot.id),
-                MEMORY_LOCK_TTL / 4,
-            )
-            .await
-        else {
-            let _ = msg
-                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-                .await;
-            return;
-        };
-        let store = SessionStore::new(redis.clone(), &bot.id);
-        let outcome = if request.reason == "archive" {
-            consolidate::archive_snapshot(&bot, &request.session_key, &request.messages_json).await
-        } else {
-            consolidate::by_tokens(&store, &bot, &cfg.agents.defaults, &request.session_key).await
-        };
-        guard.release().await;
-        let result = match outcome {
-            Ok(o) => {
-                let _ = msg.ack().await;
-                ConsolidationResult {
-                    request_id: request.id.clone(),
-                    bot: bot.id.clone(),
-                    session_key: request.session_key.clone(),
-                    archived_messages: u32::try_from(o.archived).unwrap_or(u32::MAX),
-                    last_consolidated: u32::try_from(o.last_consolidated).unwrap_or(u32::MAX),
-                    error: String::new(),
-                }
+        let (ack, result) = match jobs::run(deps, &bot, &request).await {
+            Ok(result) => (AckKind::Ack, result),
+            Err(e) if e.retryable() => {
+                tracing::warn!("memory job will be retried: {e:#}");
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+                    .await;
+                return;
             }
             Err(e) => {
-                tracing::error!("failed to consolidate: {e:#}");
-                let _ = msg
-                    .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
-                    .await;
-                ConsolidationResult {
-                    request_id: request.id.clone(),
-                    bot: bot.id.clone(),
-                    session_key: request.session_key.clone(),
-                    error: "consolidation failed".into(),
+                tracing::error!("failed to run memory job: {e:#}");
+                let result = ConsolidationResult {
+                    error: e.to_user_message(),
                     ..Default::default()
-                }
+                };
+                (AckKind::Term, result)
             }
         };
+        if let Err(e) = msg.ack_with(ack).await {
+            tracing::warn!(error = %e, "failed to acknowledge memory job");
+        }
+        let result = ConsolidationResult {
+            request_id: request.id.clone(),
+            bot: bot.spec.id.clone(),
+            session_key: request.session_key.clone(),
+            ..result
+        };
         let payload = bytes::Bytes::from(result.encode_to_vec());
-        if let Err(e) = nats
+        if let Err(e) = deps
+            .nats
             .publish_with_headers(
-                subjects::consolidated(&bot.id),
+                subjects::consolidated(&bot.spec.id),
                 nanobot_runtime::bus::headers(None),
                 payload,
             )
             .await
         {
-            tracing::debug!(error = %e, "failed to announce consolidation result");
+            tracing::debug!(error = %e, "failed to announce memory job result");
         }
     }
     .instrument(span)

@@ -9,6 +9,7 @@ mod chaos;
 mod cli;
 mod executors;
 mod k8s;
+mod memory;
 mod observability;
 mod repo;
 mod runner;

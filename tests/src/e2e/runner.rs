@@ -188,7 +188,7 @@ async fn commands_answer_with_upstream_strings_without_calling_the_model() {
         .unwrap();
     assert_eq!(
         ask(&mut fleet, "/help", None).await,
-        "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/stop — Cancel the active agent turn for this chat.\n/status — Display runtime, provider, and channel status.\n/help — List available slash commands."
+        "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/stop — Cancel the active agent turn for this chat.\n/status — Display runtime, provider, and channel status.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/help — List available slash commands."
     );
     assert_eq!(
         ask(&mut fleet, "/hepl", None).await,

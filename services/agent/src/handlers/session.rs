@@ -20,6 +20,7 @@ use super::Deps;
 use crate::bots::Bot;
 use crate::lease::Lease;
 use crate::mailbox::{self, FollowUps};
+use crate::memory_jobs;
 use crate::outbox::{self, Outbox};
 use crate::turn::{self, Reply, TurnCtx, TurnInput};
 
@@ -221,7 +222,11 @@ pub async fn guarded(
     };
     drop(registration);
     match outcome {
-        Some(Ok(())) => Ok(()),
+        Some(Ok(())) => {
+            // Still under the lease, but no longer an active turn (`/status`, `/stop`).
+            memory_jobs::maybe_consolidate(deps, bot, &input.session_key, &input.channel).await;
+            Ok(())
+        }
         None => {
             tracing::info!("turn stopped by /stop");
             turn::recover(deps, bot, ctx.sessions, &input.session_key, Restore::Close).await?;

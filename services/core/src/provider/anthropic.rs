@@ -196,7 +196,8 @@ pub fn request_body(req: &ChatRequest, stream: bool) -> Value {
     }
     if !req.tools.is_empty() {
         body["tools"] = Value::Array(convert_tools(&req.tools));
-        body["tool_choice"] = json!({"type": "auto"});
+        let choice = req.tool_choice.as_deref().unwrap_or("auto");
+        body["tool_choice"] = json!({ "type": choice });
     }
     if let Some(budget) = req.reasoning_effort.as_deref().and_then(thinking_budget) {
         body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});

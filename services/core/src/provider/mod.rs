@@ -42,6 +42,9 @@ pub struct ChatRequest {
     pub temperature: f64,
     /// `reasoning_effort`, when set.
     pub reasoning_effort: Option<String>,
+    /// `tool_choice` when tools are sent (`None`: `auto`); `Some("none")` offers the tools
+    /// for context (and prompt caching) but forbids calling them.
+    pub tool_choice: Option<String>,
 }
 
 /// A parsed tool call.

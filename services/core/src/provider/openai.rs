@@ -55,7 +55,7 @@ impl OpenAiProvider {
         });
         if !req.tools.is_empty() {
             body["tools"] = Value::Array(req.tools.clone());
-            body["tool_choice"] = json!("auto");
+            body["tool_choice"] = json!(req.tool_choice.as_deref().unwrap_or("auto"));
         }
         if let Some(effort) = &req.reasoning_effort {
             body["reasoning_effort"] = json!(effort);

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::RunSpec;
 use super::prompts;
 use crate::hooks::AgentHook;
-use crate::memory::estimate_tokens;
+use crate::memory::budget::estimate_messages_by_bytes;
 use crate::provider::{ChatModel, ChatRequest, ChatResponse, Usage};
 
 /// What a request cost.
@@ -52,6 +52,7 @@ impl Requester<'_> {
             max_tokens: self.spec.max_tokens,
             temperature: self.spec.temperature,
             reasoning_effort: self.spec.reasoning_effort.clone(),
+            tool_choice: None,
         };
         let hook = self.hook;
         let sink = move |d: &str| {
@@ -94,7 +95,7 @@ impl Requester<'_> {
                     .iter()
                     .map(|c| c.name.len() + c.arguments.len())
                     .sum::<usize>();
-            response.usage.prompt_tokens = estimate_tokens(messages) as u64;
+            response.usage.prompt_tokens = estimate_messages_by_bytes(messages) as u64;
             response.usage.completion_tokens = (out / 4 + 1) as u64;
         }
         let cost = Cost {

@@ -13,6 +13,7 @@ fn req(messages: Vec<Value>, tools: Vec<Value>) -> ChatRequest {
         max_tokens: 100,
         temperature: 0.1,
         reasoning_effort: None,
+        tool_choice: None,
     }
 }
 

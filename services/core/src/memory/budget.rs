@@ -1,0 +1,180 @@
+//! The context budget and token estimates: the one formula the agent (trigger, `/status`) and
+//! the memory workers (how much to archive) share, and a real tokenizer (tiktoken's
+//! `o200k_base`, embedded in the binary) with upstream's UTF-8 byte heuristic as the fallback.
+
+use serde_json::Value;
+
+use nanobot_runtime::config::AgentDefaults;
+
+/// Tokens reserved besides the completion (upstream's safety margin).
+pub const SAFETY_MARGIN_TOKENS: u64 = 1024;
+/// Text appended to the probe prompt, as upstream counts it.
+const PROBE: &str = "[token-probe]";
+/// Tokens added per message for its framing (role, separators).
+const PER_MESSAGE_TOKENS: usize = 4;
+
+/// How many tokens the replayable context may hold, and what consolidation aims for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// `contextWindowTokens − maxTokens − 1024`: consolidation starts at or above it.
+    pub budget: u64,
+    /// `budget × consolidationRatio`: consolidation archives until the estimate is below it.
+    pub target: u64,
+}
+
+impl Budget {
+    /// Returns the budget of a window, a completion cap and a ratio.
+    pub fn new(context_window: u64, max_tokens: u64, ratio: f64) -> Self {
+        let budget = context_window.saturating_sub(max_tokens + SAFETY_MARGIN_TOKENS);
+        let target = (budget as f64 * ratio.clamp(0.0, 1.0)) as u64;
+        Self { budget, target }
+    }
+
+    /// Returns the budget of a bot's agent settings.
+    pub fn of(d: &AgentDefaults) -> Self {
+        Self::new(
+            u64::from(d.context_window_tokens),
+            u64::from(d.max_tokens),
+            d.consolidation_ratio,
+        )
+    }
+
+    /// Returns whether a context of `estimate` tokens must be consolidated.
+    pub fn exceeded_by(&self, estimate: u64) -> bool {
+        self.budget > 0 && estimate >= self.budget
+    }
+}
+
+/// Texts longer than this are estimated by bytes: BPE merging is superlinear on long runs
+/// without whitespace (a pasted blob, base64), and an estimate needs no precision there.
+pub const TOKENIZER_MAX_BYTES: usize = 256 * 1024;
+
+/// Returns the tokens of `text` under `o200k_base`; the byte heuristic for empty or very long
+/// texts.
+pub fn count_text(text: &str) -> usize {
+    if text.is_empty() || text.len() > TOKENIZER_MAX_BYTES {
+        return count_bytes_heuristic(text);
+    }
+    let bpe = tiktoken_rs::o200k_base_singleton();
+    bpe.encode_ordinary(text).len()
+}
+
+/// Upstream's fallback estimate: UTF-8 bytes / 4, at least 1 for non-empty text.
+pub fn count_bytes_heuristic(text: &str) -> usize {
+    if text.is_empty() {
+        0
+    } else {
+        text.len().div_ceil(4)
+    }
+}
+
+fn content_text(content: Option<&Value>, out: &mut String) {
+    match content {
+        Some(Value::String(s)) => out.push_str(s),
+        Some(Value::Array(blocks)) => {
+            for b in blocks {
+                if let Some(t) = b.get("text").and_then(Value::as_str) {
+                    out.push_str(t);
+                    out.push('\n');
+                }
+            }
+        }
+        Some(Value::Null) | None => {}
+        Some(other) => out.push_str(&other.to_string()),
+    }
+}
+
+/// Returns the estimated tokens of one message: its text, tool calls, tool name and
+/// reasoning, plus framing.
+pub fn estimate_message(m: &Value) -> usize {
+    let mut text = String::new();
+    content_text(m.get("content"), &mut text);
+    for key in ["name", "tool_call_id", "reasoning_content"] {
+        if let Some(s) = m.get(key).and_then(Value::as_str) {
+            text.push('\n');
+            text.push_str(s);
+        }
+    }
+    if let Some(calls) = m.get("tool_calls").filter(|v| !v.is_null()) {
+        text.push('\n');
+        text.push_str(&calls.to_string());
+    }
+    count_text(&text) + PER_MESSAGE_TOKENS
+}
+
+/// Returns the estimated tokens of `messages`.
+pub fn estimate_messages(messages: &[Value]) -> usize {
+    messages.iter().map(estimate_message).sum()
+}
+
+/// Returns the byte-heuristic estimate of `messages` (serialised bytes / 4, plus framing):
+/// for usage figures a provider did not report, where a tokenizer pass is not worth its cost.
+pub fn estimate_messages_by_bytes(messages: &[Value]) -> usize {
+    messages
+        .iter()
+        .map(|m| count_bytes_heuristic(&m.to_string()) + PER_MESSAGE_TOKENS)
+        .sum()
+}
+
+/// Returns the estimated tokens of the tool definitions offered to the model.
+pub fn estimate_tools(tools: &[Value]) -> usize {
+    if tools.is_empty() {
+        return 0;
+    }
+    count_text(&Value::Array(tools.to_vec()).to_string())
+}
+
+/// Returns upstream's probe estimate: the system prompt, the replayable history, the probe
+/// text and the tool definitions.
+pub fn estimate_prompt(system_prompt: &str, history: &[Value], tools: &[Value]) -> usize {
+    count_text(system_prompt)
+        + PER_MESSAGE_TOKENS
+        + estimate_messages(history)
+        + count_text(PROBE)
+        + estimate_tools(tools)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn budget_is_window_minus_completion_minus_margin_and_target_its_ratio() {
+        let b = Budget::new(200_000, 8192, 0.5);
+        assert_eq!(b.budget, 200_000 - 8192 - 1024);
+        assert_eq!(b.target, (200_000 - 8192 - 1024) / 2);
+        assert!(b.exceeded_by(b.budget) && !b.exceeded_by(b.budget - 1));
+        let none = Budget::new(1000, 8192, 0.5);
+        assert_eq!(none.budget, 0);
+        assert!(!none.exceeded_by(10_000), "no budget never triggers");
+        let d = AgentDefaults {
+            context_window_tokens: 4096,
+            max_tokens: 1024,
+            consolidation_ratio: 0.25,
+            ..Default::default()
+        };
+        assert_eq!(Budget::of(&d), Budget::new(4096, 1024, 0.25));
+    }
+
+    #[test]
+    fn tokens_come_from_a_real_tokenizer_not_bytes() {
+        // "hello world" is 2 tokens under o200k_base; the byte heuristic says 3.
+        assert_eq!(count_text("hello world"), 2);
+        assert_eq!(count_bytes_heuristic("hello world"), 3);
+        assert_eq!(count_text(""), 0);
+        let blob = "x".repeat(TOKENIZER_MAX_BYTES + 4);
+        assert_eq!(count_text(&blob), count_bytes_heuristic(&blob));
+        let user = json!({"role": "user", "content": "hello world"});
+        assert_eq!(estimate_message(&user), 2 + PER_MESSAGE_TOKENS);
+        let call = json!({"role": "assistant", "content": null,
+            "tool_calls": [{"id": "c1", "function": {"name": "read_file", "arguments": "{}"}}]});
+        assert!(estimate_message(&call) > PER_MESSAGE_TOKENS + 5);
+        let tools = vec![json!({"type": "function", "function": {"name": "exec"}})];
+        assert!(
+            estimate_prompt("sys", std::slice::from_ref(&user), &tools)
+                > estimate_prompt("sys", &[user], &[])
+        );
+    }
+}

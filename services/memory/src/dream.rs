@@ -1,0 +1,394 @@
+//! Dream: turns the history entries after `.dream_cursor` into edits of `SOUL.md`, `USER.md`,
+//! `memory/MEMORY.md` and skills, and commits them to the workspace's git history. Two phases
+//! (the seeds' design): an analysis call without tools, then a run of the shared runner with
+//! the bot's file tools restricted to those files ([`DreamTools`]). The cursor moves only when
+//! the run completed; the commit is written by libgit2 (objects, then the ref through a lock
+//! file), so a worker killed mid-Dream leaves files either old or new (the executors replace
+//! them atomically) and `HEAD` at the previous commit, and the job is redelivered.
+//!
+//! Also the Dream commands: `/dream-log [sha]`, `/dream-restore [sha]`, `/dream-prompt [init]`.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use nanobot_core::hooks::NoopHook;
+use nanobot_core::memory::{Entry, write_atomic};
+use nanobot_core::runner::{self, RunDeps, RunSpec};
+use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
+
+use crate::bots::MemoryBot;
+use crate::consolidate::Ctx;
+use crate::git::{self, DREAM_PREFIX, MemoryRepo};
+
+/// Entries one run digests, as upstream.
+pub const BATCH: usize = 20;
+/// Tool iterations of the editing phase (the seeds').
+const MAX_ITERATIONS: u32 = 10;
+/// Characters of each memory file shown to the model, as upstream.
+const FILE_CHARS: usize = 8000;
+/// Characters of each history entry shown to the model, as upstream.
+const ENTRY_CHARS: usize = 1000;
+/// Characters of a workspace's `prompts/dream.md` used.
+const OVERRIDE_CHARS: usize = 16_000;
+/// Dream commits listed by `/dream-restore`.
+const RESTORE_LIST: usize = 10;
+
+const PHASE1: &str = include_str!("../../../templates/agent/dream_phase1.md");
+const PHASE2: &str = include_str!("../../../templates/agent/dream_phase2.md");
+
+/// The files Dream may write besides `skills/**`.
+const WRITABLE: [&str; 3] = ["SOUL.md", "USER.md", "memory/MEMORY.md"];
+/// Tools Dream may call: reads anywhere in the workspace, writes only where [`writable`] says.
+const READ_TOOLS: [&str; 2] = ["read_file", "list_dir"];
+const WRITE_TOOLS: [&str; 2] = ["write_file", "edit_file"];
+
+/// Dream failures (the job is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Git failed.
+    #[error(transparent)]
+    Git(#[from] git::Error),
+    /// A memory file could not be read or written.
+    #[error("memory file i/o failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The run did not complete (the cursor stays; the next run retries the batch).
+    #[error("dream run stopped early: {0}")]
+    Incomplete(String),
+}
+
+/// Returns whether Dream may write `path` (relative to the workspace or absolute inside it).
+pub fn writable(workspace: &Path, path: &str) -> bool {
+    let path = Path::new(path);
+    let rel = path.strip_prefix(workspace).unwrap_or(path);
+    if rel.is_absolute()
+        || rel
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return false;
+    }
+    let rel: PathBuf = rel
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect();
+    WRITABLE.iter().any(|w| rel == Path::new(w))
+        || (rel.starts_with("skills") && rel.components().count() > 1)
+}
+
+/// The bot's file tools, restricted for Dream.
+struct DreamTools<'a> {
+    inner: &'a dyn ToolExecutor,
+    workspace: &'a Path,
+}
+
+#[async_trait::async_trait]
+impl ToolExecutor for DreamTools<'_> {
+    async fn execute(
+        &self,
+        scope: &ToolScope,
+        call_id: &str,
+        name: &str,
+        arguments: &str,
+    ) -> ToolOutcome {
+        let refused = |why: String| ToolOutcome {
+            content: Value::String(format!("Error: {why}")),
+            is_error: true,
+        };
+        if WRITE_TOOLS.contains(&name) {
+            let path = serde_json::from_str::<Value>(arguments)
+                .ok()
+                .and_then(|a| a.get("path").and_then(Value::as_str).map(str::to_string))
+                .unwrap_or_default();
+            if !writable(self.workspace, &path) {
+                return refused(format!(
+                    "Dream may only write SOUL.md, USER.md, memory/MEMORY.md and files under \
+                     skills/, not {path:?}"
+                ));
+            }
+        } else if !READ_TOOLS.contains(&name) {
+            return refused(format!("tool {name} is not available to Dream"));
+        }
+        self.inner.execute(scope, call_id, name, arguments).await
+    }
+}
+
+/// Returns `text` cut to `max` characters.
+fn capped(text: &str, max: usize) -> &str {
+    text.char_indices()
+        .nth(max)
+        .map_or(text, |(i, _)| &text[..i])
+}
+
+/// Returns the `## Current Memory Files` and `## Conversation History` sections.
+fn material(workspace: &Path, entries: &[Entry]) -> String {
+    let mut out = String::from("## Current Memory Files\n");
+    for file in WRITABLE {
+        let text = std::fs::read_to_string(workspace.join(file)).unwrap_or_default();
+        let shown = if text.trim().is_empty() {
+            "(empty)"
+        } else {
+            capped(&text, FILE_CHARS)
+        };
+        out.push_str(&format!("\n### {file}\n{shown}\n"));
+    }
+    out.push_str("\n## Conversation History\n");
+    for e in entries {
+        out.push_str(&format!(
+            "[{}] {}\n",
+            e.timestamp,
+            capped(&e.content, ENTRY_CHARS)
+        ));
+    }
+    out
+}
+
+/// Returns the analysis instructions: the workspace's `prompts/dream.md` when present.
+fn phase1_prompt(workspace: &Path) -> String {
+    match std::fs::read_to_string(workspace.join("prompts/dream.md")) {
+        Ok(text) if !text.trim().is_empty() => capped(&text, OVERRIDE_CHARS).to_string(),
+        _ => PHASE1.to_string(),
+    }
+}
+
+fn spec(ctx: Ctx<'_>, messages: Vec<Value>, max_iterations: u32, session_key: &str) -> RunSpec {
+    let d = &ctx.cfg.agents.defaults;
+    RunSpec {
+        messages,
+        model: ctx.bot.target.model.clone(),
+        max_tokens: d.max_tokens,
+        temperature: ctx.bot.target.temperature.unwrap_or(d.temperature),
+        reasoning_effort: d.reasoning_effort.clone(),
+        max_iterations,
+        llm_timeout: nanobot_core::resolve::llm_timeout(ctx.cfg),
+        scope: ToolScope {
+            session_key: session_key.to_string(),
+            channel: "system".into(),
+            chat_id: "dream".into(),
+        },
+        capped_replies: ctx.bot.target.caps_replies(),
+    }
+}
+
+/// Runs Dream over the next batch and answers what it did.
+pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
+    let bot = ctx.bot;
+    let files = bot.files();
+    let entries: Vec<Entry> = files
+        .entries_after(files.dream_cursor())
+        .into_iter()
+        .take(BATCH)
+        .collect();
+    let Some(last) = entries.last().map(|e| e.cursor) else {
+        return Ok("Dream: nothing to process".into());
+    };
+    let workspace = bot.spec.workspace.as_path();
+    let store = MemoryRepo::open_or_init(workspace)?;
+    let session_key = format!("dream:{}", chrono::Utc::now().format("%Y%m%d-%H%M%S"));
+    let material = material(workspace, &entries);
+
+    let analysis = runner::run(
+        RunDeps {
+            model: &bot.provider,
+            tools: &bot.tools,
+            specs: &[],
+            hook: &NoopHook,
+            checkpoints: None,
+            injections: None,
+        },
+        spec(
+            ctx,
+            vec![
+                json!({"role": "system", "content": phase1_prompt(workspace)}),
+                json!({"role": "user", "content": material}),
+            ],
+            1,
+            &session_key,
+        ),
+    )
+    .await;
+    if analysis.stop_reason != "completed" {
+        return Err(Error::Incomplete(analysis.error.unwrap_or_default()));
+    }
+
+    let specs: Vec<_> = bot
+        .tools
+        .specs()
+        .await
+        .into_iter()
+        .filter(|s| READ_TOOLS.contains(&s.name.as_str()) || WRITE_TOOLS.contains(&s.name.as_str()))
+        .collect();
+    let tools = DreamTools {
+        inner: &bot.tools,
+        workspace,
+    };
+    let edit = runner::run(
+        RunDeps {
+            model: &bot.provider,
+            tools: &tools,
+            specs: &specs,
+            hook: &NoopHook,
+            checkpoints: None,
+            injections: None,
+        },
+        spec(
+            ctx,
+            vec![
+                json!({"role": "system", "content": PHASE2}),
+                json!({"role": "user", "content": format!(
+                    "## Analysis\n{}\n\n{material}", analysis.content.trim()
+                )}),
+            ],
+            MAX_ITERATIONS,
+            &session_key,
+        ),
+    )
+    .await;
+    if edit.stop_reason != "completed" {
+        return Err(Error::Incomplete(
+            edit.error.unwrap_or_else(|| edit.stop_reason.to_string()),
+        ));
+    }
+    let committed = store.commit_dream()?;
+    files.set_dream_cursor(last)?;
+    tracing::info!(bot = %bot.spec.id, entries = entries.len(), cursor = last, commit = ?committed.as_ref().map(|c| &c.0), "dream run completed");
+    Ok(match committed {
+        Some((sha, summary)) => format!(
+            "Dream: processed {} history entries; committed `{sha}`.\n\n{}",
+            entries.len(),
+            summary.lines().take(12).collect::<Vec<_>>().join("\n")
+        ),
+        None => format!(
+            "Dream: processed {} history entries; memory unchanged.",
+            entries.len()
+        ),
+    })
+}
+
+/// `/dream-log [sha]`: the given (or latest) Dream commit and its diff.
+pub fn log(bot: &MemoryBot, sha: Option<&str>) -> Result<String, Error> {
+    let store = MemoryRepo::open_or_init(&bot.spec.workspace)?;
+    let sha = match sha {
+        Some(sha) => sha.to_string(),
+        None => match store.log(1, Some(DREAM_PREFIX))?.into_iter().next() {
+            Some(latest) => latest.sha,
+            None => return Ok("No Dream commits yet.".into()),
+        },
+    };
+    Ok(match store.show(&sha)? {
+        Some((info, diff)) => info.format(&diff),
+        None => format!("Commit `{sha}` not found."),
+    })
+}
+
+/// `/dream-restore [sha]`: lists recent Dream commits, or reverts one.
+pub fn restore(bot: &MemoryBot, sha: Option<&str>) -> Result<String, Error> {
+    let store = MemoryRepo::open_or_init(&bot.spec.workspace)?;
+    let Some(sha) = sha else {
+        let commits = store.log(RESTORE_LIST, Some(DREAM_PREFIX))?;
+        if commits.is_empty() {
+            return Ok("No Dream commits yet.".into());
+        }
+        let lines: Vec<String> = commits
+            .iter()
+            .map(|c| format!("- `{}` {} — {}", c.sha, c.timestamp, c.subject()))
+            .collect();
+        return Ok(format!(
+            "Recent Dream commits:\n{}\n\nUse /dream-restore <sha> to revert one.",
+            lines.join("\n")
+        ));
+    };
+    Ok(match store.restore(sha)? {
+        Some((files, new_sha)) => format!(
+            "Restored {} to before `{sha}`{}.",
+            if files.is_empty() {
+                "nothing".to_string()
+            } else {
+                files.join(", ")
+            },
+            new_sha
+                .map(|s| format!(" (new safety commit `{s}`)"))
+                .unwrap_or_default()
+        ),
+        None => format!("Commit `{sha}` not found."),
+    })
+}
+
+/// `/dream-prompt [init]`: shows the workspace's Dream prompt, or creates it from ours.
+pub fn prompt(bot: &MemoryBot, arg: Option<&str>) -> Result<String, Error> {
+    let path = bot.spec.workspace.join("prompts/dream.md");
+    if arg.map(str::trim) == Some("init") {
+        if path.exists() {
+            return Ok(
+                "prompts/dream.md already exists; edit it to change how Dream works.".into(),
+            );
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        write_atomic(&path, PHASE1.as_bytes())?;
+        return Ok(
+            "Created prompts/dream.md from the default Dream prompt; edit it to tell \
+                   Dream how to organize this workspace's memory."
+                .into(),
+        );
+    }
+    Ok(match std::fs::read_to_string(&path) {
+        Ok(text) => format!("prompts/dream.md:\n\n{text}"),
+        Err(_) => "This workspace has no prompts/dream.md; Dream uses its default prompt. \
+                   Send /dream-prompt init to create one."
+            .into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dream_writes_only_memory_files_and_skills() {
+        let ws = Path::new("/ws");
+        for ok in [
+            "SOUL.md",
+            "USER.md",
+            "memory/MEMORY.md",
+            "./memory/MEMORY.md",
+            "/ws/USER.md",
+            "skills/deploy/SKILL.md",
+            "/ws/skills/x/notes.md",
+        ] {
+            assert!(writable(ws, ok), "{ok}");
+        }
+        for refused in [
+            "AGENTS.md",
+            "memory/history.jsonl",
+            "memory/.dream_cursor",
+            "../SOUL.md",
+            "skills/../AGENTS.md",
+            "/etc/passwd",
+            "/ws2/SOUL.md",
+            "skills",
+            "",
+        ] {
+            assert!(!writable(ws, refused), "{refused}");
+        }
+    }
+
+    #[test]
+    fn material_shows_files_or_empty_and_caps_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("USER.md"), "Likes tea.").unwrap();
+        let entries = vec![Entry {
+            cursor: 3,
+            timestamp: "2026-01-01 10:00".into(),
+            content: "x".repeat(ENTRY_CHARS + 50),
+            session_key: None,
+        }];
+        let text = material(dir.path(), &entries);
+        assert!(text.starts_with("## Current Memory Files\n"));
+        assert!(text.contains("### USER.md\nLikes tea."));
+        assert!(text.contains("### SOUL.md\n(empty)"));
+        assert!(text.contains("## Conversation History\n[2026-01-01 10:00] "));
+        assert!(!text.contains(&"x".repeat(ENTRY_CHARS + 1)));
+    }
+}
