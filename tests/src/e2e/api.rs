@@ -82,3 +82,33 @@ async fn streamed_completions_arrive_as_sse_chunks_ending_with_done() {
         "the runner streamed from the model"
     );
 }
+
+#[tokio::test]
+async fn a_gateway_asked_to_listen_on_every_interface_without_an_api_key_refuses_to_start() {
+    let fleet = Fleet::builder().start().await.unwrap();
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(fleet.config_path()).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for host in ["::0", "0", "[::]", "0x0"] {
+        config["api"]["host"] = json!(host);
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, config.to_string()).unwrap();
+        let path = path.display().to_string();
+        let mut gateway = nanobot_runtime::testsuite::ServiceProc::spawn(
+            "nanobot-gateway",
+            &["--config", path.as_str(), "--health-addr", "127.0.0.1:0"],
+            &[],
+        )
+        .unwrap();
+        let status = gateway
+            .wait_exit(std::time::Duration::from_secs(20))
+            .await
+            .unwrap_or_else(|| panic!("the gateway with api.host {host:?} kept running"));
+        assert!(!status.success(), "{host:?}");
+        let log = gateway.logs();
+        assert!(
+            log.contains("api.apiKey: required when api.host"),
+            "{host:?} refused with a clear error: {log}"
+        );
+    }
+}

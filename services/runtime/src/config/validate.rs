@@ -179,9 +179,11 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
     if !matches!(config.telemetry.log_format.as_str(), "text" | "json") {
         problems.push("telemetry.logFormat: must be \"text\" or \"json\"".into());
     }
-    let open_host = matches!(config.api.host.as_str(), "0.0.0.0" | "::" | "[::]");
-    if open_host && config.api.api_key.is_empty() {
-        problems.push("api.apiKey: required when api.host listens on all interfaces".into());
+    if config.api.api_key.is_empty() && binds_every_interface(&config.api.host) {
+        problems.push(format!(
+            "api.apiKey: required when api.host ({:?}) listens on all interfaces",
+            config.api.host
+        ));
     }
     if config.api.timeout <= 0.0 {
         problems.push("api.timeout: must be positive".into());
@@ -220,4 +222,63 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
         }
     }
     problems
+}
+
+/// Returns whether binding `host` listens on every interface: an unspecified address in any
+/// spelling the system resolver accepts (`0.0.0.0`, `0`, `0x0`, `::`, `[::]`, `::0`,
+/// `::ffff:0.0.0.0`, …), or a name that resolves to one.
+pub fn binds_every_interface(host: &str) -> bool {
+    use std::net::{IpAddr, ToSocketAddrs as _};
+    let bare = host.trim().trim_start_matches('[').trim_end_matches(']');
+    let unspecified = |ip: IpAddr| match ip {
+        IpAddr::V4(v4) => v4.is_unspecified(),
+        IpAddr::V6(v6) => {
+            v6.is_unspecified() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified())
+        }
+    };
+    if bare.is_empty() {
+        return true;
+    }
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return unspecified(ip);
+    }
+    // inet_aton spellings (`0`, `0x0`, `0.0`) and names: ask the resolver, as bind would.
+    (bare, 0)
+        .to_socket_addrs()
+        .is_ok_and(|mut addrs| addrs.any(|a| unspecified(a.ip())))
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::binds_every_interface;
+
+    #[test]
+    fn every_spelling_of_the_wildcard_address_counts_as_all_interfaces() {
+        for open in [
+            "0.0.0.0",
+            "::",
+            "[::]",
+            "::0",
+            "0:0::0",
+            "0",
+            "0.0",
+            "0x0",
+            "00.0.0.0",
+            "::ffff:0.0.0.0",
+            "",
+            " 0.0.0.0 ",
+        ] {
+            assert!(binds_every_interface(open), "{open:?}");
+        }
+        for local in [
+            "127.0.0.1",
+            "::1",
+            "[::1]",
+            "localhost",
+            "192.168.1.5",
+            "10.0.0.1",
+        ] {
+            assert!(!binds_every_interface(local), "{local:?}");
+        }
+    }
 }
