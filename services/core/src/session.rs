@@ -200,7 +200,8 @@ impl SessionStore {
             .key(keys::session_messages(&self.bot, key))
             .key(keys::session_meta(&self.bot, key))
             .arg(token)
-            .arg(now_iso());
+            .arg(now_iso())
+            .arg(uuid::Uuid::new_v4().to_string());
         for row in rows {
             inv.arg(row.to_string());
         }
@@ -272,7 +273,8 @@ impl SessionStore {
             .arg(commit.cursor.map(|c| c.to_string()).unwrap_or_default())
             .arg(commit.outbox.clone().unwrap_or_default())
             .arg(SEEN_TTL_SECS)
-            .arg(commit.rows.len());
+            .arg(commit.rows.len())
+            .arg(uuid::Uuid::new_v4().to_string());
         for row in &commit.rows {
             inv.arg(row.to_string());
         }
@@ -319,5 +321,71 @@ impl SessionStore {
             .map_err(Self::err("list", "*"))?;
         keys.sort();
         Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nanobot_runtime::testsuite::Redis;
+
+    use super::*;
+
+    /// A client that lost the reply sends the same invocation again (redis-rs retries on the
+    /// new primary after a failover): the session must change once.
+    #[tokio::test]
+    async fn a_retried_write_with_the_same_write_id_changes_the_session_once() {
+        let redis = Redis::start().await.unwrap();
+        let mut conn = redis.conn().await.unwrap();
+        let (bot, key) = ("b", "cli:retry");
+        let append = |write_id: &str| {
+            let mut inv = scripts::APPEND.prepare_invoke();
+            inv.key(keys::session_fence(bot, key))
+                .key(keys::session_messages(bot, key))
+                .key(keys::session_meta(bot, key))
+                .arg("")
+                .arg(now_iso())
+                .arg(write_id)
+                .arg(r#"{"role":"user","content":"hi"}"#);
+            inv
+        };
+        for _ in 0..2 {
+            append("w-1").invoke_async::<()>(&mut conn).await.unwrap();
+        }
+        let commit = |write_id: &str| {
+            let mut inv = scripts::COMMIT.prepare_invoke();
+            inv.key(keys::session_fence(bot, key))
+                .key(keys::session_messages(bot, key))
+                .key(keys::session_meta(bot, key))
+                .key(keys::session_cursor(bot, key))
+                .key(keys::session_outbox(bot, key))
+                .arg("")
+                .arg(now_iso())
+                .arg("")
+                .arg("")
+                .arg("")
+                .arg(SEEN_TTL_SECS)
+                .arg(1)
+                .arg(write_id)
+                .arg(r#"{"role":"assistant","content":"hello"}"#);
+            inv
+        };
+        for _ in 0..2 {
+            commit("w-2").invoke_async::<()>(&mut conn).await.unwrap();
+        }
+        let rows: Vec<String> = redis::cmd("LRANGE")
+            .arg(keys::session_messages(bot, key))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        append("w-3").invoke_async::<()>(&mut conn).await.unwrap();
+        let len: usize = redis::cmd("LLEN")
+            .arg(keys::session_messages(bot, key))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(len, 3, "a new write id appends");
     }
 }

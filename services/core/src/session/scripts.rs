@@ -10,7 +10,7 @@ use redis::Script;
 
 /// The fence check every script starts with (`KEYS[1]` is the fence counter).
 macro_rules! fenced {
-    ($body:literal) => {
+    ($body:expr) => {
         concat!(
             "if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then ",
             "return redis.error_reply('FENCED session lease lost') end\n",
@@ -19,11 +19,29 @@ macro_rules! fenced {
     };
 }
 
+/// Skips a write already applied: a client that lost the reply (a primary killed right after
+/// it ran the script, then a failover) sends the same invocation again, with the same write id
+/// (`ARGV[n]`), which the first run recorded in the meta hash (`KEYS[3]`, field `last_write`).
+macro_rules! fenced_once {
+    ($n:literal, $body:literal) => {
+        fenced!(concat!(
+            "if redis.call('HGET', KEYS[3], 'last_write') == ARGV[",
+            $n,
+            "] then return 1 end\n",
+            "redis.call('HSET', KEYS[3], 'last_write', ARGV[",
+            $n,
+            "])\n",
+            $body
+        ))
+    };
+}
+
 /// Appends rows and touches the session. KEYS: fence, messages, meta.
-/// ARGV: token, now, rows….
+/// ARGV: token, now, write id, rows….
 pub(super) static APPEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(fenced!(
-        "for i = 3, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+    Script::new(fenced_once!(
+        "3",
+        "for i = 4, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
          redis.call('HSETNX', KEYS[3], 'created_at', ARGV[2])
          redis.call('HSET', KEYS[3], 'updated_at', ARGV[2])
          return 1"
@@ -51,11 +69,12 @@ pub(super) static CLEAR: LazyLock<Script> = LazyLock::new(|| {
 /// in the outbox until published, and "seen" markers of every answered message.
 /// KEYS: fence, messages, meta, cursor, outbox, seen markers….
 /// ARGV: token, now, metadata JSON or '', cursor or '', outbox payload or '',
-/// seen TTL seconds, row count, rows….
+/// seen TTL seconds, row count, write id, rows….
 pub(super) static COMMIT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(fenced!(
+    Script::new(fenced_once!(
+        "8",
         "local n = tonumber(ARGV[7])
-         for i = 8, 7 + n do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+         for i = 9, 8 + n do redis.call('RPUSH', KEYS[2], ARGV[i]) end
          if n > 0 or ARGV[3] ~= '' then
            redis.call('HSETNX', KEYS[3], 'created_at', ARGV[2])
            redis.call('HSET', KEYS[3], 'updated_at', ARGV[2])
