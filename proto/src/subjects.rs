@@ -2,7 +2,12 @@
 //! workspace spells one.
 //!
 //! Layout: `nanobot.<bot>.<area>.<…>`. Bot ids, channel names and chat ids are turned into
-//! single subject tokens by [`token`], so user data can never add tokens or wildcards.
+//! single subject tokens by [`token`], so user data can never add tokens or wildcards, and no
+//! token is longer than [`MAX_TOKEN`], so no user data can make a subject the server refuses
+//! (which would close the role's shared connection). The original value always travels in the
+//! message payload.
+
+use sha2::{Digest as _, Sha256};
 
 /// The JetStream stream holding inbound chat messages of every bot (file storage).
 pub const INBOUND_STREAM: &str = "NANOBOT_INBOUND";
@@ -28,6 +33,10 @@ pub const CRON_FIRE_CONSUMER: &str = "agent-cron";
 pub const CONSOLIDATE_ALL: &str = "nanobot.*.jobs.consolidate";
 /// Filter for every bot's cron fires.
 pub const CRON_FIRE_ALL: &str = "nanobot.*.jobs.cron";
+
+/// The JetStream object store holding message contents larger than the broker's message
+/// limit (a 5 MB reply), referenced by `OutboundMessage.content_ref`.
+pub const PAYLOADS_BUCKET: &str = "nanobot-payloads";
 
 /// Events that need no durability (consolidation results, stream deltas mirrors).
 pub const EVENTS_ALL: &str = "nanobot.*.events.>";
@@ -55,15 +64,22 @@ fn is_plain(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '@' | '+' | '=')
 }
 
+/// Longest subject token [`token`] returns.
+pub const MAX_TOKEN: usize = 64;
+
 /// Returns `value` as one safe subject token: verbatim when it only holds plain characters,
-/// otherwise `~` followed by its unpadded base64url (so `.`, `*`, `>` and spaces can't leak).
+/// otherwise `~` followed by its unpadded base64url (so `.`, `*`, `>` and spaces can't leak);
+/// either form longer than [`MAX_TOKEN`] becomes `#` and the base64url SHA-256 of the value.
 pub fn token(value: &str) -> String {
-    if !value.is_empty() && value.chars().all(is_plain) {
-        return value.to_string();
+    let out = if !value.is_empty() && value.chars().all(is_plain) {
+        value.to_string()
+    } else {
+        format!("~{}", base64url(value.as_bytes()))
+    };
+    if out.len() <= MAX_TOKEN {
+        return out;
     }
-    let mut out = String::from("~");
-    out.push_str(&base64url(value.as_bytes()));
-    out
+    format!("#{}", base64url(&Sha256::digest(value.as_bytes())))
 }
 
 fn base64url(bytes: &[u8]) -> String {
@@ -243,6 +259,22 @@ mod tests {
         assert_eq!(token("api:default"), "api:default");
         assert_eq!(token("a.b"), "~YS5i");
         assert_ne!(token(""), "");
+    }
+
+    #[test]
+    fn long_values_become_fixed_length_digest_tokens() {
+        let plain = "a".repeat(MAX_TOKEN);
+        assert_eq!(token(&plain), plain, "a token at the limit stays verbatim");
+        let long = "x".repeat(5_000);
+        let t = token(&long);
+        assert!(t.starts_with('#') && t.len() <= MAX_TOKEN, "{t}");
+        assert_eq!(t, token(&long), "deterministic");
+        assert_ne!(t, token(&"x".repeat(5_001)));
+        let dotted = "a.".repeat(40);
+        assert!(token(&dotted).starts_with('#'));
+        let s = inbound("b", "api", &format!("api:{long}"));
+        assert!(s.len() < 200, "{s}");
+        assert_valid(&s, false);
     }
 
     #[test]

@@ -37,7 +37,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use reply::Resolved;
-pub use reply::{Finish, Reply, ScriptedCall};
+pub use reply::{Finish, Gate, Reply, ScriptedCall};
 
 /// One request the server received.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,6 +157,8 @@ impl Builder {
             .route("/v1/chat/completions", post(routes::chat_completions))
             .route("/v1/messages", post(routes::messages))
             .route("/v1/models", get(routes::models))
+            // Requests carry whole histories; tests send multi-megabyte ones on purpose.
+            .layer(axum::extract::DefaultBodyLimit::max(256 * 1024 * 1024))
             .with_state(shared.clone());
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
@@ -278,6 +280,24 @@ fn last_user(path: &str, body: &Value) -> Option<(String, usize)> {
     }
 }
 
+/// What a reply waits for before it is answered.
+pub(crate) struct Hold {
+    delay: Option<Duration>,
+    gate: Option<Gate>,
+}
+
+impl Hold {
+    /// Waits out the delay, then the gate.
+    pub(crate) async fn wait(self) {
+        if let Some(delay) = self.delay {
+            tokio::time::sleep(delay).await;
+        }
+        if let Some(gate) = self.gate {
+            gate.passed().await;
+        }
+    }
+}
+
 // === impl Shared ===
 
 impl Shared {
@@ -287,7 +307,7 @@ impl Shared {
         path: &str,
         headers: &HeaderMap,
         raw: &Bytes,
-    ) -> (Value, Option<Duration>, Resolved) {
+    ) -> (Value, Hold, Resolved) {
         let received_at = std::time::Instant::now();
         let body = serde_json::from_slice::<Value>(raw)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(raw).into_owned()));
@@ -309,7 +329,11 @@ impl Shared {
             lock(&self.requests).push(recorded);
         }
         self.count.send_modify(|c| *c += 1);
-        (body, reply.delay(), resolved)
+        let hold = Hold {
+            delay: reply.delay(),
+            gate: reply.gate().cloned(),
+        };
+        (body, hold, resolved)
     }
 
     fn pick(&self, last: &str, step: usize) -> Reply {

@@ -70,6 +70,10 @@ pub struct OutboundMessage {
     /// follow-ups injected into the running turn (which get no reply of their own).
     #[prost(string, repeated, tag = "12")]
     pub answers: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Set when the content was larger than the broker's message limit: `content` is empty and
+    /// the text is the object of this name in the payload store (see `subjects::PAYLOADS_BUCKET`).
+    #[prost(string, tag = "13")]
+    pub content_ref: ::prost::alloc::string::String,
 }
 /// What an outbound message carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]

@@ -8,8 +8,9 @@ use async_nats::jetstream;
 use prost::Message as _;
 
 use nanobot_core::session::SessionStore;
-use nanobot_proto::{OutboundKind, OutboundMessage, subjects};
-use nanobot_runtime::bus::{self, BusError};
+use nanobot_proto::{OutboundKind, OutboundMessage};
+use nanobot_runtime::bus::BusError;
+use nanobot_runtime::payloads;
 
 /// Where a turn's replies go.
 #[derive(Debug, Clone)]
@@ -44,6 +45,7 @@ impl Outbox {
             session_key: self.session_key.clone(),
             seq,
             answers: Vec::new(),
+            content_ref: String::new(),
         }
     }
 
@@ -53,10 +55,10 @@ impl Outbox {
     }
 }
 
-/// Publishes `msg` on its chat's subject with its delivery id.
+/// Publishes `msg` on its chat's subject with its delivery id (a reply over the broker's
+/// message limit goes through the payload store).
 pub async fn publish(js: &jetstream::Context, msg: &OutboundMessage) -> Result<(), BusError> {
-    let subject = subjects::outbound(&msg.bot, &msg.channel, &msg.chat_id);
-    bus::publish(js, subject, Some(&msg.id), msg).await
+    payloads::publish_outbound(js, msg).await
 }
 
 /// Publishes a reply a previous holder of the session committed but may not have published

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::skills;
+use crate::{attachment, skills};
 
 /// Files read into the system prompt, in order (v0.1.5 / seeds).
 pub const BOOTSTRAP_FILES: &[&str] = &["AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md"];
@@ -159,7 +159,7 @@ impl ContextBuilder {
         chat_id: &str,
     ) -> Vec<Value> {
         let text = format!("{}\n\n{current}", self.runtime_context(channel, chat_id));
-        let content = user_content(&text, media);
+        let content = user_content(&self.workspace, &text, media);
         let mut messages = vec![json!({"role": "system", "content": self.system_prompt(channel)})];
         messages.extend(history);
         let last_is_user = messages
@@ -189,45 +189,28 @@ pub fn inject_summary(messages: &mut [Value], section: &str) {
     system["content"] = Value::String(format!("{prompt}{SEPARATOR}{section}"));
 }
 
-fn mime_of(bytes: &[u8]) -> Option<&'static str> {
-    match bytes {
-        [0x89, b'P', b'N', b'G', ..] => Some("image/png"),
-        [0xFF, 0xD8, 0xFF, ..] => Some("image/jpeg"),
-        [b'G', b'I', b'F', b'8', ..] => Some("image/gif"),
-        [
-            b'R',
-            b'I',
-            b'F',
-            b'F',
-            _,
-            _,
-            _,
-            _,
-            b'W',
-            b'E',
-            b'B',
-            b'P',
-            ..,
-        ] => Some("image/webp"),
-        _ => None,
-    }
-}
-
-fn user_content(text: &str, media: &[String]) -> Value {
+/// Returns the user content: images (read through [`attachment::read_image`]) as data-URL
+/// blocks before the text; each refused attachment adds a line saying so to the text.
+fn user_content(workspace: &Path, text: &str, media: &[String]) -> Value {
     use base64::Engine as _;
     let mut blocks = Vec::new();
+    let mut text = text.to_string();
     for path in media {
-        let Ok(bytes) = std::fs::read(path) else {
-            continue;
-        };
-        let Some(mime) = mime_of(&bytes) else {
-            continue;
-        };
-        let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
-        blocks.push(json!({"type": "image_url", "image_url": {"url": format!("data:{mime};base64,{data}")}, "_meta": {"path": path}}));
+        match attachment::read_image(workspace, path) {
+            Ok(Some(image)) => {
+                let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
+                let url = format!("data:{};base64,{data}", image.mime);
+                blocks.push(json!({"type": "image_url", "image_url": {"url": url}, "_meta": {"path": path}}));
+            }
+            Ok(None) => {}
+            Err(refused) => {
+                tracing::warn!(path = %path, reason = %refused, "attachment refused");
+                text.push_str(&format!("\n[attachment not read: {path} ({refused})]"));
+            }
+        }
     }
     if blocks.is_empty() {
-        return Value::String(text.to_string());
+        return Value::String(text);
     }
     blocks.push(json!({"type": "text", "text": text}));
     Value::Array(blocks)
@@ -327,5 +310,16 @@ mod tests {
                 .starts_with("data:image/png;base64,")
         );
         assert_eq!(blocks[1]["type"], "text");
+    }
+
+    #[test]
+    fn a_refused_attachment_becomes_a_note_in_the_text() {
+        let ws = tempfile::tempdir().unwrap();
+        let msgs = builder(ws.path()).messages(vec![], "look", &["/dev/zero".into()], "cli", "d");
+        let text = msgs[1]["content"].as_str().unwrap();
+        assert!(
+            text.ends_with("look\n[attachment not read: /dev/zero (outside the workspace)]"),
+            "{text}"
+        );
     }
 }

@@ -5,7 +5,8 @@
 //! # Layout
 //! - [`session`]: sessions in Redis in nanobot's row format.
 //! - [`history`]: replay and save rules.
-//! - [`context`], [`skills`]: the system prompt and messages.
+//! - [`context`], [`skills`]: the system prompt and messages; [`attachment`]: bounded reading
+//!   of a message's attachments.
 //! - [`provider`]: OpenAI-compatible and native Anthropic clients behind [`provider::Provider`].
 //! - [`registry`], [`resolve`]: the vendor registry and endpoint resolution.
 //! - [`args`]: tool-call argument parsing and repair.
@@ -17,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+pub mod attachment;
 pub mod checkpoint;
 pub mod context;
 pub mod history;

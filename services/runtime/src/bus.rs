@@ -184,10 +184,20 @@ pub async fn verify_streams(js: &jetstream::Context) -> Result<(), BusError> {
             });
         }
     }
+    js.get_object_store(subjects::PAYLOADS_BUCKET)
+        .await
+        .map_err(|e| BusError::JetStream {
+            op: "check payload store",
+            cause: format!(
+                "object store {} is missing or unreadable ({e}); create it with `nanobot bus init`",
+                subjects::PAYLOADS_BUCKET
+            ),
+        })?;
     Ok(())
 }
 
-/// Creates the fleet's streams, or updates them to this version's settings (idempotent):
+/// Creates the fleet's streams and the payload store ([`crate::payloads`]), or updates the
+/// streams to this version's settings (idempotent):
 /// `nanobot bus init`, also run by `nanobot up`. A fully consumed stream with another
 /// retention is recreated; one that still holds work is refused.
 pub async fn init_streams(js: &jetstream::Context, replicas: usize) -> Result<(), BusError> {
@@ -245,6 +255,18 @@ pub async fn init_streams(js: &jetstream::Context, replicas: usize) -> Result<()
                     cause: e.to_string(),
                 })?;
         }
+    }
+    if js
+        .get_object_store(subjects::PAYLOADS_BUCKET)
+        .await
+        .is_err()
+    {
+        js.create_object_store(crate::payloads::bucket_config(replicas))
+            .await
+            .map_err(|e| BusError::JetStream {
+                op: "create payload store",
+                cause: e.to_string(),
+            })?;
     }
     Ok(())
 }

@@ -6,7 +6,8 @@
 //! - [`config`]: nanobot's `config.json` schema + fleet sections, env overrides, validation.
 //! - [`telemetry`]: tracing subscriber, OTLP export, W3C trace context in NATS headers.
 //! - [`shutdown`]: SIGINT/SIGTERM handling and the drain deadline.
-//! - [`bus`]: NATS connection, streams, typed requests and replies.
+//! - [`bus`]: NATS connection, streams, typed requests and replies; [`payloads`]: replies
+//!   over the broker's message limit, through the object store.
 //! - [`store`]: Redis connection.
 //! - [`lease`]: the one Redis lease with fencing tokens (sessions, cron leader, memory lock,
 //!   Telegram poller).
@@ -22,6 +23,7 @@ pub mod cli;
 pub mod config;
 pub mod health;
 pub mod lease;
+pub mod payloads;
 pub mod service;
 pub mod shutdown;
 pub mod store;

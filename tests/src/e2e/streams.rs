@@ -20,6 +20,9 @@ async fn a_role_refuses_to_start_without_the_streams_and_bus_init_creates_them_i
     ] {
         js.delete_stream(name).await.unwrap();
     }
+    js.delete_object_store(subjects::PAYLOADS_BUCKET)
+        .await
+        .unwrap();
 
     fleet.spawn_role("cron").unwrap();
     let cron = fleet.service("cron");
@@ -59,7 +62,9 @@ async fn a_role_refuses_to_start_without_the_streams_and_bus_init_creates_them_i
         [
             subjects::INBOUND_STREAM,
             subjects::JOBS_STREAM,
-            subjects::OUTBOUND_STREAM
+            subjects::OUTBOUND_STREAM,
+            // The payload store of replies over the broker's message limit.
+            &format!("OBJ_{}", subjects::PAYLOADS_BUCKET),
         ]
     );
     let mut inbound = js.get_stream(subjects::INBOUND_STREAM).await.unwrap();

@@ -14,8 +14,44 @@ pub struct Reply {
     tool_calls: Vec<ScriptedCall>,
     finish: Option<Finish>,
     delay: Option<Duration>,
+    gate: Option<Gate>,
     pace: Option<Duration>,
     usage: Option<(u64, u64)>,
+}
+
+/// A barrier replies can wait at (see [`Reply::held_by`]): closed until [`Gate::open`], so a
+/// test decides exactly when held turns may finish instead of guessing a delay.
+#[derive(Debug, Clone)]
+pub struct Gate(std::sync::Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Gate {
+    /// Returns a closed gate.
+    pub fn new() -> Self {
+        Self(std::sync::Arc::new(tokio::sync::watch::channel(false).0))
+    }
+
+    /// Opens the gate: every reply waiting at it, and every later one, goes on.
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Waits until the gate is open.
+    pub async fn passed(&self) {
+        let mut open = self.0.subscribe();
+        let _ = open.wait_for(|open| *open).await;
+    }
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PartialEq for Gate {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +116,7 @@ impl Reply {
             tool_calls: Vec::new(),
             finish: None,
             delay: None,
+            gate: None,
             pace: None,
             usage: None,
         }
@@ -170,6 +207,17 @@ impl Reply {
     pub fn with_delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self
+    }
+
+    /// Waits at `gate` (after any delay) before answering; the request is recorded on arrival.
+    pub fn held_by(mut self, gate: &Gate) -> Self {
+        self.gate = Some(gate.clone());
+        self
+    }
+
+    /// Returns the gate the reply waits at, if any.
+    pub fn gate(&self) -> Option<&Gate> {
+        self.gate.as_ref()
     }
 
     /// When streamed, waits `pace` before each stream event after the first (so a client sees

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::reply::Resolved;
 use super::{Shared, anthropic, openai};
 
-/// Records the request, waits out the scripted delay, and returns the request body with the
+/// Records the request, waits out the scripted delay and gate, and returns the request body with the
 /// scripted turn, or the scripted error response.
 async fn take_turn(
     shared: &Shared,
@@ -23,10 +23,8 @@ async fn take_turn(
     headers: &HeaderMap,
     raw: &Bytes,
 ) -> Result<(Value, super::reply::Turn), Response> {
-    let (body, delay, resolved) = shared.take(uri.path(), headers, raw);
-    if let Some(delay) = delay {
-        tokio::time::sleep(delay).await;
-    }
+    let (body, hold, resolved) = shared.take(uri.path(), headers, raw);
+    hold.wait().await;
     match resolved {
         Resolved::Turn(turn) => Ok((body, turn)),
         Resolved::Error {

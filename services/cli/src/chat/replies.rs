@@ -15,7 +15,8 @@ use futures::StreamExt as _;
 use prost::Message as _;
 use tokio::time::Instant;
 
-use nanobot_proto::{OutboundMessage, subjects};
+use nanobot_proto::{OutboundKind, OutboundMessage, subjects};
+use nanobot_runtime::payloads;
 
 /// Why no reply came.
 #[derive(Debug, thiserror::Error)]
@@ -150,7 +151,14 @@ impl Replies {
                 self.next_seq = info.stream_sequence + 1;
             }
             match OutboundMessage::decode(message.payload.clone()) {
-                Ok(out) => return Ok(out),
+                Ok(mut out) => {
+                    if let Err(e) = payloads::resolve(&self.js, &mut out).await {
+                        tracing::warn!(error = %e, delivery_id = %out.id, "large reply unreadable");
+                        out.kind = OutboundKind::Error as i32;
+                        out.content = "The reply was too large and could not be loaded.".into();
+                    }
+                    return Ok(out);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, subject = %message.subject, "undecodable reply skipped")
                 }

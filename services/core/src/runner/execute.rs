@@ -1,10 +1,14 @@
 //! Tool batches (upstream `_partition_tool_batches`): consecutive read-only calls run in
 //! parallel, anything else alone; results come back in call order. Argument text is repaired
 //! when it is almost JSON; an empty result becomes upstream's "completed with no output".
+//!
+//! Fairness: one reply runs at most [`MAX_CALLS_PER_REPLY`] calls (the rest get an error
+//! result telling the model to call them in a later step) and at most [`MAX_IN_FLIGHT`] of
+//! them at once, so one session holds at most that many executor slots whatever the model asks.
 
 use std::collections::HashSet;
 
-use futures::future::join_all;
+use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 use super::{Run, assistant_message, call_json};
@@ -12,7 +16,7 @@ use crate::args;
 use crate::checkpoint::{Checkpoint, Phase};
 use crate::hooks::AgentHook;
 use crate::provider::{ChatResponse, ToolCall};
-use crate::tools::{ToolExecutor, ToolOutcome, ToolScope};
+use crate::tools::{RETRY_HINT, ToolExecutor, ToolOutcome, ToolScope};
 
 impl Run<'_> {
     /// Runs one batch of tool calls with checkpoints before and after.
@@ -71,6 +75,44 @@ impl Run<'_> {
     }
 }
 
+/// Most tool calls of one model reply that are run.
+pub const MAX_CALLS_PER_REPLY: usize = 64;
+/// Most tool calls of one session in flight at once.
+pub const MAX_IN_FLIGHT: usize = 8;
+
+/// Runs one call: repaired arguments, upstream's text for an empty result, the hook after.
+async fn run_one(
+    tools: &dyn ToolExecutor,
+    scope: &ToolScope,
+    hook: &dyn AgentHook,
+    c: &ToolCall,
+) -> ToolOutcome {
+    let arguments = args::repaired_text(&c.arguments);
+    let mut outcome = tools.execute(scope, &c.id, &c.name, &arguments).await;
+    if outcome
+        .content
+        .as_str()
+        .is_some_and(|s| s.trim().is_empty())
+        || outcome.content.is_null()
+    {
+        outcome.content = Value::String(format!("({} completed with no output)", c.name));
+    }
+    let _ = hook.after_execute_tool(c, &outcome);
+    outcome
+}
+
+/// Returns the result of a call over [`MAX_CALLS_PER_REPLY`].
+fn over_cap(requested: usize) -> ToolOutcome {
+    ToolOutcome {
+        content: Value::String(format!(
+            "Error: too many tool calls in one reply ({requested}); only the first \
+             {MAX_CALLS_PER_REPLY} were run. Make the remaining calls in a later step.\
+             {RETRY_HINT}"
+        )),
+        is_error: true,
+    }
+}
+
 /// Runs `calls` in batches and returns one outcome per call, in order.
 pub(crate) async fn run_calls(
     tools: &dyn ToolExecutor,
@@ -80,6 +122,8 @@ pub(crate) async fn run_calls(
     hook: &dyn AgentHook,
 ) -> Vec<ToolOutcome> {
     let mut out = Vec::with_capacity(calls.len());
+    let requested = calls.len();
+    let calls = &calls[..requested.min(MAX_CALLS_PER_REPLY)];
     let mut i = 0;
     while i < calls.len() {
         let mut end = i + 1;
@@ -89,23 +133,19 @@ pub(crate) async fn run_calls(
             }
         }
         let batch = &calls[i..end];
-        let results = join_all(batch.iter().map(|c| async move {
-            let arguments = args::repaired_text(&c.arguments);
-            let mut outcome = tools.execute(scope, &c.id, &c.name, &arguments).await;
-            if outcome
-                .content
-                .as_str()
-                .is_some_and(|s| s.trim().is_empty())
-                || outcome.content.is_null()
-            {
-                outcome.content = Value::String(format!("({} completed with no output)", c.name));
-            }
-            let _ = hook.after_execute_tool(c, &outcome);
-            outcome
-        }))
-        .await;
+        // Collected first: a lazily mapped iterator inside `buffered` hides the futures'
+        // lifetimes from the `Send` check of the spawned turn.
+        let calls_run: Vec<_> = batch
+            .iter()
+            .map(|c| run_one(tools, scope, hook, c))
+            .collect();
+        let results = futures::stream::iter(calls_run)
+            .buffered(MAX_IN_FLIGHT)
+            .collect::<Vec<_>>()
+            .await;
         out.extend(results);
         i = end;
     }
+    out.extend((calls.len()..requested).map(|_| over_cap(requested)));
     out
 }

@@ -453,3 +453,66 @@ async fn follow_ups_are_injected_after_a_tool_batch() {
         json!({"role": "user", "content": "use B instead"})
     );
 }
+
+/// Counts calls and the most in flight at once.
+#[derive(Default)]
+struct Counting {
+    ran: std::sync::atomic::AtomicUsize,
+    in_flight: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl ToolExecutor for Counting {
+    async fn execute(&self, _: &ToolScope, _: &str, name: &str, _: &str) -> ToolOutcome {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.peak.fetch_max(now, SeqCst);
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        self.in_flight.fetch_sub(1, SeqCst);
+        self.ran.fetch_add(1, SeqCst);
+        ToolOutcome {
+            content: json!(format!("{name} ok")),
+            is_error: false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_reply_with_thousands_of_calls_runs_the_capped_number_a_few_at_a_time() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let names = vec!["read_file"; 20_000];
+    let response = calls(&names);
+    let read_only: std::collections::HashSet<String> = ["read_file".to_string()].into();
+    let tools = Counting::default();
+    let outcomes = execute::run_calls(
+        &tools,
+        &ToolScope::default(),
+        &read_only,
+        &response.tool_calls,
+        &NoopHook,
+    )
+    .await;
+    assert_eq!(outcomes.len(), 20_000, "every call gets a result");
+    assert_eq!(tools.ran.load(SeqCst), execute::MAX_CALLS_PER_REPLY);
+    assert!(
+        tools.peak.load(SeqCst) <= execute::MAX_IN_FLIGHT,
+        "peak {} in flight",
+        tools.peak.load(SeqCst)
+    );
+    assert!(
+        tools.peak.load(SeqCst) > 1,
+        "read-only calls still run in parallel"
+    );
+    let capped = &outcomes[execute::MAX_CALLS_PER_REPLY];
+    assert!(capped.is_error);
+    assert!(
+        capped.content.as_str().unwrap().starts_with(
+            "Error: too many tool calls in one reply (20000); only the first 64 were run."
+        ),
+        "{}",
+        capped.content
+    );
+    assert!(!outcomes[execute::MAX_CALLS_PER_REPLY - 1].is_error);
+}

@@ -21,6 +21,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::{AckKind, Message};
 use futures::StreamExt as _;
+use nanobot_runtime::payloads;
 use nanobot_runtime::store::Store;
 use prost::Message as _;
 use redis::AsyncCommands as _;
@@ -36,10 +37,12 @@ use super::{Channel, ChannelDeps};
 const RECORD_TTL_SECS: u64 = 2 * 24 * 3600;
 /// Parallel delivery lanes per replica; messages of one chat always take the same lane.
 const LANES: usize = 8;
-/// How long JetStream waits for an ack before redelivering to another replica.
-const ACK_WAIT: Duration = Duration::from_secs(30);
-/// How often a slow delivery tells JetStream it is still working.
-const KEEPALIVE: Duration = Duration::from_secs(10);
+/// How long JetStream waits for an ack before redelivering to another replica: the longest a
+/// reply waits when the replica holding it dies.
+const ACK_WAIT: Duration = Duration::from_secs(10);
+/// How often a slow delivery (flood control, a large upload) tells JetStream it is still
+/// working.
+const KEEPALIVE: Duration = Duration::from_secs(3);
 /// Deliveries of one message before it is given up (logged).
 const MAX_DELIVER: i64 = 20;
 
@@ -93,19 +96,17 @@ pub(super) async fn start(
     let filter = subjects::outbound_channel_all_bots(name);
     let stream = deps.js.get_stream(subjects::OUTBOUND_STREAM).await?;
     let durable = subjects::channel_outbound_consumer(name);
+    // Create or update: a consumer left by an older release takes this release's settings.
     let consumer = stream
-        .get_or_create_consumer(
-            &durable,
-            pull::Config {
-                durable_name: Some(durable.clone()),
-                filter_subject: filter.clone(),
-                ack_policy: AckPolicy::Explicit,
-                ack_wait: ACK_WAIT,
-                max_deliver: MAX_DELIVER,
-                deliver_policy: DeliverPolicy::All,
-                ..Default::default()
-            },
-        )
+        .create_consumer(pull::Config {
+            durable_name: Some(durable.clone()),
+            filter_subject: filter.clone(),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: ACK_WAIT,
+            max_deliver: MAX_DELIVER,
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
         .await?;
     let mut messages = consumer.messages().await?;
     let bots = Arc::new(bots);
@@ -113,7 +114,11 @@ pub(super) async fn start(
     for _ in 0..LANES {
         let (tx, rx) = mpsc::channel::<Message>(16);
         lanes.push(tx);
-        tasks.spawn(lane(rx, bots.clone(), deps.redis.clone()));
+        let lane_deps = Lane {
+            redis: deps.redis.clone(),
+            js: deps.js.clone(),
+        };
+        tasks.spawn(lane(rx, bots.clone(), lane_deps));
     }
     let pull_cancel = cancel.clone();
     tasks.spawn(async move {
@@ -167,13 +172,19 @@ pub(super) async fn start(
     Ok(())
 }
 
+/// What a delivery lane uses.
+struct Lane {
+    redis: Store,
+    js: async_nats::jetstream::Context,
+}
+
 async fn lane(
     mut rx: mpsc::Receiver<Message>,
     bots: Arc<BTreeMap<String, Arc<dyn Channel>>>,
-    redis: Store,
+    deps: Lane,
 ) {
     while let Some(msg) = rx.recv().await {
-        let outcome = deliver(&msg, &bots, &redis).await;
+        let outcome = deliver(&msg, &bots, &deps).await;
         let acked = match outcome {
             Outcome::Done => msg.ack().await,
             Outcome::Retry(delay) => msg.ack_with(AckKind::Nak(Some(delay))).await,
@@ -191,12 +202,9 @@ enum Outcome {
     Drop,
 }
 
-async fn deliver(
-    msg: &Message,
-    bots: &BTreeMap<String, Arc<dyn Channel>>,
-    redis: &Store,
-) -> Outcome {
-    let out = match OutboundMessage::decode(msg.payload.clone()) {
+async fn deliver(msg: &Message, bots: &BTreeMap<String, Arc<dyn Channel>>, deps: &Lane) -> Outcome {
+    let redis = &deps.redis;
+    let mut out = match OutboundMessage::decode(msg.payload.clone()) {
         Ok(out) => out,
         Err(e) => {
             tracing::warn!(subject = %msg.subject, error = %e, "undecodable outbound message dropped");
@@ -217,6 +225,10 @@ async fn deliver(
     };
     if !wanted || out.content.is_empty() && out.media.is_empty() {
         return Outcome::Done;
+    }
+    if let Err(e) = payloads::resolve(&deps.js, &mut out).await {
+        tracing::warn!(delivery_id = %out.id, error = %e, "large reply unreadable; retrying later");
+        return Outcome::Retry(Duration::from_secs(1));
     }
     let key = keys::outbound_delivered(&out.bot, &out.id);
     let mut conn = redis.clone();

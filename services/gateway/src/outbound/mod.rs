@@ -15,8 +15,9 @@ use prost::Message as _;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use nanobot_proto::{OutboundMessage, subjects};
+use nanobot_proto::{OutboundKind, OutboundMessage, subjects};
 use nanobot_runtime::bus::BusError;
+use nanobot_runtime::payloads;
 
 pub use self::pending::{Pending, Waiter};
 
@@ -81,7 +82,7 @@ impl Router {
                 biased;
                 _ = self.cancel.cancelled() => break,
                 next = messages.next() => match next {
-                    Some(Ok(msg)) => self.on_message(&msg),
+                    Some(Ok(msg)) => self.on_message(&msg).await,
                     Some(Err(e)) => tracing::warn!(error = %e, filter = %self.filter, "outbound consumer error"),
                     None => match self.resubscribe().await {
                         Some(fresh) => messages = fresh,
@@ -93,17 +94,25 @@ impl Router {
         tracing::info!(waiting = self.pending.len(), "outbound consumer stopped");
     }
 
-    fn on_message(&mut self, msg: &Message) {
+    async fn on_message(&mut self, msg: &Message) {
         if let Ok(info) = msg.info() {
             self.last_sequence = Some(info.stream_sequence);
         }
-        let reply = match OutboundMessage::decode(msg.payload.clone()) {
+        let mut reply = match OutboundMessage::decode(msg.payload.clone()) {
             Ok(reply) => reply,
             Err(e) => {
                 tracing::warn!(subject = %msg.subject, error = %e, "undecodable outbound message skipped");
                 return;
             }
         };
+        if !reply.content_ref.is_empty()
+            && self.pending.waits_for(&reply)
+            && let Err(e) = payloads::resolve(&self.js, &mut reply).await
+        {
+            tracing::warn!(delivery_id = %reply.id, error = %e, "large reply unreadable");
+            reply.kind = OutboundKind::Error as i32;
+            reply.content = "The reply was too large and could not be loaded.".into();
+        }
         let reply_to = reply.reply_to.clone();
         if self.pending.route(reply) {
             tracing::trace!(%reply_to, "reply routed");

@@ -45,6 +45,12 @@ impl Pending {
         routed
     }
 
+    /// Returns whether a request of this replica waits for `msg`.
+    pub fn waits_for(&self, msg: &OutboundMessage) -> bool {
+        let waiters = self.lock();
+        waiters.contains_key(&msg.reply_to) || msg.answers.iter().any(|id| waiters.contains_key(id))
+    }
+
     /// Returns the number of requests waiting.
     pub fn len(&self) -> usize {
         self.lock().len()

@@ -1,0 +1,186 @@
+//! Hostile input from clients and from the model, end to end: huge replies, oversized ids,
+//! attachments naming devices or host files, replies with thousands of tool calls. None may
+//! crash a role, wedge a session or fail other sessions' requests.
+
+use futures::future::join_all;
+use prost::Message as _;
+use serde_json::{Value, json};
+
+use super::{TURN, wait_for_replies};
+use crate::harness::Fleet;
+use crate::scripted_llm::Reply;
+
+/// Sends one non-streamed completion in `session` and returns the status and the body.
+async fn complete(
+    http: &reqwest::Client,
+    fleet: &Fleet,
+    session: &str,
+    text: &str,
+) -> (reqwest::StatusCode, Value) {
+    let response = http
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&json!({"session_id": session, "messages": [{"role": "user", "content": text}]}))
+        .timeout(TURN * 2)
+        .send()
+        .await
+        .expect("send a completion");
+    let status = response.status();
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+fn content(body: &Value) -> &str {
+    body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_five_megabyte_reply_reaches_the_client_and_the_next_message_of_its_session_is_answered()
+{
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    // Five times the broker's default message limit.
+    let big = "0123456789abcdef".repeat(5 * 1024 * 1024 / 16);
+    fleet
+        .llm
+        .when_last_user_contains("huge please", Reply::text(big.clone()));
+    fleet
+        .llm
+        .when_last_user_contains("and now?", Reply::text("after the big one"));
+    let http = reqwest::Client::new();
+
+    let (status, body) = complete(&http, &fleet, "big", "huge please").await;
+    assert_eq!(status, 200, "{}", fleet.service("agent").log_tail(30));
+    assert_eq!(content(&body).len(), big.len());
+    assert!(content(&body) == big, "the text arrives unchanged");
+
+    let (status, body) = complete(&http, &fleet, "big", "and now?").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(content(&body), "after the big one");
+    assert!(
+        fleet
+            .service("agent")
+            .logs()
+            .contains("large reply stored in the payload store"),
+        "the reply went through the payload store"
+    );
+}
+
+#[tokio::test]
+async fn forty_oversized_session_ids_beside_forty_ordinary_requests_all_succeed() {
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let requests = (0..80).map(|i| {
+        let session = if i % 2 == 0 {
+            format!("{i}-{}", "s".repeat(5_000))
+        } else {
+            format!("ordinary-{i}")
+        };
+        let (http, fleet) = (&http, &fleet);
+        async move {
+            let (status, body) = complete(http, fleet, &session, &format!("hello {i}")).await;
+            (i, status, body)
+        }
+    });
+    let results = join_all(requests).await;
+    let failed: Vec<_> = results
+        .iter()
+        .filter(|(i, status, body)| *status != 200 || content(body) != format!("echo: hello {i}"))
+        .collect();
+    assert!(failed.is_empty(), "{} failed: {failed:#?}", failed.len());
+    let long = format!("api:0-{}", "s".repeat(5_000));
+    let rows = super::session_rows(&fleet, "default", &long).await;
+    assert_eq!(rows.len(), 2, "the long id is the session key, unchanged");
+}
+
+#[tokio::test]
+async fn attachments_naming_a_device_or_a_host_file_are_refused_and_the_turn_is_answered() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(fleet.nats_client().await.unwrap());
+    let msg = nanobot_proto::InboundMessage {
+        id: "zero-1".into(),
+        bot: "default".into(),
+        channel: "cli".into(),
+        chat_id: "direct".into(),
+        content: "what is in these?".into(),
+        session_key: "cli:zero".into(),
+        media: vec!["/dev/zero".into(), "/etc/passwd".into()],
+        ..Default::default()
+    };
+    js.publish(msg.subject(), msg.encode_to_vec().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let replies = wait_for_replies(&fleet, "zero-1").await;
+    assert_eq!(replies.len(), 1);
+    let sent = fleet.llm.requests().last().unwrap().body.to_string();
+    assert!(
+        sent.contains("[attachment not read: /dev/zero (outside the workspace)]")
+            && sent.contains("[attachment not read: /etc/passwd (outside the workspace)]"),
+        "{sent}"
+    );
+    assert!(!sent.contains("root:"), "no host file reaches the model");
+    assert!(fleet.service("agent").is_running(), "the agent is alive");
+}
+
+#[tokio::test]
+async fn a_reply_with_twenty_thousand_tool_calls_runs_a_capped_number_and_other_sessions_are_served()
+ {
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    std::fs::write(fleet.workspace().join("note.txt"), "a note").unwrap();
+    let flood = (0..20_000).map(|_| ("read_file", json!({"path": "note.txt"})));
+    fleet.llm.when_last_user_contains_seq(
+        "flood",
+        vec![Reply::tool_calls(flood), Reply::text("flood done")],
+    );
+    fleet.llm.when_last_user_contains_seq(
+        "one file",
+        vec![
+            Reply::tool_calls([("read_file", json!({"path": "note.txt"}))]),
+            Reply::text("read it"),
+        ],
+    );
+    let http = reqwest::Client::new();
+    let (flood, other) = tokio::join!(complete(&http, &fleet, "flood", "flood"), async {
+        fleet
+            .llm
+            .wait_for_requests(1, TURN)
+            .await
+            .expect("the flood reached the model");
+        complete(&http, &fleet, "other", "one file").await
+    });
+    assert_eq!(other.0, 200, "{}", other.1);
+    assert_eq!(content(&other.1), "read it");
+    assert_eq!(flood.0, 200, "{}", flood.1);
+    assert_eq!(content(&flood.1), "flood done");
+    let rows = super::session_rows(&fleet, "default", "api:flood").await;
+    let results: Vec<&Value> = rows.iter().filter(|r| r["role"] == "tool").collect();
+    assert_eq!(results.len(), 20_000, "every call has a result");
+    let ran = results
+        .iter()
+        .filter(|r| r["content"].as_str().is_some_and(|c| c.contains("a note")))
+        .count();
+    assert_eq!(ran, 64, "only the capped number ran");
+    let refused = results[64]["content"].as_str().unwrap_or_default();
+    assert!(
+        refused.starts_with("Error: too many tool calls in one reply (20000)"),
+        "{refused}"
+    );
+}
