@@ -42,11 +42,15 @@ fn require_bwrap() {
 }
 
 fn sandboxed_exec() -> Exec {
-    let extra = [("sandbox".to_string(), json!("bwrap"))]
-        .into_iter()
-        .collect();
+    exec_with(json!({"sandbox": "bwrap"}))
+}
+
+fn exec_with(extra: Value) -> Exec {
+    let Value::Object(extra) = extra else {
+        unreachable!()
+    };
     Exec::new(&ExecConfig {
-        extra,
+        extra: extra.into_iter().collect(),
         ..ExecConfig::default()
     })
     .unwrap()
@@ -165,4 +169,42 @@ async fn bwrap_sandbox_timeout_kills_every_process_of_the_command() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test]
+async fn the_sandbox_keeps_commands_off_the_fleets_redis_unless_network_is_opted_in() {
+    require_bwrap();
+    let redis = nanobot_runtime::testsuite::Redis::start()
+        .await
+        .expect("redis-server");
+    let dir = tempfile::tempdir().unwrap();
+    // A raw RESP PING over TCP to the fleet's Redis on loopback.
+    let ping = format!(
+        "python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', {}), 2); \
+         s.sendall(b'PING\\r\\n'); print(s.recv(16))\"",
+        redis.port()
+    );
+    let unsandboxed = run(&exec_with(json!({})), dir.path(), &ping, Some(10)).await;
+    assert!(
+        unsandboxed.content.contains("+PONG"),
+        "the probe reaches redis without a sandbox: {}",
+        unsandboxed.content
+    );
+
+    let confined = run(&sandboxed_exec(), dir.path(), &ping, Some(10)).await;
+    assert!(
+        !confined.content.contains("PONG"),
+        "a sandboxed command reached redis: {}",
+        confined.content
+    );
+    assert!(
+        confined.content.contains("Connection refused")
+            || confined.content.contains("Network is unreachable"),
+        "{}",
+        confined.content
+    );
+
+    let opted_in = exec_with(json!({"sandbox": "bwrap", "sandboxNetwork": true}));
+    let open = run(&opted_in, dir.path(), &ping, Some(10)).await;
+    assert!(open.content.contains("+PONG"), "{}", open.content);
 }

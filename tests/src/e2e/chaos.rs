@@ -21,7 +21,6 @@ use serde_json::Value;
 use nanobot_proto::{InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_runtime::bus;
 
-use crate::e2e::sessions::wait_settled;
 use crate::e2e::{outbound_messages, session_rows};
 use crate::harness::{Fleet, wait_until};
 use crate::scripted_llm::Reply;
@@ -314,7 +313,28 @@ async fn run_chaos(fault: Fault) {
     }
     // Anything late (a duplicate) is published before its message is acknowledged: count
     // once every inbound message is answered and acknowledged.
-    wait_settled(&fleet, Duration::from_secs(60)).await;
+    let settled = wait_until(
+        || async {
+            let js = async_nats::jetstream::new(fleet.nats_client().await.expect("nats"));
+            super::sessions::inbound_settled(&js).await
+        },
+        Duration::from_secs(60),
+    )
+    .await;
+    if let Some(dir) = std::env::var_os("CHAOS_LOG_DIR") {
+        // The runners' whole logs, to study a slow or failed run.
+        for i in 0..RUNNERS {
+            let path = std::path::Path::new(&dir).join(format!("agent-{i}.log"));
+            std::fs::write(&path, fleet.service_at("agent", i).logs()).expect("write a runner log");
+        }
+        eprintln!("chaos: runner logs written to {}", dir.to_string_lossy());
+    }
+    settled.unwrap_or_else(|e| {
+        panic!(
+            "CHAOS_SEED={}: every inbound message answered and acknowledged: {e}",
+            sizes.seed
+        )
+    });
     let out = outbound_messages(&fleet).await;
     let (count, errors) = answers(&out);
     let doubled: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();

@@ -20,7 +20,7 @@ use crate::harness::{Fleet, wait_until};
 use crate::scripted_llm::{Recorded, Reply};
 
 /// Whether every inbound message was answered and acknowledged (none pending or in progress).
-async fn inbound_settled(js: &jetstream::Context) -> bool {
+pub(crate) async fn inbound_settled(js: &jetstream::Context) -> bool {
     let Ok(stream) = js.get_stream(subjects::INBOUND_STREAM).await else {
         return false;
     };

@@ -56,7 +56,12 @@ const TOOLS_EXTRAS: &[&str] = &[
     "mySet",
 ];
 /// Upstream keys of `tools.exec` the fleet keeps as given.
-const EXEC_EXTRAS: &[&str] = &["sandbox", "sandboxRoBinds", "sandboxRwBinds"];
+const EXEC_EXTRAS: &[&str] = &[
+    "sandbox",
+    "sandboxRoBinds",
+    "sandboxRwBinds",
+    "sandboxNetwork",
+];
 
 fn check_extras(
     at: &str,

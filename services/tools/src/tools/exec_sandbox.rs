@@ -2,9 +2,12 @@
 //! `"bwrap"` every command runs inside bubblewrap as upstream wraps it: system directories
 //! read-only, a private `/tmp`, the workspace's parent hidden behind a tmpfs with only the
 //! workspace bound read-write, `HOME` set to the workspace, `sandboxRoBinds` /
-//! `sandboxRwBinds` added, and the network left as it is. The fleet adds `--unshare-pid`, so
-//! killing bwrap on a timeout takes every process of the command with it. A sandbox that is
-//! configured but not installed refuses the command: it never runs unsandboxed.
+//! `sandboxRwBinds` added. The fleet adds `--unshare-pid`, so killing bwrap on a timeout takes
+//! every process of the command with it, and, unlike upstream, `--unshare-net` unless
+//! `sandboxNetwork` is true: upstream has no broker or database, but next to the fleet a
+//! command with the host's network could reach Redis and NATS on loopback and read or rewrite
+//! every session. A sandbox that is configured but not installed refuses the command: it
+//! never runs unsandboxed.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -45,6 +48,9 @@ pub enum ExecSandbox {
         rw_binds: Vec<PathBuf>,
         /// Where to look for `bwrap` (the executor's own PATH, not the command's).
         search_path: OsString,
+        /// Keep the host's network (`sandboxNetwork: true`); otherwise the command gets a
+        /// network namespace of its own with nothing but its own loopback.
+        network: bool,
     },
     /// A backend this platform cannot run (`seatbelt` is macOS-only).
     Unavailable(String),
@@ -71,6 +77,9 @@ impl ExecSandbox {
                     ro_binds: binds(get("sandboxRoBinds", "sandbox_ro_binds")),
                     rw_binds: binds(get("sandboxRwBinds", "sandbox_rw_binds")),
                     search_path,
+                    network: get("sandboxNetwork", "sandbox_network")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
                 })
             }
             "seatbelt" => Ok(Self::Unavailable("seatbelt".into())),
@@ -96,11 +105,16 @@ impl ExecSandbox {
                 ro_binds,
                 rw_binds,
                 search_path,
+                network,
             } => {
                 let launcher =
                     find_program("bwrap", search_path).ok_or_else(|| not_installed("bwrap"))?;
+                let binds = Binds {
+                    ro: ro_binds,
+                    rw: rw_binds,
+                };
                 Ok(bwrap_argv(
-                    &launcher, command, workspace, cwd, ro_binds, rw_binds,
+                    &launcher, command, workspace, cwd, &binds, *network,
                 ))
             }
         }
@@ -137,14 +151,21 @@ pub fn find_program(name: &str, search_path: &OsString) -> Option<PathBuf> {
         })
 }
 
-/// Builds the bwrap command line as upstream's `_bwrap`, plus `--unshare-pid`.
+/// Extra binds of the sandbox.
+struct Binds<'a> {
+    ro: &'a [PathBuf],
+    rw: &'a [PathBuf],
+}
+
+/// Builds the bwrap command line as upstream's `_bwrap`, plus `--unshare-pid` and, without
+/// `network`, `--unshare-net`.
 fn bwrap_argv(
     launcher: &Path,
     command: &str,
     workspace: &Path,
     cwd: &Path,
-    ro_binds: &[PathBuf],
-    rw_binds: &[PathBuf],
+    binds: &Binds<'_>,
+    network: bool,
 ) -> Vec<OsString> {
     let ws = workspace
         .canonicalize()
@@ -160,6 +181,9 @@ fn bwrap_argv(
         args.extend(parts.iter().map(|p| p.as_ref().to_os_string()));
     };
     push(&[&"--new-session", &"--die-with-parent", &"--unshare-pid"]);
+    if !network {
+        push(&[&"--unshare-net"]);
+    }
     push(&[&"--setenv", &"HOME", &ws]);
     push(&[&"--ro-bind", &"/usr", &"/usr"]);
     for dir in SYSTEM_DIRS {
@@ -174,10 +198,10 @@ fn bwrap_argv(
     push(&[&"--dir", &ws, &"--bind", &ws, &ws]);
     // A bind of the workspace or one of its parents would uncover what the tmpfs hides.
     let safe = |p: &&PathBuf| !ws.starts_with(p);
-    for path in ro_binds.iter().filter(safe) {
+    for path in binds.ro.iter().filter(safe) {
         push(&[&"--ro-bind-try", path, path]);
     }
-    for path in rw_binds.iter().filter(safe) {
+    for path in binds.rw.iter().filter(safe) {
         push(&[&"--bind-try", path, path]);
     }
     push(&[&"--chdir", &inside, &"--", &"sh", &"-c", &command]);
@@ -243,6 +267,7 @@ mod tests {
             ro_binds: Vec::new(),
             rw_binds: Vec::new(),
             search_path: empty.path().as_os_str().to_os_string(),
+            network: false,
         };
         let refused = sandbox.argv("echo hi", Path::new("/w"), Path::new("/w"));
         assert!(
@@ -259,8 +284,11 @@ mod tests {
             "ls",
             Path::new("/srv/bot/workspace"),
             Path::new("/srv/bot/workspace/sub"),
-            &[PathBuf::from("/srv/bot"), PathBuf::from("/opt/ro")],
-            &[PathBuf::from("/srv")],
+            &Binds {
+                ro: &[PathBuf::from("/srv/bot"), PathBuf::from("/opt/ro")],
+                rw: &[PathBuf::from("/srv")],
+            },
+            false,
         );
         let text: Vec<String> = argv
             .iter()
@@ -277,6 +305,15 @@ mod tests {
             joined.ends_with("--chdir /srv/bot/workspace/sub -- sh -c ls"),
             "{joined}"
         );
-        assert!(!joined.contains("--unshare-net"), "network as upstream");
+        assert!(joined.contains("--unshare-pid --unshare-net"), "{joined}");
+        let networked = bwrap_argv(
+            Path::new("/usr/bin/bwrap"),
+            "ls",
+            Path::new("/w"),
+            Path::new("/w"),
+            &Binds { ro: &[], rw: &[] },
+            true,
+        );
+        assert!(!networked.iter().any(|a| a == "--unshare-net"));
     }
 }
