@@ -270,6 +270,19 @@ fn check_history(session: &str, rows: &[Value]) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes the runners' whole logs into `$CHAOS_LOG_DIR`, when set, to study a slow or failed
+/// run.
+fn save_logs(fleet: &mut Fleet) {
+    let Some(dir) = std::env::var_os("CHAOS_LOG_DIR") else {
+        return;
+    };
+    for i in 0..RUNNERS {
+        let path = std::path::Path::new(&dir).join(format!("agent-{i}.log"));
+        std::fs::write(&path, fleet.service_at("agent", i).logs()).expect("write a runner log");
+    }
+    eprintln!("chaos: runner logs written to {}", dir.to_string_lossy());
+}
+
 async fn run_chaos(fault: Fault) {
     let sizes = Sizes::from_env();
     eprintln!(
@@ -291,7 +304,7 @@ async fn run_chaos(fault: Fault) {
         (0..sizes.sessions)
             .all(|s| (0..sizes.messages).all(|m| count.contains_key(&message_id(s, m))))
     };
-    if wait_until(all_answered, Duration::from_secs(180))
+    if wait_until(all_answered, Duration::from_secs(150))
         .await
         .is_err()
     {
@@ -301,6 +314,7 @@ async fn run_chaos(fault: Fault) {
             .flat_map(|s| (0..sizes.messages).map(move |m| message_id(s, m)))
             .filter(|id| !count.contains_key(id))
             .collect();
+        save_logs(&mut fleet);
         let logs: Vec<String> = (0..RUNNERS)
             .map(|i| fleet.service_at("agent", i).log_tail(30))
             .collect();
@@ -313,22 +327,18 @@ async fn run_chaos(fault: Fault) {
     }
     // Anything late (a duplicate) is published before its message is acknowledged: count
     // once every inbound message is answered and acknowledged.
+    // Generous: after a Redis Cluster failover, `WAIT`s queued on a primary without a synced
+    // replica block its shared connection and can stall a runner for a minute (see the
+    // issue notes); this test is about losing and doubling nothing.
     let settled = wait_until(
         || async {
             let js = async_nats::jetstream::new(fleet.nats_client().await.expect("nats"));
             super::sessions::inbound_settled(&js).await
         },
-        Duration::from_secs(60),
+        Duration::from_secs(120),
     )
     .await;
-    if let Some(dir) = std::env::var_os("CHAOS_LOG_DIR") {
-        // The runners' whole logs, to study a slow or failed run.
-        for i in 0..RUNNERS {
-            let path = std::path::Path::new(&dir).join(format!("agent-{i}.log"));
-            std::fs::write(&path, fleet.service_at("agent", i).logs()).expect("write a runner log");
-        }
-        eprintln!("chaos: runner logs written to {}", dir.to_string_lossy());
-    }
+    save_logs(&mut fleet);
     settled.unwrap_or_else(|e| {
         panic!(
             "CHAOS_SEED={}: every inbound message answered and acknowledged: {e}",
