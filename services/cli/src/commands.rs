@@ -173,6 +173,11 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             run_dir,
             with_model,
         } => {
+            let env: HashMap<String, String> = std::env::vars().collect();
+            let secrets_file =
+                config::secrets::path_for(&config::resolve_path(cli.config.as_deref(), &env));
+            let secrets = config::secrets::ensure(&secrets_file)
+                .with_context(|| format!("create {}", secrets_file.display()))?;
             let cfg = load(&cli)?;
             let mut opts = crate::fleet::UpOptions::new(cli.config.clone());
             if let Some(dir) = run_dir {
@@ -181,7 +186,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             if *with_model {
                 opts.with_model = Some(true);
             }
-            crate::fleet::up(&opts, &cfg).await?;
+            crate::fleet::up(&opts, &cfg, &secrets).await?;
             Ok(0)
         }
         Command::Down { run_dir } => {

@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use nanobot_runtime::config::Config;
+use nanobot_runtime::config::secrets::FleetSecrets;
 
 use launch::RunDirs;
 use pidfile::StopOutcome;
@@ -103,7 +104,10 @@ struct Row {
 
 /// Starts whatever part of the local fleet is not running yet, waits until each piece is
 /// ready and prints a summary.
-pub async fn up(opts: &UpOptions, cfg: &Config) -> anyhow::Result<()> {
+///
+/// NATS and Redis started here require the local fleet's generated credentials (`secrets`,
+/// which `cfg` already carries for loopback URLs: see `nanobot_runtime::config::secrets`).
+pub async fn up(opts: &UpOptions, cfg: &Config, secrets: &FleetSecrets) -> anyhow::Result<()> {
     let dirs = RunDirs::create(&opts.run_dir)?;
     let http = reqwest::Client::builder()
         .no_proxy()
@@ -111,9 +115,9 @@ pub async fn up(opts: &UpOptions, cfg: &Config) -> anyhow::Result<()> {
         .context("build http client")?;
     let mut rows = Vec::new();
 
-    rows.push(start::start_nats(&dirs, cfg, &http).await?);
+    rows.push(start::start_nats(&dirs, cfg, secrets, &http).await?);
     init_streams(cfg).await?;
-    rows.push(start::start_redis(&dirs, cfg, &http).await?);
+    rows.push(start::start_redis(&dirs, cfg, secrets, &http).await?);
     if wants_local_model(cfg, opts.with_model) {
         rows.push(start::start_model(&dirs, cfg, &http).await?);
     }

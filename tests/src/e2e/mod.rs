@@ -8,6 +8,7 @@ mod backpressure;
 mod chaos;
 mod cli;
 mod executors;
+mod fleet_up;
 mod hardening;
 mod k8s;
 mod memory;

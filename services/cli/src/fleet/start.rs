@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use nanobot_runtime::config::Config;
+use nanobot_runtime::config::secrets::{self, FleetSecrets};
 
 use super::launch::{self, Endpoint, Probe, RunDirs};
 use super::{ROLES, Row, UpOptions, pidfile};
@@ -20,6 +21,7 @@ const LOCAL_MODEL_PY: &str = include_str!("../../../../scripts/local_model.py");
 pub(super) async fn start_nats(
     dirs: &RunDirs,
     cfg: &Config,
+    secrets: &FleetSecrets,
     http: &reqwest::Client,
 ) -> anyhow::Result<Row> {
     let ep = Endpoint::parse(&cfg.bus.url, 4222).context("read bus.url")?;
@@ -30,7 +32,16 @@ pub(super) async fn start_nats(
     let bin = dependency("nats-server", "NATS_SERVER")?;
     let monitor = launch::port_or_free(ep.port.checked_add(4000))?;
     let store = dirs.root.join("nats");
+    let conf = dirs.root.join("nats.conf");
+    let auth = format!(
+        "authorization {{\n  user: {}\n  password: {}\n}}\n",
+        serde_json::Value::from(secrets::NATS_USER),
+        serde_json::Value::from(secrets.nats_password.as_str()),
+    );
+    secrets::write_private(&conf, &auth).with_context(|| format!("write {}", conf.display()))?;
     let args: Vec<OsString> = vec![
+        "-c".into(),
+        conf.into_os_string(),
         "-js".into(),
         "-a".into(),
         "127.0.0.1".into(),
@@ -60,6 +71,7 @@ pub(super) async fn start_nats(
 pub(super) async fn start_redis(
     dirs: &RunDirs,
     cfg: &Config,
+    secrets: &FleetSecrets,
     http: &reqwest::Client,
 ) -> anyhow::Result<Row> {
     let ep = Endpoint::parse(&cfg.store.url, 6379).context("read store.url")?;
@@ -70,7 +82,11 @@ pub(super) async fn start_redis(
     let bin = dependency("redis-server", "REDIS_SERVER")?;
     let data = dirs.root.join("redis");
     std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
+    let conf = dirs.root.join("redis.conf");
+    let auth = format!("requirepass {}\n", secrets.redis_password);
+    secrets::write_private(&conf, &auth).with_context(|| format!("write {}", conf.display()))?;
     let args: Vec<OsString> = vec![
+        conf.into_os_string(),
         "--port".into(),
         ep.port.to_string().into(),
         "--bind".into(),

@@ -1,5 +1,6 @@
-//! Loading: JSON file → `${VAR}` interpolation → `NANOBOT_…` env overrides → typed sections,
-//! collecting every problem before failing once.
+//! Loading: JSON file → `${VAR}` interpolation → `NANOBOT_…` env overrides → typed sections →
+//! the local fleet's generated credentials ([`super::secrets`]), collecting every problem
+//! before failing once.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,12 +33,20 @@ pub fn default_path() -> PathBuf {
         .join("config.json")
 }
 
+/// Returns the config path [`load`] reads: `path`, else `NANOBOT_CONFIG`, else the default.
+pub fn resolve_path(path: Option<&Path>, env: &HashMap<String, String>) -> PathBuf {
+    explicit_path(path, env).unwrap_or_else(default_path)
+}
+
+fn explicit_path(path: Option<&Path>, env: &HashMap<String, String>) -> Option<PathBuf> {
+    path.map(Path::to_path_buf)
+        .or_else(|| env.get(CONFIG_ENV).map(PathBuf::from))
+}
+
 /// Loads the config from `path` (or `NANOBOT_CONFIG`, or the default path) with overrides from
 /// `env`. A missing file is an error only when named explicitly.
 pub fn load(path: Option<&Path>, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
-    let explicit = path
-        .map(Path::to_path_buf)
-        .or_else(|| env.get(CONFIG_ENV).map(PathBuf::from));
+    let explicit = explicit_path(path, env);
     let path = explicit.clone().unwrap_or_else(default_path);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => Some(text),
@@ -74,7 +83,10 @@ pub fn load_str(
     interpolate(&mut root, "", env, &mut problems);
     apply_env(&mut root, env);
     migrate(&mut root);
-    let config = typed(&root, &mut problems);
+    let mut config = typed(&root, &mut problems);
+    if let Some(secrets) = super::secrets::read(&super::secrets::path_for(path)) {
+        secrets.apply_to(&mut config);
+    }
     problems.extend(super::validate::validate(&config));
     if problems.is_empty() {
         Ok(config)

@@ -7,13 +7,14 @@
 
 pub mod load;
 pub mod schema;
+pub mod secrets;
 pub mod telegram;
 mod tools;
 mod validate;
 
 use std::path::{Path, PathBuf};
 
-pub use load::{ConfigError, default_path, load, load_str};
+pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
 pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
 pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
