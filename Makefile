@@ -24,7 +24,7 @@ UP := NANOBOT_SKILLS_DIR="$${NANOBOT_SKILLS_DIR:-$(CURDIR)/skills}" $(NANOBOT) u
 LINK := $(HOME)/.cargo/bin/nanobot
 
 .PHONY: help deps deps-model deps-test build link run up down status logs test test-unit lint \
-	fmt proto compose-check clean-run
+	fmt proto compose-check compose-env clean-run
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -92,7 +92,11 @@ proto: ## Regenerate proto/src/gen from the .proto files (fails if it changed)
 
 compose-check: ## Validate docker-compose.yml (make deps-test installs docker-compose)
 	@scripts/deps.sh compose >/dev/null
-	docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
+	NANOBOT_NATS_PASSWORD=check NANOBOT_REDIS_PASSWORD=check \
+		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
+
+compose-env: ## Generate ./.env (mode 0600) with the NATS and Redis passwords docker-compose.yml requires (kept if present)
+	@scripts/compose-env.sh
 
 clean-run: down ## Stop the local fleet and delete its data, logs and pids
 	rm -rf $(or $(RUN_DIR),$(HOME)/.nanobot/run)

@@ -89,13 +89,91 @@ fn docker_compose_file_is_valid() {
         );
     }
     // `make test` installs docker-compose (scripts/deps.sh compose): missing is a failure.
-    let out = std::process::Command::new("docker-compose")
-        .args(["-f", compose.to_str().unwrap(), "config", "-q"])
-        .output()
-        .expect("run docker-compose (install it with `scripts/deps.sh compose`)");
+    let out = compose_config(
+        &compose,
+        &[
+            ("NANOBOT_NATS_PASSWORD", "n-pw"),
+            ("NANOBOT_REDIS_PASSWORD", "r-pw"),
+        ],
+    );
     assert!(
         out.status.success(),
         "docker-compose config: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let rendered = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "--requirepass",
+        "redis://:r-pw@redis:6379",
+        "--pass",
+        "NANOBOT_BUS__PASSWORD: n-pw",
+    ] {
+        assert!(
+            rendered.contains(expected),
+            "compose config has {expected:?}:\n{rendered}"
+        );
+    }
+}
+
+#[test]
+fn docker_compose_refuses_to_start_nats_and_redis_without_passwords() {
+    let out = compose_config(&root().join("docker-compose.yml"), &[]);
+    assert!(
+        !out.status.success(),
+        "compose without passwords is refused"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("make compose-env"), "{stderr}");
+}
+
+/// Runs `docker-compose config` with only `vars` set (no `.env`, no inherited passwords).
+fn compose_config(compose: &Path, vars: &[(&str, &str)]) -> std::process::Output {
+    let empty = tempfile::NamedTempFile::new().unwrap();
+    let mut command = std::process::Command::new("docker-compose");
+    command
+        .args(["-f", compose.to_str().unwrap(), "--env-file"])
+        .arg(empty.path())
+        .arg("config")
+        .env_remove("NANOBOT_NATS_PASSWORD")
+        .env_remove("NANOBOT_REDIS_PASSWORD")
+        .envs(vars.iter().copied());
+    command
+        .output()
+        .expect("run docker-compose (install it with `scripts/deps.sh compose`)")
+}
+
+#[test]
+fn compose_env_generates_private_passwords_once() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("scripts")).unwrap();
+    let script = dir.path().join("scripts/compose-env.sh");
+    std::fs::copy(root().join("scripts/compose-env.sh"), &script).unwrap();
+    let run = || {
+        let status = std::process::Command::new("bash")
+            .arg(&script)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::fs::read_to_string(dir.path().join(".env")).unwrap()
+    };
+    let first = run();
+    let values: Vec<&str> = first
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(values.len(), 2, "{first}");
+    assert!(
+        values
+            .iter()
+            .all(|v| v.len() == 64 && v.chars().all(|c| c.is_ascii_hexdigit()))
+    );
+    assert_ne!(values[0], values[1]);
+    let mode = std::fs::metadata(dir.path().join(".env"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(run(), first, "kept on the next run");
 }
