@@ -92,10 +92,12 @@ pub async fn run(
         pending,
         started.health.clone(),
     );
-    let server_cancel = started.cancel.clone();
-    let server = axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(async move { server_cancel.cancelled().await });
-    let server = tokio::spawn(server.into_future());
+    let server = tokio::spawn(api::serve(
+        listener,
+        api::router(state),
+        cfg.api.read_timeout(),
+        started.cancel.clone(),
+    ));
     started.health.set_ready(true);
     tracing::info!(addr = %bound, "api listening");
 
@@ -104,10 +106,8 @@ pub async fn run(
     let in_flight = started.health.in_flight();
     tracing::info!(in_flight, "stopping the api");
     shutdown::drain("api requests", async {
-        match server.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "api server stopped with an error"),
-            Err(e) => tracing::warn!(error = %e, "api server task failed"),
+        if let Err(e) = server.await {
+            tracing::warn!(error = %e, "api server task failed");
         }
     })
     .await;

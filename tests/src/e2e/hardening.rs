@@ -184,3 +184,65 @@ async fn a_reply_with_twenty_thousand_tool_calls_runs_a_capped_number_and_other_
         "{refused}"
     );
 }
+
+/// Reads from `stream` until the peer closes it (or resets it); returns what arrived.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return String::from_utf8_lossy(&seen).into_owned(),
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[tokio::test]
+async fn clients_trickling_headers_or_bodies_are_cut_off_and_others_are_still_served() {
+    use tokio::io::AsyncWriteExt as _;
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({"api": {"readTimeoutSecs": 2}}))
+        .start()
+        .await
+        .unwrap();
+    let addr = fleet
+        .api_base()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+
+    // Headers that never end, and a body that never completes (it announces 100 bytes).
+    let mut slow_headers = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow_headers
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut slow_body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow_body
+        .write_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+              content-length: 100\r\n\r\n{\"messages\":",
+        )
+        .await
+        .unwrap();
+
+    // Meanwhile an ordinary request is answered.
+    let http = reqwest::Client::new();
+    let (status, body) = complete(&http, &fleet, "ordinary", "hello").await;
+    assert_eq!(status, 200, "{body}");
+
+    let cut = tokio::time::timeout(TURN, read_until_closed(&mut slow_headers))
+        .await
+        .expect("a client trickling headers is disconnected");
+    assert!(!cut.contains(" 200 "), "{cut}");
+    let answered = tokio::time::timeout(TURN, read_until_closed(&mut slow_body))
+        .await
+        .expect("a client trickling its body gets an answer");
+    assert!(answered.starts_with("HTTP/1.1 408"), "{answered}");
+    assert!(
+        answered.contains("Request body not received within 2s"),
+        "{answered}"
+    );
+}

@@ -1,12 +1,12 @@
 //! `POST /v1/chat/completions`: validates the request, publishes it as one inbound message
 //! and answers with the agent's reply, as JSON or as server-sent events.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest as _, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::time::Instant;
@@ -28,11 +28,7 @@ use crate::outbound::Waiter;
 const DEFAULT_CHAT: &str = "default";
 
 /// Handles one completion request.
-pub(super) async fn handle(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+pub(super) async fn handle(State(state): State<AppState>, request: Request) -> Response {
     let in_flight = state.inner.health.track();
     let span = tracing::info_span!(
         "api_completion",
@@ -41,6 +37,8 @@ pub(super) async fn handle(
         inbound_id = Empty
     );
     let answer = async move {
+        let headers = request.headers().clone();
+        let body = read_body(request, state.inner.read_timeout).await;
         match accept(&state, &headers, body).await {
             Ok(turn) if turn.stream => sse::respond(turn, in_flight),
             Ok(turn) => match turn.wait_final().await {
@@ -57,11 +55,11 @@ pub(super) async fn handle(
 async fn accept(
     state: &AppState,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<Bytes, ApiError>,
 ) -> Result<Turn, ApiError> {
     state.authorize(headers)?;
     let bot = state.bot(headers)?;
-    let body = body.map_err(body_error)?;
+    let body = body?;
     let req = ChatRequest::parse(&body)?;
     req.check_model(&bot.model)?;
     let deadline = Instant::now() + state.inner.timeout;
@@ -123,6 +121,17 @@ async fn publish(
         span: Span::current(),
         _session: session,
     })
+}
+
+/// Reads the whole body (at most [`super::MAX_BODY_BYTES`]) within `deadline`, so a client
+/// trickling its body cannot hold the request open.
+async fn read_body(request: Request, deadline: Duration) -> Result<Bytes, ApiError> {
+    match tokio::time::timeout(deadline, Bytes::from_request(request, &())).await {
+        Ok(body) => body.map_err(body_error),
+        Err(_) => Err(ApiError::BodyTimeout {
+            secs: deadline.as_secs(),
+        }),
+    }
 }
 
 fn body_error(rejection: BytesRejection) -> ApiError {

@@ -27,6 +27,12 @@ pub enum ApiError {
     /// The body or an attachment is too large (413).
     #[error("too large: {0}")]
     TooLarge(String),
+    /// The body did not arrive within `api.readTimeoutSecs` (408).
+    #[error("request body not received within {secs} seconds")]
+    BodyTimeout {
+        /// The read deadline.
+        secs: u64,
+    },
     /// No reply within `api.timeout` seconds (504).
     #[error("no reply within {secs}s")]
     Timeout {
@@ -63,6 +69,7 @@ impl ApiError {
             Self::MissingAuth | Self::InvalidKey => StatusCode::UNAUTHORIZED,
             Self::UnknownBot(_) => StatusCode::NOT_FOUND,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Agent(_) | Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -97,6 +104,7 @@ impl UserFacingError for ApiError {
             Self::InvalidKey => "Invalid API key".into(),
             Self::UnknownBot(bot) => format!("Unknown bot '{bot}'"),
             Self::Timeout { secs } => format!("Request timed out after {secs:?}s"),
+            Self::BodyTimeout { secs } => format!("Request body not received within {secs}s"),
             Self::Agent(text) if !text.trim().is_empty() => text.clone(),
             Self::Agent(_) | Self::Internal { .. } => INTERNAL.into(),
         }
@@ -108,7 +116,7 @@ impl UserFacingError for ApiError {
             Self::MissingAuth | Self::InvalidKey => ErrorKind::Auth,
             Self::UnknownBot(_) => ErrorKind::NotFound,
             Self::TooLarge(_) => ErrorKind::TooLarge,
-            Self::Timeout { .. } => ErrorKind::Timeout,
+            Self::Timeout { .. } | Self::BodyTimeout { .. } => ErrorKind::Timeout,
             Self::Agent(_) => ErrorKind::Agent,
             Self::Internal { .. } => ErrorKind::Internal,
         }

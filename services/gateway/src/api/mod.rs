@@ -11,6 +11,7 @@ mod auth;
 mod completions;
 mod error;
 mod request;
+mod serve;
 mod session_lock;
 mod sse;
 
@@ -30,6 +31,7 @@ use self::session_lock::SessionLocks;
 use crate::outbound::Pending;
 
 pub use self::error::ApiError;
+pub use self::serve::serve;
 
 /// Header choosing the bot of a request (default: the first configured bot).
 pub const BOT_HEADER: &str = "x-nanobot-bot";
@@ -50,6 +52,7 @@ struct Inner {
     api_key: String,
     timeout: Duration,
     timeout_secs: f64,
+    read_timeout: Duration,
     js: jetstream::Context,
     pending: Arc<Pending>,
     locks: Arc<SessionLocks>,
@@ -73,6 +76,7 @@ impl AppState {
             api_key: cfg.api.api_key.clone(),
             timeout,
             timeout_secs: cfg.api.timeout,
+            read_timeout: cfg.api.read_timeout(),
             js,
             pending,
             locks: Arc::default(),

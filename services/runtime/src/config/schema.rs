@@ -179,6 +179,10 @@ pub struct ApiConfig {
     /// Bearer token required when set (required when listening on all interfaces).
     #[serde(alias = "api_key")]
     pub api_key: String,
+    /// Seconds a client has to send a request's headers, and again its whole body; a slower
+    /// client is cut off (headers) or answered 408 (body). Fleet-only. Default 30.
+    #[serde(alias = "read_timeout_secs")]
+    pub read_timeout_secs: u64,
 }
 
 impl Default for ApiConfig {
@@ -188,7 +192,15 @@ impl Default for ApiConfig {
             port: 8900,
             timeout: 120.0,
             api_key: String::new(),
+            read_timeout_secs: 30,
         }
+    }
+}
+
+impl ApiConfig {
+    /// Returns `readTimeoutSecs` as a duration (at least one second).
+    pub fn read_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.read_timeout_secs.max(1))
     }
 }
 
