@@ -64,6 +64,7 @@ pub async fn over_nats(nats_url: &str, calls: usize) -> anyhow::Result<Summary> 
             chat_id: "tool-rtt".into(),
             // The single-reply path: the transport floor, without the runner's heartbeats.
             heartbeat_ms: 0,
+            in_cron: false,
         };
         let start = Instant::now();
         let result = bus::request(&client, &request, CALL_TIMEOUT)
@@ -121,6 +122,7 @@ pub async fn in_process(workspace: &Path, calls: usize) -> anyhow::Result<Summar
     let ctx = ToolContext {
         sandbox: Sandbox::new(workspace, false),
         session_key: "bench:tool-rtt".into(),
+        origin: Default::default(),
     };
     let args = arguments();
     let mut samples = Vec::with_capacity(calls);

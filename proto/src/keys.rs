@@ -114,11 +114,6 @@ pub const CRON_LEADER: &str = "nanobot:{fleet}:cron:leader";
 /// Fence counter of the cron leader lease.
 pub const CRON_LEADER_FENCE: &str = "nanobot:{fleet}:cron:fence";
 
-/// Last fire time of a cron job (unix ms), so a new leader neither skips nor repeats.
-pub fn cron_last_fire(bot: &str, job_id: &str) -> String {
-    format!("nanobot:{}:cron:last:{job_id}", bot_tag(bot))
-}
-
 /// The Redis Cluster hash tag of `key` (what decides its slot): the text between the first
 /// `{` and the next `}` when not empty, else the whole key.
 pub fn hash_tag(key: &str) -> &str {
@@ -257,7 +252,6 @@ mod tests {
             memory_lock("b"),
             memory_fence("b"),
             memory_job_done("b", "j"),
-            cron_last_fire("b", "j"),
             telegram_poller("b", "t"),
             telegram_poller_fence("b", "t"),
             telegram_offset("b", "t"),

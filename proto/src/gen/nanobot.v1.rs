@@ -140,6 +140,9 @@ pub struct ToolCallRequest {
     /// runs, then the FINAL result. 0 (older callers) means one reply, the result.
     #[prost(uint32, tag = "9")]
     pub heartbeat_ms: u32,
+    /// The turn runs a cron job: the `cron` tool refuses to schedule new jobs from it.
+    #[prost(bool, tag = "10")]
+    pub in_cron: bool,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ToolCallResult {
@@ -286,6 +289,18 @@ pub struct CronFire {
     pub channel: ::prost::alloc::string::String,
     #[prost(string, tag = "9")]
     pub to: ::prost::alloc::string::String,
+    /// The session the job belongs to (jobs made in a chat, or legacy `deliver` jobs migrated):
+    /// the fire runs as a turn there and its reply goes to (origin_channel, origin_chat_id).
+    /// Empty: the fire runs in session `cron:<job_id>`.
+    #[prost(string, tag = "10")]
+    pub session_key: ::prost::alloc::string::String,
+    #[prost(string, tag = "11")]
+    pub origin_channel: ::prost::alloc::string::String,
+    #[prost(string, tag = "12")]
+    pub origin_chat_id: ::prost::alloc::string::String,
+    /// Channel metadata of the origin chat (thread ids, ...), a JSON object.
+    #[prost(string, tag = "13")]
+    pub origin_metadata_json: ::prost::alloc::string::String,
 }
 /// What a memory job does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]

@@ -54,6 +54,8 @@ pub struct TurnInput {
     pub session_key: String,
     /// Stream deltas back.
     pub stream: bool,
+    /// The turn runs a cron job.
+    pub in_cron: bool,
 }
 
 /// Answers a priority command (`/stop`, `/status`) outside the session lock; `None` when
@@ -287,6 +289,7 @@ pub async fn run(
                 session_key: input.session_key.clone(),
                 channel: input.channel.clone(),
                 chat_id: input.chat_id.clone(),
+                in_cron: input.in_cron,
             },
         },
     )

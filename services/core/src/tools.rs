@@ -43,6 +43,8 @@ pub struct ToolScope {
     pub channel: String,
     /// Chat id of the turn.
     pub chat_id: String,
+    /// The turn runs a cron job (the `cron` tool schedules nothing from it).
+    pub in_cron: bool,
 }
 
 /// Runs one tool call; failures come back as error outcomes, never as `Err`.
@@ -67,15 +69,7 @@ impl ToolExecutor for ToolClient {
         name: &str,
         arguments: &str,
     ) -> ToolOutcome {
-        self.call(
-            &scope.session_key,
-            call_id,
-            name,
-            arguments,
-            &scope.channel,
-            &scope.chat_id,
-        )
-        .await
+        self.call(scope, call_id, name, arguments).await
     }
 }
 
@@ -180,25 +174,24 @@ impl ToolClient {
     /// the deadline; any other tool returns an error saying it may or may not have run.
     pub async fn call(
         &self,
-        session_key: &str,
+        scope: &ToolScope,
         call_id: &str,
         name: &str,
         arguments: &str,
-        channel: &str,
-        chat_id: &str,
     ) -> ToolOutcome {
         let started = Instant::now();
         let deadline = chrono::Utc::now() + self.timeout;
         let request = ToolCallRequest {
             bot: self.bot.clone(),
-            session_key: session_key.to_string(),
+            session_key: scope.session_key.clone(),
             call_id: call_id.to_string(),
             name: name.to_string(),
             arguments_json: arguments.to_string(),
             deadline_ms: deadline.timestamp_millis(),
-            channel: channel.to_string(),
-            chat_id: chat_id.to_string(),
+            channel: scope.channel.clone(),
+            chat_id: scope.chat_id.clone(),
             heartbeat_ms: u32::try_from(self.liveness.heartbeat.as_millis()).unwrap_or(u32::MAX),
+            in_cron: scope.in_cron,
         };
         let mut outcome = liveness::attempt(
             &self.client,

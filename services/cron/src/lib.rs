@@ -1,28 +1,32 @@
 //! Cron scheduler: the leader among the cron replicas reads each bot's
 //! `<workspace>/cron/jobs.json` and, when a job is due, publishes a `CronFire` on
-//! `subjects::cron_fire` (JetStream work queue) for an agent runner to run as a turn. Fire
-//! times live in Redis so a new leader neither skips nor repeats a fire.
+//! `subjects::cron_fire` (JetStream work queue) for an agent runner to run as a turn, then
+//! records the run in the file. The fire id (job and due time) makes a repeat by a new leader
+//! a no-op.
 //!
 //! # Layout
-//! - `jobs`: the jobs file and due-time rules.
+//! - `store`: `<workspace>/cron/jobs.json` in upstream's format, locked and written atomically.
+//! - `schedule`: next runs (`at`, `every`, cron expressions in IANA zones) and validation.
+//! - `tool`: the `cron` tool, served by the tool executors.
 //! - `leader`: the Redis leader lease.
 #![forbid(unsafe_code)]
 
-pub mod jobs;
 pub mod leader;
+pub mod schedule;
+pub mod store;
+pub mod tool;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use nanobot_runtime::store::Store;
-use redis::AsyncCommands as _;
-
-use nanobot_proto::{CronFire, keys, subjects};
+use nanobot_proto::{CronFire, subjects};
 use nanobot_runtime::bus::{self, Bus};
 use nanobot_runtime::config::Config;
-use nanobot_runtime::{service, store};
+use nanobot_runtime::service;
+
+use crate::store::JobsFile;
 
 /// How often the leader checks for due jobs.
 const TICK: Duration = Duration::from_millis(500);
@@ -35,7 +39,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let started = service::start("cron", &cfg, health_addr, shutdown).await?;
     let cancel = started.cancel.clone();
-    let redis = store::connect(&cfg.store, &cancel)
+    let redis = nanobot_runtime::store::connect(&cfg.store, &cancel)
         .await
         .context("connect to redis")?;
     started.health.set_ready(true);
@@ -49,7 +53,7 @@ pub async fn run(
         tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
-            _ = tick.tick() => leading = on_tick(&cfg, &started.bus, &redis, &mut leadership, leading).await,
+            _ = tick.tick() => leading = on_tick(&cfg, &started.bus, &mut leadership, leading).await,
         }
     }
     leadership.resign().await;
@@ -60,7 +64,6 @@ pub async fn run(
 async fn on_tick(
     cfg: &Config,
     bus: &Bus,
-    redis: &Store,
     leadership: &mut leader::Leadership,
     was_leading: bool,
 ) -> bool {
@@ -69,66 +72,194 @@ async fn on_tick(
         tracing::info!(leading, "cron leadership changed");
     }
     if leading {
-        fire_due(cfg, bus, redis).await;
+        fire_due(cfg, bus).await;
     }
     leading
 }
 
-async fn fire_due(cfg: &Config, bus: &Bus, redis: &Store) {
-    let now = chrono::Utc::now().timestamp_millis();
+/// Fires every due job of every bot: the fire is published first (its id is the job and the
+/// due time, so JetStream and the runners drop a repeat), then the job's state is recorded in
+/// `jobs.json`. A leader that dies in between leaves the job due, and the next leader
+/// publishes the same fire again, which changes nothing. A job missed while the whole fleet
+/// was down is due once: its next run is computed from now.
+async fn fire_due(cfg: &Config, bus: &Bus) {
+    let now = store::now_ms();
     for bot in cfg.bots() {
-        let jobs = match jobs::load(&bot.workspace) {
-            Ok(j) => j,
+        let due = match store::update(&bot.workspace, |file| due_fires(&bot.id, file, now)) {
+            Ok(due) => due,
             Err(e) => {
                 tracing::warn!(bot = %bot.id, error = %e, "failed to read cron jobs");
                 continue;
             }
         };
-        for job in jobs {
-            let mut conn = redis.clone();
-            let last: Option<i64> = conn
-                .get(keys::cron_last_fire(&bot.id, &job.id))
-                .await
-                .unwrap_or(None);
-            let Some(due) = jobs::next_due(&job, last, now) else {
-                continue;
-            };
-            if due > now {
+        for fire in due {
+            let published =
+                bus::publish(&bus.js, subjects::cron_fire(&bot.id), Some(&fire.id), &fire).await;
+            if let Err(e) = published {
+                tracing::warn!(job_id = %fire.job_id, error = %e, "failed to publish cron fire");
                 continue;
             }
-            let fire = CronFire {
-                id: format!("{}:{due}", job.id),
-                bot: bot.id.clone(),
-                job_id: job.id.clone(),
-                job_name: job.name.clone(),
-                message: job.payload.message.clone(),
-                scheduled_ms: due,
-                deliver: job.payload.deliver,
-                channel: job.payload.channel.clone().unwrap_or_default(),
-                to: job.payload.to.clone().unwrap_or_default(),
-            };
-            match bus::publish(&bus.js, subjects::cron_fire(&bot.id), Some(&fire.id), &fire).await {
-                Ok(()) => {
-                    // An `every` job that fell far behind fires once and resumes from now.
-                    let recorded = if job.schedule.kind == "every"
-                        && now - due > job.schedule.every_ms.unwrap_or(0)
-                    {
-                        now
-                    } else {
-                        due
-                    };
-                    if let Err(e) = conn
-                        .set::<_, _, ()>(keys::cron_last_fire(&bot.id, &job.id), recorded)
-                        .await
-                    {
-                        tracing::warn!(job_id = %job.id, error = %e, "failed to record cron fire");
-                    }
-                    tracing::info!(bot = %bot.id, job_id = %job.id, "cron job fired");
-                }
-                Err(e) => {
-                    tracing::warn!(job_id = %job.id, error = %e, "failed to publish cron fire")
-                }
+            tracing::info!(bot = %bot.id, job_id = %fire.job_id, "cron job fired");
+            let recorded = store::update(&bot.workspace, |file| {
+                (record_fire(file, &fire, store::now_ms()), ())
+            });
+            if let Err(e) = recorded {
+                tracing::warn!(job_id = %fire.job_id, error = %e, "failed to record cron fire");
             }
         }
+    }
+}
+
+/// Returns the fires of the jobs due at `now`; fills in the next run of enabled jobs that
+/// have none yet (jobs written by hand), reporting whether that changed the file.
+fn due_fires(bot: &str, file: &mut JobsFile, now: i64) -> (bool, Vec<CronFire>) {
+    let mut changed = false;
+    let mut fires = Vec::new();
+    for job in file.jobs.iter_mut().filter(|j| j.enabled) {
+        // System jobs (`dream`, `heartbeat`) belong to the roles that run them.
+        if job.payload.kind == store::SYSTEM_EVENT {
+            continue;
+        }
+        let Some(due) = job.state.next_run_at_ms else {
+            let next = schedule::next_run(&job.schedule, now);
+            if next.is_some() {
+                job.state.next_run_at_ms = next;
+                changed = true;
+            }
+            continue;
+        };
+        if due > now {
+            continue;
+        }
+        let (session_key, origin_channel, origin_chat_id) = job.payload.route().unwrap_or_default();
+        fires.push(CronFire {
+            id: format!("{}:{due}", job.id),
+            bot: bot.to_string(),
+            job_id: job.id.clone(),
+            job_name: job.name.clone(),
+            message: job.payload.message.clone(),
+            scheduled_ms: due,
+            deliver: job.payload.deliver,
+            channel: job.payload.channel.clone().unwrap_or_default(),
+            to: job.payload.to.clone().unwrap_or_default(),
+            session_key,
+            origin_channel,
+            origin_chat_id,
+            origin_metadata_json: serde_json::to_string(&job.payload.origin_metadata)
+                .unwrap_or_default(),
+        });
+    }
+    (changed, fires)
+}
+
+/// Records a published fire: the run joins the history, an `at` job is deleted (or disabled),
+/// any other job's next run is computed from `now`. A job changed since (removed, or already
+/// recorded by another leader) is left alone.
+fn record_fire(file: &mut JobsFile, fire: &CronFire, now: i64) -> bool {
+    let Some(index) = file
+        .jobs
+        .iter()
+        .position(|j| j.id == fire.job_id && j.state.next_run_at_ms == Some(fire.scheduled_ms))
+    else {
+        return false;
+    };
+    let job = &mut file.jobs[index];
+    job.state.record(store::Run {
+        run_at_ms: fire.scheduled_ms,
+        status: "ok".into(),
+        duration_ms: 0,
+        error: None,
+    });
+    job.updated_at_ms = now;
+    if job.schedule.kind == "at" {
+        if job.delete_after_run {
+            file.jobs.remove(index);
+        } else {
+            job.enabled = false;
+            job.state.next_run_at_ms = None;
+        }
+    } else {
+        job.state.next_run_at_ms = schedule::next_run(&job.schedule, now);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Job, Payload, Schedule};
+
+    fn job(id: &str, schedule: Schedule, next: Option<i64>) -> Job {
+        let mut job: Job = serde_json::from_value(serde_json::json!({
+            "id": id, "name": id, "schedule": {"kind": "every"},
+            "payload": {"kind": "agent_turn", "message": format!("run {id}")}
+        }))
+        .unwrap();
+        job.schedule = schedule;
+        job.state.next_run_at_ms = next;
+        job
+    }
+
+    fn every(ms: i64) -> Schedule {
+        Schedule {
+            kind: "every".into(),
+            every_ms: Some(ms),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_job_missed_while_the_fleet_was_down_fires_once_and_resumes_from_now() {
+        // Due an hour ago with a one-minute period: one fire, then one period after now.
+        let mut file = JobsFile::default();
+        file.jobs.push(job("late", every(60_000), Some(1_000)));
+        let now = 3_601_000;
+        let (_, fires) = due_fires("b", &mut file, now);
+        assert_eq!(fires.len(), 1);
+        assert_eq!(fires[0].id, "late:1000");
+        assert!(record_fire(&mut file, &fires[0], now));
+        assert_eq!(file.jobs[0].state.next_run_at_ms, Some(now + 60_000));
+        assert!(due_fires("b", &mut file, now).1.is_empty());
+        assert!(!record_fire(&mut file, &fires[0], now), "recorded once");
+    }
+
+    #[test]
+    fn at_jobs_are_deleted_or_disabled_after_their_run_and_system_jobs_are_left_alone() {
+        let at = Schedule {
+            kind: "at".into(),
+            at_ms: Some(500),
+            ..Default::default()
+        };
+        let mut file = JobsFile::default();
+        file.jobs.push(job("once", at.clone(), Some(500)));
+        file.jobs[0].delete_after_run = true;
+        file.jobs.push(job("kept", at, Some(500)));
+        let mut dream = job("dream", every(1000), Some(0));
+        dream.payload = Payload {
+            kind: store::SYSTEM_EVENT.into(),
+            ..Default::default()
+        };
+        file.jobs.push(dream);
+        let (_, fires) = due_fires("b", &mut file, 1_000);
+        assert_eq!(
+            fires.iter().map(|f| f.job_id.as_str()).collect::<Vec<_>>(),
+            ["once", "kept"]
+        );
+        for fire in &fires {
+            record_fire(&mut file, fire, 1_000);
+        }
+        assert_eq!(file.jobs.len(), 2, "the one-shot job is gone");
+        assert_eq!(file.jobs[0].id, "kept");
+        assert!(!file.jobs[0].enabled);
+        assert_eq!(file.jobs[0].state.run_history.len(), 1);
+    }
+
+    #[test]
+    fn a_hand_written_job_gets_its_next_run_before_it_fires() {
+        let mut file = JobsFile::default();
+        file.jobs.push(job("new", every(1_000), None));
+        let (changed, fires) = due_fires("b", &mut file, 10_000);
+        assert!(changed && fires.is_empty());
+        assert_eq!(file.jobs[0].state.next_run_at_ms, Some(11_000));
     }
 }

@@ -165,6 +165,7 @@ fn spec(ctx: Ctx<'_>, messages: Vec<Value>, max_iterations: u32, session_key: &s
             session_key: session_key.to_string(),
             channel: "system".into(),
             chat_id: "dream".into(),
+            in_cron: true,
         },
         capped_replies: ctx.bot.target.caps_replies(),
     }

@@ -49,6 +49,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let mut registry = Registry::builtin(&cfg.tools).context("build the tool registry")?;
+    registry.register(std::sync::Arc::new(tools::cron::Cron::new(
+        &cfg.agents.defaults.timezone,
+    )));
     let started = service::start("tools", &cfg, health_addr, shutdown).await?;
     // MCP tools must be known before the first tool list is answered.
     let guard = web::guard::Guard::new(cfg.tools.ssrf_whitelist());

@@ -23,6 +23,19 @@ pub struct ToolContext {
     pub sandbox: Sandbox,
     /// The calling session (`channel:chat`).
     pub session_key: String,
+    /// The chat the turn came from.
+    pub origin: Origin,
+}
+
+/// The chat a call's turn came from, for tools that act on it later (`cron`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// Channel of the turn.
+    pub channel: String,
+    /// Chat of the turn.
+    pub chat_id: String,
+    /// The turn runs a cron job.
+    pub in_cron: bool,
 }
 
 /// The result of one tool call, as the model will see it.

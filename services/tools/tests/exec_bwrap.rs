@@ -62,6 +62,7 @@ async fn run(tool: &Exec, ws: &Path, command: &str, timeout: Option<u64>) -> Too
     let ctx = ToolContext {
         sandbox: Sandbox::new(ws, false),
         session_key: "cli:bwrap".into(),
+        origin: Default::default(),
     };
     let mut args = json!({"command": command});
     if let Some(secs) = timeout {

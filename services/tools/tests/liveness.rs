@@ -14,7 +14,7 @@ use prost::Message as _;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
-use nanobot_core::tools::{Liveness, RETRY_HINT, ToolClient};
+use nanobot_core::tools::{Liveness, RETRY_HINT, ToolClient, ToolScope};
 use nanobot_proto::{CallState, ToolCallRequest, ToolCallResult, subjects};
 
 use common::{Executor, NatsServer, config};
@@ -126,9 +126,13 @@ async fn client_knowing_tools(nats: &NatsServer) -> (ToolClient, tempfile::TempD
 
 async fn run(tools: &ToolClient, name: &str, args: Value) -> (Value, bool, Duration) {
     let started = Instant::now();
-    let outcome = tools
-        .call("cli:test", "call-1", name, &args.to_string(), "cli", "test")
-        .await;
+    let scope = ToolScope {
+        session_key: "cli:test".into(),
+        channel: "cli".into(),
+        chat_id: "test".into(),
+        in_cron: false,
+    };
+    let outcome = tools.call(&scope, "call-1", name, &args.to_string()).await;
     (outcome.content, outcome.is_error, started.elapsed())
 }
 

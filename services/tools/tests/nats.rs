@@ -70,6 +70,7 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
     assert_eq!(
         names,
         [
+            "cron",
             "edit_file",
             "exec",
             "glob",

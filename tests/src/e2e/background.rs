@@ -79,7 +79,10 @@ async fn cron_fires_an_every_job_as_a_turn() {
         .unwrap();
     let rows = session_rows(&fleet, "default", "cron:tick1234").await;
     assert!(rows.len() >= 2, "{rows:#?}");
-    assert_eq!(rows[0]["content"], "cron says tick");
+    assert_eq!(
+        rows[0]["content"],
+        "[Scheduled Task] Timer finished.\n\nTask 'tick' has been triggered.\nScheduled instruction: cron says tick"
+    );
     assert_eq!(rows[1]["content"], "tock");
 }
 

@@ -1,6 +1,8 @@
-//! Cron fires → turns in session `cron:<job_id>`, delivered to the job's channel when asked.
-//! A fire runs under its session's lease like a chat turn, so it never overlaps another turn
-//! of that session on any runner.
+//! Cron fires → automation turns. A job made in a chat (or a legacy `deliver` job, migrated)
+//! runs in that chat's session and its reply goes to that chat; any other job runs in session
+//! `cron:<job_id>`. A fire runs under its session's lease like a chat turn, so it waits while
+//! the session is busy and never overlaps another turn of it on any runner; its id (job and
+//! due time) is the turn's idempotency key, so a fire published twice runs once.
 
 use async_nats::jetstream;
 use prost::Message as _;
@@ -23,30 +25,27 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     let Some(bot) = super::bot(deps, &fire.bot).cloned() else {
         return terminate(&msg, &format!("unknown bot {:?}", fire.bot)).await;
     };
-    let session_key = format!("cron:{}", fire.job_id);
+    let route = Route::of(&fire);
+    let session_key = route.session_key.clone();
     let span = tracing::info_span!("cron_turn", session_id = %session_key, job_id = %fire.job_id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
         let marker = keys::inbound_seen(&fire.bot, &session_key, &fire.id);
-        let (channel, chat_id) = if fire.deliver && !fire.channel.is_empty() {
-            (fire.channel.clone(), fire.to.clone())
-        } else {
-            ("cron".to_string(), fire.job_id.clone())
-        };
         let input = TurnInput {
             id: fire.id.clone(),
-            channel: "cron".into(),
-            chat_id: fire.job_id.clone(),
-            content: fire.message.clone(),
+            channel: route.channel.clone(),
+            chat_id: route.chat_id.clone(),
+            content: reminder_note(&fire),
             media: Vec::new(),
             session_key: session_key.clone(),
             stream: false,
+            in_cron: true,
         };
         let outbox = Outbox {
             js: deps.js.clone(),
             bot: fire.bot.clone(),
-            channel,
-            chat_id,
+            channel: route.reply_channel,
+            chat_id: route.reply_chat_id,
             reply_to: fire.id.clone(),
             session_key: session_key.clone(),
         };
@@ -78,4 +77,85 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     }
     .instrument(span)
     .await;
+}
+
+/// Where a fire's turn runs and where its reply goes.
+#[derive(Debug, PartialEq)]
+struct Route {
+    session_key: String,
+    channel: String,
+    chat_id: String,
+    reply_channel: String,
+    reply_chat_id: String,
+}
+
+impl Route {
+    fn of(fire: &CronFire) -> Self {
+        if !fire.session_key.is_empty()
+            && !fire.origin_channel.is_empty()
+            && !fire.origin_chat_id.is_empty()
+        {
+            return Self {
+                session_key: fire.session_key.clone(),
+                channel: fire.origin_channel.clone(),
+                chat_id: fire.origin_chat_id.clone(),
+                reply_channel: fire.origin_channel.clone(),
+                reply_chat_id: fire.origin_chat_id.clone(),
+            };
+        }
+        let (reply_channel, reply_chat_id) = if fire.deliver && !fire.channel.is_empty() {
+            (fire.channel.clone(), fire.to.clone())
+        } else {
+            ("cron".to_string(), fire.job_id.clone())
+        };
+        Self {
+            session_key: format!("cron:{}", fire.job_id),
+            channel: "cron".into(),
+            chat_id: fire.job_id.clone(),
+            reply_channel,
+            reply_chat_id,
+        }
+    }
+}
+
+/// The user message of a cron turn, upstream's text.
+fn reminder_note(fire: &CronFire) -> String {
+    format!(
+        "[Scheduled Task] Timer finished.\n\nTask '{}' has been triggered.\nScheduled instruction: {}",
+        fire.job_name, fire.message
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_made_in_a_chat_runs_in_that_chats_session_and_answers_there() {
+        let fire = CronFire {
+            job_id: "ab12cd34".into(),
+            job_name: "stretch".into(),
+            message: "remind me to stretch".into(),
+            session_key: "telegram:42".into(),
+            origin_channel: "telegram".into(),
+            origin_chat_id: "42".into(),
+            ..Default::default()
+        };
+        let route = Route::of(&fire);
+        assert_eq!(route.session_key, "telegram:42");
+        assert_eq!(
+            (route.reply_channel.as_str(), route.reply_chat_id.as_str()),
+            ("telegram", "42")
+        );
+        assert_eq!(
+            reminder_note(&fire),
+            "[Scheduled Task] Timer finished.\n\nTask 'stretch' has been triggered.\nScheduled instruction: remind me to stretch"
+        );
+        let unbound = Route::of(&CronFire {
+            job_id: "j".into(),
+            ..Default::default()
+        });
+        assert_eq!(unbound.session_key, "cron:j");
+        assert_eq!(unbound.reply_channel, "cron");
+    }
 }

@@ -48,6 +48,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             media: inbound.media.clone(),
             session_key: session_key.clone(),
             stream: inbound.stream,
+            in_cron: false,
         };
         // Priority commands bypass the session (upstream's router tier); drainers skip them.
         match turn::priority_command(deps, &bot, &input).await {

@@ -178,6 +178,7 @@ async fn run_one(
         media: msg.media.clone(),
         session_key: session_key.clone(),
         stream: msg.stream,
+        in_cron: false,
     };
     let (channel, chat_id) = if msg.reply_channel.is_empty() {
         (msg.channel.clone(), msg.chat_id.clone())

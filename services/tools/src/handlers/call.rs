@@ -17,7 +17,7 @@ use nanobot_proto::{CallState, ToolCallRequest, ToolCallResult};
 use nanobot_runtime::bus;
 
 use super::{Deps, ServiceError, bot_id, bot_spec};
-use crate::registry::ToolContext;
+use crate::registry::{Origin, ToolContext};
 use crate::sandbox::Sandbox;
 
 /// Decodes, runs and answers one tool call.
@@ -132,6 +132,11 @@ async fn call(
     let ctx = ToolContext {
         sandbox: Sandbox::new(&spec.workspace, deps.cfg.tools.restrict_to_workspace),
         session_key: request.session_key.clone(),
+        origin: Origin {
+            channel: request.channel.clone(),
+            chat_id: request.chat_id.clone(),
+            in_cron: request.in_cron,
+        },
     };
     tracing::info!("tool call started");
     let started = std::time::Instant::now();

@@ -61,6 +61,7 @@ fn ctx() -> ToolContext {
     ToolContext {
         sandbox: Sandbox::new(Path::new("/tmp"), false),
         session_key: "cli:test".into(),
+        origin: Default::default(),
     }
 }
 

@@ -328,6 +328,7 @@ mod tests {
             ToolContext {
                 sandbox: Sandbox::new(&ws, restrict),
                 session_key: "s".into(),
+                origin: Default::default(),
             },
         )
     }

@@ -149,6 +149,7 @@ mod tests {
         let ctx = ToolContext {
             sandbox: Sandbox::new(&ws, true),
             session_key: "s".into(),
+            origin: Default::default(),
         };
         assert_eq!(
             call(&ctx, json!({"pattern": "*.py"})).await.content,

@@ -188,6 +188,7 @@ mod tests {
             ToolContext {
                 sandbox: Sandbox::new(&ws, true),
                 session_key: "s".into(),
+                origin: Default::default(),
             },
         )
     }

@@ -6,6 +6,7 @@ use nanobot_runtime::config::ToolsConfig;
 
 use crate::registry::{RegistryError, Tool};
 
+pub mod cron;
 pub mod edit_file;
 pub mod exec;
 pub mod exec_guard;

@@ -212,6 +212,7 @@ mod tests {
         let ctx = ToolContext {
             sandbox: Sandbox::new(&ws, true),
             session_key: "s".into(),
+            origin: Default::default(),
         };
         let mut registry = Registry::default();
         registry.register(std::sync::Arc::new(NotebookEdit));

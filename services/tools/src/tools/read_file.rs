@@ -258,6 +258,7 @@ mod tests {
             ToolContext {
                 sandbox,
                 session_key: "cli:direct".into(),
+                origin: Default::default(),
             },
         )
     }

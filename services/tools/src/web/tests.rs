@@ -134,6 +134,7 @@ fn ctx() -> ToolContext {
     ToolContext {
         sandbox: Sandbox::new(std::path::Path::new("/tmp"), true),
         session_key: "cli:test".into(),
+        origin: Default::default(),
     }
 }
 

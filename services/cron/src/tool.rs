@@ -1,0 +1,516 @@
+//! The `cron` tool (add / list / remove), upstream's contract and strings: jobs made in a
+//! chat are bound to its session and run there; system jobs are listed but never removed.
+//! Pure over a workspace's store, so any tool executor can serve it.
+
+use std::path::Path;
+
+use chrono::{DateTime, NaiveDateTime, TimeZone as _, Utc};
+use serde_json::{Value, json};
+
+use crate::schedule;
+use crate::store::{self, AGENT_TURN, Job, JobState, Payload, SYSTEM_EVENT, Schedule};
+
+/// The tool's name.
+pub const NAME: &str = "cron";
+
+/// Where the call comes from.
+#[derive(Debug, Clone, Copy)]
+pub struct CallContext<'a> {
+    /// Session of the turn.
+    pub session_key: &'a str,
+    /// Channel of the turn's chat.
+    pub channel: &'a str,
+    /// The turn's chat.
+    pub chat_id: &'a str,
+    /// The turn runs a cron job (no new jobs from there).
+    pub in_cron: bool,
+    /// The agent's time zone (naive `at` times and `cron_expr` without `tz`).
+    pub default_tz: &'a str,
+}
+
+/// Returns the tool's description for `default_tz`.
+pub fn description(default_tz: &str) -> String {
+    format!(
+        "Schedule reminders and recurring tasks. Actions: add, list, remove. If tz is omitted, \
+         cron expressions and naive ISO times default to {default_tz}."
+    )
+}
+
+/// Returns the JSON Schema of the parameters.
+pub fn parameters() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "description": "Action to perform", "enum": ["add", "list", "remove"]},
+            "name": {"type": "string", "description": "Optional short human-readable label for the job (e.g., 'weather-monitor', 'daily-standup'). Defaults to first 30 chars of message."},
+            "message": {"type": "string", "description": "Instruction for the agent to execute when the job triggers (e.g., 'Send a reminder to WeChat: xxx' or 'Check system status and report')"},
+            "every_seconds": {"type": "integer", "minimum": 0, "description": "Interval in seconds (for recurring tasks)"},
+            "cron_expr": {"type": "string", "description": "Cron expression like '0 9 * * *' (for scheduled tasks)"},
+            "tz": {"type": "string", "description": "Optional IANA timezone for cron expressions (e.g. 'America/Vancouver'). When omitted with cron_expr, the tool's default timezone applies."},
+            "at": {"type": "string", "description": "ISO datetime for one-time execution (e.g. '2026-02-12T10:30:00'). Naive values use the tool's default timezone."},
+            "job_id": {"type": "string", "description": "Job ID (for remove)"}
+        },
+        "required": ["action"]
+    })
+}
+
+/// Runs one call on the jobs of `workspace` at `now_ms`; the text is what the model sees.
+pub fn run(workspace: &Path, ctx: &CallContext<'_>, args: &Value, now_ms: i64) -> String {
+    let text = |key: &str| {
+        args.get(key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    };
+    let outcome = match text("action").unwrap_or_default() {
+        "add" if ctx.in_cron => {
+            Ok("Error: cannot schedule new jobs from within a cron job execution".to_string())
+        }
+        "add" => add(workspace, ctx, args, now_ms),
+        "list" => list(workspace, ctx.default_tz),
+        "remove" => remove(workspace, text("job_id")),
+        other => Ok(format!("Unknown action: {other}")),
+    };
+    outcome.unwrap_or_else(|e| format!("Error: cron store failed: {e:#}"))
+}
+
+fn add(
+    workspace: &Path,
+    ctx: &CallContext<'_>,
+    args: &Value,
+    now_ms: i64,
+) -> anyhow::Result<String> {
+    let text = |key: &str| {
+        args.get(key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    };
+    let Some(message) = args
+        .get("message")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+    else {
+        return Ok(
+            "Error: cron action='add' requires a non-empty 'message' parameter describing \
+                   what to do when the job triggers (e.g. the reminder text). Retry including \
+                   message=\"...\"."
+                .into(),
+        );
+    };
+    if ctx.session_key.is_empty() || ctx.channel.is_empty() || ctx.chat_id.is_empty() {
+        return Ok("Error: scheduled cron jobs must be created from a chat session".into());
+    }
+    let tz = text("tz");
+    let cron_expr = text("cron_expr");
+    if tz.is_some() && cron_expr.is_none() {
+        return Ok("Error: tz can only be used with cron_expr".into());
+    }
+    if let Some(tz) = tz
+        && let Err(e) = schedule::check_zone(tz)
+    {
+        return Ok(format!("Error: {e}"));
+    }
+    let every = args
+        .get("every_seconds")
+        .and_then(|v| v.as_i64().or_else(|| v.as_f64().map(|f| f as i64)))
+        .filter(|s| *s > 0);
+    let (sched, delete_after_run) = if let Some(every) = every {
+        let sched = Schedule {
+            kind: "every".into(),
+            every_ms: Some(every * 1000),
+            ..Default::default()
+        };
+        (sched, false)
+    } else if let Some(expr) = cron_expr {
+        let zone = tz.unwrap_or(ctx.default_tz);
+        if let Err(e) = schedule::check_zone(zone) {
+            return Ok(format!("Error: {e}"));
+        }
+        let sched = Schedule {
+            kind: "cron".into(),
+            expr: Some(expr.into()),
+            tz: Some(zone.into()),
+            ..Default::default()
+        };
+        (sched, false)
+    } else if let Some(at) = text("at") {
+        let at_ms = match parse_at(at, ctx.default_tz) {
+            Ok(ms) => ms,
+            Err(e) => return Ok(e),
+        };
+        let sched = Schedule {
+            kind: "at".into(),
+            at_ms: Some(at_ms),
+            ..Default::default()
+        };
+        (sched, true)
+    } else {
+        return Ok("Error: either every_seconds, cron_expr, or at is required".into());
+    };
+    if let Err(e) = schedule::validate(&sched) {
+        return Ok(format!("Error: {e}"));
+    }
+    let name = text("name")
+        .map(str::to_string)
+        .unwrap_or_else(|| message.chars().take(30).collect());
+    let job = Job {
+        id: store::new_id(),
+        name,
+        enabled: true,
+        state: JobState {
+            next_run_at_ms: schedule::next_run(&sched, now_ms),
+            ..Default::default()
+        },
+        schedule: sched,
+        payload: Payload {
+            kind: AGENT_TURN.into(),
+            message: message.into(),
+            session_key: Some(ctx.session_key.into()),
+            origin_channel: Some(ctx.channel.into()),
+            origin_chat_id: Some(ctx.chat_id.into()),
+            ..Default::default()
+        },
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+        delete_after_run,
+        extra: Default::default(),
+    };
+    let reply = format!("Created job '{}' (id: {})", job.name, job.id);
+    store::update(workspace, |jobs| {
+        jobs.jobs.push(job);
+        (true, ())
+    })?;
+    Ok(reply)
+}
+
+/// Parses an ISO datetime; naive values are in `default_tz`.
+fn parse_at(at: &str, default_tz: &str) -> Result<i64, String> {
+    let invalid = || {
+        format!("Error: invalid ISO datetime format '{at}'. Expected format: YYYY-MM-DDTHH:MM:SS")
+    };
+    if let Ok(aware) = DateTime::parse_from_rfc3339(at) {
+        return Ok(aware.timestamp_millis());
+    }
+    let naive = [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|f| NaiveDateTime::parse_from_str(at, f).ok())
+    .or_else(|| {
+        chrono::NaiveDate::parse_from_str(at, "%Y-%m-%d")
+            .ok()
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+    })
+    .ok_or_else(invalid)?;
+    let zone = schedule::check_zone(default_tz).map_err(|e| format!("Error: {e}"))?;
+    zone.from_local_datetime(&naive)
+        .earliest()
+        .map(|t| t.timestamp_millis())
+        .ok_or_else(invalid)
+}
+
+fn list(workspace: &Path, default_tz: &str) -> anyhow::Result<String> {
+    let jobs = store::load(workspace)?;
+    let enabled: Vec<&Job> = jobs.jobs.iter().filter(|j| j.enabled).collect();
+    if enabled.is_empty() {
+        return Ok("No scheduled jobs.".into());
+    }
+    let mut lines = Vec::new();
+    for job in enabled {
+        let tz = job.schedule.tz.as_deref().unwrap_or(default_tz);
+        let mut parts = vec![format!(
+            "- {} (id: {}, {})",
+            job.name,
+            job.id,
+            timing(&job.schedule, tz)
+        )];
+        if job.payload.kind == SYSTEM_EVENT {
+            let purpose = if job.name == "dream" {
+                "Dream memory consolidation for long-term memory."
+            } else {
+                "System-managed internal job."
+            };
+            parts.push(format!("  Purpose: {purpose}"));
+            parts.push("  Protected: visible for inspection, but cannot be removed.".into());
+        }
+        if let Some(last) = job.state.last_run_at_ms {
+            let mut info = format!(
+                "  Last run: {} — {}",
+                timestamp(last, tz),
+                job.state.last_status.as_deref().unwrap_or("unknown")
+            );
+            if let Some(error) = &job.state.last_error {
+                info.push_str(&format!(" ({error})"));
+            }
+            parts.push(info);
+        }
+        if let Some(next) = job.state.next_run_at_ms.filter(|n| *n != 0) {
+            parts.push(format!("  Next run: {}", timestamp(next, tz)));
+        }
+        lines.push(parts.join("\n"));
+    }
+    Ok(format!("Scheduled jobs:\n{}", lines.join("\n")))
+}
+
+fn remove(workspace: &Path, job_id: Option<&str>) -> anyhow::Result<String> {
+    let Some(job_id) = job_id else {
+        return Ok("Error: job_id is required for remove".into());
+    };
+    store::update(workspace, |jobs| {
+        let Some(index) = jobs.jobs.iter().position(|j| j.id == job_id) else {
+            return (false, format!("Job {job_id} not found"));
+        };
+        let job = &jobs.jobs[index];
+        if job.payload.kind == SYSTEM_EVENT {
+            let text = if job.name == "dream" {
+                "Cannot remove job `dream`.\nThis is a system-managed Dream memory consolidation \
+                 job for long-term memory.\nIt remains visible so you can inspect it, but it \
+                 cannot be removed."
+                    .to_string()
+            } else {
+                format!(
+                    "Cannot remove job `{job_id}`.\nThis is a protected system-managed cron job."
+                )
+            };
+            return (false, text);
+        }
+        jobs.jobs.remove(index);
+        (true, format!("Removed job {job_id}"))
+    })
+}
+
+/// Upstream's timing text: `cron: EXPR (TZ)`, `every 2h|30m|90s|200ms`, `at ISO (TZ)`.
+pub fn timing(schedule: &Schedule, tz: &str) -> String {
+    match schedule.kind.as_str() {
+        "cron" => match &schedule.tz {
+            Some(zone) => format!("cron: {} ({zone})", schedule.expr.as_deref().unwrap_or("")),
+            None => format!("cron: {}", schedule.expr.as_deref().unwrap_or("")),
+        },
+        "every" if schedule.every_ms.is_some_and(|ms| ms != 0) => {
+            let ms = schedule.every_ms.unwrap_or_default();
+            if ms % 3_600_000 == 0 {
+                format!("every {}h", ms / 3_600_000)
+            } else if ms % 60_000 == 0 {
+                format!("every {}m", ms / 60_000)
+            } else if ms % 1000 == 0 {
+                format!("every {}s", ms / 1000)
+            } else {
+                format!("every {ms}ms")
+            }
+        }
+        "at" if schedule.at_ms.is_some_and(|ms| ms != 0) => {
+            format!("at {}", timestamp(schedule.at_ms.unwrap_or_default(), tz))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// `ISO-8601 with offset (TZ)`, as Python's `isoformat()` prints it.
+fn timestamp(ms: i64, tz: &str) -> String {
+    let Some(utc) = Utc.timestamp_millis_opt(ms).single() else {
+        return ms.to_string();
+    };
+    let pattern = if ms.rem_euclid(1000) == 0 {
+        "%Y-%m-%dT%H:%M:%S%:z"
+    } else {
+        "%Y-%m-%dT%H:%M:%S%.6f%:z"
+    };
+    match schedule::check_zone(tz) {
+        Ok(zone) => format!("{} ({tz})", utc.with_timezone(&zone).format(pattern)),
+        Err(_) => format!("{} (UTC)", utc.format(pattern)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat<'a>() -> CallContext<'a> {
+        CallContext {
+            session_key: "telegram:42",
+            channel: "telegram",
+            chat_id: "42",
+            in_cron: false,
+            default_tz: "UTC",
+        }
+    }
+
+    const NOW: i64 = 1_795_000_000_000;
+
+    #[test]
+    fn add_binds_the_job_to_the_chat_and_writes_upstreams_format() {
+        let ws = tempfile::tempdir().unwrap();
+        let args = json!({"action": "add", "message": "stand up and stretch", "cron_expr": "0 8 * * *", "tz": "Europe/Berlin"});
+        let reply = run(ws.path(), &chat(), &args, NOW);
+        let jobs = store::load(ws.path()).unwrap();
+        let job = &jobs.jobs[0];
+        assert_eq!(
+            reply,
+            format!("Created job 'stand up and stretch' (id: {})", job.id)
+        );
+        assert_eq!(job.id.len(), 8);
+        assert_eq!(
+            job.payload.route(),
+            Some(("telegram:42".into(), "telegram".into(), "42".into()))
+        );
+        assert_eq!(job.schedule.tz.as_deref(), Some("Europe/Berlin"));
+        assert!(job.state.next_run_at_ms.unwrap() > NOW);
+
+        let listed = run(ws.path(), &chat(), &json!({"action": "list"}), NOW);
+        assert!(
+            listed.starts_with("Scheduled jobs:\n- stand up and stretch (id: "),
+            "{listed}"
+        );
+        assert!(
+            listed.contains(", cron: 0 8 * * * (Europe/Berlin))"),
+            "{listed}"
+        );
+        assert!(listed.contains("  Next run: 20"), "{listed}");
+        assert!(listed.contains("+01:00 (Europe/Berlin)"), "{listed}");
+
+        let removed = run(
+            ws.path(),
+            &chat(),
+            &json!({"action": "remove", "job_id": job.id}),
+            NOW,
+        );
+        assert_eq!(removed, format!("Removed job {}", job.id));
+        assert_eq!(
+            run(ws.path(), &chat(), &json!({"action": "list"}), NOW),
+            "No scheduled jobs."
+        );
+        assert_eq!(
+            run(
+                ws.path(),
+                &chat(),
+                &json!({"action": "remove", "job_id": "nope"}),
+                NOW
+            ),
+            "Job nope not found"
+        );
+    }
+
+    #[test]
+    fn add_refuses_what_upstream_refuses_with_its_text() {
+        let ws = tempfile::tempdir().unwrap();
+        let cases = [
+            (
+                json!({"action": "add", "every_seconds": 60}),
+                "Error: cron action='add' requires a non-empty 'message' parameter describing what to do when the job triggers (e.g. the reminder text). Retry including message=\"...\".",
+            ),
+            (
+                json!({"action": "add", "message": "m", "every_seconds": 60, "tz": "UTC"}),
+                "Error: tz can only be used with cron_expr",
+            ),
+            (
+                json!({"action": "add", "message": "m", "cron_expr": "0 8 * * *", "tz": "Mars/Base"}),
+                "Error: unknown timezone 'Mars/Base'",
+            ),
+            (
+                json!({"action": "add", "message": "m", "at": "tomorrow"}),
+                "Error: invalid ISO datetime format 'tomorrow'. Expected format: YYYY-MM-DDTHH:MM:SS",
+            ),
+            (
+                json!({"action": "add", "message": "m"}),
+                "Error: either every_seconds, cron_expr, or at is required",
+            ),
+            (
+                json!({"action": "remove"}),
+                "Error: job_id is required for remove",
+            ),
+            (json!({"action": "pause"}), "Unknown action: pause"),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(run(ws.path(), &chat(), &args, NOW), expected, "{args}");
+        }
+        let bad_expr = run(
+            ws.path(),
+            &chat(),
+            &json!({"action": "add", "message": "m", "cron_expr": "99 * * * *"}),
+            NOW,
+        );
+        assert!(
+            bad_expr.starts_with("Error: invalid cron expression '99 * * * *': "),
+            "{bad_expr}"
+        );
+        let no_chat = CallContext {
+            session_key: "",
+            ..chat()
+        };
+        assert_eq!(
+            run(
+                ws.path(),
+                &no_chat,
+                &json!({"action": "add", "message": "m", "every_seconds": 5}),
+                NOW
+            ),
+            "Error: scheduled cron jobs must be created from a chat session"
+        );
+        let in_cron = CallContext {
+            in_cron: true,
+            ..chat()
+        };
+        assert_eq!(
+            run(
+                ws.path(),
+                &in_cron,
+                &json!({"action": "add", "message": "m", "every_seconds": 5}),
+                NOW
+            ),
+            "Error: cannot schedule new jobs from within a cron job execution"
+        );
+        assert!(store::load(ws.path()).unwrap().jobs.is_empty());
+    }
+
+    #[test]
+    fn a_naive_at_is_in_the_agents_zone_and_runs_once() {
+        let ws = tempfile::tempdir().unwrap();
+        let tokyo = CallContext {
+            default_tz: "Asia/Tokyo",
+            ..chat()
+        };
+        let args = json!({"action": "add", "message": "call mum", "at": "2030-01-02T09:30:00"});
+        assert!(run(ws.path(), &tokyo, &args, NOW).starts_with("Created job 'call mum'"));
+        let job = &store::load(ws.path()).unwrap().jobs[0];
+        let expected = DateTime::parse_from_rfc3339("2030-01-02T00:30:00Z")
+            .unwrap()
+            .timestamp_millis();
+        assert_eq!(job.schedule.at_ms, Some(expected));
+        assert!(job.delete_after_run);
+        assert_eq!(
+            timing(&job.schedule, "Asia/Tokyo"),
+            "at 2030-01-02T09:30:00+09:00 (Asia/Tokyo)"
+        );
+    }
+
+    #[test]
+    fn system_jobs_are_listed_but_never_removed() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(ws.path().join("cron")).unwrap();
+        std::fs::write(
+            store::jobs_path(ws.path()),
+            r#"{"version":1,"jobs":[{"id":"dream","name":"dream","schedule":{"kind":"every","everyMs":7200000},
+               "payload":{"kind":"system_event","message":"dream"}}]}"#,
+        )
+        .unwrap();
+        let listed = run(ws.path(), &chat(), &json!({"action": "list"}), NOW);
+        assert_eq!(
+            listed,
+            "Scheduled jobs:\n- dream (id: dream, every 2h)\n  Purpose: Dream memory consolidation for long-term memory.\n  Protected: visible for inspection, but cannot be removed."
+        );
+        assert_eq!(
+            run(
+                ws.path(),
+                &chat(),
+                &json!({"action": "remove", "job_id": "dream"}),
+                NOW
+            ),
+            "Cannot remove job `dream`.\nThis is a system-managed Dream memory consolidation job for long-term memory.\nIt remains visible so you can inspect it, but it cannot be removed."
+        );
+        assert_eq!(store::load(ws.path()).unwrap().jobs.len(), 1);
+    }
+}
