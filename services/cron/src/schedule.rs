@@ -61,8 +61,16 @@ pub fn check_zone(tz: &str) -> Result<Tz, String> {
         .map_err(|_| format!("unknown timezone '{tz}'"))
 }
 
+/// Parses an expression as upstream's croniter reads it: five fields, or six with the
+/// seconds field **last** (croner puts seconds first, so a sixth field is moved to the front).
 fn parse(expr: &str) -> Result<Cron, croner::errors::CronError> {
-    Cron::from_str(expr.trim())
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    match fields.split_last() {
+        Some((seconds, rest)) if fields.len() == 6 => {
+            Cron::from_str(&format!("{seconds} {}", rest.join(" ")))
+        }
+        _ => Cron::from_str(expr.trim()),
+    }
 }
 
 #[cfg(test)]
@@ -102,6 +110,19 @@ mod tests {
             next_run(&tokyo, ms("2026-11-24T00:00:00Z")),
             Some(ms("2026-11-30T00:30:00Z"))
         );
+    }
+
+    #[test]
+    fn a_sixth_field_is_seconds_as_croniter_reads_it() {
+        // croniter: minute hour day month weekday second.
+        let every_two_seconds = cron("* * * * * */2", Some("UTC"));
+        assert_eq!(
+            next_run(&every_two_seconds, ms("2026-01-10T12:00:01Z")),
+            Some(ms("2026-01-10T12:00:02Z"))
+        );
+        let at_ten_past_second_thirty = cron("10 * * * * 30", None);
+        let next = next_run(&at_ten_past_second_thirty, ms("2026-01-10T12:00:00Z")).unwrap();
+        assert_eq!(next.rem_euclid(60_000), 30_000, "second 30");
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod background;
 mod backpressure;
 mod chaos;
 mod cli;
+mod cron;
 mod executors;
 mod fleet_up;
 mod hardening;

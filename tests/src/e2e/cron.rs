@@ -1,0 +1,155 @@
+//! Cron end to end (issue 12): a job made by the `cron` tool in a chat is stored in upstream's
+//! `cron/jobs.json` format, fires into that chat's session with its reply to that chat, and
+//! runs once per scheduled time while the cron leader is SIGKILLed.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use nanobot_proto::OutboundKind;
+
+use super::{TURN, outbound_messages, session_rows};
+use crate::harness::{Fleet, wait_until};
+use crate::scripted_llm::Reply;
+
+const NOTE: &str = "Scheduled instruction: drink water";
+
+/// Fire ids (`<job>:<due ms>`) of the final replies the job's turns sent to chat `remind`.
+async fn fires_answered(fleet: &Fleet, job_id: &str) -> BTreeSet<String> {
+    outbound_messages(fleet)
+        .await
+        .into_iter()
+        .filter(|m| {
+            m.channel == "api"
+                && m.chat_id == "remind"
+                && m.kind == OutboundKind::Final as i32
+                && m.reply_to.starts_with(&format!("{job_id}:"))
+        })
+        .map(|m| m.reply_to)
+        .collect()
+}
+
+/// The reminder turns stored in the chat's session.
+async fn reminder_rows(fleet: &Fleet) -> usize {
+    session_rows(fleet, "default", "api:remind")
+        .await
+        .iter()
+        .filter(|r| r["role"] == "user" && r["content"].as_str().is_some_and(|c| c.contains(NOTE)))
+        .count()
+}
+
+#[tokio::test]
+async fn a_cron_job_made_in_a_chat_fires_into_that_chat_once_per_run_while_the_leader_is_killed() {
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools", "cron", "cron"])
+        .start()
+        .await
+        .unwrap();
+    // Every two seconds (croniter's six-field form: the seconds last), in a non-UTC zone.
+    fleet.llm.push(Reply::tool_calls([(
+        "cron",
+        json!({"action": "add", "message": "drink water", "cron_expr": "* * * * * */2", "tz": "Asia/Tokyo"}),
+    )]));
+    fleet.llm.push(Reply::text("Scheduled."));
+    fleet
+        .llm
+        .when_last_user_contains(NOTE, Reply::text("Time to drink water!"));
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&json!({"session_id": "remind", "messages": [{"role": "user", "content": "remind me to drink water every two seconds"}]}))
+        .timeout(TURN * 2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    // The tool wrote upstream's format, bound to this chat.
+    let jobs_path = fleet.workspace().join("cron/jobs.json");
+    let jobs: Value = serde_json::from_str(&std::fs::read_to_string(&jobs_path).unwrap()).unwrap();
+    let job = &jobs["jobs"][0];
+    assert_eq!(jobs["version"], 1);
+    assert_eq!(job["schedule"]["kind"], "cron");
+    assert_eq!(job["schedule"]["expr"], "* * * * * */2");
+    assert_eq!(job["schedule"]["tz"], "Asia/Tokyo");
+    assert_eq!(job["payload"]["kind"], "agent_turn");
+    assert_eq!(job["payload"]["sessionKey"], "api:remind");
+    assert_eq!(job["payload"]["originChannel"], "api");
+    assert_eq!(job["payload"]["originChatId"], "remind");
+    assert!(job["state"]["nextRunAtMs"].as_i64().is_some());
+    let job_id = job["id"].as_str().unwrap().to_string();
+    let tool_result = fleet.llm.requests()[1].body.to_string();
+    assert!(
+        tool_result.contains(&format!("Created job 'drink water' (id: {job_id})")),
+        "{tool_result}"
+    );
+
+    // A run reaches the chat; then the leader (the replica that fired) dies.
+    let fired = || async { !fires_answered(&fleet, &job_id).await.is_empty() };
+    wait_until(fired, TURN)
+        .await
+        .expect("the job fires into its chat");
+    let leader = fleet
+        .replicas("cron")
+        .into_iter()
+        .find(|r| r.logs().contains("cron job fired"))
+        .expect("a replica fired");
+    leader.sigkill().unwrap();
+    let before = fires_answered(&fleet, &job_id).await.len();
+
+    // The other replica takes over (lease 9 s) and the job goes on.
+    let more = || async { fires_answered(&fleet, &job_id).await.len() >= before + 3 };
+    wait_until(more, Duration::from_secs(60))
+        .await
+        .expect("the standby replica fires after the leader died");
+    // The surviving replica is the one that fired since (the leader is dead).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !fleet
+        .replicas("cron")
+        .into_iter()
+        .any(|r| r.is_running() && r.logs().contains("cron job fired"))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the standby replica took over and fired"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for replica in fleet.replicas("cron") {
+        replica.sigkill().unwrap();
+    }
+
+    // Every run published is answered once: as many reminder turns as runs answered.
+    let settled =
+        || async { reminder_rows(&fleet).await == fires_answered(&fleet, &job_id).await.len() };
+    wait_until(settled, TURN).await.unwrap_or_else(|_| {
+        panic!(
+            "reminder turns and runs differ (a run was doubled or lost)\nagent log:\n{}",
+            fleet.service("agent").log_tail(40)
+        )
+    });
+    let runs = fires_answered(&fleet, &job_id).await;
+    assert_eq!(
+        fleet
+            .llm
+            .requests()
+            .iter()
+            .filter(|r| r.body.to_string().contains(NOTE))
+            .count(),
+        runs.len(),
+        "one model call per run"
+    );
+    let rows = session_rows(&fleet, "default", "api:remind").await;
+    assert!(
+        rows.iter()
+            .any(|r| r["role"] == "assistant" && r["content"] == "Time to drink water!"),
+        "the replies are in the chat's session"
+    );
+    let jobs: Value = serde_json::from_str(&std::fs::read_to_string(&jobs_path).unwrap()).unwrap();
+    let history = jobs["jobs"][0]["state"]["runHistory"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!history.is_empty() && history.iter().all(|r| r["status"] == "ok"));
+}
