@@ -76,6 +76,15 @@ pub enum Command {
         #[command(subcommand)]
         action: crate::pairing::PairingAction,
     },
+    /// Scheduled jobs of a bot: `list`, `add`, `remove ID`, `enable ID`, `run ID`.
+    Cron {
+        /// Bot id (default: the first bot).
+        #[arg(long)]
+        bot: Option<String>,
+        /// What to do.
+        #[command(subcommand)]
+        action: crate::cron::CronAction,
+    },
     /// Exit 0 when `GET <url>` answers 2xx (container health checks).
     Probe {
         /// URL to check.
@@ -199,6 +208,10 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Pairing { bot, action } => {
             let cfg = load(&cli)?;
             crate::pairing::run(&cfg, bot.as_deref(), action).await
+        }
+        Command::Cron { bot, action } => {
+            let cfg = load(&cli)?;
+            crate::cron::run(&cfg, bot.as_deref(), action)
         }
         Command::Probe { url } => {
             let ok = reqwest::Client::new()

@@ -8,10 +8,12 @@
 //! - `fleet`: `up` / `down`.
 //! - `onboard`: config and workspace from `templates/`.
 //! - `pairing`: `nanobot pairing list|approve|revoke` (chat-channel sender approvals).
+//! - `cron`: `nanobot cron list|add|remove|enable|run` (a bot's `cron/jobs.json`).
 #![forbid(unsafe_code)]
 
 pub mod chat;
 pub mod commands;
+pub mod cron;
 pub mod fleet;
 pub mod onboard;
 pub mod pairing;

@@ -310,7 +310,7 @@ pub fn timing(schedule: &Schedule, tz: &str) -> String {
 }
 
 /// `ISO-8601 with offset (TZ)`, as Python's `isoformat()` prints it.
-fn timestamp(ms: i64, tz: &str) -> String {
+pub fn timestamp(ms: i64, tz: &str) -> String {
     let Some(utc) = Utc.timestamp_millis_opt(ms).single() else {
         return ms.to_string();
     };
