@@ -301,6 +301,8 @@ pub struct CronFire {
     /// Channel metadata of the origin chat (thread ids, ...), a JSON object.
     #[prost(string, tag = "13")]
     pub origin_metadata_json: ::prost::alloc::string::String,
+    #[prost(enumeration = "CronFireKind", tag = "14")]
+    pub kind: i32,
 }
 /// What a memory job does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
@@ -350,6 +352,35 @@ impl MemoryJobKind {
             "MEMORY_JOB_KIND_DREAM_LOG" => Some(Self::DreamLog),
             "MEMORY_JOB_KIND_DREAM_RESTORE" => Some(Self::DreamRestore),
             "MEMORY_JOB_KIND_DREAM_PROMPT" => Some(Self::DreamPrompt),
+            _ => None,
+        }
+    }
+}
+/// What a cron fire asks the agent to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum CronFireKind {
+    /// Run the job's message as a turn.
+    AgentTurn = 0,
+    /// The `heartbeat` system job: run `HEARTBEAT.md`'s active tasks, report through the gate.
+    Heartbeat = 1,
+}
+impl CronFireKind {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::AgentTurn => "CRON_FIRE_KIND_AGENT_TURN",
+            Self::Heartbeat => "CRON_FIRE_KIND_HEARTBEAT",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "CRON_FIRE_KIND_AGENT_TURN" => Some(Self::AgentTurn),
+            "CRON_FIRE_KIND_HEARTBEAT" => Some(Self::Heartbeat),
             _ => None,
         }
     }

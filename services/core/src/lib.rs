@@ -14,6 +14,7 @@
 //! - [`runner`]: the LLM/tool loop; [`hooks`]: its lifecycle hooks; [`checkpoint`]: crash
 //!   recovery of interrupted turns.
 //! - [`memory`]: `memory/history.jsonl` and the raw archive format.
+//! - [`heartbeat`]: the heartbeat's rules (active tasks, target chat, prompt, notification gate).
 //! - [`pairing`]: pairing codes and approvals of chat-channel senders (Redis, per bot).
 #![forbid(unsafe_code)]
 
@@ -21,6 +22,7 @@ pub mod args;
 pub mod attachment;
 pub mod checkpoint;
 pub mod context;
+pub mod heartbeat;
 pub mod history;
 pub mod hooks;
 pub mod memory;

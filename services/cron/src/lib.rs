@@ -21,9 +21,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use nanobot_proto::{CronFire, subjects};
+use nanobot_proto::{CronFire, CronFireKind, subjects};
 use nanobot_runtime::bus::{self, Bus};
-use nanobot_runtime::config::Config;
+use nanobot_runtime::config::{Config, HeartbeatConfig};
 use nanobot_runtime::service;
 
 use crate::store::JobsFile;
@@ -85,7 +85,13 @@ async fn on_tick(
 async fn fire_due(cfg: &Config, bus: &Bus) {
     let now = store::now_ms();
     for bot in cfg.bots() {
-        let due = match store::update(&bot.workspace, |file| due_fires(&bot.id, file, now)) {
+        let heartbeat = &cfg.gateway.heartbeat;
+        let due = store::update(&bot.workspace, |file| {
+            let registered = register_heartbeat(file, heartbeat, now);
+            let (changed, due) = due_fires(&bot.id, file, now);
+            (registered || changed, due)
+        });
+        let due = match due {
             Ok(due) => due,
             Err(e) => {
                 tracing::warn!(bot = %bot.id, error = %e, "failed to read cron jobs");
@@ -116,10 +122,12 @@ fn due_fires(bot: &str, file: &mut JobsFile, now: i64) -> (bool, Vec<CronFire>) 
     let mut changed = false;
     let mut fires = Vec::new();
     for job in file.jobs.iter_mut().filter(|j| j.enabled) {
-        // System jobs (`dream`, `heartbeat`) belong to the roles that run them.
-        if job.payload.kind == store::SYSTEM_EVENT {
-            continue;
-        }
+        // Of the system jobs, the heartbeat runs on the agents; `dream` is the memory role's.
+        let kind = match (job.payload.kind.as_str(), job.id.as_str()) {
+            (store::SYSTEM_EVENT, HEARTBEAT_JOB) => CronFireKind::Heartbeat,
+            (store::SYSTEM_EVENT, _) => continue,
+            _ => CronFireKind::AgentTurn,
+        };
         let Some(due) = job.state.next_run_at_ms else {
             let next = schedule::next_run(&job.schedule, now);
             if next.is_some() {
@@ -147,9 +155,48 @@ fn due_fires(bot: &str, file: &mut JobsFile, now: i64) -> (bool, Vec<CronFire>) 
             origin_chat_id,
             origin_metadata_json: serde_json::to_string(&job.payload.origin_metadata)
                 .unwrap_or_default(),
+            kind: kind as i32,
         });
     }
     (changed, fires)
+}
+
+/// Id and name of the protected heartbeat job, as upstream registers it.
+pub const HEARTBEAT_JOB: &str = "heartbeat";
+
+/// Keeps the protected `heartbeat` job as `gateway.heartbeat` says (every `intervalS`; absent
+/// when disabled), as upstream registers it at start; reports whether the file changed.
+fn register_heartbeat(file: &mut JobsFile, cfg: &HeartbeatConfig, now: i64) -> bool {
+    let at = file.jobs.iter().position(|j| j.id == HEARTBEAT_JOB);
+    let every_ms = i64::try_from(cfg.interval_s.max(1)).unwrap_or(i64::MAX / 1000) * 1000;
+    match (at, cfg.enabled) {
+        (Some(i), false) => {
+            file.jobs.remove(i);
+            true
+        }
+        (None, false) => false,
+        (Some(i), true) if file.jobs[i].schedule.every_ms == Some(every_ms) => false,
+        (at, true) => {
+            let schedule = store::Schedule {
+                kind: "every".into(),
+                every_ms: Some(every_ms),
+                ..Default::default()
+            };
+            let mut job: store::Job = serde_json::from_value(serde_json::json!({
+                "id": HEARTBEAT_JOB, "name": HEARTBEAT_JOB, "schedule": {"kind": "every"},
+                "payload": {"kind": store::SYSTEM_EVENT},
+                "createdAtMs": now, "updatedAtMs": now,
+            }))
+            .expect("a valid job");
+            job.state.next_run_at_ms = schedule::next_run(&schedule, now);
+            job.schedule = schedule;
+            match at {
+                Some(i) => file.jobs[i] = job,
+                None => file.jobs.push(job),
+            }
+            true
+        }
+    }
 }
 
 /// Records a published fire: the run joins the history, an `at` job is deleted (or disabled),
@@ -252,6 +299,38 @@ mod tests {
         assert_eq!(file.jobs[0].id, "kept");
         assert!(!file.jobs[0].enabled);
         assert_eq!(file.jobs[0].state.run_history.len(), 1);
+    }
+
+    #[test]
+    fn the_heartbeat_job_is_registered_protected_and_fired_as_a_heartbeat() {
+        let mut file = JobsFile::default();
+        let cfg = HeartbeatConfig {
+            enabled: true,
+            interval_s: 60,
+            keep_recent_messages: 8,
+        };
+        assert!(register_heartbeat(&mut file, &cfg, 1_000));
+        assert!(!register_heartbeat(&mut file, &cfg, 2_000), "idempotent");
+        let job = &file.jobs[0];
+        assert_eq!(
+            (job.id.as_str(), job.payload.kind.as_str()),
+            ("heartbeat", store::SYSTEM_EVENT)
+        );
+        assert_eq!(job.state.next_run_at_ms, Some(61_000));
+        let (_, fires) = due_fires("b", &mut file, 61_000);
+        assert_eq!(fires[0].kind(), CronFireKind::Heartbeat);
+        let longer = HeartbeatConfig {
+            interval_s: 120,
+            ..cfg.clone()
+        };
+        assert!(register_heartbeat(&mut file, &longer, 3_000));
+        assert_eq!(file.jobs[0].schedule.every_ms, Some(120_000));
+        let off = HeartbeatConfig {
+            enabled: false,
+            ..cfg
+        };
+        assert!(register_heartbeat(&mut file, &off, 4_000));
+        assert!(file.jobs.is_empty());
     }
 
     #[test]

@@ -68,7 +68,12 @@ async fn a_cron_job_made_in_a_chat_fires_into_that_chat_once_per_run_while_the_l
     // The tool wrote upstream's format, bound to this chat.
     let jobs_path = fleet.workspace().join("cron/jobs.json");
     let jobs: Value = serde_json::from_str(&std::fs::read_to_string(&jobs_path).unwrap()).unwrap();
-    let job = &jobs["jobs"][0];
+    let job = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["payload"]["kind"] == "agent_turn")
+        .expect("the tool's job");
     assert_eq!(jobs["version"], 1);
     assert_eq!(job["schedule"]["kind"], "cron");
     assert_eq!(job["schedule"]["expr"], "* * * * * */2");
@@ -147,7 +152,12 @@ async fn a_cron_job_made_in_a_chat_fires_into_that_chat_once_per_run_while_the_l
         "the replies are in the chat's session"
     );
     let jobs: Value = serde_json::from_str(&std::fs::read_to_string(&jobs_path).unwrap()).unwrap();
-    let history = jobs["jobs"][0]["state"]["runHistory"]
+    let ours = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"] == job_id.as_str());
+    let history = ours.unwrap()["state"]["runHistory"]
         .as_array()
         .unwrap()
         .clone();

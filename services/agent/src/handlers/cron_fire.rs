@@ -8,11 +8,13 @@ use async_nats::jetstream;
 use prost::Message as _;
 use tracing::Instrument as _;
 
-use nanobot_proto::{CronFire, keys};
+use nanobot_core::session::SessionStore;
+use nanobot_proto::{CronFire, CronFireKind, keys};
 use nanobot_runtime::telemetry;
 
 use super::session::{self, Until};
 use super::{Deps, keep_alive, terminate};
+use crate::bots::Bot;
 use crate::outbox::{self, Outbox};
 use crate::turn::{TurnCtx, TurnInput};
 
@@ -25,12 +27,14 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     let Some(bot) = super::bot(deps, &fire.bot).cloned() else {
         return terminate(&msg, &format!("unknown bot {:?}", fire.bot)).await;
     };
+    if fire.kind() == CronFireKind::Heartbeat {
+        return super::heartbeat::handle(deps, &bot, &msg, &fire).await;
+    }
     let route = Route::of(&fire);
     let session_key = route.session_key.clone();
     let span = tracing::info_span!("cron_turn", session_id = %session_key, job_id = %fire.job_id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
-        let marker = keys::inbound_seen(&fire.bot, &session_key, &fire.id);
         let input = TurnInput {
             id: fire.id.clone(),
             channel: route.channel.clone(),
@@ -50,33 +54,59 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             session_key: session_key.clone(),
         };
         let alive = keep_alive(&msg, deps.ack_wait());
-        let outcome = async {
-            while let Some((lease, permit)) =
-                session::acquire(deps, &bot, &session_key, Until::Seen(&marker)).await?
-            {
-                let sessions = bot.sessions.fenced(lease.fence());
-                let ran = async {
-                    outbox::flush(&deps.js, &sessions, &session_key).await?;
-                    let ctx = TurnCtx {
-                        sessions: &sessions,
-                        seq: None,
-                        follow_ups: None,
-                    };
-                    session::guarded(deps, &bot, ctx, &lease, &input, &outbox).await
-                }
-                .await;
-                lease.release().await;
-                drop(permit);
-                ran?;
-            }
-            anyhow::Ok(())
-        }
-        .await;
+        let outcome = run_once(deps, &bot, &input, &outbox, None).await;
         alive.abort();
         session::settle(deps, &msg, outcome).await;
     }
     .instrument(span)
     .await;
+}
+
+/// Runs `input` as a turn of its session under the session's lease, unless a turn with its id
+/// was already answered there; with `keep`, first trims the session to its last `keep` rows
+/// (from a user row).
+pub(super) async fn run_once(
+    deps: &Deps,
+    bot: &Bot,
+    input: &TurnInput,
+    outbox: &Outbox,
+    keep: Option<usize>,
+) -> anyhow::Result<()> {
+    let session_key = &input.session_key;
+    let marker = keys::inbound_seen(&bot.spec.id, session_key, &input.id);
+    while let Some((lease, permit)) =
+        session::acquire(deps, bot, session_key, Until::Seen(&marker)).await?
+    {
+        let sessions = bot.sessions.fenced(lease.fence());
+        let ran = async {
+            outbox::flush(&deps.js, &sessions, session_key).await?;
+            if let Some(keep) = keep {
+                trim(&sessions, session_key, keep).await?;
+            }
+            let ctx = TurnCtx {
+                sessions: &sessions,
+                seq: None,
+                follow_ups: None,
+            };
+            session::guarded(deps, bot, ctx, &lease, input, outbox).await
+        }
+        .await;
+        lease.release().await;
+        drop(permit);
+        ran?;
+    }
+    Ok(())
+}
+
+/// Keeps the last `keep` rows of a session (starting at a user row).
+async fn trim(sessions: &SessionStore, key: &str, keep: usize) -> anyhow::Result<()> {
+    let session = sessions.load(key).await?;
+    let from = nanobot_core::heartbeat::retain_from(&session.messages, keep);
+    if from > 0 {
+        sessions.clear(key).await?;
+        sessions.append(key, &session.messages[from..]).await?;
+    }
+    Ok(())
 }
 
 /// Where a fire's turn runs and where its reply goes.

@@ -2,6 +2,7 @@
 //! holds what both share: waiting for a session's lease and draining its mailbox.
 
 pub mod cron_fire;
+pub mod heartbeat;
 pub mod inbound;
 pub mod session;
 

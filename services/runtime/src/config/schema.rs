@@ -204,6 +204,30 @@ impl ApiConfig {
     }
 }
 
+/// `gateway.heartbeat`: the protected cron job that runs `HEARTBEAT.md`'s active tasks.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HeartbeatConfig {
+    /// Register the `heartbeat` job. Default true.
+    pub enabled: bool,
+    /// Seconds between beats. Default 1800.
+    #[serde(alias = "interval_s")]
+    pub interval_s: u64,
+    /// Rows of the `heartbeat` session kept between beats. Default 8.
+    #[serde(alias = "keep_recent_messages")]
+    pub keep_recent_messages: usize,
+}
+
+impl Default for HeartbeatConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval_s: 1800,
+            keep_recent_messages: 8,
+        }
+    }
+}
+
 /// `gateway` section.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
@@ -212,7 +236,9 @@ pub struct GatewayConfig {
     pub host: String,
     /// Health endpoint port. Default 18790.
     pub port: u16,
-    /// Other upstream keys (`restartMode`, `heartbeat`), kept as given.
+    /// The heartbeat.
+    pub heartbeat: HeartbeatConfig,
+    /// Other upstream keys (`restartMode`, …), kept as given.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
 }
@@ -222,6 +248,7 @@ impl Default for GatewayConfig {
         Self {
             host: "127.0.0.1".into(),
             port: 18790,
+            heartbeat: HeartbeatConfig::default(),
             extra: BTreeMap::new(),
         }
     }

@@ -3,6 +3,7 @@
 
 mod chat;
 mod delivery;
+mod heartbeat;
 
 use serde_json::{Value, json};
 

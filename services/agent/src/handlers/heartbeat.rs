@@ -1,0 +1,160 @@
+//! The heartbeat (the protected `heartbeat` cron job), as upstream: when `HEARTBEAT.md` has
+//! active tasks and the bot has a chat to report to, the tasks run as a turn of the `heartbeat`
+//! session (its reply goes nowhere), then the notification gate (one LLM call that must call
+//! `evaluate_notification`) decides whether the answer is sent to that chat, where it is also
+//! recorded as an assistant row marked `_channel_delivery`.
+//!
+//! Across runners: the turn runs once per fire (the session's lease and its seen-marker); a
+//! runner that dies after it leaves the fire unacknowledged, and the next runner asks the
+//! gate again about the answer already in the session. The delivery is a JetStream message
+//! with an id derived from the fire, and its session row is written once (its own marker).
+
+use async_nats::jetstream;
+use redis::AsyncCommands as _;
+use serde_json::{Value, json};
+use tracing::Instrument as _;
+
+use nanobot_core::heartbeat::{self, SESSION};
+use nanobot_core::provider::ChatRequest;
+use nanobot_core::session::now_iso;
+use nanobot_proto::{CronFire, OutboundKind, keys};
+
+use super::{Deps, keep_alive, session};
+use crate::bots::Bot;
+use crate::outbox::Outbox;
+use crate::turn::TurnInput;
+
+/// Completion cap of the gate call (upstream's evaluator).
+const GATE_MAX_TOKENS: u32 = 256;
+
+/// Handles one heartbeat fire.
+pub async fn handle(deps: &Deps, bot: &Bot, msg: &jetstream::Message, fire: &CronFire) {
+    let span = tracing::info_span!("heartbeat", job_id = %fire.id, session_id = SESSION);
+    async {
+        let alive = keep_alive(msg, deps.ack_wait());
+        let outcome = beat(deps, bot, fire).await;
+        alive.abort();
+        session::settle(deps, msg, outcome).await;
+    }
+    .instrument(span)
+    .await;
+}
+
+async fn beat(deps: &Deps, bot: &Bot, fire: &CronFire) -> anyhow::Result<()> {
+    let path = bot.spec.workspace.join("HEARTBEAT.md");
+    let Ok(content) = tokio::fs::read_to_string(&path).await else {
+        tracing::debug!("heartbeat: HEARTBEAT.md missing");
+        return Ok(());
+    };
+    if !heartbeat::has_active_tasks(&content) {
+        tracing::debug!("heartbeat: HEARTBEAT.md has no active tasks");
+        return Ok(());
+    }
+    let Some((channel, chat_id)) = target(deps, bot).await? else {
+        tracing::info!("heartbeat: no chat to report to, skipped");
+        return Ok(());
+    };
+    let prompt = heartbeat::prompt(&content);
+    let input = TurnInput {
+        id: fire.id.clone(),
+        channel: channel.clone(),
+        chat_id: chat_id.clone(),
+        content: prompt.clone(),
+        media: Vec::new(),
+        session_key: SESSION.into(),
+        stream: false,
+        in_cron: true,
+    };
+    // The turn's own reply goes to no chat: only the gate may let it through.
+    let nowhere = Outbox {
+        js: deps.js.clone(),
+        bot: bot.spec.id.clone(),
+        channel: SESSION.into(),
+        chat_id: SESSION.into(),
+        reply_to: fire.id.clone(),
+        session_key: SESSION.into(),
+    };
+    let keep = deps.cfg.gateway.heartbeat.keep_recent_messages;
+    super::cron_fire::run_once(deps, bot, &input, &nowhere, Some(keep)).await?;
+
+    let Some(response) = last_answer(&bot.sessions.load(SESSION).await?.messages) else {
+        return Ok(());
+    };
+    if !gate(bot, &prompt, &response).await {
+        tracing::info!("heartbeat: silenced by post-run evaluation");
+        return Ok(());
+    }
+    tracing::info!(channel = %channel, "heartbeat: completed, delivering response");
+    let delivery = format!("{}:notify", fire.id);
+    let target_key = format!("{channel}:{chat_id}");
+    let recorded = keys::inbound_seen(&bot.spec.id, &target_key, &delivery);
+    if !deps.seen(&recorded).await {
+        let row = json!({"role": "assistant", "content": response, "timestamp": now_iso(), "_channel_delivery": true});
+        bot.sessions.append(&target_key, &[row]).await?;
+        deps.mark_seen(&recorded).await;
+    }
+    let outbox = Outbox {
+        js: deps.js.clone(),
+        bot: bot.spec.id.clone(),
+        channel,
+        chat_id,
+        reply_to: delivery,
+        session_key: target_key,
+    };
+    outbox.send(OutboundKind::Final, &response, 0).await?;
+    Ok(())
+}
+
+/// The most recently active chat of an enabled chat channel of `bot`.
+async fn target(deps: &Deps, bot: &Bot) -> anyhow::Result<Option<(String, String)>> {
+    let enabled: Vec<String> = deps
+        .cfg
+        .telegram_bots()
+        .iter()
+        .filter(|t| t.bot == bot.spec.id)
+        .map(|_| "telegram".to_string())
+        .collect();
+    if enabled.is_empty() {
+        return Ok(None);
+    }
+    let mut conn = deps.redis.clone();
+    let mut sessions = Vec::new();
+    for key in bot.sessions.list().await? {
+        let updated: Option<String> = conn
+            .hget(keys::session_meta(&bot.spec.id, &key), "updated_at")
+            .await?;
+        sessions.push((key, updated.unwrap_or_default()));
+    }
+    Ok(heartbeat::pick_target(&sessions, &enabled))
+}
+
+/// The text of the last assistant row with content.
+fn last_answer(rows: &[Value]) -> Option<String> {
+    rows.iter()
+        .rev()
+        .filter(|r| r.get("role").and_then(Value::as_str) == Some("assistant"))
+        .find_map(|r| r.get("content").and_then(Value::as_str))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+}
+
+/// Asks the notification gate; any failure is silence (upstream fails closed).
+async fn gate(bot: &Bot, task: &str, response: &str) -> bool {
+    let request = ChatRequest {
+        model: bot.target.model.clone(),
+        messages: heartbeat::gate_messages(task, response),
+        tools: vec![heartbeat::gate_tool()],
+        max_tokens: GATE_MAX_TOKENS,
+        temperature: 0.0,
+        reasoning_effort: None,
+        tool_choice: None,
+    };
+    match bot.provider.chat_with_retry(&request, None).await {
+        Ok(answer) => heartbeat::gate_says_notify(&answer),
+        Err(e) => {
+            tracing::warn!(error = %e, "heartbeat: notification gate failed, staying silent");
+            false
+        }
+    }
+}
