@@ -156,7 +156,7 @@ impl SessionStore {
     /// key still names this session's fence so the script's keys share one slot).
     fn token(&self, key: &str) -> (String, String) {
         match &self.fence {
-            Some(f) => (f.key.clone(), f.token.to_string()),
+            Some(f) => (f.key.clone(), f.token.clone()),
             None => (keys::session_fence(&self.bot, key), String::new()),
         }
     }

@@ -3,10 +3,11 @@
 //! lock and the Telegram poller all use it, so there is one compare-and-delete, one renewal
 //! rule and one fencing rule.
 //!
-//! Taking a lease is `SET NX PX` plus `INCR` of its fence counter, in one script; the counter's
-//! value is the holder's fencing token. Writes guarded by the lease check that the counter
-//! still equals the token (see [`Fence`]), so a holder that lost its lease (paused,
-//! partitioned, presumed dead) changes nothing. A holder renews every third of the TTL; a
+//! Taking a lease is `SET NX PX` plus a new value of its fence key, in one script: a counter and
+//! a random nonce (`<n>:<nonce>`), the holder's fencing token. Writes guarded by the lease
+//! check that the fence still equals the token (see [`Fence`]), so a holder that lost its
+//! lease (paused, partitioned, presumed dead) changes nothing. The nonce keeps tokens unique
+//! even when a Redis failover loses the latest fence write and the counter repeats. A holder renews every third of the TTL; a
 //! holder that dies is replaced once the TTL ends.
 
 use std::sync::LazyLock;
@@ -19,11 +20,14 @@ use tokio_util::sync::CancellationToken;
 /// The shortest lease time accepted (shorter values are raised to it).
 pub const MIN_TTL: Duration = Duration::from_millis(300);
 
-/// Takes the lease when free: KEYS lease, fence; ARGV holder, ttl ms → the token, or 0.
+/// Takes the lease when free: KEYS lease, fence; ARGV holder, ttl ms, nonce → the token
+/// (`<n>:<nonce>`, n one more than the fence's), or `''`.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-         local t = redis.call('INCR', KEYS[2])
+        "if redis.call('EXISTS', KEYS[1]) == 1 then return '' end
+         local n = tonumber(string.match(redis.call('GET', KEYS[2]) or '0', '^%d+')) or 0
+         local t = (n + 1) .. ':' .. ARGV[3]
+         redis.call('SET', KEYS[2], t)
          redis.call('SET', KEYS[1], ARGV[1] .. '|' .. t, 'PX', ARGV[2])
          return t",
     )
@@ -61,11 +65,17 @@ static SET_FENCED: LazyLock<Script> = LazyLock::new(|| {
 pub struct Fence {
     /// The fence counter key.
     pub key: String,
-    /// The token.
-    pub token: u64,
+    /// The token (`<n>:<nonce>`).
+    pub token: String,
 }
 
 impl Fence {
+    /// Returns the counter part of the token (it grows with every lease taken).
+    pub fn counter(&self) -> u64 {
+        let digits = self.token.split(':').next().unwrap_or_default();
+        digits.parse().unwrap_or(0)
+    }
+
     /// Sets `key` to `value` only while this token is still the fence's current one; returns
     /// whether it was written (false: another holder took the lease since).
     pub async fn set(&self, redis: &Store, key: &str, value: &str) -> redis::RedisResult<bool> {
@@ -73,7 +83,7 @@ impl Fence {
         let written: i64 = SET_FENCED
             .key(&self.key)
             .key(key)
-            .arg(self.token)
+            .arg(&self.token)
             .arg(value)
             .invoke_async(&mut conn)
             .await?;
@@ -141,17 +151,19 @@ impl Leases {
         let key = key.into();
         let fence_key = fence_key.into();
         let mut conn = self.redis.clone();
-        let token: u64 = ACQUIRE
+        let token: String = ACQUIRE
             .key(&key)
             .key(&fence_key)
             .arg(&self.holder)
             .arg(ttl_ms(self.ttl))
+            .arg(uuid::Uuid::new_v4().simple().to_string())
             .invoke_async(&mut conn)
             .await?;
-        if token == 0 {
+        if token.is_empty() {
             return Ok(None);
         }
-        // A fencing token lost in a failover could be handed out twice.
+        // Keep the new fence across a failover where possible (the nonce keeps a token lost
+        // anyway from being handed out twice).
         self.redis.replicate(&fence_key).await;
         let value = format!("{}|{token}", self.holder);
         let lost = CancellationToken::new();

@@ -61,7 +61,7 @@ async fn a_held_lease_cannot_be_taken_and_after_release_the_next_holder_gets_a_l
     );
     let other = b.try_acquire(BOT, "cli:other").await.unwrap();
     assert!(other.is_some(), "another session's lease is independent");
-    let first = held.fence().token;
+    let first = held.fence().counter();
     held.release().await;
     let next = b
         .try_acquire(BOT, SESSION)
@@ -69,7 +69,7 @@ async fn a_held_lease_cannot_be_taken_and_after_release_the_next_holder_gets_a_l
         .unwrap()
         .expect("released");
     assert!(
-        next.fence().token > first,
+        next.fence().counter() > first,
         "{} > {first}",
         next.fence().token
     );
@@ -87,7 +87,7 @@ async fn a_renewed_lease_outlives_its_ttl_and_an_abandoned_one_expires_to_anothe
         "the holder's renewals keep the lease past its TTL"
     );
     assert!(!held.lost().is_cancelled());
-    let first = held.fence().token;
+    let first = held.fence().counter();
 
     // The holder stops renewing (its process froze or died): dropping aborts the renewer.
     drop(held);
@@ -101,7 +101,61 @@ async fn a_renewed_lease_outlives_its_ttl_and_an_abandoned_one_expires_to_anothe
         waited >= TTL / 2 && waited < TTL * 4,
         "taken {waited:?} after the last renewal (TTL {TTL:?})"
     );
-    assert!(next.fence().token > first);
+    assert!(next.fence().counter() > first);
+}
+
+#[tokio::test]
+async fn a_fence_rolled_back_by_a_failover_still_stops_the_old_holder() {
+    let (_redis, conn) = redis().await;
+    let a = Leases::new(conn.clone(), "runner-a", Duration::from_secs(5));
+    let b = Leases::new(conn.clone(), "runner-b", Duration::from_secs(5));
+    let before: String = redis::cmd("GET")
+        .arg(keys::session_fence(BOT, SESSION))
+        .query_async(&mut conn.clone())
+        .await
+        .unwrap_or_default();
+    let held = a.try_acquire(BOT, SESSION).await.unwrap().expect("free");
+    // A failover loses the lease and the fence's latest value: the promoted replica had
+    // neither, so the next holder's counter repeats the old holder's.
+    let mut raw = conn.clone();
+    let _: () = redis::cmd("DEL")
+        .arg(keys::session_lease(BOT, SESSION))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(keys::session_fence(BOT, SESSION))
+        .arg(if before.is_empty() {
+            "0".to_string()
+        } else {
+            before
+        })
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let next = b
+        .try_acquire(BOT, SESSION)
+        .await
+        .unwrap()
+        .expect("taken over");
+    assert_eq!(
+        next.fence().counter(),
+        held.fence().counter(),
+        "the counter repeats"
+    );
+    assert_ne!(next.fence().token, held.fence().token, "the token does not");
+    let stale = held
+        .fence()
+        .set(&conn, "nanobot:test:fenced", "old")
+        .await
+        .unwrap();
+    assert!(!stale, "the old holder's fenced write is refused");
+    assert!(
+        next.fence()
+            .set(&conn, "nanobot:test:fenced", "new")
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test]
