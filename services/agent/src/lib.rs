@@ -14,6 +14,7 @@
 //!   by the memory workers.
 //! - `turn_hook`: stream deltas, progress and tool hints; `checkpoints`: turn state in Redis.
 //! - `outbox`: publishing replies, and replies committed but not yet published.
+//! - `message_tool`: the `message` tool, served by the runner (it acts on the turn's delivery).
 #![forbid(unsafe_code)]
 
 pub mod bots;
@@ -23,6 +24,7 @@ pub mod handlers;
 pub mod lease;
 pub mod mailbox;
 pub mod memory_jobs;
+pub mod message_tool;
 pub mod outbox;
 pub mod stop;
 pub mod turn;

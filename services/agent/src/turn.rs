@@ -14,6 +14,8 @@ use nanobot_core::resolve;
 use nanobot_core::runner::{self, Injections, RunDeps, RunSpec};
 use nanobot_core::session::{Commit, SessionStore, meta, now_iso};
 use nanobot_core::tools::ToolScope;
+
+use crate::message_tool::{self, TurnTools};
 use nanobot_proto::{OutboundKind, keys};
 
 use crate::bots::Bot;
@@ -253,7 +255,16 @@ pub async fn run(
         ctx.follow_ups,
     );
 
-    let specs = bot.tools.specs().await;
+    let mut specs = bot.tools.specs().await;
+    specs.push(message_tool::spec());
+    let channels = cfg
+        .telegram_bots()
+        .iter()
+        .filter(|t| t.bot == bot.spec.id)
+        .map(|_| "telegram".to_string())
+        .collect();
+    let quiet = input.session_key == nanobot_core::heartbeat::SESSION;
+    let tools = TurnTools::new(&bot.tools, outbox, &bot.spec.workspace, channels, quiet);
     let gates = Gates {
         stream: input.stream,
         progress: cfg.channels.send_progress,
@@ -268,7 +279,7 @@ pub async fn run(
     ]);
     let deps_run = RunDeps {
         model: &bot.provider,
-        tools: &bot.tools,
+        tools: &tools,
         specs: &specs,
         hook: &hook,
         checkpoints: Some(&sink),
@@ -319,11 +330,17 @@ pub async fn run(
             );
         })
         .await;
+    // The `message` tool already answered this chat: the final text is not sent again.
+    let answered = tools.sent_to_current_chat() && result.injected == 0;
     let reply = Reply {
         rows,
         metadata: Some(metadata),
         streamed,
-        ..Reply::text(&result.content)
+        ..if answered {
+            Reply::default()
+        } else {
+            Reply::text(&result.content)
+        }
     };
     finish(deps, ctx, input, outbox, reply).await
 }

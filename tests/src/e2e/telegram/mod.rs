@@ -4,6 +4,7 @@
 mod chat;
 mod delivery;
 mod heartbeat;
+mod message;
 
 use serde_json::{Value, json};
 

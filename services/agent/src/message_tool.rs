@@ -1,0 +1,217 @@
+//! The `message` tool, served by the runner itself (it acts on the turn's delivery): sends a
+//! message, with optional workspace files, to the current chat or to any chat of a configured
+//! channel, as upstream. A message to the current chat marks the turn "sent", so its final
+//! reply is not sent again. Every other tool goes to the executors.
+//!
+//! A message is a JetStream outbound message with a delivery id made of the turn's id and the
+//! tool call's id, so a turn redone after a crash does not send it twice.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::{Value, json};
+
+use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
+use nanobot_proto::{OutboundKind, OutboundMessage, ToolSpec};
+
+use crate::outbox::{self, Outbox};
+
+/// The tool's name.
+pub const NAME: &str = "message";
+
+/// Returns the tool's spec.
+pub fn spec() -> ToolSpec {
+    let parameters = json!({
+        "type": "object",
+        "properties": {
+            "content": {"type": "string", "description": "The message content to send"},
+            "channel": {"type": "string", "description": "Optional: target channel (telegram, discord, etc.)"},
+            "chat_id": {"type": "string", "description": "Optional: target chat/user ID"},
+            "media": {"type": "array", "items": {"type": "string"}, "description": "Optional: list of file paths to attach (images, audio, documents)"}
+        },
+        "required": ["content"]
+    });
+    ToolSpec {
+        name: NAME.into(),
+        description: "Send a message to the user, optionally with file attachments. Use this \
+                      when you want to communicate something."
+            .into(),
+        parameters_json: parameters.to_string(),
+        read_only: false,
+    }
+}
+
+/// The executors plus the `message` tool for one turn.
+pub struct TurnTools<'a> {
+    /// The executors.
+    pub inner: &'a dyn ToolExecutor,
+    /// The turn's delivery (bot, current chat, the id replies answer).
+    pub outbox: &'a Outbox,
+    /// The bot's workspace (attachments must be inside it).
+    pub workspace: &'a Path,
+    /// Channels a message may go to.
+    pub channels: Vec<String>,
+    /// Messages are not delivered (the heartbeat: only its gate may speak).
+    pub quiet: bool,
+    sent_here: AtomicBool,
+}
+
+impl<'a> TurnTools<'a> {
+    /// Returns the tools of a turn.
+    pub fn new(
+        inner: &'a dyn ToolExecutor,
+        outbox: &'a Outbox,
+        workspace: &'a Path,
+        channels: Vec<String>,
+        quiet: bool,
+    ) -> Self {
+        Self {
+            inner,
+            outbox,
+            workspace,
+            channels,
+            quiet,
+            sent_here: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a message went to the turn's own chat.
+    pub fn sent_to_current_chat(&self) -> bool {
+        self.sent_here.load(Ordering::Relaxed)
+    }
+
+    async fn send(&self, call_id: &str, arguments: &str) -> Result<String, String> {
+        let args: Value = serde_json::from_str(arguments)
+            .map_err(|e| format!("Error: invalid arguments for message: {e}"))?;
+        let text = |k: &str| {
+            args.get(k)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+        };
+        let content = args
+            .get("content")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let channel = text("channel").unwrap_or(&self.outbox.channel).to_string();
+        let chat_id = text("chat_id").unwrap_or(&self.outbox.chat_id).to_string();
+        if channel.is_empty() || chat_id.is_empty() {
+            return Err("Error: No target channel/chat specified".into());
+        }
+        let current = channel == self.outbox.channel && chat_id == self.outbox.chat_id;
+        if !current && !self.channels.iter().any(|c| *c == channel) {
+            return Err(format!("Error: Channel '{channel}' not available"));
+        }
+        let media = attachments(self.workspace, args.get("media"))?;
+        let media_info = if media.is_empty() {
+            String::new()
+        } else {
+            format!(" with {} attachments", media.len())
+        };
+        if self.quiet {
+            return Ok(format!("Message sent to {channel}:{chat_id}{media_info}"));
+        }
+        let mut msg = self.outbox.message(OutboundKind::Final, content, 0);
+        msg.id = format!("{}:message:{call_id}", self.outbox.reply_to);
+        if !current {
+            msg.session_key = format!("{channel}:{chat_id}");
+        }
+        let msg = OutboundMessage {
+            channel: channel.clone(),
+            chat_id: chat_id.clone(),
+            media: media.iter().map(|p| p.display().to_string()).collect(),
+            ..msg
+        };
+        outbox::publish(&self.outbox.js, &msg)
+            .await
+            .map_err(|e| format!("Error sending message: {e}"))?;
+        if current {
+            self.sent_here.store(true, Ordering::Relaxed);
+        }
+        Ok(format!("Message sent to {channel}:{chat_id}{media_info}"))
+    }
+}
+
+/// Resolves attachment paths: relative to the workspace, and only regular files inside it.
+fn attachments(workspace: &Path, media: Option<&Value>) -> Result<Vec<PathBuf>, String> {
+    let Some(list) = media.and_then(Value::as_array) else {
+        return Ok(Vec::new());
+    };
+    let root = workspace
+        .canonicalize()
+        .map_err(|e| format!("Error: workspace unavailable: {e}"))?;
+    list.iter()
+        .filter_map(Value::as_str)
+        .map(|raw| {
+            let path = Path::new(raw);
+            let joined = if path.is_absolute() {
+                path.to_path_buf()
+            } else {
+                root.join(path)
+            };
+            let resolved = joined
+                .canonicalize()
+                .map_err(|_| format!("Error: Media file not found: {raw}"))?;
+            if !resolved.starts_with(&root) || !resolved.is_file() {
+                return Err(format!(
+                    "Error: Media file must be a file inside the workspace: {raw}"
+                ));
+            }
+            Ok(resolved)
+        })
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl ToolExecutor for TurnTools<'_> {
+    async fn execute(
+        &self,
+        scope: &ToolScope,
+        call_id: &str,
+        name: &str,
+        arguments: &str,
+    ) -> ToolOutcome {
+        if name != NAME {
+            return self.inner.execute(scope, call_id, name, arguments).await;
+        }
+        match self.send(call_id, arguments).await {
+            Ok(text) => ToolOutcome {
+                content: Value::String(text),
+                is_error: false,
+            },
+            Err(text) => ToolOutcome {
+                content: Value::String(text),
+                is_error: true,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attachments_stay_inside_the_workspace() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("chart.png"), b"png").unwrap();
+        std::fs::create_dir(ws.path().join("dir")).unwrap();
+        let ok = attachments(ws.path(), Some(&json!(["chart.png"]))).unwrap();
+        assert_eq!(
+            ok,
+            vec![ws.path().canonicalize().unwrap().join("chart.png")]
+        );
+        for (raw, why) in [
+            ("/etc/passwd", "inside the workspace"),
+            ("../../../../../../etc/passwd", "inside the workspace"),
+            ("dir", "inside the workspace"),
+            ("missing.png", "not found"),
+        ] {
+            let err = attachments(ws.path(), Some(&json!([raw]))).unwrap_err();
+            assert!(
+                err.contains(why) || err.contains("not found"),
+                "{raw}: {err}"
+            );
+        }
+    }
+}
