@@ -99,7 +99,7 @@ impl<'a> TurnTools<'a> {
             return Err("Error: No target channel/chat specified".into());
         }
         let current = channel == self.outbox.channel && chat_id == self.outbox.chat_id;
-        if !current && !self.channels.iter().any(|c| *c == channel) {
+        if !current && !self.channels.contains(&channel) {
             return Err(format!("Error: Channel '{channel}' not available"));
         }
         let media = attachments(self.workspace, args.get("media"))?;
