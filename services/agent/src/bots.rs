@@ -29,6 +29,8 @@ pub struct Bot {
     pub target: Target,
     /// Its prompt builder.
     pub context: ContextBuilder,
+    /// Its enabled chat channels (where the `message` tool and the heartbeat may deliver).
+    pub chat_channels: Vec<String>,
 }
 
 /// Returns the directory of builtin skills: `NANOBOT_SKILLS_DIR`, a `skills/` directory next
@@ -70,6 +72,12 @@ pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<
                     builtin_skills: skills.clone(),
                     timezone: cfg.agents.defaults.timezone.clone(),
                 },
+                chat_channels: cfg
+                    .telegram_bots()
+                    .iter()
+                    .filter(|t| t.bot == spec.id)
+                    .map(|_| "telegram".to_string())
+                    .collect(),
                 spec,
             };
             (bot.spec.id.clone(), Arc::new(bot))

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 
+use nanobot_core::attachment::{self, Refused};
 use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
 use nanobot_proto::{OutboundKind, OutboundMessage, ToolSpec};
 
@@ -50,7 +51,7 @@ pub struct TurnTools<'a> {
     /// The bot's workspace (attachments must be inside it).
     pub workspace: &'a Path,
     /// Channels a message may go to.
-    pub channels: Vec<String>,
+    pub channels: &'a [String],
     /// Messages are not delivered (the heartbeat: only its gate may speak).
     pub quiet: bool,
     sent_here: AtomicBool,
@@ -62,7 +63,7 @@ impl<'a> TurnTools<'a> {
         inner: &'a dyn ToolExecutor,
         outbox: &'a Outbox,
         workspace: &'a Path,
-        channels: Vec<String>,
+        channels: &'a [String],
         quiet: bool,
     ) -> Self {
         Self {
@@ -137,27 +138,14 @@ fn attachments(workspace: &Path, media: Option<&Value>) -> Result<Vec<PathBuf>, 
     let Some(list) = media.and_then(Value::as_array) else {
         return Ok(Vec::new());
     };
-    let root = workspace
-        .canonicalize()
-        .map_err(|e| format!("Error: workspace unavailable: {e}"))?;
     list.iter()
         .filter_map(Value::as_str)
-        .map(|raw| {
-            let path = Path::new(raw);
-            let joined = if path.is_absolute() {
-                path.to_path_buf()
-            } else {
-                root.join(path)
-            };
-            let resolved = joined
-                .canonicalize()
-                .map_err(|_| format!("Error: Media file not found: {raw}"))?;
-            if !resolved.starts_with(&root) || !resolved.is_file() {
-                return Err(format!(
-                    "Error: Media file must be a file inside the workspace: {raw}"
-                ));
-            }
-            Ok(resolved)
+        .map(|raw| match attachment::confine(workspace, Path::new(raw)) {
+            Ok(resolved) if resolved.is_file() => Ok(resolved),
+            Ok(_) | Err(Refused::OutsideWorkspace) => Err(format!(
+                "Error: Media file must be a file inside the workspace: {raw}"
+            )),
+            Err(_) => Err(format!("Error: Media file not found: {raw}")),
         })
         .collect()
 }

@@ -257,14 +257,14 @@ pub async fn run(
 
     let mut specs = bot.tools.specs().await;
     specs.push(message_tool::spec());
-    let channels = cfg
-        .telegram_bots()
-        .iter()
-        .filter(|t| t.bot == bot.spec.id)
-        .map(|_| "telegram".to_string())
-        .collect();
     let quiet = input.session_key == nanobot_core::heartbeat::SESSION;
-    let tools = TurnTools::new(&bot.tools, outbox, &bot.spec.workspace, channels, quiet);
+    let tools = TurnTools::new(
+        &bot.tools,
+        outbox,
+        &bot.spec.workspace,
+        &bot.chat_channels,
+        quiet,
+    );
     let gates = Gates {
         stream: input.stream,
         progress: cfg.channels.send_progress,

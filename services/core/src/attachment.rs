@@ -61,7 +61,7 @@ pub fn read_image(workspace: &Path, path: &str) -> Result<Option<Image>, Refused
 
 /// Resolves `path` (relative ones against the workspace), following symlinks, and returns it
 /// when it lies inside the workspace.
-fn confine(workspace: &Path, path: &Path) -> Result<PathBuf, Refused> {
+pub fn confine(workspace: &Path, path: &Path) -> Result<PathBuf, Refused> {
     let root = workspace
         .canonicalize()
         .map_err(|e| Refused::Unreadable(format!("workspace: {e}")))?;

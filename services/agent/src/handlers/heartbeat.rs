@@ -107,14 +107,7 @@ async fn beat(deps: &Deps, bot: &Bot, fire: &CronFire) -> anyhow::Result<()> {
 
 /// The most recently active chat of an enabled chat channel of `bot`.
 async fn target(deps: &Deps, bot: &Bot) -> anyhow::Result<Option<(String, String)>> {
-    let enabled: Vec<String> = deps
-        .cfg
-        .telegram_bots()
-        .iter()
-        .filter(|t| t.bot == bot.spec.id)
-        .map(|_| "telegram".to_string())
-        .collect();
-    if enabled.is_empty() {
+    if bot.chat_channels.is_empty() {
         return Ok(None);
     }
     let mut conn = deps.redis.clone();
@@ -125,7 +118,7 @@ async fn target(deps: &Deps, bot: &Bot) -> anyhow::Result<Option<(String, String
             .await?;
         sessions.push((key, updated.unwrap_or_default()));
     }
-    Ok(heartbeat::pick_target(&sessions, &enabled))
+    Ok(heartbeat::pick_target(&sessions, &bot.chat_channels))
 }
 
 /// The text of the last assistant row with content.
