@@ -6,9 +6,11 @@ use futures::future::join_all;
 use prost::Message as _;
 use serde_json::{Value, json};
 
+use std::time::Duration;
+
 use super::{TURN, wait_for_replies};
-use crate::harness::Fleet;
-use crate::scripted_llm::Reply;
+use crate::harness::{Fleet, wait_until};
+use crate::scripted_llm::{Gate, Reply};
 
 /// Sends one non-streamed completion in `session` and returns the status and the body.
 async fn complete(
@@ -245,4 +247,56 @@ async fn clients_trickling_headers_or_bodies_are_cut_off_and_others_are_still_se
         answered.contains("Request body not received within 2s"),
         "{answered}"
     );
+}
+
+#[tokio::test]
+async fn a_message_that_kills_its_runner_every_time_is_answered_with_an_error_and_its_session_goes_on()
+ {
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({"api": {"timeout": 600}}))
+        .start()
+        .await
+        .unwrap();
+    // The model never answers this one: each attempt is still running when its runner dies.
+    let never = Gate::new();
+    fleet
+        .llm
+        .when_last_user_contains("deadly", Reply::text("unreachable").held_by(&never));
+    fleet
+        .llm
+        .when_last_user_contains("still there?", Reply::text("yes, still here"));
+    let http = reqwest::Client::new();
+    let request = http
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&json!({"session_id": "poison", "messages": [{"role": "user", "content": "deadly"}]}))
+        .timeout(Duration::from_secs(600))
+        .send();
+    let answer = tokio::spawn(request);
+
+    for attempt in 1..=5 {
+        let reached_model = || std::future::ready(fleet.llm.request_count() >= attempt);
+        wait_until(reached_model, Duration::from_secs(120))
+            .await
+            .unwrap_or_else(|_| panic!("attempt {attempt} reached the model"));
+        fleet.service("agent").restart().unwrap();
+    }
+
+    let response = tokio::time::timeout(Duration::from_secs(120), answer)
+        .await
+        .expect("the poison message is answered")
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), 500);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["message"], "Sorry, I encountered an error.");
+    assert_eq!(
+        fleet.llm.request_count(),
+        5,
+        "no sixth attempt ran the turn"
+    );
+
+    let (status, body) = complete(&http, &fleet, "poison", "still there?").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(content(&body), "yes, still here");
 }

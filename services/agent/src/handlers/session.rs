@@ -26,8 +26,13 @@ use crate::turn::{self, Reply, TurnCtx, TurnInput};
 
 /// Upstream's reply when a turn fails.
 pub const ERROR_REPLY: &str = "Sorry, I encountered an error.";
-/// Failed attempts at one message before it is answered with [`ERROR_REPLY`].
+/// Attempts at one message's turn before it is answered with [`ERROR_REPLY`]: turns that
+/// failed, and turns whose runner died mid-way (a message that kills its runner every time is
+/// answered instead of crashing runner after runner). Interrupted turns (lease lost, shutdown)
+/// do not count.
 const MAX_ATTEMPTS: i64 = 5;
+/// How long an attempt count is kept.
+const ATTEMPTS_TTL_SECS: i64 = 24 * 3600;
 /// First and longest pause between attempts to take a busy session's lease.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(400));
 
@@ -206,7 +211,8 @@ async fn run_one(
 }
 
 /// Runs a turn under `/stop` and the lease; a failed turn is retried by the next drain, up to
-/// [`MAX_ATTEMPTS`], then answered with [`ERROR_REPLY`].
+/// [`MAX_ATTEMPTS`], then answered with [`ERROR_REPLY`]. Each start is counted first, so a turn
+/// that never comes back (its runner was killed) counts too.
 pub async fn guarded(
     deps: &Deps,
     bot: &Bot,
@@ -215,6 +221,21 @@ pub async fn guarded(
     input: &TurnInput,
     outbox: &Outbox,
 ) -> anyhow::Result<()> {
+    let attempts_key = keys::inbound_attempts(&bot.spec.id, &input.session_key, &input.id);
+    let mut conn = deps.redis.clone();
+    let (attempts,): (i64,) = redis::pipe()
+        .incr(&attempts_key, 1)
+        .expire(&attempts_key, ATTEMPTS_TTL_SECS)
+        .ignore()
+        .query_async(&mut conn)
+        .await?;
+    if attempts > MAX_ATTEMPTS {
+        tracing::error!(
+            attempts,
+            "turn started too often without finishing (its runners died), answering with an error"
+        );
+        return turn::finish(deps, ctx, input, outbox, error_reply()).await;
+    }
     let registration = deps.active.register(&bot.spec.id, &input.session_key);
     let outcome = tokio::select! {
         r = turn::run(deps, bot, ctx, input, outbox) => Some(r),
@@ -249,26 +270,27 @@ pub async fn guarded(
                     .await
                 }
             };
-            if committed || lease.lost().is_cancelled() {
-                // The reply waits in the outbox for the next holder, or another runner holds
-                // the session now.
+            if committed || lease.lost().is_cancelled() || deps.cancel.is_cancelled() {
+                // The reply waits in the outbox for the next holder, another runner holds the
+                // session now, or this runner is stopping: not the message's fault.
+                let _: Result<i64, _> = conn.decr(&attempts_key, 1).await;
                 return Err(e);
             }
-            let mut conn = deps.redis.clone();
-            let attempts_key = keys::inbound_attempts(&bot.spec.id, &input.session_key, &input.id);
-            let attempts: i64 = conn.incr(&attempts_key, 1).await?;
-            let _: () = conn.expire(&attempts_key, 24 * 3600).await?;
             if attempts < MAX_ATTEMPTS {
                 tracing::warn!(attempts, "turn failed, will retry: {e:#}");
                 return Err(e);
             }
             tracing::error!(attempts, "turn failed, answering with an error: {e:#}");
-            let reply = Reply {
-                text: Some((OutboundKind::Error, ERROR_REPLY.into())),
-                ..Default::default()
-            };
-            turn::finish(deps, ctx, input, outbox, reply).await
+            turn::finish(deps, ctx, input, outbox, error_reply()).await
         }
+    }
+}
+
+/// Upstream's error reply, as the answer to a message that cannot be processed.
+fn error_reply() -> Reply {
+    Reply {
+        text: Some((OutboundKind::Error, ERROR_REPLY.into())),
+        ..Default::default()
     }
 }
 
