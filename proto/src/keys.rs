@@ -5,8 +5,8 @@
 //! keys share a slot and the fleet runs on a Redis Cluster as on one node.
 //! - session keys (rows, meta, lease, fence, cursor, outbox, seen/attempt markers of its
 //!   messages): `{<bot>:<session>}`, so sessions spread over the cluster's slots;
-//! - per-bot keys (session index, memory lock, cron state, delivered markers, Telegram
-//!   poller/offset/previews, pairing): `{<bot>}`;
+//! - per-bot keys (session index, memory lock, cron state, subagent slots and results,
+//!   delivered markers, Telegram poller/offset/previews, pairing): `{<bot>}`;
 //! - fleet-wide keys (cron leadership): `{fleet}`.
 //!
 //! Session keys and bot ids are user data: a tag that would contain a brace (which would end
@@ -107,6 +107,19 @@ pub fn memory_fence(bot: &str) -> String {
 /// answered again when the job is delivered again.
 pub fn memory_job_done(bot: &str, id: &str) -> String {
     format!("nanobot:{}:seen:memory:{id}", bot_tag(bot))
+}
+
+/// The subagents of `bot` running or queued anywhere in the fleet: a sorted set of task ids
+/// scored by when their slot expires (refreshed while they run), for
+/// `maxConcurrentSubagents`.
+pub fn subagents_running(bot: &str) -> String {
+    format!("nanobot:{}:subagents:running", bot_tag(bot))
+}
+
+/// The outcome of subagent task `id` of `bot` (with a TTL), kept once it finished so a
+/// redelivered task announces it instead of running again.
+pub fn subagent_result(bot: &str, id: &str) -> String {
+    format!("nanobot:{}:subagents:result:{id}", bot_tag(bot))
 }
 
 /// The cron leader lease (one leader fires for the whole fleet).

@@ -21,7 +21,7 @@ pub const OUTBOUND_STREAM: &str = "NANOBOT_OUTBOUND";
 /// Subjects captured by [`OUTBOUND_STREAM`].
 pub const OUTBOUND_ALL: &str = "nanobot.*.outbound.>";
 
-/// The JetStream work-queue stream for background jobs (consolidation, cron fires).
+/// The JetStream work-queue stream for background jobs (consolidation, cron fires, subagents).
 pub const JOBS_STREAM: &str = "NANOBOT_JOBS";
 /// Subjects captured by [`JOBS_STREAM`].
 pub const JOBS_ALL: &str = "nanobot.*.jobs.>";
@@ -33,6 +33,10 @@ pub const CRON_FIRE_CONSUMER: &str = "agent-cron";
 pub const CONSOLIDATE_ALL: &str = "nanobot.*.jobs.consolidate";
 /// Filter for every bot's cron fires.
 pub const CRON_FIRE_ALL: &str = "nanobot.*.jobs.cron";
+/// Durable consumer of the agent runners for subagent tasks.
+pub const SUBAGENT_CONSUMER: &str = "agent-subagents";
+/// Filter for every bot's subagent tasks.
+pub const SUBAGENT_ALL: &str = "nanobot.*.jobs.subagent";
 
 /// The JetStream object store holding message contents larger than the broker's message
 /// limit (a 5 MB reply), referenced by `OutboundMessage.content_ref`.
@@ -151,6 +155,11 @@ pub fn cron_fire(bot: &str) -> String {
     format!("nanobot.{}.jobs.cron", token(bot))
 }
 
+/// Subagent tasks of `bot` (JetStream work queue).
+pub fn subagent(bot: &str) -> String {
+    format!("nanobot.{}.jobs.subagent", token(bot))
+}
+
 /// Consolidation results for `bot` (core NATS event).
 pub fn consolidated(bot: &str) -> String {
     format!("nanobot.{}.events.consolidated", token(bot))
@@ -221,6 +230,7 @@ mod tests {
             JOBS_ALL,
             CONSOLIDATE_ALL,
             CRON_FIRE_ALL,
+            SUBAGENT_ALL,
             EVENTS_ALL,
             TOOL_CALL_ALL,
             TOOL_LIST_ALL,
@@ -236,6 +246,7 @@ mod tests {
             tool_list("b"),
             consolidate("b"),
             cron_fire("b"),
+            subagent("b"),
             consolidated("b"),
             stop("b", "api:x"),
         ];

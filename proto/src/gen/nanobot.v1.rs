@@ -304,6 +304,40 @@ pub struct CronFire {
     #[prost(enumeration = "CronFireKind", tag = "14")]
     pub kind: i32,
 }
+/// A background subagent spawned by the `spawn` tool. Published on `subjects::subagent(bot)`
+/// (a work queue any runner takes); the result comes back to the origin session as an inbound
+/// message from sender `subagent`.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct SubagentTask {
+    /// 8 characters, derived from the spawning turn and tool call, so a redone turn spawns the
+    /// same task again (and JetStream drops it as a duplicate).
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub bot: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub task: ::prost::alloc::string::String,
+    #[prost(string, tag = "4")]
+    pub label: ::prost::alloc::string::String,
+    /// Sampling temperature the model asked for; unset: the bot's.
+    #[prost(double, optional, tag = "5")]
+    pub temperature: ::core::option::Option<f64>,
+    /// Where the announcement goes: the session's mailbox (its channel and chat) and the chat
+    /// that gets the reply.
+    #[prost(string, tag = "6")]
+    pub origin_session_key: ::prost::alloc::string::String,
+    #[prost(string, tag = "7")]
+    pub origin_channel: ::prost::alloc::string::String,
+    #[prost(string, tag = "8")]
+    pub origin_chat_id: ::prost::alloc::string::String,
+    #[prost(string, tag = "9")]
+    pub reply_channel: ::prost::alloc::string::String,
+    #[prost(string, tag = "10")]
+    pub reply_chat_id: ::prost::alloc::string::String,
+    /// The inbound message whose turn spawned it.
+    #[prost(string, tag = "11")]
+    pub origin_message_id: ::prost::alloc::string::String,
+}
 /// What a memory job does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]

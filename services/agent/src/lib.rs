@@ -1,5 +1,5 @@
-//! Agent runners: pull inbound chat messages (`subjects::INBOUND_ALL`) and cron fires
-//! (`subjects::CRON_FIRE_ALL`) from JetStream, run each as a turn (session from Redis, LLM,
+//! Agent runners: pull inbound chat messages (`subjects::INBOUND_ALL`), cron fires
+//! (`subjects::CRON_FIRE_ALL`) and subagent tasks (`subjects::SUBAGENT_ALL`) from JetStream, run each as a turn (session from Redis, LLM,
 //! tool calls as NATS requests to `nanobot-tools`), save the session, and publish replies on
 //! `subjects::outbound`. Any number of runners share the durable consumers; a session's
 //! turns run one at a time, in arrival order, under its lease (see `handlers::session`).
@@ -15,6 +15,7 @@
 //! - `turn_hook`: stream deltas, progress and tool hints; `checkpoints`: turn state in Redis.
 //! - `outbox`: publishing replies, and replies committed but not yet published.
 //! - `message_tool`: the `message` tool, served by the runner (it acts on the turn's delivery).
+//! - `subagent`: the `spawn` tool, subagent slots, runs and announcements.
 #![forbid(unsafe_code)]
 
 pub mod bots;
@@ -27,6 +28,7 @@ pub mod memory_jobs;
 pub mod message_tool;
 pub mod outbox;
 pub mod stop;
+pub mod subagent;
 pub mod turn;
 pub mod turn_hook;
 
@@ -113,6 +115,14 @@ pub async fn run(
         deps.ack_wait(),
     )
     .await?;
+    let subagents = consumer(
+        &deps.js,
+        subjects::JOBS_STREAM,
+        subjects::SUBAGENT_CONSUMER,
+        subjects::SUBAGENT_ALL,
+        deps.ack_wait(),
+    )
+    .await?;
     let tracker = TaskTracker::new();
     let loops = [
         tokio::spawn(consume(
@@ -126,6 +136,14 @@ pub async fn run(
         tokio::spawn(consume(
             cron,
             Kind::Cron,
+            deps.clone(),
+            permits.clone(),
+            tracker.clone(),
+            cancel.clone(),
+        )),
+        tokio::spawn(consume(
+            subagents,
+            Kind::Subagent,
             deps.clone(),
             permits.clone(),
             tracker.clone(),
@@ -179,6 +197,7 @@ async fn consumer(
 enum Kind {
     Inbound,
     Cron,
+    Subagent,
 }
 
 /// Pulls messages while a permit is free, so at most `maxWaitingMessages` messages are held
@@ -232,6 +251,7 @@ async fn consume(
             match kind {
                 Kind::Inbound => handlers::inbound::handle(&deps, msg).await,
                 Kind::Cron => handlers::cron_fire::handle(&deps, msg).await,
+                Kind::Subagent => handlers::subagent::handle(&deps, msg).await,
             }
             drop(permit);
         });

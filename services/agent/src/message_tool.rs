@@ -1,4 +1,5 @@
-//! The `message` tool, served by the runner itself (it acts on the turn's delivery): sends a
+//! The tools a turn's runner serves itself, in front of the executors: `spawn` (see
+//! `subagent`) and the `message` tool (it acts on the turn's delivery), which sends a
 //! message, with optional workspace files, to the current chat or to any chat of a configured
 //! channel, as upstream. A message to the current chat marks the turn "sent", so its final
 //! reply is not sent again. Every other tool goes to the executors.
@@ -16,6 +17,7 @@ use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
 use nanobot_proto::{OutboundKind, OutboundMessage, ToolSpec};
 
 use crate::outbox::{self, Outbox};
+use crate::subagent::Spawner;
 
 /// The tool's name.
 pub const NAME: &str = "message";
@@ -54,6 +56,8 @@ pub struct TurnTools<'a> {
     pub channels: &'a [String],
     /// Messages are not delivered (the heartbeat: only its gate may speak).
     pub quiet: bool,
+    /// Serves `spawn`.
+    spawner: Option<Spawner<'a>>,
     sent_here: AtomicBool,
 }
 
@@ -72,7 +76,16 @@ impl<'a> TurnTools<'a> {
             workspace,
             channels,
             quiet,
+            spawner: None,
             sent_here: AtomicBool::new(false),
+        }
+    }
+
+    /// Serves the `spawn` tool too.
+    pub fn with_spawner(self, spawner: Spawner<'a>) -> Self {
+        Self {
+            spawner: Some(spawner),
+            ..self
         }
     }
 
@@ -159,6 +172,11 @@ impl ToolExecutor for TurnTools<'_> {
         name: &str,
         arguments: &str,
     ) -> ToolOutcome {
+        if name == nanobot_core::subagent::NAME
+            && let Some(spawner) = &self.spawner
+        {
+            return spawner.spawn(call_id, arguments).await;
+        }
         if name != NAME {
             return self.inner.execute(scope, call_id, name, arguments).await;
         }

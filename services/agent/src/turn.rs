@@ -26,6 +26,7 @@ use crate::mailbox::FollowUps;
 use crate::memory_jobs;
 use crate::outbox::{self, Outbox};
 use crate::stop;
+use crate::subagent::Spawner;
 use crate::turn_hook::{Gates, TurnHook};
 
 /// Where a turn writes, and where its follow-ups come from.
@@ -257,6 +258,7 @@ pub async fn run(
 
     let mut specs = bot.tools.specs().await;
     specs.push(message_tool::spec());
+    specs.push(nanobot_core::subagent::spec());
     let quiet = input.session_key == nanobot_core::heartbeat::SESSION;
     let tools = TurnTools::new(
         &bot.tools,
@@ -264,7 +266,13 @@ pub async fn run(
         &bot.spec.workspace,
         &bot.chat_channels,
         quiet,
-    );
+    )
+    .with_spawner(Spawner {
+        deps,
+        bot,
+        input,
+        outbox,
+    });
     let gates = Gates {
         stream: input.stream,
         progress: cfg.channels.send_progress,

@@ -129,15 +129,33 @@ impl ContextBuilder {
         parts.join(SEPARATOR)
     }
 
-    /// Returns the runtime-context block for the current message.
-    pub fn runtime_context(&self, channel: &str, chat_id: &str) -> String {
+    /// Returns the current time as the prompts show it: `2026-11-24 23:41 (Tuesday) (UTC)`.
+    pub fn current_time(&self) -> String {
         let now = chrono::Local::now();
         format!(
-            "{RUNTIME_OPEN}\nCurrent Time: {} ({}) ({})\nChannel: {channel}\nChat ID: {chat_id}\n{RUNTIME_CLOSE}",
+            "{} ({}) ({})",
             now.format("%Y-%m-%d %H:%M"),
             now.format("%A"),
-            self.timezone,
+            self.timezone
         )
+    }
+
+    /// Returns the runtime-context block for the current message.
+    pub fn runtime_context(&self, channel: &str, chat_id: &str) -> String {
+        format!(
+            "{RUNTIME_OPEN}\nCurrent Time: {}\nChannel: {channel}\nChat ID: {chat_id}\n{RUNTIME_CLOSE}",
+            self.current_time(),
+        )
+    }
+
+    /// Returns a subagent's system prompt: its role, the time, the workspace and the skills
+    /// summary.
+    pub fn subagent_prompt(&self) -> String {
+        let ws = self.workspace.display().to_string();
+        let mut parts = vec![crate::subagent::system_prompt(&self.current_time(), &ws)];
+        let skills = skills::discover(&self.workspace, self.builtin_skills.as_deref());
+        parts.extend(skills::summary_section(&skills));
+        parts.join(SEPARATOR)
     }
 
     /// Returns `[system, *history]` for a turn resumed after a crash: its user message is

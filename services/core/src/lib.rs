@@ -15,6 +15,7 @@
 //!   recovery of interrupted turns.
 //! - [`memory`]: `memory/history.jsonl` and the raw archive format.
 //! - [`heartbeat`]: the heartbeat's rules (active tasks, target chat, prompt, notification gate).
+//! - [`subagent`]: the `spawn` tool's rules (task ids, texts, a subagent's prompt and tools).
 //! - [`pairing`]: pairing codes and approvals of chat-channel senders (Redis, per bot).
 #![forbid(unsafe_code)]
 
@@ -33,4 +34,5 @@ pub mod resolve;
 pub mod runner;
 pub mod session;
 pub mod skills;
+pub mod subagent;
 pub mod tools;

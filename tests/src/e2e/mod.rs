@@ -18,6 +18,7 @@ mod repo;
 mod runner;
 mod sessions;
 mod streams;
+mod subagents;
 mod telegram;
 mod turns;
 

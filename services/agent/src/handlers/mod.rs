@@ -5,6 +5,7 @@ pub mod cron_fire;
 pub mod heartbeat;
 pub mod inbound;
 pub mod session;
+pub mod subagent;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -135,6 +135,7 @@ mod tests {
         assert_eq!(d.max_tool_iterations, 200);
         assert_eq!(d.max_tool_result_chars, 16000);
         assert_eq!(d.context_window_tokens, 200_000);
+        assert_eq!(d.max_concurrent_subagents, 1);
         assert_eq!((c.api.host.as_str(), c.api.port), ("127.0.0.1", 8900));
         assert_eq!(c.gateway.port, 18790);
         assert!(c.channels.send_progress && c.channels.send_tool_hints);
@@ -191,7 +192,7 @@ mod tests {
     #[test]
     fn every_problem_is_listed_at_once() {
         let err = parse(
-            r#"{"agents":{"defaults":{"maxTokns":1,"temperature":9}},
+            r#"{"agents":{"defaults":{"maxTokns":1,"temperature":9,"maxConcurrentSubagents":0}},
                 "bus":{"url":"http://nope"},"store":{"url":"x"},"bogus":1,
                 "api":{"port":"eighty"}}"#,
             &[],
@@ -205,6 +206,7 @@ mod tests {
             "store.url",
             "bogus: unknown key",
             "api.port",
+            "maxConcurrentSubagents: must be at least 1",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
         }

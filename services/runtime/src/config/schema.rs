@@ -90,6 +90,9 @@ pub struct AgentDefaults {
     /// Fraction of the context budget consolidation aims for. Default 0.5.
     #[serde(alias = "consolidation_ratio")]
     pub consolidation_ratio: f64,
+    /// Subagents of one bot running at once across the fleet (`spawn`). Default 1.
+    #[serde(alias = "max_concurrent_subagents")]
+    pub max_concurrent_subagents: u32,
     /// Every other upstream key (`modelPreset`, `fallbackModels`, `dream`, ...), kept as given.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -111,6 +114,7 @@ impl Default for AgentDefaults {
             bot_name: "nanobot".into(),
             unified_session: false,
             consolidation_ratio: 0.5,
+            max_concurrent_subagents: 1,
             extra: BTreeMap::new(),
         }
     }

@@ -12,7 +12,6 @@ const AGENT_EXTRAS: &[&str] = &[
     "modelPreset",
     "contextBlockLimit",
     "fallbackModels",
-    "maxConcurrentSubagents",
     "failOnToolError",
     "providerRetryMode",
     "toolHintMaxLength",
@@ -128,6 +127,9 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
     }
     if d.max_tokens == 0 {
         problems.push("agents.defaults.maxTokens: must be at least 1".into());
+    }
+    if d.max_concurrent_subagents == 0 {
+        problems.push("agents.defaults.maxConcurrentSubagents: must be at least 1".into());
     }
     if d.max_tool_iterations == 0 {
         problems.push("agents.defaults.maxToolIterations: must be at least 1".into());

@@ -1,0 +1,67 @@
+//! Subagent tasks → subagent runs. The task is acknowledged once its announcement is
+//! published (or it was stopped): a runner dying before that leaves it to JetStream, which
+//! redelivers it to another runner. The outcome is kept in Redis before the announcement, so
+//! a redelivered task that already ran is only announced again (and the announcement, with
+//! the same id, is dropped as a duplicate).
+
+use async_nats::jetstream;
+use prost::Message as _;
+use tracing::Instrument as _;
+
+use nanobot_proto::SubagentTask;
+use nanobot_runtime::telemetry;
+
+use super::{Deps, keep_alive, session, terminate};
+use crate::bots::Bot;
+use crate::subagent::{self, Slot};
+
+/// Handles one subagent task.
+pub async fn handle(deps: &Deps, msg: jetstream::Message) {
+    let task = match SubagentTask::decode(msg.payload.clone()) {
+        Ok(t) => t,
+        Err(e) => return terminate(&msg, &format!("undecodable subagent task: {e}")).await,
+    };
+    let Some(bot) = super::bot(deps, &task.bot).cloned() else {
+        return terminate(&msg, &format!("unknown bot {:?}", task.bot)).await;
+    };
+    let span = tracing::info_span!("subagent", task_id = %task.id, session_id = %task.origin_session_key, label = %task.label);
+    telemetry::set_parent_from(&span, msg.headers.as_ref());
+    async {
+        let alive = keep_alive(&msg, deps.ack_wait());
+        let outcome = run(deps, &bot, &task).await;
+        alive.abort();
+        session::settle(deps, &msg, outcome).await;
+    }
+    .instrument(span)
+    .await;
+}
+
+async fn run(deps: &Deps, bot: &Bot, task: &SubagentTask) -> anyhow::Result<()> {
+    let slot = Slot::hold(deps, &task.bot, &task.id);
+    let (ok, result) = match subagent::kept(&deps.redis, task).await? {
+        Some(kept) => kept,
+        None => {
+            let _permit = tokio::select! {
+                _ = deps.cancel.cancelled() => anyhow::bail!("runner shutting down"),
+                p = deps.turns.clone().acquire_owned() => p?,
+            };
+            // `/stop` in the origin session cancels it like the session's turns.
+            let registration = deps.active.register(&task.bot, &task.origin_session_key);
+            tracing::info!("subagent started");
+            let (ok, result) = tokio::select! {
+                r = subagent::execute(deps, bot, task) => r,
+                _ = registration.token.cancelled() => {
+                    tracing::info!("subagent stopped by /stop");
+                    drop(slot);
+                    return Ok(());
+                }
+                _ = deps.cancel.cancelled() => anyhow::bail!("runner shutting down mid-subagent"),
+            };
+            subagent::keep(&deps.redis, task, ok, &result).await?;
+            (ok, result)
+        }
+    };
+    subagent::announce(deps, task, ok, &result).await?;
+    drop(slot);
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! Subagents end to end (issue 12 item 5): `spawn` answers upstream's "started" text, the
+//! subagent runs on any runner with its own prompt and tools, and its result comes back to the
+//! origin session as one announcement whose reply reaches the origin chat, even when the
+//! runner running it is SIGKILLed mid-run; the fleet-wide limit and `/stop` hold across
+//! runners, and `wait: true` runs inline.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{TURN, outbound_messages, replies_to, session_rows};
+use crate::harness::{Fleet, wait_until};
+use crate::scripted_llm::{Gate, Recorded, Reply};
+
+const TASK: &str = "count the stars in the catalogue";
+const ANNOUNCED: &str = "[Subagent 'stars' completed successfully]";
+
+/// Sends one chat message through the API and returns the reply text.
+async fn chat(fleet: &Fleet, session: &str, text: &str) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&json!({"session_id": session, "messages": [{"role": "user", "content": text}]}))
+        .timeout(TURN * 2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The text of the tool result the model got for its `spawn` call in `session`'s turn.
+fn spawn_result(fleet: &Fleet, needle: &str) -> String {
+    fleet
+        .llm
+        .requests()
+        .iter()
+        .flat_map(|r| r.messages())
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str().map(str::to_string))
+        .find(|c| c.contains(needle))
+        .unwrap_or_else(|| panic!("no tool result containing {needle:?}"))
+}
+
+/// Whether a request is a subagent's (its own system prompt).
+fn by_subagent(request: &Recorded) -> bool {
+    request.messages()[0]["content"]
+        .as_str()
+        .is_some_and(|s| s.contains("You are a subagent"))
+}
+
+/// How many LLM requests subagents made.
+fn subagent_requests(fleet: &Fleet) -> usize {
+    fleet
+        .llm
+        .requests()
+        .iter()
+        .filter(|r| by_subagent(r))
+        .count()
+}
+
+fn spawn_stars() -> Reply {
+    Reply::tool_calls([("spawn", json!({"task": TASK, "label": "stars"}))])
+}
+
+#[tokio::test]
+async fn a_subagent_whose_runner_is_sigkilled_mid_run_is_redone_elsewhere_and_announced_once() {
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    let gate = Gate::new();
+    fleet.llm.when_last_user_contains_seq(
+        "look at the sky",
+        vec![spawn_stars(), Reply::text("I started a helper on it.")],
+    );
+    // The announcement quotes the task: its rule comes first.
+    fleet
+        .llm
+        .when_last_user_contains(ANNOUNCED, Reply::text("Your helper counted 42 stars."));
+    fleet.llm.when_last_user_contains(
+        TASK,
+        Reply::text("There are 42 stars in the catalogue.").held_by(&gate),
+    );
+    fleet
+        .llm
+        .when_last_user_contains("another one", spawn_stars());
+
+    assert_eq!(
+        chat(&fleet, "sky", "look at the sky please").await,
+        "I started a helper on it."
+    );
+    let started = spawn_result(&fleet, "started");
+    assert!(
+        started.starts_with("Subagent [stars] started (id: ")
+            && started.ends_with("). I'll notify you when it completes."),
+        "{started}"
+    );
+    let id = started
+        .split("(id: ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap()
+        .to_string();
+    assert_eq!(id.len(), 8, "{started}");
+
+    // The subagent's first model call: its own prompt, the task, and no message/spawn/cron.
+    let running = || async { subagent_requests(&fleet) >= 1 };
+    wait_until(running, TURN).await.expect("the subagent runs");
+    let request = fleet.llm.requests().into_iter().find(by_subagent).unwrap();
+    assert_eq!(request.last_user_text().as_deref(), Some(TASK));
+    let tools = request.tool_names();
+    assert!(tools.iter().any(|t| t == "read_file"), "{tools:?}");
+    for banned in ["message", "spawn", "cron"] {
+        assert!(
+            !tools.iter().any(|t| t == banned),
+            "{banned} offered: {tools:?}"
+        );
+    }
+
+    // The limit (1, upstream's default) holds across runners while it runs.
+    chat(&fleet, "other", "another one").await;
+    assert_eq!(
+        spawn_result(&fleet, "Cannot spawn"),
+        "Cannot spawn subagent: concurrency limit reached (1/1 running). Wait for a running \
+         subagent to complete before spawning a new one."
+    );
+
+    // Kill the runner running it, then let the model answer: another runner redoes it.
+    let runner = fleet
+        .replicas("agent")
+        .into_iter()
+        .find(|r| r.logs().contains("subagent started"))
+        .expect("a runner started the subagent");
+    runner.sigkill().unwrap();
+    gate.open();
+    let announcement_id = format!("subagent:{id}");
+    let answered =
+        || async { !replies_to(&outbound_messages(&fleet).await, &announcement_id).is_empty() };
+    wait_until(answered, Duration::from_secs(60))
+        .await
+        .expect("the result is announced after the takeover");
+    let redone = fleet
+        .replicas("agent")
+        .into_iter()
+        .any(|r| r.is_running() && r.logs().contains("subagent started"));
+    assert!(redone, "redone by the surviving runner");
+
+    // One announcement in the origin session, one reply to the origin chat.
+    let outbound = outbound_messages(&fleet).await;
+    let replies = replies_to(&outbound, &announcement_id);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(
+        (replies[0].channel.as_str(), replies[0].chat_id.as_str()),
+        ("api", "sky")
+    );
+    assert_eq!(replies[0].content, "Your helper counted 42 stars.");
+    let rows = session_rows(&fleet, "default", "api:sky").await;
+    let announced: Vec<&Value> = rows
+        .iter()
+        .filter(|r| {
+            r["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with(ANNOUNCED))
+        })
+        .collect();
+    assert_eq!(announced.len(), 1, "{rows:#?}");
+    let text = announced[0]["content"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("Task: {TASK}"))
+            && text.contains("Result:\nThere are 42 stars in the catalogue.")
+            && text.ends_with("Do not mention technical details like \"subagent\" or task IDs."),
+        "{text}"
+    );
+    let announcement_turns = fleet
+        .llm
+        .requests()
+        .iter()
+        .filter(|r| r.last_user_text().is_some_and(|t| t.contains(ANNOUNCED)))
+        .count();
+    assert_eq!(announcement_turns, 1, "one turn for the announcement");
+}
+
+#[tokio::test]
+async fn stop_cancels_a_sessions_subagent_on_another_runner_and_wait_runs_one_inline() {
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    let never = Gate::new();
+    fleet.llm.when_last_user_contains_seq(
+        "look at the sky",
+        vec![spawn_stars(), Reply::text("Started.")],
+    );
+    fleet
+        .llm
+        .when_last_user_contains(TASK, Reply::text("never answered").held_by(&never));
+    chat(&fleet, "sky", "look at the sky").await;
+    let running = || async { subagent_requests(&fleet) >= 1 };
+    wait_until(running, TURN).await.expect("the subagent runs");
+
+    assert_eq!(chat(&fleet, "sky", "/stop").await, "Stopped 1 task(s).");
+
+    // Its slot is free again: a subagent with `wait` runs inline, its result is the tool's.
+    fleet.llm.when_last_user_contains_seq(
+        "quick sum",
+        vec![
+            Reply::tool_calls([(
+                "spawn",
+                json!({"task": "add 2 and 2", "label": "sum", "wait": true}),
+            )]),
+            Reply::text("It is 4."),
+        ],
+    );
+    fleet
+        .llm
+        .when_last_user_contains("add 2 and 2", Reply::text("2 + 2 = 4"));
+    assert_eq!(chat(&fleet, "sky", "quick sum please").await, "It is 4.");
+    assert_eq!(spawn_result(&fleet, "2 + 2"), "2 + 2 = 4");
+    // The stopped subagent never reports.
+    let outbound = outbound_messages(&fleet).await;
+    assert!(
+        outbound
+            .iter()
+            .all(|m| !m.reply_to.starts_with("subagent:")),
+        "a stopped subagent announced"
+    );
+}
