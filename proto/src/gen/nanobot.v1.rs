@@ -357,6 +357,8 @@ pub enum MemoryJobKind {
     DreamRestore = 6,
     /// `/dream-prompt \[init\]`: show or create `prompts/dream.md`.
     DreamPrompt = 7,
+    /// Dream was disabled: advance `.dream_cursor` past the history written so far.
+    DreamSkip = 8,
 }
 impl MemoryJobKind {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -373,6 +375,7 @@ impl MemoryJobKind {
             Self::DreamLog => "MEMORY_JOB_KIND_DREAM_LOG",
             Self::DreamRestore => "MEMORY_JOB_KIND_DREAM_RESTORE",
             Self::DreamPrompt => "MEMORY_JOB_KIND_DREAM_PROMPT",
+            Self::DreamSkip => "MEMORY_JOB_KIND_DREAM_SKIP",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -386,6 +389,7 @@ impl MemoryJobKind {
             "MEMORY_JOB_KIND_DREAM_LOG" => Some(Self::DreamLog),
             "MEMORY_JOB_KIND_DREAM_RESTORE" => Some(Self::DreamRestore),
             "MEMORY_JOB_KIND_DREAM_PROMPT" => Some(Self::DreamPrompt),
+            "MEMORY_JOB_KIND_DREAM_SKIP" => Some(Self::DreamSkip),
             _ => None,
         }
     }
@@ -398,6 +402,8 @@ pub enum CronFireKind {
     AgentTurn = 0,
     /// The `heartbeat` system job: run `HEARTBEAT.md`'s active tasks, report through the gate.
     Heartbeat = 1,
+    /// The `dream` system job: published to the memory workers as a Dream job, not to the agents.
+    Dream = 2,
 }
 impl CronFireKind {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -408,6 +414,7 @@ impl CronFireKind {
         match self {
             Self::AgentTurn => "CRON_FIRE_KIND_AGENT_TURN",
             Self::Heartbeat => "CRON_FIRE_KIND_HEARTBEAT",
+            Self::Dream => "CRON_FIRE_KIND_DREAM",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -415,6 +422,7 @@ impl CronFireKind {
         match value {
             "CRON_FIRE_KIND_AGENT_TURN" => Some(Self::AgentTurn),
             "CRON_FIRE_KIND_HEARTBEAT" => Some(Self::Heartbeat),
+            "CRON_FIRE_KIND_DREAM" => Some(Self::Dream),
             _ => None,
         }
     }

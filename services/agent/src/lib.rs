@@ -200,9 +200,14 @@ enum Kind {
     Subagent,
 }
 
+/// Background jobs (cron fires, subagent tasks) one consumer loop holds at once.
+const JOBS_IN_FLIGHT: usize = 8;
+
 /// Pulls messages while a permit is free, so at most `maxWaitingMessages` messages are held
 /// here (at most `maxConcurrentTurns` of them running) and the rest wait in JetStream, not in
-/// memory.
+/// memory. Chat messages take their permit before they are pulled; background jobs (few) take
+/// theirs once pulled (at most [`JOBS_IN_FLIGHT`] per loop), so an idle job consumer never
+/// holds permits the chat messages could use.
 async fn consume(
     consumer: jetstream::consumer::Consumer<pull::Config>,
     kind: Kind,
@@ -211,11 +216,16 @@ async fn consume(
     tracker: TaskTracker,
     cancel: CancellationToken,
 ) {
+    let in_flight = Arc::new(Semaphore::new(JOBS_IN_FLIGHT));
     loop {
-        let permit = tokio::select! {
+        let pool = match kind {
+            Kind::Inbound => &permits,
+            Kind::Cron | Kind::Subagent => &in_flight,
+        };
+        let held = tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            p = pool.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
         };
         let batch = tokio::select! {
             biased;
@@ -246,14 +256,35 @@ async fn consume(
                 continue;
             }
         };
-        let deps = deps.clone();
+        let (deps, permits) = (deps.clone(), permits.clone());
         tracker.spawn(async move {
+            let _permit = match kind {
+                Kind::Inbound => held,
+                Kind::Cron | Kind::Subagent => {
+                    let alive = handlers::keep_alive(&msg, deps.ack_wait());
+                    let permit = tokio::select! {
+                        _ = deps.cancel.cancelled() => None,
+                        p = permits.acquire_owned() => p.ok(),
+                    };
+                    alive.abort();
+                    let Some(permit) = permit else {
+                        handlers::session::settle(
+                            &deps,
+                            &msg,
+                            Err(anyhow::anyhow!("runner shutting down")),
+                        )
+                        .await;
+                        return;
+                    };
+                    drop(held);
+                    permit
+                }
+            };
             match kind {
                 Kind::Inbound => handlers::inbound::handle(&deps, msg).await,
                 Kind::Cron => handlers::cron_fire::handle(&deps, msg).await,
                 Kind::Subagent => handlers::subagent::handle(&deps, msg).await,
             }
-            drop(permit);
         });
     }
 }

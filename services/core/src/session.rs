@@ -66,6 +66,17 @@ pub struct Session {
     pub created_at: String,
 }
 
+/// A session's activity, as AutoCompact sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Activity {
+    /// When it was last written (nanobot's ISO format, local time); empty when unknown.
+    pub updated_at: String,
+    /// Rows not archived yet.
+    pub unarchived: usize,
+    /// A runner holds its lease (a turn runs).
+    pub busy: bool,
+}
+
 /// Returns the local time in nanobot's ISO row format.
 pub fn now_iso() -> String {
     chrono::Local::now()
@@ -310,6 +321,30 @@ impl SessionStore {
             .await
             .map(|_| ())
             .map_err(Self::err("clear outbox", key))
+    }
+
+    /// Returns what AutoCompact needs to know about a session, without loading its rows.
+    pub async fn activity(&self, key: &str) -> Result<Activity> {
+        let mut conn = self.redis.clone();
+        let meta = keys::session_meta(&self.bot, key);
+        let (updated_at, last_consolidated, rows, busy): (
+            Option<String>,
+            Option<usize>,
+            usize,
+            bool,
+        ) = redis::pipe()
+            .hget(&meta, "updated_at")
+            .hget(&meta, "last_consolidated")
+            .llen(keys::session_messages(&self.bot, key))
+            .exists(keys::session_lease(&self.bot, key))
+            .query_async(&mut conn)
+            .await
+            .map_err(Self::err("activity", key))?;
+        Ok(Activity {
+            updated_at: updated_at.unwrap_or_default(),
+            unarchived: rows.saturating_sub(last_consolidated.unwrap_or(0)),
+            busy,
+        })
     }
 
     /// Returns every session key of the bot.

@@ -21,9 +21,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use nanobot_proto::{CronFire, CronFireKind, subjects};
-use nanobot_runtime::bus::{self, Bus};
-use nanobot_runtime::config::{Config, HeartbeatConfig};
+use nanobot_proto::{ConsolidationRequest, CronFire, CronFireKind, MemoryJobKind, subjects};
+use nanobot_runtime::bus::{self, Bus, BusError};
+use nanobot_runtime::config::{Config, DreamConfig, HeartbeatConfig};
 use nanobot_runtime::service;
 
 use crate::store::JobsFile;
@@ -86,21 +86,41 @@ async fn fire_due(cfg: &Config, bus: &Bus) {
     let now = store::now_ms();
     for bot in cfg.bots() {
         let heartbeat = &cfg.gateway.heartbeat;
+        let (dream, tz) = (&cfg.agents.defaults.dream, &cfg.agents.defaults.timezone);
         let due = store::update(&bot.workspace, |file| {
             let registered = register_heartbeat(file, heartbeat, now);
+            let dream = register_dream(file, dream, tz, now);
             let (changed, due) = due_fires(&bot.id, file, now);
-            (registered || changed, due)
+            (registered || dream.is_some() || changed, (dream, due))
         });
-        let due = match due {
+        let (dream, due) = match due {
             Ok(due) => due,
             Err(e) => {
                 tracing::warn!(bot = %bot.id, error = %e, "failed to read cron jobs");
                 continue;
             }
         };
+        if dream == Some(DreamJob::Removed) {
+            // As upstream: a disabled Dream skips the history written so far.
+            let skip = memory_job(
+                &bot.id,
+                format!("dream-skip:{now}"),
+                MemoryJobKind::DreamSkip,
+            );
+            if let Err(e) = publish_memory_job(bus, &skip).await {
+                tracing::warn!(bot = %bot.id, error = %e, "failed to ask for the dream cursor skip");
+            }
+        }
         for fire in due {
-            let published =
-                bus::publish(&bus.js, subjects::cron_fire(&bot.id), Some(&fire.id), &fire).await;
+            let published = match fire.kind() {
+                CronFireKind::Dream => {
+                    let job = memory_job(&bot.id, fire.id.clone(), MemoryJobKind::Dream);
+                    publish_memory_job(bus, &job).await
+                }
+                _ => {
+                    bus::publish(&bus.js, subjects::cron_fire(&bot.id), Some(&fire.id), &fire).await
+                }
+            };
             if let Err(e) = published {
                 tracing::warn!(job_id = %fire.job_id, error = %e, "failed to publish cron fire");
                 continue;
@@ -116,15 +136,31 @@ async fn fire_due(cfg: &Config, bus: &Bus) {
     }
 }
 
+/// A memory job asked for by the scheduler (its id is the JetStream message id and the
+/// memory worker's done-marker, so a repeat by a new leader runs once).
+fn memory_job(bot: &str, id: String, kind: MemoryJobKind) -> ConsolidationRequest {
+    ConsolidationRequest {
+        id,
+        bot: bot.to_string(),
+        kind: kind as i32,
+        ..Default::default()
+    }
+}
+
+async fn publish_memory_job(bus: &Bus, job: &ConsolidationRequest) -> Result<(), BusError> {
+    bus::publish(&bus.js, subjects::consolidate(&job.bot), Some(&job.id), job).await
+}
+
 /// Returns the fires of the jobs due at `now`; fills in the next run of enabled jobs that
 /// have none yet (jobs written by hand), reporting whether that changed the file.
 fn due_fires(bot: &str, file: &mut JobsFile, now: i64) -> (bool, Vec<CronFire>) {
     let mut changed = false;
     let mut fires = Vec::new();
     for job in file.jobs.iter_mut().filter(|j| j.enabled) {
-        // Of the system jobs, the heartbeat runs on the agents; `dream` is the memory role's.
+        // Of the system jobs, the heartbeat runs on the agents, `dream` on the memory workers.
         let kind = match (job.payload.kind.as_str(), job.id.as_str()) {
             (store::SYSTEM_EVENT, HEARTBEAT_JOB) => CronFireKind::Heartbeat,
+            (store::SYSTEM_EVENT, DREAM_JOB) => CronFireKind::Dream,
             (store::SYSTEM_EVENT, _) => continue,
             _ => CronFireKind::AgentTurn,
         };
@@ -199,6 +235,63 @@ fn register_heartbeat(file: &mut JobsFile, cfg: &HeartbeatConfig, now: i64) -> b
     }
 }
 
+/// Id and name of the protected Dream job, as upstream registers it.
+pub const DREAM_JOB: &str = "dream";
+
+/// What [`register_dream`] changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DreamJob {
+    /// Added, or its schedule changed.
+    Written,
+    /// Removed (Dream was disabled).
+    Removed,
+}
+
+/// Keeps the protected `dream` job as `agents.defaults.dream` says (every `intervalH` hours,
+/// or its legacy `cron` expression in the agent's zone; absent when disabled), as upstream
+/// registers it at start.
+fn register_dream(file: &mut JobsFile, cfg: &DreamConfig, tz: &str, now: i64) -> Option<DreamJob> {
+    let at = file.jobs.iter().position(|j| j.id == DREAM_JOB);
+    if !cfg.enabled {
+        return at.map(|i| {
+            file.jobs.remove(i);
+            DreamJob::Removed
+        });
+    }
+    let schedule = match cfg.cron.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
+        Some(expr) => store::Schedule {
+            kind: "cron".into(),
+            expr: Some(expr.to_string()),
+            tz: Some(tz.to_string()),
+            ..Default::default()
+        },
+        None => store::Schedule {
+            kind: "every".into(),
+            every_ms: Some((cfg.interval_h * 3_600_000.0).round().max(1.0) as i64),
+            ..Default::default()
+        },
+    };
+    if at.is_some_and(|i| file.jobs[i].schedule == schedule) {
+        return None;
+    }
+    let mut job: store::Job = serde_json::from_value(serde_json::json!({
+        "id": DREAM_JOB, "name": DREAM_JOB, "schedule": {"kind": "every"},
+        "payload": {"kind": store::SYSTEM_EVENT, "message": DREAM_JOB},
+        "createdAtMs": now, "updatedAtMs": now,
+    }))
+    .expect("a valid job");
+    job.state.next_run_at_ms = schedule::next_run(&schedule, now);
+    if job.state.next_run_at_ms.is_none() {
+        tracing::warn!(expr = ?schedule.expr, "dream schedule has no next run; Dream will not run");
+    }
+    job.schedule = schedule;
+    match at {
+        Some(i) => file.jobs[i] = job,
+        None => file.jobs.push(job),
+    }
+    Some(DreamJob::Written)
+}
+
 /// Records a published fire: the run joins the history, an `at` job is deleted (or disabled),
 /// any other job's next run is computed from `now`. A job changed since (removed, or already
 /// recorded by another leader) is left alone.
@@ -271,7 +364,7 @@ mod tests {
     }
 
     #[test]
-    fn at_jobs_are_deleted_or_disabled_after_their_run_and_system_jobs_are_left_alone() {
+    fn at_jobs_are_deleted_or_disabled_after_their_run_and_dream_fires_for_the_memory_workers() {
         let at = Schedule {
             kind: "at".into(),
             at_ms: Some(500),
@@ -290,7 +383,12 @@ mod tests {
         let (_, fires) = due_fires("b", &mut file, 1_000);
         assert_eq!(
             fires.iter().map(|f| f.job_id.as_str()).collect::<Vec<_>>(),
-            ["once", "kept"]
+            ["once", "kept", "dream"]
+        );
+        assert_eq!(
+            fires[2].kind(),
+            CronFireKind::Dream,
+            "for the memory workers"
         );
         for fire in &fires {
             record_fire(&mut file, fire, 1_000);
@@ -299,6 +397,52 @@ mod tests {
         assert_eq!(file.jobs[0].id, "kept");
         assert!(!file.jobs[0].enabled);
         assert_eq!(file.jobs[0].state.run_history.len(), 1);
+    }
+
+    #[test]
+    fn the_dream_job_follows_its_config_and_an_upstream_dream_job_is_kept_as_is() {
+        let mut file: JobsFile = serde_json::from_str(
+            r#"{"version":1,"jobs":[{"id":"dream","name":"dream","enabled":true,
+                "schedule":{"kind":"every","everyMs":7200000},
+                "payload":{"kind":"system_event","message":"dream"},
+                "state":{"nextRunAtMs":5000}}]}"#,
+        )
+        .unwrap();
+        let cfg = DreamConfig::default();
+        assert_eq!(
+            register_dream(&mut file, &cfg, "UTC", 1_000),
+            None,
+            "upstream's job kept"
+        );
+        assert_eq!(file.jobs[0].state.next_run_at_ms, Some(5000));
+        let hourly = DreamConfig {
+            interval_h: 1.0,
+            ..cfg.clone()
+        };
+        assert_eq!(
+            register_dream(&mut file, &hourly, "UTC", 1_000),
+            Some(DreamJob::Written)
+        );
+        assert_eq!(file.jobs[0].schedule.every_ms, Some(3_600_000));
+        assert_eq!(file.jobs[0].state.next_run_at_ms, Some(3_601_000));
+        let legacy = DreamConfig {
+            cron: Some("0 3 * * *".into()),
+            ..cfg.clone()
+        };
+        register_dream(&mut file, &legacy, "Asia/Tokyo", 1_000);
+        assert_eq!(file.jobs[0].schedule.kind, "cron");
+        assert_eq!(file.jobs[0].schedule.tz.as_deref(), Some("Asia/Tokyo"));
+        assert_eq!(file.jobs.len(), 1);
+        let off = DreamConfig {
+            enabled: false,
+            ..cfg
+        };
+        assert_eq!(
+            register_dream(&mut file, &off, "UTC", 1_000),
+            Some(DreamJob::Removed)
+        );
+        assert!(file.jobs.is_empty());
+        assert_eq!(register_dream(&mut file, &off, "UTC", 1_000), None);
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! the store starts empty, as upstream. Fields this version does not know are kept.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -275,19 +274,11 @@ pub fn update<T>(
     };
     let (changed, out) = change(&mut jobs);
     if changed {
-        write_atomic(&path, &jobs)?;
+        let text = serde_json::to_string_pretty(&jobs)?;
+        nanobot_runtime::fs::write_atomic(&path, text.as_bytes())?;
     }
     drop(lock);
     Ok(out)
-}
-
-fn write_atomic(path: &Path, jobs: &JobsFile) -> anyhow::Result<()> {
-    let tmp = path.with_extension(format!("json.tmp-{}", uuid::Uuid::new_v4().simple()));
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(serde_json::to_string_pretty(jobs)?.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
 }
 
 /// Milliseconds since the epoch.

@@ -155,7 +155,12 @@ fn spec(ctx: Ctx<'_>, messages: Vec<Value>, max_iterations: u32, session_key: &s
     let d = &ctx.cfg.agents.defaults;
     RunSpec {
         messages,
-        model: ctx.bot.target.model.clone(),
+        model: d
+            .dream
+            .model_override
+            .clone()
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| ctx.bot.target.model.clone()),
         max_tokens: d.max_tokens,
         temperature: ctx.bot.target.temperature.unwrap_or(d.temperature),
         reasoning_effort: d.reasoning_effort.clone(),
@@ -171,6 +176,18 @@ fn spec(ctx: Ctx<'_>, messages: Vec<Value>, max_iterations: u32, session_key: &s
     }
 }
 
+/// Dream was disabled: `.dream_cursor` skips every history entry written so far, as
+/// upstream, so enabling it again does not replay them.
+pub fn skip(bot: &MemoryBot) -> Result<String, Error> {
+    let files = bot.files();
+    let last = files.last_cursor();
+    if last > files.dream_cursor() {
+        files.set_dream_cursor(last)?;
+        tracing::info!(bot = %bot.spec.id, cursor = last, "dream disabled: cursor advanced");
+    }
+    Ok(format!("Dream: cursor at {last}"))
+}
+
 /// Runs Dream over the next batch and answers what it did.
 pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
     let bot = ctx.bot;
@@ -183,6 +200,7 @@ pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
     let Some(last) = entries.last().map(|e| e.cursor) else {
         return Ok("Dream: nothing to process".into());
     };
+    tracing::info!(bot = %bot.spec.id, entries = entries.len(), "dream run started");
     let workspace = bot.spec.workspace.as_path();
     let store = MemoryRepo::open_or_init(workspace)?;
     let session_key = format!("dream:{}", chrono::Utc::now().format("%Y%m%d-%H%M%S"));

@@ -18,8 +18,9 @@ use crate::bots::{self, MemoryBot};
 use crate::consolidate::{self, Ctx};
 use crate::dream;
 
-/// How long a worker holds a bot's memory lease without renewing it.
-const MEMORY_LOCK_TTL: Duration = Duration::from_secs(30);
+/// How long a worker holds a bot's memory lease without renewing it, in session lease times
+/// (`runner.sessionLeaseSecs`, 10 s by default: a dead worker's lease expires after 30 s).
+const MEMORY_LOCK_LEASES: f64 = 3.0;
 /// How long a job waits for the memory lease before it is retried later.
 const MEMORY_LOCK_WAIT: Duration = Duration::from_secs(10);
 /// How long "done" markers are kept.
@@ -48,7 +49,11 @@ impl Deps {
         let session_ttl = Duration::from_secs_f64(cfg.runner.session_lease_secs.max(1.0));
         Self {
             bots: bots::build(&cfg, &nats, &redis),
-            memory_leases: Leases::new(redis.clone(), instance, MEMORY_LOCK_TTL),
+            memory_leases: Leases::new(
+                redis.clone(),
+                instance,
+                session_ttl.mul_f64(MEMORY_LOCK_LEASES),
+            ),
             session_leases: Leases::new(redis.clone(), instance, session_ttl),
             cfg,
             redis,
@@ -149,6 +154,7 @@ async fn dispatch(
         MemoryJobKind::DreamLog => Some(dream::log(bot, arg)?),
         MemoryJobKind::DreamRestore => Some(dream::restore(bot, arg)?),
         MemoryJobKind::DreamPrompt => Some(dream::prompt(bot, arg)?),
+        MemoryJobKind::DreamSkip => Some(dream::skip(bot)?),
         _ => None,
     };
     if let Some(reply) = reply {

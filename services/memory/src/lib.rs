@@ -8,10 +8,12 @@
 //! # Layout
 //! - `bots`: per-bot sessions, LLM client, prompt builder and tool list.
 //! - `jobs`: one job end to end (dedup marker, memory lease, dispatch by kind).
+//! - `autocompact`: the scan asking for idle sessions to be archived.
 //! - `consolidate`: the Consolidator.
 //! - `dream`: Dream runs and the Dream commands; `git`: the memory files' git history.
 #![forbid(unsafe_code)]
 
+pub mod autocompact;
 pub mod bots;
 pub mod consolidate;
 pub mod dream;
@@ -65,12 +67,16 @@ pub async fn run(
         })
         .await
         .context("create memory job consumer")?;
-    let deps = Deps::new(
+    let deps = std::sync::Arc::new(Deps::new(
         cfg,
         redis,
         started.bus.client.clone(),
         &started.health.instance,
-    );
+    ));
+    let scanner = {
+        let (deps, js, cancel) = (deps.clone(), started.bus.js.clone(), cancel.clone());
+        tokio::spawn(async move { autocompact::run(&deps, &js, &cancel).await })
+    };
     started.health.set_ready(true);
     tracing::info!(instance = %started.health.instance, "memory worker ready");
     let mut handled = 0u64;
@@ -107,6 +113,7 @@ pub async fn run(
             None => {}
         }
     }
+    let _ = scanner.await;
     shutdown::drain("memory worker", async {}).await;
     tracing::info!(handled, "memory worker stopped");
     Ok(())

@@ -9,6 +9,7 @@
 //! - [`bus`]: NATS connection, streams, typed requests and replies; [`payloads`]: replies
 //!   over the broker's message limit, through the object store.
 //! - [`store`]: Redis connection.
+//! - [`fs`]: files replaced whole (temp file, fsync, rename).
 //! - [`lease`]: the one Redis lease with fencing tokens (sessions, cron leader, memory lock,
 //!   Telegram poller).
 //! - [`health`]: HTTP `/health` + `/ready` and the fleet status responder.
@@ -21,6 +22,7 @@
 pub mod bus;
 pub mod cli;
 pub mod config;
+pub mod fs;
 pub mod health;
 pub mod lease;
 pub mod payloads;

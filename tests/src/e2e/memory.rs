@@ -4,6 +4,7 @@
 
 mod consolidator;
 mod dream;
+mod schedule;
 
 use std::path::Path;
 

@@ -33,25 +33,7 @@ pub struct Entry {
     pub session_key: Option<String>,
 }
 
-/// Writes `bytes` to `path` so readers see the old or the new file, never a part: a temp
-/// file in the same directory, fsync, rename over `path`, fsync of the directory.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
-    let written = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written?;
-    std::fs::File::open(dir)?.sync_all()
-}
+pub use nanobot_runtime::fs::write_atomic;
 
 /// Parses one line; `None` for malformed rows and invalid cursors (non-integer, boolean,
 /// negative).

@@ -93,6 +93,19 @@ pub struct AgentDefaults {
     /// Subagents of one bot running at once across the fleet (`spawn`). Default 1.
     #[serde(alias = "max_concurrent_subagents")]
     pub max_concurrent_subagents: u32,
+    /// AutoCompact: sessions idle this many minutes are archived whole in the background;
+    /// 0 disables. Default 15 (upstream's alias `sessionTtlMinutes` is accepted).
+    #[serde(
+        alias = "idle_compact_after_minutes",
+        alias = "sessionTtlMinutes",
+        alias = "session_ttl_minutes"
+    )]
+    pub idle_compact_after_minutes: f64,
+    /// How often idle sessions are looked for, in seconds. Default 60.
+    #[serde(alias = "idle_compact_check_interval_seconds")]
+    pub idle_compact_check_interval_seconds: f64,
+    /// Dream: the scheduled memory consolidation into the memory files.
+    pub dream: DreamConfig,
     /// Every other upstream key (`modelPreset`, `fallbackModels`, `dream`, ...), kept as given.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -115,7 +128,38 @@ impl Default for AgentDefaults {
             unified_session: false,
             consolidation_ratio: 0.5,
             max_concurrent_subagents: 1,
+            idle_compact_after_minutes: 15.0,
+            idle_compact_check_interval_seconds: 60.0,
+            dream: DreamConfig::default(),
             extra: BTreeMap::new(),
+        }
+    }
+}
+
+/// `agents.defaults.dream`, upstream's keys and defaults.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DreamConfig {
+    /// Run Dream on a schedule (the protected `dream` cron job). Default true; disabled, the
+    /// job is removed and `.dream_cursor` skips the history written so far.
+    pub enabled: bool,
+    /// Hours between runs. Default 2.
+    #[serde(alias = "interval_h")]
+    pub interval_h: f64,
+    /// A cron expression (in `agents.defaults.timezone`) instead of the interval (legacy).
+    pub cron: Option<String>,
+    /// Model for Dream runs instead of the bot's.
+    #[serde(alias = "model_override")]
+    pub model_override: Option<String>,
+}
+
+impl Default for DreamConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval_h: 2.0,
+            cron: None,
+            model_override: None,
         }
     }
 }

@@ -18,10 +18,6 @@ const AGENT_EXTRAS: &[&str] = &[
     "timezoneMode",
     "botIcon",
     "disabledSkills",
-    "idleCompactAfterMinutes",
-    "sessionTtlMinutes",
-    "idleCompactCheckIntervalSeconds",
-    "dream",
 ];
 /// Upstream keys of `channels` besides the per-channel objects.
 const CHANNEL_EXTRAS: &[&str] = &[
@@ -127,6 +123,18 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
     }
     if d.max_tokens == 0 {
         problems.push("agents.defaults.maxTokens: must be at least 1".into());
+    }
+    if d.idle_compact_after_minutes.is_nan() || d.idle_compact_after_minutes < 0.0 {
+        problems.push("agents.defaults.idleCompactAfterMinutes: must be 0 (off) or more".into());
+    }
+    if d.idle_compact_check_interval_seconds.is_nan()
+        || d.idle_compact_check_interval_seconds <= 0.0
+    {
+        problems
+            .push("agents.defaults.idleCompactCheckIntervalSeconds: must be more than 0".into());
+    }
+    if d.dream.interval_h.is_nan() || d.dream.interval_h <= 0.0 {
+        problems.push("agents.defaults.dream.intervalH: must be more than 0".into());
     }
     if d.max_concurrent_subagents == 0 {
         problems.push("agents.defaults.maxConcurrentSubagents: must be at least 1".into());

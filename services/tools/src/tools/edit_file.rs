@@ -1,6 +1,7 @@
 //! `edit_file`: replaces `old_text` with `new_text` (exact first, then whitespace-tolerant
 //! line matching), with upstream's ambiguity, occurrence and not-found diagnostics.
 
+use nanobot_runtime::fs::write_atomic;
 use std::path::Path;
 
 use serde_json::{Value, json};
@@ -117,17 +118,14 @@ fn edit(ctx: &ToolContext, args: &Args) -> ToolOutput {
     if uses_crlf {
         edited = edited.replace('\n', "\r\n");
     }
-    match std::fs::write(&fp, edited) {
+    match write_atomic(&fp, edited.as_bytes()) {
         Ok(()) => ToolOutput::text(format!("Successfully edited {}", fp.display())),
         Err(e) => ToolOutput::error(format!("Error editing file: {e}")),
     }
 }
 
 fn create(fp: &Path, content: &str, verb: &str) -> ToolOutput {
-    let written = fp
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(fp, content));
+    let written = write_atomic(fp, content.as_bytes());
     match written {
         Ok(()) => ToolOutput::text(format!("Successfully {verb} {}", fp.display())),
         Err(e) => ToolOutput::error(format!("Error editing file: {e}")),

@@ -2,6 +2,7 @@
 //! notebook, keeping cell bookkeeping (ids, outputs, execution counts) valid; inserting
 //! into a missing notebook creates it. Paths go through the workspace sandbox.
 
+use nanobot_runtime::fs::write_atomic;
 use std::path::Path;
 
 use serde_json::{Map, Value, json};
@@ -193,7 +194,7 @@ fn save(fp: &Path, notebook: &Value, message: String) -> ToolOutput {
     if let Err(e) = serde::Serialize::serialize(notebook, &mut serializer) {
         return ToolOutput::error(format!("Error editing notebook: {e}"));
     }
-    match std::fs::write(fp, out) {
+    match write_atomic(fp, &out) {
         Ok(()) => ToolOutput::text(message),
         Err(e) => ToolOutput::error(format!("Error editing notebook: {e}")),
     }

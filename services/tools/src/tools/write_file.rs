@@ -1,5 +1,6 @@
 //! `write_file`: writes a whole file, creating parent directories.
 
+use nanobot_runtime::fs::write_atomic;
 use serde_json::{Value, json};
 
 use crate::registry::{Args, Tool, ToolContext, ToolOutput, arg_str, blocking, object_schema};
@@ -43,10 +44,7 @@ fn write(ctx: &ToolContext, args: &Args) -> ToolOutput {
         Ok(fp) => fp,
         Err(message) => return ToolOutput::error(message),
     };
-    let written = fp
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(&fp, content));
+    let written = write_atomic(&fp, content.as_bytes());
     match written {
         Ok(()) => ToolOutput::text(format!(
             "Successfully wrote {} characters to {}",
