@@ -108,6 +108,10 @@ struct Shared {
     record: bool,
     count: watch::Sender<usize>,
     next_id: AtomicU64,
+    /// The text `/v1/audio/transcriptions` answers.
+    transcript: Mutex<String>,
+    /// Bodies of the transcription requests (multipart, lossy UTF-8).
+    transcriptions: Mutex<Vec<String>>,
 }
 
 /// Options of [`ScriptedLlm::builder`].
@@ -152,11 +156,14 @@ impl Builder {
             record: self.record,
             count: watch::channel(0).0,
             next_id: AtomicU64::new(1),
+            transcript: Mutex::new("transcribed audio".into()),
+            transcriptions: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(routes::chat_completions))
             .route("/v1/messages", post(routes::messages))
             .route("/v1/models", get(routes::models))
+            .route("/v1/audio/transcriptions", post(routes::transcriptions))
             // Requests carry whole histories; tests send multi-megabyte ones on purpose.
             .layer(axum::extract::DefaultBodyLimit::max(256 * 1024 * 1024))
             .with_state(shared.clone());
@@ -221,6 +228,17 @@ impl ScriptedLlm {
     /// Stateless, so it stays deterministic when sessions run in parallel.
     pub fn when_last_user_contains_seq(&self, needle: impl Into<String>, replies: Vec<Reply>) {
         lock(&self.shared.rules).push((needle.into(), replies));
+    }
+
+    /// Sets what `/v1/audio/transcriptions` (OpenAI-compatible, as Groq's) answers.
+    pub fn set_transcript(&self, text: impl Into<String>) {
+        *lock(&self.shared.transcript) = text.into();
+    }
+
+    /// Returns the bodies of the transcription requests so far (multipart, lossy UTF-8); they
+    /// are not LLM requests and are not counted as such.
+    pub fn transcriptions(&self) -> Vec<String> {
+        lock(&self.shared.transcriptions).clone()
     }
 
     /// Replaces the fallback reply.

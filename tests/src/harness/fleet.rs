@@ -36,6 +36,7 @@ pub struct FleetBuilder {
     env: Vec<(String, String)>,
     ready_timeout: Duration,
     local_model: bool,
+    transcription: bool,
     nats_nodes: usize,
     /// Redis Cluster primaries (0: one Redis server).
     redis_masters: usize,
@@ -60,6 +61,13 @@ impl FleetBuilder {
     /// scripted LLM at `runner.localModelUrl` (as `make run` does without an API key).
     pub fn local_model(mut self) -> Self {
         self.local_model = true;
+        self
+    }
+
+    /// Points `providers.groq` (the transcription endpoint, as upstream) at the scripted LLM,
+    /// which answers `/v1/audio/transcriptions`.
+    pub fn transcription(mut self) -> Self {
+        self.transcription = true;
         self
     }
 
@@ -138,6 +146,9 @@ impl FleetBuilder {
             config["providers"] = json!({});
             config["agents"]["defaults"]["provider"] = json!("auto");
             config["runner"]["localModelUrl"] = json!(llm.base_url());
+        }
+        if self.transcription {
+            config["providers"]["groq"] = json!({"apiBase": llm.base_url()});
         }
         let config_path = root.path().join("config.json");
         let text = serde_json::to_string_pretty(&config).context("encode config")?;
@@ -236,6 +247,7 @@ impl Fleet {
             env: Vec::new(),
             ready_timeout: READY_TIMEOUT,
             local_model: false,
+            transcription: false,
             nats_nodes: 1,
             redis_masters: 0,
         }
@@ -288,7 +300,17 @@ impl Fleet {
 
     /// Starts one more instance of `role` and waits until it reports ready.
     pub async fn add_replica(&mut self, role: &str) -> anyhow::Result<&mut ServiceProc> {
-        self.spawn_role(role)?;
+        self.add_replica_with(role, &[]).await
+    }
+
+    /// Starts one more instance of `role` with extra environment (config overrides such as
+    /// `NANOBOT_CHANNELS__TELEGRAM__WEBHOOK_LISTEN_PORT`) and waits until it reports ready.
+    pub async fn add_replica_with(
+        &mut self,
+        role: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<&mut ServiceProc> {
+        self.spawn_role_with(role, env)?;
         self.wait_ready().await?;
         let last = self.services.last_mut().context("replica vanished")?;
         Ok(&mut last.1)
@@ -421,10 +443,15 @@ impl Fleet {
 
     /// Spawns one more instance of `role` without waiting for it to be ready.
     pub fn spawn_role(&mut self, role: &str) -> anyhow::Result<()> {
+        self.spawn_role_with(role, &[])
+    }
+
+    fn spawn_role_with(&mut self, role: &str, extra: &[(&str, &str)]) -> anyhow::Result<()> {
         let config = self.config_path.display().to_string();
         let args = ["--config", config.as_str(), "--health-addr", "127.0.0.1:0"];
         let mut env: Vec<(&str, &str)> = vec![("RUST_LOG", "info")];
         env.extend(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        env.extend_from_slice(extra);
         // A further gateway replica listens on its own API port (the first keeps api_base).
         let api_port;
         if role == "gateway" && self.services.iter().any(|(r, _)| r == "gateway") {

@@ -1,4 +1,5 @@
-//! The HTTP routes: OpenAI chat completions and models, Anthropic messages.
+//! The HTTP routes: OpenAI chat completions, models and audio transcriptions, Anthropic
+//! messages.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,4 +118,11 @@ fn error(status: u16, body: String, retry_after: Option<u64>) -> Response {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     response
+}
+
+/// `POST /v1/audio/transcriptions`: records the multipart body, answers the set transcript.
+pub(super) async fn transcriptions(State(shared): State<Arc<Shared>>, raw: Bytes) -> Response {
+    super::lock(&shared.transcriptions).push(String::from_utf8_lossy(&raw).into_owned());
+    let text = super::lock(&shared.transcript).clone();
+    Json(json!({"text": text})).into_response()
 }

@@ -250,14 +250,21 @@ impl BotState {
 
     /// Serves the next `pass` calls of `method`, then fails `times` calls with `failure`.
     pub(super) fn fail_after(&mut self, method: &str, pass: usize, times: usize, failure: Failure) {
-        let queue = self.failures.entry(method.to_string()).or_default();
+        // Methods are matched as Telegram does: case-insensitively (teloxide sends `SendMessage`).
+        let queue = self
+            .failures
+            .entry(method.to_ascii_lowercase())
+            .or_default();
         queue.extend(std::iter::repeat_n(None, pass));
         queue.extend(std::iter::repeat_n(Some(failure), times));
     }
 
     /// Returns the scripted error for this call of `method`, if one is queued.
     pub(super) fn take_failure(&mut self, method: &str) -> Option<ApiError> {
-        let failure = self.failures.get_mut(method)?.pop_front()??;
+        let failure = self
+            .failures
+            .get_mut(&method.to_ascii_lowercase())?
+            .pop_front()??;
         Some(failure.into_error())
     }
 

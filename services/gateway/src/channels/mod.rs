@@ -141,11 +141,15 @@ pub async fn start(
     cancel: &CancellationToken,
 ) -> anyhow::Result<(Channels, JoinSet<()>)> {
     let mut channels = Channels::default();
+    let mut telegram = Vec::new();
     for tg in cfg.telegram_bots() {
-        let channel = telegram::TelegramChannel::new(cfg, tg, deps)?;
-        channels.add(Arc::new(channel));
+        let channel = Arc::new(telegram::TelegramChannel::new(cfg, tg, deps)?);
+        telegram.push(channel.clone());
+        channels.add(channel);
     }
     let mut tasks = JoinSet::new();
+    let inbound = Inbound::new(deps.js.clone());
+    telegram::webhook::listen(&telegram, &inbound, cancel, &mut tasks).await?;
     for (name, bots) in &channels.by_name {
         for channel in bots.values() {
             let inbound = Inbound::new(deps.js.clone());

@@ -237,9 +237,16 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>) {
             problems.push(format!("{at}.apiBase: {base:?} is not an http(s) URL"));
         }
         if c.mode == "webhook" {
-            if url_of(&c.webhook_url, &["https"]).is_none() {
+            // Telegram posts only to https; a self-hosted Bot API server (`apiBase`) to http too.
+            let public = base == TELEGRAM_API.trim_end_matches('/');
+            let schemes: &[&str] = if public {
+                &["https"]
+            } else {
+                &["http", "https"]
+            };
+            if url_of(&c.webhook_url, schemes).is_none() {
                 problems.push(format!(
-                    "{at}.webhookUrl: an https URL is required in webhook mode"
+                    "{at}.webhookUrl: an https URL is required in webhook mode (http only with a self-hosted apiBase)"
                 ));
             }
             if !is_secret_token(&c.webhook_secret_token) {

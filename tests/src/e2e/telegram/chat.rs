@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{ALICE, telegram_fleet, wait_shown};
+use super::{ALICE, telegram_fleet, telegram_fleet_from, wait_shown};
 use crate::e2e::session_rows;
 use crate::scripted_llm::Reply;
 use crate::telegram_fake::{Incoming, TgChat, TgUser};
@@ -266,4 +266,36 @@ async fn a_streamed_reply_edits_one_preview_into_the_final_html() {
         "the preview is plain text: {preview}"
     );
     assert!(!bot.calls_of("editMessageText").is_empty());
+}
+
+#[tokio::test]
+async fn a_voice_note_is_transcribed_into_the_turn_and_answered() {
+    let (fleet, fake, bot) =
+        telegram_fleet_from(crate::harness::Fleet::builder().transcription(), json!({})).await;
+    fleet.llm.set_transcript("remind me to buy oat milk");
+    fleet
+        .llm
+        .when_last_user_contains("buy oat milk", Reply::text("I'll remember the oat milk."));
+    let voice = bot.add_file(&b"OggS\0\0voice-bytes-0123"[..], "voice.ogg", "audio/ogg");
+    bot.inject(Incoming::private(&TgUser::new(ALICE, "alice")).voice(&voice, 3));
+
+    wait_shown(&fake, &bot, ALICE, "I'll remember the oat milk.").await;
+    let sent = fleet.llm.transcriptions();
+    assert_eq!(sent.len(), 1, "one transcription request");
+    assert!(
+        sent[0].contains("whisper-large-v3") && sent[0].contains("voice-bytes-0123"),
+        "upstream's model and the downloaded audio: {}",
+        &sent[0][..sent[0].len().min(400)]
+    );
+    let turn = fleet
+        .llm
+        .requests()
+        .into_iter()
+        .find(|r| r.last_user_text().is_some_and(|t| t.contains("oat milk")))
+        .unwrap();
+    let text = turn.last_user_text().unwrap();
+    assert!(
+        text.contains("[transcription: remind me to buy oat milk]"),
+        "{text}"
+    );
 }

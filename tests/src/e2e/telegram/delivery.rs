@@ -1,7 +1,7 @@
 //! Delivery across replicas: one poller per token, takeover without loss or doubles, a crash
 //! mid-delivery, several bots in one fleet.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{ALICE, TOKEN, TOKEN_B, telegram_fleet};
 use crate::e2e::session_rows;
@@ -196,4 +196,180 @@ async fn two_bots_in_one_fleet_answer_their_own_users_and_never_cross() {
     assert!(alpha_rows[0].to_string().contains("to alpha"));
     assert!(beta_rows[0].to_string().contains("to beta"));
     assert!(!alpha_rows.iter().any(|r| r.to_string().contains("to beta")));
+}
+
+#[tokio::test]
+async fn in_webhook_mode_one_listener_serves_two_bots_any_replica_receives_and_a_repeat_is_answered_once()
+ {
+    let fake = TelegramFake::start().await.unwrap();
+    let first = fake.add_bot(TOKEN, "first_bot");
+    let second = fake.add_bot(TOKEN_B, "second_bot");
+    let port = crate::harness::free_port().unwrap();
+    let section = |token: &str, secret: &str| {
+        json!({"channels": {"telegram": {
+            "enabled": true, "token": token, "allowFrom": ["*"], "streaming": false,
+            "mode": "webhook", "webhookSecretToken": secret,
+        }}})
+    };
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({
+            "channels": {"telegram": {
+                "apiBase": fake.api_url(), "leaseSecs": 2,
+                "webhookUrl": format!("http://127.0.0.1:{port}/telegram"),
+                "webhookListenPort": port,
+            }},
+            "bots": {"alpha": section(TOKEN, "alpha-secret"), "beta": section(TOKEN_B, "beta-secret")},
+        }))
+        .start()
+        .await
+        .unwrap();
+    fleet.llm.set_fallback(Reply::echo());
+    for (bot, secret) in [(&first, "alpha-secret"), (&second, "beta-secret")] {
+        fake.wait_until("the webhook is set", DEFAULT_WAIT, |_| {
+            bot.webhook()
+                .filter(|(url, s)| url.ends_with("/telegram") && s.as_deref() == Some(secret))
+        })
+        .await
+        .unwrap();
+    }
+
+    // Telegram's POSTs to the one listener reach their own bots.
+    let alice = TgUser::new(ALICE, "alice");
+    first.inject(Incoming::text_from(&alice, "to alpha"));
+    second.inject(Incoming::text_from(&alice, "to beta"));
+    for (bot, text) in [(&first, "echo: to alpha"), (&second, "echo: to beta")] {
+        fake.wait_until(text, DEFAULT_WAIT, |_| {
+            bot.bot_messages(ALICE)
+                .iter()
+                .any(|m| m.text.as_deref() == Some(text))
+                .then_some(())
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        first.poll_stats().conflicts,
+        0,
+        "nobody polls in webhook mode"
+    );
+
+    // A request without the bot's secret is refused and runs nothing.
+    let http = reqwest::Client::new();
+    let update = |id: i64, text: &str| {
+        json!({"update_id": id, "message": {
+            "message_id": id, "date": 1_790_000_000,
+            "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
+            "from": {"id": ALICE, "is_bot": false, "first_name": "Alice", "username": "alice"},
+            "text": text,
+        }})
+    };
+    let post = |port: u16, secret: Option<&'static str>, body: Value| {
+        let mut request = http
+            .post(format!("http://127.0.0.1:{port}/telegram"))
+            .json(&body);
+        if let Some(secret) = secret {
+            request = request.header("X-Telegram-Bot-Api-Secret-Token", secret);
+        }
+        request.send()
+    };
+    let calls = fleet.llm.request_count();
+    for secret in [None, Some("wrong-secret")] {
+        let refused = post(port, secret, update(900_001, "sneaky")).await.unwrap();
+        assert_eq!(refused.status(), 401, "{secret:?}");
+    }
+
+    // A second replica listens too; one update delivered to both is answered once.
+    let port_b = crate::harness::free_port().unwrap().to_string();
+    fleet
+        .add_replica_with(
+            "gateway",
+            &[(
+                "NANOBOT_CHANNELS__TELEGRAM__WEBHOOK_LISTEN_PORT",
+                port_b.as_str(),
+            )],
+        )
+        .await
+        .unwrap();
+    let port_b: u16 = port_b.parse().unwrap();
+    let twice = update(900_002, "twice please");
+    for p in [port, port_b] {
+        let accepted = post(p, Some("alpha-secret"), twice.clone()).await.unwrap();
+        assert_eq!(accepted.status(), 200, "port {p}");
+    }
+    fake.wait_until("the repeat answered", DEFAULT_WAIT, |_| {
+        first
+            .bot_messages(ALICE)
+            .iter()
+            .any(|m| m.text.as_deref() == Some("echo: twice please"))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    let shown: Vec<_> = first
+        .bot_messages(ALICE)
+        .into_iter()
+        .filter(|m| m.text.as_deref() == Some("echo: twice please"))
+        .collect();
+    assert_eq!(shown.len(), 1, "{shown:#?}");
+    assert_eq!(
+        fleet.llm.request_count(),
+        calls + 1,
+        "the refused requests ran nothing and the repeat ran once"
+    );
+    assert!(
+        !first
+            .bot_messages(ALICE)
+            .iter()
+            .any(|m| m.text.as_deref() == Some("echo: sneaky"))
+    );
+}
+
+#[tokio::test]
+async fn a_gateway_sigkilled_while_delivering_leaves_the_reply_to_another_replica_and_it_arrives_once()
+ {
+    let (mut fleet, fake, bot) = telegram_fleet(json!({})).await;
+    fleet.add_replica("gateway").await.unwrap();
+    let answer = format!("{}\n\n{}", "alpha ".repeat(500), "omega ".repeat(500));
+    fleet.llm.push(Reply::text(answer));
+    // The first chunk is accepted; the second meets flood control for a minute, so the
+    // replica delivering it is still waiting when it is killed.
+    bot.fail_after("sendMessage", 1, 1, Failure::RetryAfter(60));
+    bot.inject(Incoming::text_from(
+        &TgUser::new(ALICE, "alice"),
+        "long please",
+    ));
+    let mut delivering = None;
+    fake.wait_until("a replica waits out flood control", DEFAULT_WAIT, |_| {
+        delivering = fleet
+            .replicas("gateway")
+            .iter()
+            .position(|r| r.logs().contains("telegram call retried"));
+        delivering
+    })
+    .await
+    .unwrap();
+    let delivering = delivering.unwrap();
+    fleet.service_at("gateway", delivering).sigkill().unwrap();
+
+    // JetStream hands the reply to the other replica, which sends only the missing chunk.
+    fake.wait_until("the second chunk shown", DEFAULT_WAIT * 3, |_| {
+        bot.bot_messages(ALICE)
+            .iter()
+            .any(|m| m.text.as_deref().is_some_and(|t| t.starts_with("omega")))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    let shown = bot.bot_messages(ALICE);
+    let count = |word: &str| {
+        shown
+            .iter()
+            .filter(|m| m.text.as_deref().is_some_and(|t| t.starts_with(word)))
+            .count()
+    };
+    assert_eq!((count("alpha"), count("omega")), (1, 1), "{shown:#?}");
+    assert_eq!(shown.len(), 2, "{shown:#?}");
+    let survivor = 1 - delivering;
+    assert!(fleet.service_at("gateway", survivor).is_running());
 }

@@ -21,6 +21,14 @@ pub(crate) const ALICE: i64 = 42;
 /// Starts the fake with one bot and a fleet (gateway, agent, tools) whose
 /// `channels.telegram` points at it, with `extra` laid over that section.
 pub(crate) async fn telegram_fleet(extra: Value) -> (Fleet, TelegramFake, FakeBot) {
+    telegram_fleet_from(Fleet::builder(), extra).await
+}
+
+/// [`telegram_fleet`] from a builder with more settings (transcription, ...).
+pub(crate) async fn telegram_fleet_from(
+    builder: crate::harness::FleetBuilder,
+    extra: Value,
+) -> (Fleet, TelegramFake, FakeBot) {
     let fake = TelegramFake::start().await.expect("telegram fake");
     let bot = fake.add_bot(TOKEN, "nano_test_bot");
     let mut section = json!({
@@ -32,7 +40,7 @@ pub(crate) async fn telegram_fleet(extra: Value) -> (Fleet, TelegramFake, FakeBo
         "leaseSecs": 2,
     });
     merge(&mut section, extra);
-    let fleet = Fleet::builder()
+    let fleet = builder
         .roles(&["gateway", "agent", "tools"])
         .config(json!({"channels": {"telegram": section}}))
         .start()

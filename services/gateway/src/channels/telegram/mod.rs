@@ -1,11 +1,13 @@
 //! Telegram through teloxide: one [`TelegramChannel`] per bot token.
 //!
-//! - Receiving ([`poller`]): exactly one gateway replica long-polls a token at a time, holding
+//! - Receiving in polling mode ([`poller`]): exactly one gateway replica long-polls a token at a time, holding
 //!   the lease [`keys::telegram_poller`] (fenced by [`keys::telegram_poller_fence`]); the
 //!   `getUpdates` offset lives in [`keys::telegram_offset`] and is written only under the
 //!   lease's fence, after the update's inbound message was accepted by JetStream. The inbound id
 //!   is derived from the update (`tg:{update_id}:{message_id}`), so an update fetched again
 //!   after a takeover is dropped by the stream's de-duplication and the runners' seen-set.
+//! - Receiving in webhook mode ([`webhook`]): every replica listens and answers Telegram's POSTs;
+//!   the lease then only elects the replica that edits streaming previews.
 //! - Each update ([`receive`]): ACL and pairing, group policy, `/start`, the 👀 reaction,
 //!   typing, media download and transcription, then one inbound message.
 //! - Sending ([`outbound`]): HTML chunks with a plain-text fallback, flood control and
@@ -20,6 +22,7 @@ mod poller;
 mod receive;
 mod stream;
 mod typing;
+pub(crate) mod webhook;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -184,7 +187,11 @@ impl Channel for TelegramChannel {
         };
         tracing::info!(bot = %self.bot_id, token_id = %self.token_id, username = %me.username, mode = %self.cfg.mode, "telegram channel started");
         receive::register_commands(&self).await;
-        poller::run(self, inbound, cancel).await
+        let polling = self.cfg.mode != "webhook";
+        if !polling && !webhook::register(&self, &cancel).await {
+            return Ok(());
+        }
+        poller::run(self, inbound, cancel, polling).await
     }
 
     async fn send(&self, msg: &OutboundMessage, progress: &mut Progress) -> Result<(), SendError> {

@@ -301,6 +301,20 @@ where
     }
 }
 
+/// Whether an error Telegram described is on its side (flood control, a 5xx), so worth
+/// delivering again later.
+fn is_server_side(description: &str) -> bool {
+    [
+        "Too Many Requests",
+        "Internal Server Error",
+        "Bad Gateway",
+        "Service Unavailable",
+        "Gateway Timeout",
+    ]
+    .iter()
+    .any(|phrase| description.contains(phrase))
+}
+
 /// Maps a failed call to redeliver-later or give-up.
 fn classify(ch: &TelegramChannel, e: RequestError) -> SendError {
     let text = ch.redact(&e.to_string());
@@ -309,7 +323,7 @@ fn classify(ch: &TelegramChannel, e: RequestError) -> SendError {
         | RequestError::Network(_)
         | RequestError::Io(_)
         | RequestError::InvalidJson { .. } => SendError::Transient(text),
-        RequestError::Api(ApiError::Unknown(ref d)) if d.contains("Too Many Requests") => {
+        RequestError::Api(ApiError::Unknown(ref d)) if is_server_side(d) => {
             SendError::Transient(text)
         }
         RequestError::Api(_) | RequestError::MigrateToChatId(_) => SendError::Permanent(text),

@@ -3,7 +3,8 @@
 //! inbound message, then moves the offset forward under the lease's fence. A replica that loses
 //! the lease drops its in-flight poll at once (closing the connection), so two polls of one
 //! token never overlap while the lease is respected; a dead poller is replaced within the
-//! lease time.
+//! lease time. In webhook mode the lease is held without polling: its holder only edits
+//! streaming previews.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -32,6 +33,7 @@ pub(super) async fn run(
     ch: Arc<TelegramChannel>,
     inbound: Inbound,
     cancel: CancellationToken,
+    polling: bool,
 ) -> anyhow::Result<()> {
     let key = keys::telegram_poller(&ch.bot_id, &ch.token_id);
     let fence_key = keys::telegram_poller_fence(&ch.bot_id, &ch.token_id);
@@ -41,7 +43,14 @@ pub(super) async fn run(
             Ok(Some(lease)) => {
                 tracing::info!(bot = %ch.bot_id, token_id = %ch.token_id, fence = lease.fence().token, "telegram poller lease taken");
                 ch.holder.store(true, Ordering::Release);
-                poll(&ch, &inbound, &lease, &cancel).await;
+                if polling {
+                    poll(&ch, &inbound, &lease, &cancel).await;
+                } else {
+                    tokio::select! {
+                        _ = cancel.cancelled() => {}
+                        _ = lease.lost().cancelled() => {}
+                    }
+                }
                 ch.holder.store(false, Ordering::Release);
                 let lost = !lease.is_held();
                 lease.release().await;
@@ -69,6 +78,10 @@ async fn poll(ch: &TelegramChannel, inbound: &Inbound, lease: &Lease, cancel: &C
             return;
         }
     };
+    // A webhook left from webhook mode would make every `getUpdates` fail with 409.
+    if let Err(e) = ch.api.delete_webhook().await {
+        tracing::warn!(bot = %ch.bot_id, error = %ch.redact(&e.to_string()), "telegram deleteWebhook failed");
+    }
     let mut delay = Duration::from_millis(200);
     let mut waited_for_album = false;
     loop {

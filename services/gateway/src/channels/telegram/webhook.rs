@@ -1,0 +1,162 @@
+//! Webhook mode: Telegram POSTs each update to `webhookUrl`; every gateway replica listens
+//! (behind whatever balances `webhookUrl` over them), so any replica can receive. One listener
+//! per `webhookListenHost:webhookListenPort` serves every bot configured on it: a request is
+//! matched to its bot by `webhookPath` and the `X-Telegram-Bot-Api-Secret-Token` header
+//! (compared in constant time); anything else is refused. An update is answered 200 only once
+//! its inbound message was accepted by JetStream (else 500, and Telegram delivers it again);
+//! its inbound id is derived from the update, so a repeat is one inbound message.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use teloxide::payloads::SetWebhookSetters as _;
+use teloxide::requests::Requester as _;
+use teloxide::types::{AllowedUpdate, Update};
+use tokio_util::sync::CancellationToken;
+
+use super::{TelegramChannel, receive};
+use crate::channels::Inbound;
+
+/// The header Telegram carries the secret token in.
+pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
+/// How long a webhook request may take to arrive.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The bots one listener serves.
+#[derive(Clone)]
+struct Routes {
+    bots: Arc<Vec<Arc<TelegramChannel>>>,
+    inbound: Inbound,
+}
+
+/// Starts one listener per address for the webhook-mode channels among `channels`; returns
+/// the addresses bound (a port of 0 binds a free one).
+pub(crate) async fn listen(
+    channels: &[Arc<TelegramChannel>],
+    inbound: &Inbound,
+    cancel: &CancellationToken,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut by_addr: BTreeMap<String, Vec<Arc<TelegramChannel>>> = BTreeMap::new();
+    for ch in channels.iter().filter(|c| c.cfg.mode == "webhook") {
+        let addr = format!(
+            "{}:{}",
+            ch.cfg.webhook_listen_host, ch.cfg.webhook_listen_port
+        );
+        by_addr.entry(addr).or_default().push(ch.clone());
+    }
+    let mut bound = Vec::new();
+    for (addr, bots) in by_addr {
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("bind the telegram webhook listener {addr}"))?;
+        let local = listener.local_addr()?;
+        tracing::info!(addr = %local, bots = bots.len(), "telegram webhook listener ready");
+        let routes = Routes {
+            bots: Arc::new(bots),
+            inbound: inbound.clone(),
+        };
+        let router = Router::new().fallback(receive_update).with_state(routes);
+        tasks.spawn(crate::api::serve(
+            listener,
+            router,
+            READ_TIMEOUT,
+            cancel.clone(),
+        ));
+        bound.push(local);
+    }
+    Ok(bound)
+}
+
+/// Answers one webhook request.
+async fn receive_update(
+    State(routes): State<Routes>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    let secret = headers
+        .get(SECRET_HEADER)
+        .map(|v| v.as_bytes())
+        .unwrap_or_default();
+    let Some(ch) = routes.bots.iter().find(|ch| {
+        ch.cfg.webhook_path == uri.path()
+            && constant_time_eq(ch.cfg.webhook_secret_token.as_bytes(), secret)
+    }) else {
+        tracing::warn!(
+            path = uri.path(),
+            "telegram webhook request refused (unknown path or secret)"
+        );
+        return StatusCode::UNAUTHORIZED;
+    };
+    let update: Update = match serde_json::from_slice(&body) {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::warn!(bot = %ch.bot_id, error = %e, "undecodable telegram update dropped");
+            return StatusCode::BAD_REQUEST;
+        }
+    };
+    match receive::handle(ch, &routes.inbound, std::slice::from_ref(&update)).await {
+        Ok(()) => StatusCode::OK,
+        Err(e) => {
+            tracing::warn!(bot = %ch.bot_id, update_id = update.id.0, error = %ch.redact(&format!("{e:#}")), "telegram update not handled; Telegram will deliver it again");
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    }
+}
+
+/// Compares two byte strings in time that depends only on their lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Points the bot's webhook at `webhookUrl` with its secret token (every replica does it; the
+/// call is idempotent), retrying until it succeeds or `cancel`.
+pub(super) async fn register(ch: &TelegramChannel, cancel: &CancellationToken) -> bool {
+    let Ok(url) = url::Url::parse(&ch.cfg.webhook_url) else {
+        tracing::error!(bot = %ch.bot_id, "channels.telegram.webhookUrl is not a URL");
+        return false;
+    };
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let request = ch
+            .api
+            .set_webhook(url.clone())
+            .secret_token(ch.cfg.webhook_secret_token.clone())
+            .allowed_updates(vec![AllowedUpdate::Message]);
+        match request.await {
+            Ok(_) => {
+                tracing::info!(bot = %ch.bot_id, token_id = %ch.token_id, "telegram webhook set");
+                return true;
+            }
+            Err(e) => {
+                tracing::warn!(bot = %ch.bot_id, error = %ch.redact(&e.to_string()), retry_in = ?delay, "telegram setWebhook failed")
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(constant_time_eq(b"s3cret-token", b"s3cret-token"));
+        assert!(!constant_time_eq(b"s3cret-token", b"s3cret-tokem"));
+        assert!(!constant_time_eq(b"s3cret", b"s3cret-token"));
+        assert!(!constant_time_eq(b"s3cret", b""));
+    }
+}
