@@ -12,6 +12,7 @@
 //! - [`fleet`], [`upstream`]: starting each system; [`system`]: a running one.
 //! - [`servers`]: `nats-server`, `redis-server`, the mock LLM, readiness timing.
 //! - [`toolrtt`]: tool round trip over NATS and in-process.
+//! - [`history`]: turn cost against stored history, and the cost of archiving.
 //! - [`breakdown`], [`probe`]: per-hop timing from client, NATS, Redis and LLM timestamps.
 //! - [`procinfo`]: `/proc` readings; [`stats`]: percentiles.
 //! - [`report`], [`resources`]: the comparison rows; [`render`]: Markdown tables and the
@@ -20,6 +21,7 @@
 
 pub mod breakdown;
 pub mod fleet;
+pub mod history;
 pub mod load;
 pub mod opts;
 pub mod plan;

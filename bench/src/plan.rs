@@ -44,6 +44,8 @@ pub struct Figures {
     pub tool_rtt: ToolRtt,
     /// Per-hop breakdowns (plain and tool-heavy turns, each system).
     pub breakdown: Vec<Breakdown>,
+    /// Turn cost against stored history, and the cost of archiving (fleet).
+    pub history: Option<crate::history::HistoryFigures>,
 }
 
 impl Figures {
@@ -187,6 +189,22 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
     }
     if wanted("replicas") {
         replicas(suite, sizes, slow, &mut figures).await;
+    }
+    if wanted("history") {
+        eprintln!(
+            "bench: stored history ({} turns per session)",
+            sizes.latency_requests
+        );
+        let measured = async {
+            let running = suite.start(Kind::Fleet, &Setup::with_llm(instant)).await?;
+            let figures = crate::history::run(&running, sizes.latency_requests).await;
+            running.stop().await;
+            figures
+        };
+        match measured.await {
+            Ok(h) => figures.history = Some(h),
+            Err(e) => suite.errors.push(format!("history (fleet): {e:#}")),
+        }
     }
     if wanted("rtt") {
         figures.tool_rtt = tool_rtt(suite, sizes).await;

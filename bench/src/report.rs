@@ -228,6 +228,9 @@ pub fn rows(figures: &Figures, suite: &Suite) -> Vec<Row> {
     resources::startup_rows(suite, &mut rows);
     replica_rows(figures, &mut rows);
     resources::cpu_rows(figures, &mut rows);
+    if let Some(history) = &figures.history {
+        rows.extend(crate::history::rows(history));
+    }
     rows
 }
 

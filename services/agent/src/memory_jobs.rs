@@ -10,7 +10,6 @@ use futures::StreamExt as _;
 use prost::Message as _;
 use serde_json::Value;
 
-use nanobot_core::history;
 use nanobot_core::memory::{Budget, estimate_prompt};
 use nanobot_core::session::Session;
 use nanobot_core::tools::ToolClient;
@@ -127,13 +126,13 @@ pub async fn archive_on_new(
 /// replayable history, tool definitions) reaches the budget ([`Budget`]).
 pub async fn maybe_consolidate(deps: &Deps, bot: &Bot, session_key: &str, channel: &str) {
     let budget = Budget::of(&deps.cfg.agents.defaults);
-    let Ok(session) = bot.sessions.load(session_key).await else {
+    let Ok(session) = bot.sessions.load_recent(session_key, usize::MAX).await else {
         return;
     };
     let specs = bot.tools.specs().await;
     let tools = ToolClient::definitions(&specs);
     let system = bot.context.system_prompt(channel);
-    let replay = history::replay(&session.messages, session.last_consolidated, usize::MAX);
+    let replay = session.replay(usize::MAX);
     // Tokenizing is CPU work proportional to the replayable context: off the async threads.
     let measured = tokio::task::spawn_blocking(move || {
         let overhead = estimate_prompt(&system, &[], &tools);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use nanobot_core::checkpoint::{self, Restore};
-use nanobot_core::history;
+use nanobot_core::history::{self, MAX_REPLAY_MESSAGES};
 use nanobot_core::hooks::{AgentHook, CompositeHook, LoggingHook, UsageHook};
 use nanobot_core::memory::{self as core_memory, Budget, estimate_messages};
 use nanobot_core::resolve;
@@ -122,7 +122,9 @@ pub async fn recover(
     session_key: &str,
     how: Restore,
 ) -> anyhow::Result<usize> {
-    let mut session = sessions.load(session_key).await?;
+    let mut session = sessions
+        .load_recent(session_key, MAX_REPLAY_MESSAGES)
+        .await?;
     if !session.metadata.contains_key(meta::RUNTIME_CHECKPOINT)
         && !session.metadata.contains_key(meta::PENDING_USER_TURN)
     {
@@ -195,7 +197,10 @@ pub async fn run(
     }
     let cfg = &deps.cfg;
     let d = &cfg.agents.defaults;
-    let pending = sessions.load(&input.session_key).await?.metadata;
+    let pending = sessions
+        .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
+        .await?
+        .metadata;
     let resume =
         pending.get(meta::PENDING_TURN_ID).and_then(Value::as_str) == Some(input.id.as_str());
     let how = if resume {
@@ -204,16 +209,14 @@ pub async fn run(
         Restore::Close
     };
     recover(deps, bot, sessions, &input.session_key, how).await?;
-    let session = sessions.load(&input.session_key).await?;
+    let session = sessions
+        .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
+        .await?;
     if resume && let (Some(f), Some(taken)) = (ctx.follow_ups, checkpoints::taken_from(&pending)) {
         // Follow-ups a previous attempt injected and saved are in the history already.
         f.resume(taken);
     }
-    let replay = history::replay(
-        &session.messages,
-        session.last_consolidated,
-        history::MAX_REPLAY_MESSAGES,
-    );
+    let replay = session.replay(MAX_REPLAY_MESSAGES);
     let summary = core_memory::summary_section(&session.metadata);
     // The pending markers go with the user message in one write: a retry after a failure
     // in between would otherwise store the message twice.

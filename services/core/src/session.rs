@@ -56,8 +56,11 @@ pub type Result<T> = std::result::Result<T, SessionError>;
 pub struct Session {
     /// Session key, e.g. `telegram:123` or `api:default`.
     pub key: String,
-    /// Message rows in nanobot's session format.
+    /// Message rows in nanobot's session format (from `first_index` on).
     pub messages: Vec<Value>,
+    /// Stored index of `messages[0]`: 0 for a whole session, more for
+    /// [`SessionStore::load_recent`].
+    pub first_index: usize,
     /// Messages before this index are archived to `history.jsonl`.
     pub last_consolidated: usize,
     /// Free-form metadata (`runtime_checkpoint`, `pending_user_turn`, `_last_summary`, …).
@@ -75,6 +78,18 @@ pub struct Activity {
     pub unarchived: usize,
     /// A runner holds its lease (a turn runs).
     pub busy: bool,
+}
+
+impl Session {
+    /// Returns the history a turn replays, at most `cap` rows ([`crate::history::replay`]
+    /// over the loaded rows).
+    pub fn replay(&self, cap: usize) -> Vec<Value> {
+        crate::history::replay(
+            &self.messages,
+            self.last_consolidated.saturating_sub(self.first_index),
+            cap,
+        )
+    }
 }
 
 /// Returns the local time in nanobot's ISO row format.
@@ -129,6 +144,35 @@ impl SessionStore {
             .query_async(&mut conn)
             .await
             .map_err(Self::err("load", key))?;
+        Ok(Self::parse(key, 0, &rows, &meta))
+    }
+
+    /// Loads what a turn can replay: the metadata and the rows from
+    /// `min(last_consolidated, len − 8)` on, at most the last `cap`, in one atomic read, so a
+    /// turn's cost does not grow with the session's archived history.
+    pub async fn load_recent(&self, key: &str, cap: usize) -> Result<Session> {
+        let mut conn = self.redis.clone();
+        let (first, meta, rows): (
+            usize,
+            std::collections::HashMap<String, String>,
+            Vec<String>,
+        ) = scripts::LOAD_RECENT
+            .key(keys::session_meta(&self.bot, key))
+            .key(keys::session_messages(&self.bot, key))
+            .arg(crate::history::MIN_COMPACTED_REPLAY_MESSAGES)
+            .arg(cap.min(i64::MAX as usize))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(Self::err("load", key))?;
+        Ok(Self::parse(key, first, &rows, &meta))
+    }
+
+    fn parse(
+        key: &str,
+        first_index: usize,
+        rows: &[String],
+        meta: &std::collections::HashMap<String, String>,
+    ) -> Session {
         let mut messages = Vec::with_capacity(rows.len());
         for (i, row) in rows.iter().enumerate() {
             match serde_json::from_str::<Value>(row) {
@@ -144,14 +188,15 @@ impl SessionStore {
             .get("last_consolidated")
             .and_then(|v| v.parse::<usize>().ok())
             .unwrap_or(0)
-            .min(messages.len());
-        Ok(Session {
+            .min(first_index + messages.len());
+        Session {
             key: key.to_string(),
             messages,
+            first_index,
             last_consolidated,
             metadata,
             created_at: meta.get("created_at").cloned().unwrap_or_default(),
-        })
+        }
     }
 
     /// Returns this store writing under `fence`: every write fails with
@@ -364,6 +409,49 @@ mod tests {
     use nanobot_runtime::testsuite::Redis;
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_recent_load_reads_only_the_replayable_tail_and_replays_like_a_full_load() {
+        let redis = Redis::start().await.unwrap();
+        let store = SessionStore::new(redis.conn().await.unwrap(), "b");
+        let key = "cli:long";
+        let rows: Vec<Value> = (0..500)
+            .map(|i| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                serde_json::json!({"role": role, "content": format!("m{i}")})
+            })
+            .collect();
+        store.append(key, &rows).await.unwrap();
+        store.set_last_consolidated(key, 490).await.unwrap();
+        let full = store.load(key).await.unwrap();
+        let recent = store
+            .load_recent(key, crate::history::MAX_REPLAY_MESSAGES)
+            .await
+            .unwrap();
+        assert_eq!(recent.first_index, 490, "from last_consolidated");
+        assert_eq!(recent.messages.len(), 10);
+        assert_eq!(recent.last_consolidated, 490);
+        let cap = crate::history::MAX_REPLAY_MESSAGES;
+        assert_eq!(recent.replay(cap), full.replay(cap));
+        // Archived up to the end: the last 8 rows stay replayable.
+        store.set_last_consolidated(key, 500).await.unwrap();
+        let recent = store.load_recent(key, cap).await.unwrap();
+        assert_eq!((recent.first_index, recent.messages.len()), (492, 8));
+        assert_eq!(
+            recent.replay(cap),
+            store.load(key).await.unwrap().replay(cap)
+        );
+        // Nothing archived: at most the cap.
+        store.set_last_consolidated(key, 0).await.unwrap();
+        let recent = store.load_recent(key, cap).await.unwrap();
+        assert_eq!(recent.messages.len(), cap);
+        assert_eq!(
+            recent.replay(cap),
+            store.load(key).await.unwrap().replay(cap)
+        );
+        let whole = store.load_recent(key, usize::MAX).await.unwrap();
+        assert_eq!((whole.first_index, whole.messages.len()), (0, 500));
+    }
 
     /// A client that lost the reply sends the same invocation again (redis-rs retries on the
     /// new primary after a failover): the session must change once.

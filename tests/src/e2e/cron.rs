@@ -1,6 +1,6 @@
 //! Cron end to end (issue 12): a job made by the `cron` tool in a chat is stored in upstream's
 //! `cron/jobs.json` format, fires into that chat's session with its reply to that chat, and
-//! runs once per scheduled time while the cron leader is SIGKILLed.
+//! runs once per scheduled time while the leader of three cron replicas is SIGKILLed.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -42,7 +42,7 @@ async fn reminder_rows(fleet: &Fleet) -> usize {
 #[tokio::test]
 async fn a_cron_job_made_in_a_chat_fires_into_that_chat_once_per_run_while_the_leader_is_killed() {
     let mut fleet = Fleet::builder()
-        .roles(&["gateway", "agent", "tools", "cron", "cron"])
+        .roles(&["gateway", "agent", "tools", "cron", "cron", "cron"])
         .start()
         .await
         .unwrap();
