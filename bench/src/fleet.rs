@@ -34,7 +34,12 @@ pub struct FleetOptions {
     pub log_level: String,
     /// Run on a 3-node NATS cluster (R3 streams) and a 3-primary Redis Cluster.
     pub clusters: bool,
+    /// Serve a Telegram bot ([`TELEGRAM_TOKEN`]) against this Bot API base URL.
+    pub telegram_api: Option<String>,
 }
+
+/// The token of the bench's Telegram bot.
+pub const TELEGRAM_TOKEN: &str = "424242:bench-telegram-token";
 
 /// Starts the whole fleet and waits until every role is ready.
 pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
@@ -88,6 +93,12 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
     });
     let mut config = config;
     config["bus"]["streamReplicas"] = json!(replicas);
+    if let Some(api) = &opts.telegram_api {
+        config["channels"] = json!({"telegram": {
+            "enabled": true, "token": TELEGRAM_TOKEN, "apiBase": api, "allowFrom": ["*"],
+            "streaming": false,
+        }});
+    }
     let config_path = dir.path().join("config.json");
     let text = serde_json::to_string_pretty(&config).context("encode the config")?;
     std::fs::write(&config_path, text).context("write the config")?;

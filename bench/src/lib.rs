@@ -13,6 +13,7 @@
 //! - [`servers`]: `nats-server`, `redis-server`, the mock LLM, readiness timing.
 //! - [`toolrtt`]: tool round trip over NATS and in-process.
 //! - [`history`]: turn cost against stored history, and the cost of archiving.
+//! - [`telegram`]: the Telegram channel against the Bot API fake.
 //! - [`breakdown`], [`probe`]: per-hop timing from client, NATS, Redis and LLM timestamps.
 //! - [`procinfo`]: `/proc` readings; [`stats`]: percentiles.
 //! - [`report`], [`resources`]: the comparison rows; [`render`]: Markdown tables and the
@@ -34,6 +35,7 @@ pub mod scenarios;
 pub mod servers;
 pub mod stats;
 pub mod system;
+pub mod telegram;
 pub mod toolrtt;
 pub mod upstream;
 

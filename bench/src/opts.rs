@@ -20,7 +20,7 @@ pub struct Options {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Runs only these scenarios (comma separated: latency, max, slow, tools, replicas, rtt,
-    /// breakdown, clusters, history); default all.
+    /// breakdown, clusters, history, telegram); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// `RUST_LOG` level of the fleet's roles.
@@ -53,6 +53,8 @@ pub struct Sizes {
     pub replica_turns_per_runner: u32,
     /// Turns of the per-hop breakdown (plain turns, then tool-heavy turns).
     pub breakdown_turns: usize,
+    /// Chats of the Telegram throughput scenario (one update each).
+    pub telegram_chats: usize,
     /// Wall-clock window of every load phase.
     pub window: std::time::Duration,
     /// Request cap of the throughput phases (the window usually ends them first).
@@ -74,6 +76,7 @@ impl Sizes {
             replica_sessions: 128,
             replica_turns_per_runner: 16,
             breakdown_turns: 100,
+            telegram_chats: 1_000,
             window: std::time::Duration::from_secs(15),
             throughput_requests: 100_000,
         }
@@ -93,6 +96,7 @@ impl Sizes {
             replica_sessions: 40,
             replica_turns_per_runner: 16,
             breakdown_turns: 10,
+            telegram_chats: 1_000,
             window: std::time::Duration::from_secs(2),
             throughput_requests: 100_000,
         }

@@ -46,6 +46,8 @@ pub struct Figures {
     pub breakdown: Vec<Breakdown>,
     /// Turn cost against stored history, and the cost of archiving (fleet).
     pub history: Option<crate::history::HistoryFigures>,
+    /// The Telegram channel against the Bot API fake (fleet).
+    pub telegram: Option<crate::telegram::TelegramFigures>,
 }
 
 impl Figures {
@@ -204,6 +206,32 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
         match measured.await {
             Ok(h) => figures.history = Some(h),
             Err(e) => suite.errors.push(format!("history (fleet): {e:#}")),
+        }
+    }
+    if wanted("telegram") {
+        eprintln!("bench: telegram ({} chats)", sizes.telegram_chats);
+        let measured = async {
+            let (fake, bot) = crate::telegram::fake().await?;
+            let setup = Setup {
+                telegram_api: Some(fake.api_url()),
+                ..Setup::with_llm(instant)
+            };
+            let running = suite.start(Kind::Fleet, &setup).await?;
+            let figures = crate::telegram::run(
+                &running,
+                &fake,
+                &bot,
+                sizes.latency_requests,
+                sizes.warmup,
+                sizes.telegram_chats,
+            )
+            .await;
+            running.stop().await;
+            figures
+        };
+        match measured.await {
+            Ok(t) => figures.telegram = Some(t),
+            Err(e) => suite.errors.push(format!("telegram (fleet): {e:#}")),
         }
     }
     if wanted("rtt") {

@@ -231,6 +231,9 @@ pub fn rows(figures: &Figures, suite: &Suite) -> Vec<Row> {
     if let Some(history) = &figures.history {
         rows.extend(crate::history::rows(history));
     }
+    if let Some(telegram) = &figures.telegram {
+        rows.extend(crate::telegram::rows(telegram));
+    }
     rows
 }
 

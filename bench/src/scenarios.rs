@@ -40,6 +40,8 @@ pub struct Setup {
     pub log_level: Option<String>,
     /// The fleet runs on a NATS cluster and a Redis Cluster.
     pub clusters: bool,
+    /// The fleet serves a Telegram bot against this Bot API (the fake).
+    pub telegram_api: Option<String>,
 }
 
 impl Setup {
@@ -117,6 +119,7 @@ impl Suite {
                         .clone()
                         .unwrap_or_else(|| self.fleet_log_level.clone()),
                     clusters: setup.clusters,
+                    telegram_api: setup.telegram_api.clone(),
                 };
                 fleet::start(&opts).await?
             }

@@ -79,6 +79,15 @@ async fn a_session_over_budget_is_summarised_into_history_and_the_summary_reache
             .unwrap()
             .starts_with("Write a memory overview of only the final 2 conversation messages")
     );
+    // Golden archive instruction (regenerate: PRINT_GOLDEN=1, copy into tests/golden/).
+    let instruction = archive.last_user_text().unwrap();
+    if std::env::var_os("PRINT_GOLDEN").is_some() {
+        eprintln!("GOLDEN>>>{instruction}<<<GOLDEN");
+    }
+    assert_eq!(
+        instruction + "\n",
+        include_str!("../../../golden/consolidator_archive.txt")
+    );
     assert_eq!(archive.body["tool_choice"], "none");
     assert!(archive.tool_names().contains(&"read_file".to_string()));
 

@@ -65,6 +65,18 @@ async fn dream_edits_memory_and_a_skill_commits_them_and_restore_reverts_the_com
 
     // The model saw the material in upstream's layout, then the analysis in the edit phase.
     let requests = fleet.llm.requests();
+    // Golden prompts of both phases (regenerate: PRINT_GOLDEN=1, copy into tests/golden/).
+    if std::env::var_os("PRINT_GOLDEN").is_some() {
+        for r in &requests[..2] {
+            eprintln!("GOLDEN>>>{}<<<GOLDEN", golden_text(&r.messages(), &ws));
+        }
+    }
+    for (request, golden) in requests[..2].iter().zip([
+        include_str!("../../../golden/dream_phase1.json"),
+        include_str!("../../../golden/dream_phase2.json"),
+    ]) {
+        assert_eq!(golden_text(&request.messages(), &ws) + "\n", golden);
+    }
     let analysis_prompt = requests[0].last_user_text().unwrap();
     assert!(
         analysis_prompt.starts_with("## Current Memory Files\n"),
@@ -158,4 +170,157 @@ async fn dream_edits_memory_and_a_skill_commits_them_and_restore_reverts_the_com
         3,
         "commands and an empty Dream call no model"
     );
+}
+
+/// Lays out a workspace as upstream nanobot leaves it: history with cursors, `.cursor` and
+/// `.dream_cursor`, and its dulwich memory repository (upstream's `.gitignore`, an init commit
+/// and an earlier Dream commit by `nanobot <nanobot@dream>`).
+fn upstream_workspace(ws: &std::path::Path) -> git2::Oid {
+    std::fs::create_dir_all(ws.join("memory")).unwrap();
+    let rows: String = [
+        (1, "- The user lives in Lisbon"),
+        (2, "- The user has a cat called Miso"),
+        (3, "- The user prefers short answers"),
+        (4, "- The user started learning Portuguese"),
+        (5, "- Miso is twelve years old"),
+    ]
+    .iter()
+    .map(|(cursor, content)| {
+        format!(
+            "{}\n",
+            json!({"cursor": cursor, "timestamp": "2026-11-01 10:00", "content": content, "session_key": "telegram:42"})
+        )
+    })
+    .collect();
+    std::fs::write(ws.join("memory/history.jsonl"), rows).unwrap();
+    std::fs::write(ws.join("memory/.cursor"), "5").unwrap();
+    std::fs::write(ws.join("memory/.dream_cursor"), "3").unwrap();
+    std::fs::write(
+        ws.join("memory/MEMORY.md"),
+        "# Memory\n\n- Lives in Lisbon.\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("USER.md"), "# User\n\n- Prefers short answers.\n").unwrap();
+    std::fs::write(ws.join("SOUL.md"), "# Soul\n").unwrap();
+    std::fs::write(
+        ws.join(".gitignore"),
+        "/*\n!memory/\n!skills/\n!SOUL.md\n!USER.md\n!.gitignore\nmemory/*\n!memory/MEMORY.md\n",
+    )
+    .unwrap();
+    let repo = git2::Repository::init(ws).unwrap();
+    let who = git2::Signature::now("nanobot", "nanobot@dream").unwrap();
+    let commit = |message: &str, files: &[&str]| {
+        let mut index = repo.index().unwrap();
+        for f in files {
+            index.add_path(std::path::Path::new(f)).unwrap();
+        }
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        repo.commit(Some("HEAD"), &who, &who, message, &tree, &parents)
+            .unwrap()
+    };
+    commit("init: nanobot memory store", &[".gitignore", "SOUL.md"]);
+    commit(
+        "dream: periodic memory consolidation\n\n2 files changed",
+        &["memory/MEMORY.md", "USER.md"],
+    )
+}
+
+#[tokio::test]
+async fn dream_on_an_upstream_workspace_continues_its_history_cursors_and_git_log() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools", "memory"])
+        .start()
+        .await
+        .unwrap();
+    let ws = fleet.workspace().to_path_buf();
+    let earlier = upstream_workspace(&ws);
+    fleet.llm.push(Reply::text(
+        "ADD USER.md: learning Portuguese; Miso is twelve",
+    ));
+    fleet.llm.push(Reply::tool_calls([(
+        "edit_file",
+        json!({"path": "USER.md", "old_text": "- Prefers short answers.\n", "new_text": "- Prefers short answers.\n- Learning Portuguese; cat Miso (12).\n"}),
+    )]));
+    fleet.llm.push(Reply::text("USER.md updated."));
+
+    let reply = ask(&mut fleet, "/dream", Some("cli:dream")).await;
+    assert!(
+        reply.starts_with("Dream: processed 2 history entries; committed `"),
+        "only the entries after .dream_cursor: {reply}"
+    );
+    let material = fleet.llm.requests()[0].last_user_text().unwrap();
+    assert!(
+        material.contains("- The user started learning Portuguese")
+            && material.contains("- Miso is twelve years old")
+            && !material.contains("Lisbon\n[")
+            && !material.contains("short answers\n["),
+        "{material}"
+    );
+    assert!(
+        material.contains("- Lives in Lisbon."),
+        "current MEMORY.md shown: {material}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("memory/.dream_cursor"))
+            .unwrap()
+            .trim(),
+        "5"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("memory/.cursor"))
+            .unwrap()
+            .trim(),
+        "5",
+        "the history cursor is upstream's"
+    );
+    let repo = git2::Repository::open(&ws).unwrap();
+    let head = repo.head().unwrap().peel_to_commit().unwrap();
+    assert_eq!(
+        head.parent_id(0).unwrap(),
+        earlier,
+        "on top of upstream's log"
+    );
+    assert_eq!(head.author().email().ok(), Some("nanobot@dream"));
+    let log: Vec<String> = {
+        let mut walk = repo.revwalk().unwrap();
+        walk.push_head().unwrap();
+        walk.map(|oid| {
+            repo.find_commit(oid.unwrap())
+                .unwrap()
+                .summary()
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+    };
+    assert_eq!(
+        log,
+        [
+            "dream: periodic memory consolidation",
+            "dream: periodic memory consolidation",
+            "init: nanobot memory store"
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".gitignore")).unwrap(),
+        "/*\n!memory/\n!skills/\n!SOUL.md\n!USER.md\n!.gitignore\nmemory/*\n!memory/MEMORY.md\n",
+        "upstream's .gitignore kept"
+    );
+    let listed = ask(&mut fleet, "/dream-log", Some("cli:dream")).await;
+    assert!(
+        listed.contains("+- Learning Portuguese; cat Miso (12)."),
+        "{listed}"
+    );
+}
+
+/// A request's messages as compared with the golden texts (the workspace path replaced).
+fn golden_text(messages: &[serde_json::Value], ws: &std::path::Path) -> String {
+    serde_json::to_string_pretty(messages)
+        .unwrap()
+        .replace(&ws.display().to_string(), "{workspace}")
 }
