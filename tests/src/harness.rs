@@ -16,7 +16,7 @@ mod tests;
 
 pub use fleet::{Fleet, FleetBuilder, missing_ready_roles, request_statuses};
 pub use nanobot_runtime::testsuite::{
-    Nats, NatsCluster, Redis, RedisCluster, ServiceProc, bin_path, connect_cluster,
+    Nats, NatsCluster, Redis, RedisCluster, RedisSentinel, ServiceProc, bin_path, connect_store,
     find_server_binary, free_port, redis_primaries, wait_cluster_formed,
     wait_redis_cluster_healthy, wait_until,
 };

@@ -5,7 +5,9 @@
 //! `store.url` forms:
 //! - `redis://[user:password@]host:port[/db]` (also `rediss://`): one node;
 //! - `redis+cluster://[user:password@]host:port,host:port,…`, or several `redis://` URLs
-//!   separated by commas: a Redis Cluster, seeded from those nodes.
+//!   separated by commas: a Redis Cluster, seeded from those nodes;
+//! - `redis+sentinel://[user:password@]host:port,host:port,…[/master]`: the master (default
+//!   `mymaster`) the listed sentinels monitor, followed across failovers ([`sentinel`]).
 //!
 //! On a cluster every key one script or pipeline touches must share a hash tag
 //! (`nanobot_proto::keys` makes sure they do).
@@ -20,8 +22,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::StoreConfig;
 
+mod sentinel;
+
+pub use sentinel::SentinelStore;
+
 /// Scheme of a Redis Cluster URL.
 const CLUSTER_SCHEME: &str = "redis+cluster://";
+/// Scheme of a Redis Sentinel URL.
+const SENTINEL_SCHEME: &str = "redis+sentinel://";
 /// How long [`Store::replicate`] waits for a replica to confirm (ms).
 const REPLICATE_TIMEOUT_MS: u64 = 1_000;
 
@@ -44,6 +52,8 @@ pub enum Store {
     Node(ConnectionManager),
     /// A Redis Cluster.
     Cluster(ClusterConnection),
+    /// The master of a Sentinel-monitored group.
+    Sentinel(SentinelStore),
 }
 
 impl std::fmt::Debug for Store {
@@ -51,26 +61,31 @@ impl std::fmt::Debug for Store {
         f.write_str(match self {
             Self::Node(_) => "Store::Node",
             Self::Cluster(_) => "Store::Cluster",
+            Self::Sentinel(_) => "Store::Sentinel",
         })
     }
 }
 
 impl Store {
-    /// On a cluster, waits (`WAIT 1`, at most 1 s) until the writes made so far on the node
+    /// On a cluster or behind Sentinel, waits (`WAIT 1`, at most 1 s) until the writes made so far on the node
     /// that holds `key` reached a replica, so a failover after this returns keeps them; a
     /// replica that does not confirm in time is logged, not fatal (Redis replication stays
     /// asynchronous). On one node there is nothing to wait for: its AOF keeps the writes
     /// across a restart.
     pub async fn replicate(&self, key: &str) {
-        let Self::Cluster(conn) = self else { return };
-        let mut conn = conn.clone();
         let mut wait = redis::cmd("WAIT");
         wait.arg(1).arg(REPLICATE_TIMEOUT_MS);
-        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
-            key,
-            SlotAddr::Master,
-        )));
-        match conn.route_command(wait, route).await {
+        let acked = match self {
+            Self::Node(_) => return,
+            Self::Sentinel(conn) => wait.query_async(&mut conn.clone()).await,
+            Self::Cluster(conn) => {
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::with_key(key, SlotAddr::Master),
+                ));
+                conn.clone().route_command(wait, route).await
+            }
+        };
+        match acked {
             Ok(Value::Int(n)) if n >= 1 => {}
             Ok(acked) => tracing::warn!(?acked, "write not confirmed by a replica in time"),
             Err(e) => tracing::warn!(error = %e, "waiting for a replica failed"),
@@ -83,6 +98,7 @@ impl ConnectionLike for Store {
         match self {
             Self::Node(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -95,6 +111,7 @@ impl ConnectionLike for Store {
         match self {
             Self::Node(c) => c.req_packed_commands(pipeline, offset, count),
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -102,6 +119,7 @@ impl ConnectionLike for Store {
         match self {
             Self::Node(c) => c.get_db(),
             Self::Cluster(c) => c.get_db(),
+            Self::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -111,10 +129,14 @@ impl ConnectionLike for Store {
 enum Target {
     Node(String),
     Cluster(Vec<String>),
+    Sentinel(sentinel::SentinelTarget),
 }
 
 fn target(url: &str) -> Target {
     let url = url.trim();
+    if let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) {
+        return Target::Sentinel(sentinel::parse(rest));
+    }
     if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
         // Credentials written once, before the first node, apply to every node.
         let (auth, hosts) = match rest.rsplit_once('@') {
@@ -142,6 +164,7 @@ pub async fn connect(cfg: &StoreConfig, cancel: &CancellationToken) -> Result<St
         let attempt = match &target {
             Target::Node(url) => connect_node(url).await,
             Target::Cluster(nodes) => connect_cluster(nodes).await,
+            Target::Sentinel(target) => SentinelStore::connect(target).await.map(Store::Sentinel),
         };
         match attempt {
             Ok(store) => return Ok(store),

@@ -76,7 +76,14 @@ enum Fault {
     FailoverRedis,
     /// Both clusters at once: a NATS node, then a Redis primary, killed during the same load.
     KillClusterNodes,
+    /// SIGKILL the master of a Sentinel group (two replicas, three sentinels): the sentinels
+    /// promote a replica and the fleet follows them.
+    FailoverSentinel,
 }
+
+/// Replicas of the Sentinel-monitored master when the fault is [`Fault::FailoverSentinel`]
+/// (two, so the promoted one still has a replica to confirm writes).
+const SENTINEL_REPLICAS: usize = 2;
 
 /// Redis Cluster primaries when the fault is [`Fault::FailoverRedis`] (one replica each).
 const REDIS_MASTERS: usize = 3;
@@ -107,10 +114,16 @@ async fn start_fleet(fault: Fault, sizes: Sizes) -> Fleet {
     } else {
         0
     };
+    let replicas = if fault == Fault::FailoverSentinel {
+        SENTINEL_REPLICAS
+    } else {
+        0
+    };
     let mut fleet = Fleet::builder()
         .roles(&["agent", "tools"])
         .nats_cluster(nodes)
         .redis_cluster(masters)
+        .redis_sentinel(replicas)
         .start()
         .await
         .expect("fleet starts");
@@ -172,6 +185,17 @@ async fn strike(fleet: &mut Fleet, fault: Fault, rng: &mut StdRng) {
                 .expect("the cluster forms again");
             eprintln!(
                 "chaos: nats node n{victim} down {down} ms; the cluster was whole again {} ms after the kill",
+                killed.elapsed().as_millis()
+            );
+        }
+        Fault::FailoverSentinel => {
+            let killed = std::time::Instant::now();
+            let (old, new) = fleet
+                .fail_over_sentinel_master()
+                .await
+                .expect("the sentinels promote a replica");
+            eprintln!(
+                "chaos: sentinel master {old} killed; node {new} was promoted after {} ms",
                 killed.elapsed().as_millis()
             );
         }
@@ -443,6 +467,11 @@ async fn a_nats_cluster_node_killed_under_load_loses_and_doubles_nothing() {
 #[tokio::test]
 async fn a_redis_cluster_primary_killed_under_load_fails_over_and_loses_and_doubles_nothing() {
     run_chaos(Fault::FailoverRedis).await;
+}
+
+#[tokio::test]
+async fn a_sentinel_master_killed_under_load_fails_over_and_loses_and_doubles_nothing() {
+    run_chaos(Fault::FailoverSentinel).await;
 }
 
 #[tokio::test]

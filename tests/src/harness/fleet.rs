@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use nanobot_proto::{ServiceStatus, StatusRequest, subjects};
 
 use super::{
-    Nats, NatsCluster, Redis, RedisCluster, ServiceProc, bin_path, connect_cluster, free_port,
-    redis_primaries, wait_cluster_formed, wait_redis_cluster_healthy,
+    Nats, NatsCluster, Redis, RedisCluster, RedisSentinel, ServiceProc, bin_path, connect_store,
+    free_port, redis_primaries, wait_cluster_formed, wait_redis_cluster_healthy,
 };
 use crate::scripted_llm::ScriptedLlm;
 
@@ -40,6 +40,8 @@ pub struct FleetBuilder {
     nats_nodes: usize,
     /// Redis Cluster primaries (0: one Redis server).
     redis_masters: usize,
+    /// Replicas of a Sentinel-monitored master (0: no Sentinel).
+    sentinel_replicas: usize,
 }
 
 impl FleetBuilder {
@@ -54,6 +56,13 @@ impl FleetBuilder {
     /// a `redis+cluster://` URL) instead of one server.
     pub fn redis_cluster(mut self, masters: usize) -> Self {
         self.redis_masters = masters;
+        self
+    }
+
+    /// Runs Redis as a master with `replicas` replicas behind three sentinels (`store.url` a
+    /// `redis+sentinel://` URL) instead of one server.
+    pub fn redis_sentinel(mut self, replicas: usize) -> Self {
+        self.sentinel_replicas = replicas;
         self
     }
 
@@ -99,7 +108,7 @@ impl FleetBuilder {
     /// Starts NATS, Redis and the scripted LLM, writes the config, spawns every role and
     /// waits until each has a ready instance.
     pub async fn start(self) -> anyhow::Result<Fleet> {
-        let (mut nats_nodes, (mut redis_nodes, store_url), llm) =
+        let (mut nats_nodes, (mut redis_nodes, store_url, sentinels), llm) =
             tokio::try_join!(self.start_nats(), self.start_redis(), ScriptedLlm::start())?;
         let nats = nats_nodes.remove(0);
         let redis = redis_nodes.remove(0);
@@ -161,6 +170,7 @@ impl FleetBuilder {
             redis,
             redis_peers: redis_nodes,
             redis_masters: self.redis_masters,
+            sentinels,
             store_url,
             llm,
             env: self.env,
@@ -177,17 +187,21 @@ impl FleetBuilder {
         Ok(fleet)
     }
 
-    /// Starts one Redis server, or a Redis Cluster (the first node becomes [`Fleet::redis`]);
-    /// returns the nodes and the `store.url`.
-    async fn start_redis(&self) -> anyhow::Result<(Vec<Redis>, String)> {
+    /// Starts one Redis server, a Redis Cluster or a Sentinel group (the first node becomes
+    /// [`Fleet::redis`]); returns the nodes, the `store.url` and the sentinels.
+    async fn start_redis(&self) -> anyhow::Result<(Vec<Redis>, String, Option<RedisSentinel>)> {
         if self.redis_masters > 0 {
             let cluster = RedisCluster::start(self.redis_masters, 1).await?;
             let url = cluster.url();
-            Ok((cluster.into_nodes(), url))
+            Ok((cluster.into_nodes(), url, None))
+        } else if self.sentinel_replicas > 0 {
+            let mut group = RedisSentinel::start(self.sentinel_replicas).await?;
+            let nodes = std::mem::take(&mut group.nodes);
+            Ok((nodes, group.url(), Some(group)))
         } else {
             let redis = Redis::start().await?;
             let url = redis.url();
-            Ok((vec![redis], url))
+            Ok((vec![redis], url, None))
         }
     }
 
@@ -227,6 +241,9 @@ pub struct Fleet {
     /// The other nodes of the Redis Cluster ([`FleetBuilder::redis_cluster`]), else empty.
     pub redis_peers: Vec<Redis>,
     redis_masters: usize,
+    /// The sentinels ([`FleetBuilder::redis_sentinel`]; the data nodes are `redis` and
+    /// `redis_peers`).
+    sentinels: Option<RedisSentinel>,
     store_url: String,
     /// The scripted LLM every bot talks to.
     pub llm: ScriptedLlm,
@@ -250,6 +267,7 @@ impl Fleet {
             transcription: false,
             nats_nodes: 1,
             redis_masters: 0,
+            sentinel_replicas: 0,
         }
     }
 
@@ -343,8 +361,8 @@ impl Fleet {
 
     /// Connects a reconnecting Redis connection.
     pub async fn redis_conn(&self) -> anyhow::Result<nanobot_runtime::store::Store> {
-        if self.redis_masters > 0 {
-            connect_cluster(&self.store_url).await
+        if self.redis_masters > 0 || self.sentinels.is_some() {
+            connect_store(&self.store_url).await
         } else {
             self.redis.conn().await
         }
@@ -365,6 +383,36 @@ impl Fleet {
             0 => &mut self.redis,
             i => &mut self.redis_peers[i - 1],
         }
+    }
+
+    /// Kills the master the sentinels name, waits until they promote a replica that has a
+    /// replica of its own, and returns the old and the new master's index.
+    ///
+    /// # Panics
+    /// When the fleet runs without Sentinel (a mistake in the test).
+    pub async fn fail_over_sentinel_master(&mut self) -> anyhow::Result<(usize, usize)> {
+        let group = self
+            .sentinels
+            .as_ref()
+            .expect("the fleet runs with Sentinel");
+        let port = group
+            .master_port()
+            .await
+            .context("the sentinels name no master")?;
+        let index = |nodes: &[&mut Redis], port: u16| {
+            nodes
+                .iter()
+                .position(|n| n.port() == port)
+                .context("master is not a fleet node")
+        };
+        let old = index(&self.redis_nodes(), port)?;
+        self.redis_node(old).kill()?;
+        let group = self
+            .sentinels
+            .as_ref()
+            .expect("the fleet runs with Sentinel");
+        let new_port = group.wait_failover(port).await?;
+        Ok((old, index(&self.redis_nodes(), new_port)?))
     }
 
     /// Indices of the Redis Cluster nodes that are primaries now.

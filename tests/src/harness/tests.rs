@@ -94,6 +94,50 @@ async fn redis_restart_and_crash_keep_keys() {
     assert_eq!(got, (Some("1".into()), Some("2".into())));
 }
 
+#[tokio::test]
+async fn a_sentinel_store_follows_the_master_the_sentinels_promote() {
+    let mut group = RedisSentinel::start(2).await.unwrap();
+    let mut store = group.conn().await.unwrap();
+    let _: () = store.set("sentinel:before", "1").await.unwrap();
+    store.replicate("sentinel:before").await;
+    let old = group.master_port().await.unwrap();
+    assert_eq!(
+        old,
+        group.nodes[0].port(),
+        "the first node starts as the master"
+    );
+
+    group.nodes[0].kill().unwrap();
+    let new = group.wait_failover(old).await.unwrap();
+    assert_ne!(new, old);
+    // The same store (as a role holds it) writes to the promoted master once it notices.
+    let written = || {
+        let mut store = store.clone();
+        async move {
+            store
+                .set::<_, _, ()>("sentinel:after", "2")
+                .await
+                .inspect_err(|e| tracing::debug!(error = %e, "write retried"))
+                .is_ok()
+        }
+    };
+    wait_until(written, Duration::from_secs(20)).await.unwrap();
+    let got: (Option<String>, Option<String>) = redis::pipe()
+        .get("sentinel:before")
+        .get("sentinel:after")
+        .query_async(&mut store)
+        .await
+        .unwrap();
+    assert_eq!(got, (Some("1".into()), Some("2".into())));
+    let promoted = redis::Client::open(format!("redis://127.0.0.1:{new}")).unwrap();
+    let mut promoted = promoted.get_multiplexed_async_connection().await.unwrap();
+    let after: Option<String> = promoted.get("sentinel:after").await.unwrap();
+    assert_eq!(
+        after.as_deref(),
+        Some("2"),
+        "written on the promoted master"
+    );
+}
 fn sh(script: &str, env: &[(&str, &str)]) -> ServiceProc {
     ServiceProc::spawn_program(Path::new("/bin/sh"), &["-c", script], env).unwrap()
 }

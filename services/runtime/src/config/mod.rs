@@ -214,6 +214,29 @@ mod tests {
     }
 
     #[test]
+    fn store_url_takes_one_node_a_cluster_or_sentinel_and_refuses_empty_hosts() {
+        for ok in [
+            "redis://:pw@127.0.0.1:6379/2",
+            "redis://a:1,redis://b:2",
+            "redis+cluster://:pw@a:7000,b:7000",
+            "redis+sentinel://:pw@s1:26379,s2:26379/cache",
+            "redis+sentinel://s1:26379",
+        ] {
+            let config = format!(r#"{{"store":{{"url":"{ok}"}}}}"#);
+            assert!(parse(&config, &[]).is_ok(), "{ok} refused");
+        }
+        for bad in [
+            "redis+sentinel://",
+            "redis+sentinel://a:1,,b:2/m",
+            "redis+cluster://",
+        ] {
+            let config = format!(r#"{{"store":{{"url":"{bad}"}}}}"#);
+            let err = parse(&config, &[]).expect_err(bad).to_string();
+            assert!(err.contains("store.url"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn variables_are_interpolated_and_a_missing_one_is_an_error() {
         let c = parse(
             r#"{"providers":{"custom":{"apiKey":"${KEY}"}}}"#,

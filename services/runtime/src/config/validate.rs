@@ -169,8 +169,14 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
             problems.push(format!("bus.url: {url:?} is not a nats:// URL"));
         }
     }
-    // One node, a `redis+cluster://host:port,host:port` cluster, or several node URLs.
-    let store_ok = match config.store.url.trim().strip_prefix("redis+cluster://") {
+    // One node, a `redis+cluster://host:port,host:port` cluster, several node URLs, or
+    // `redis+sentinel://host:port,host:port[/master]`.
+    let url = config.store.url.trim();
+    let hosts = url.strip_prefix("redis+cluster://").or_else(|| {
+        url.strip_prefix("redis+sentinel://")
+            .map(|r| r.split('/').next().unwrap_or(r))
+    });
+    let store_ok = match hosts {
         Some(hosts) => !hosts.is_empty() && !hosts.split(',').any(|h| h.trim().is_empty()),
         None => config
             .store
@@ -180,7 +186,7 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
     };
     if !store_ok {
         problems.push(format!(
-            "store.url: {:?} is not a redis:// URL, a list of them or a redis+cluster:// URL",
+            "store.url: {:?} is not a redis:// URL, a list of them, a redis+cluster:// or a redis+sentinel:// URL",
             config.store.url
         ));
     }

@@ -185,7 +185,7 @@ impl RedisCluster {
 
     /// Connects as the roles do.
     pub async fn conn(&self) -> anyhow::Result<Store> {
-        connect_cluster(&self.url()).await
+        super::connect_store(&self.url()).await
     }
 
     /// Indices of the running nodes that are primaries now.
@@ -242,19 +242,6 @@ pub async fn wait_redis_cluster_healthy(
     wait_until(healthy, READY_TIMEOUT * 3)
         .await
         .context("the redis cluster did not become healthy")
-}
-
-/// Connects to a Redis Cluster at `url` as the roles do (the fleet's store client).
-pub async fn connect_cluster(url: &str) -> anyhow::Result<Store> {
-    let cfg = crate::config::StoreConfig {
-        url: url.to_string(),
-    };
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let connect = crate::store::connect(&cfg, &cancel);
-    tokio::time::timeout(READY_TIMEOUT, connect)
-        .await
-        .context("connect to the redis cluster")?
-        .context("connect to the redis cluster")
 }
 
 async fn single(url: &str) -> Option<redis::aio::MultiplexedConnection> {

@@ -13,6 +13,7 @@
 //! ```
 
 mod clusters;
+mod sentinel;
 mod servers;
 mod service;
 
@@ -23,9 +24,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 pub use clusters::{
-    NatsCluster, RedisCluster, connect_cluster, redis_primaries, wait_cluster_formed,
-    wait_redis_cluster_healthy,
+    NatsCluster, RedisCluster, redis_primaries, wait_cluster_formed, wait_redis_cluster_healthy,
 };
+pub use sentinel::{RedisSentinel, SENTINEL_MASTER};
 pub use servers::{Nats, Redis};
 pub use service::{ServiceProc, bin_path};
 
@@ -82,4 +83,18 @@ pub fn find_server_binary(name: &str, env_var: &str) -> anyhow::Result<PathBuf> 
         }
     }
     anyhow::bail!("{name} not found: run `scripts/deps.sh` (or `make deps`) to install {name}")
+}
+
+/// Connects to the Redis at `url` (any `store.url` form: one node, a cluster, Sentinel) as the
+/// roles do, giving up after the servers' ready timeout.
+pub async fn connect_store(url: &str) -> anyhow::Result<crate::store::Store> {
+    let cfg = crate::config::StoreConfig {
+        url: url.to_string(),
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let connect = crate::store::connect(&cfg, &cancel);
+    tokio::time::timeout(servers::READY_TIMEOUT, connect)
+        .await
+        .with_context(|| format!("connect to {url}"))?
+        .with_context(|| format!("connect to {url}"))
 }
