@@ -6,6 +6,12 @@
 //! Whenever rows holding injected follow-ups are saved, the ids and last stream sequence of
 //! those follow-ups are saved with them (one atomic write), so a resumed turn neither
 //! injects them twice nor forgets to answer them.
+//!
+//! A save that fails has an unknown outcome: Redis may have run it and lost only the reply
+//! (a restart or failover mid-call). The turn goes on (the model's work is not thrown away
+//! for a checkpoint), but it saves nothing more: later saves and [`SessionCheckpoints::finish`]
+//! fail, the turn is retried, and the retry resumes from what the session really holds, so the rows of
+//! that save are stored once whichever way it went.
 
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
@@ -43,6 +49,8 @@ struct State {
     metadata: Map<String, Value>,
     /// Turn messages already appended to the session.
     persisted: usize,
+    /// Why a save failed, when one did: from then on the turn cannot commit.
+    unknown: Option<String>,
 }
 
 impl<'a> SessionCheckpoints<'a> {
@@ -61,6 +69,7 @@ impl<'a> SessionCheckpoints<'a> {
             state: Mutex::new(State {
                 metadata,
                 persisted: 0,
+                unknown: None,
             }),
             follow_ups,
         }
@@ -77,18 +86,22 @@ impl<'a> SessionCheckpoints<'a> {
     }
 
     /// Returns the rows of the turn messages not yet saved (for the turn's final commit) and
-    /// the metadata after `f`, without writing either.
+    /// the metadata after `f`, without writing either; fails when a save of this turn failed
+    /// (its rows may or may not be stored: committing would store them twice or not at all).
     pub async fn finish(
         &self,
         turn_messages: &[Value],
         f: impl FnOnce(&mut Map<String, Value>),
-    ) -> (Vec<Value>, Map<String, Value>) {
+    ) -> anyhow::Result<(Vec<Value>, Map<String, Value>)> {
         let mut state = self.state.lock().await;
+        if let Some(why) = &state.unknown {
+            anyhow::bail!("a save of this turn failed ({why}); the turn resumes from the session");
+        }
         let rest = turn_messages.get(state.persisted..).unwrap_or(&[]);
         let rows = history::rows_to_save(rest, self.max_tool_result_chars);
         state.persisted = turn_messages.len();
         f(&mut state.metadata);
-        (rows, state.metadata.clone())
+        Ok((rows, state.metadata.clone()))
     }
 
     /// Appends the turn messages not yet saved, with the follow-ups injected so far, in one
@@ -100,6 +113,9 @@ impl<'a> SessionCheckpoints<'a> {
         clear_checkpoint: bool,
     ) -> anyhow::Result<usize> {
         let mut state = self.state.lock().await;
+        if let Some(why) = &state.unknown {
+            anyhow::bail!("not saved after an earlier save failed ({why})");
+        }
         let rest = turn_messages.get(state.persisted..).unwrap_or(&[]);
         let rows = history::rows_to_save(rest, self.max_tool_result_chars);
         let taken = self.follow_ups.map(FollowUps::taken).unwrap_or_default();
@@ -119,7 +135,10 @@ impl<'a> SessionCheckpoints<'a> {
             metadata: Some(state.metadata.clone()),
             ..Default::default()
         };
-        self.sessions.commit(&self.key, &commit).await?;
+        if let Err(e) = self.sessions.commit(&self.key, &commit).await {
+            state.unknown = Some(format!("{e:#}"));
+            return Err(e.into());
+        }
         state.persisted = turn_messages.len();
         Ok(rows.len())
     }

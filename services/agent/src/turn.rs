@@ -340,7 +340,7 @@ pub async fn run(
                 json!({"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens, "cached_tokens": result.usage.cached_tokens}),
             );
         })
-        .await;
+        .await?;
     // The `message` tool already answered this chat: the final text is not sent again.
     let answered = tools.sent_to_current_chat() && result.injected == 0;
     let reply = Reply {

@@ -392,9 +392,17 @@ async fn run_chaos(fault: Fault) {
             .filter_map(|r| r["content"].as_str())
             .collect();
         let expected: Vec<String> = (0..sizes.messages).map(|m| message_text(s, m)).collect();
+        let transcript = || {
+            rows.iter()
+                .map(|r| format!("{}: {}", r["role"], r["content"]))
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        };
         assert_eq!(
-            users, expected,
-            "CHAOS_SEED={seed}: {key}: each message once, in order"
+            users,
+            expected,
+            "CHAOS_SEED={seed}: {key}: each message once, in order; stored:\n  {}",
+            transcript()
         );
     }
     eprintln!(

@@ -4,6 +4,7 @@
 //! its messages in publish order, and `nanobot status` reports the running turn and the
 //! waiting messages truthfully.
 
+mod checkpoints;
 mod lease;
 mod takeover;
 
