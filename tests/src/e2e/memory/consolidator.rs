@@ -38,7 +38,12 @@ async fn a_session_over_budget_is_summarised_into_history_and_the_summary_reache
     let row = rows[0].as_object().unwrap();
     let mut keys: Vec<&str> = row.keys().map(String::as_str).collect();
     keys.sort_unstable();
-    assert_eq!(keys, ["content", "cursor", "session_key", "timestamp"]);
+    // Upstream's fields, plus the archived chunk's id (redeliveries append it once).
+    assert_eq!(
+        keys,
+        ["chunk_id", "content", "cursor", "session_key", "timestamp"]
+    );
+    assert_eq!(row["chunk_id"].as_str().map(str::len), Some(24));
     assert_eq!(row["cursor"], 1);
     assert_eq!(row["session_key"], session);
     assert_eq!(row["content"], "- [permanent] The user talks about alpha");

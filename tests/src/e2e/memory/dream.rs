@@ -479,6 +479,42 @@ async fn a_worker_that_lost_the_memory_lease_neither_commits_nor_moves_the_dream
     );
 }
 
+#[tokio::test]
+async fn dream_on_a_workspace_with_only_a_legacy_history_md_migrates_it_first() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools", "memory"])
+        .start()
+        .await
+        .unwrap();
+    let ws = fleet.workspace().to_path_buf();
+    std::fs::create_dir_all(ws.join("memory")).unwrap();
+    std::fs::write(
+        ws.join("memory/HISTORY.md"),
+        "[2026-01-01 10:00] The user likes tea.\n\n[2026-01-02 10:00] The user moved to Porto.\n",
+    )
+    .unwrap();
+    // Upstream counts migrated entries as already dreamed (no replay of the whole archive).
+    assert_eq!(
+        ask(&mut fleet, "/dream", Some("cli:dream")).await,
+        "Dream: nothing to process"
+    );
+    let rows = history_rows(&ws);
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows[1]["content"], "The user moved to Porto.");
+    assert_eq!(rows[1]["timestamp"], "2026-01-02 10:00");
+    for cursor in [".cursor", ".dream_cursor"] {
+        assert_eq!(
+            std::fs::read_to_string(ws.join("memory").join(cursor))
+                .unwrap()
+                .trim(),
+            "2"
+        );
+    }
+    assert!(ws.join("memory/HISTORY.md.bak").is_file());
+    assert!(!ws.join("memory/HISTORY.md").exists());
+    assert_eq!(fleet.llm.request_count(), 0);
+}
+
 /// A request's messages as compared with the golden texts (the workspace path replaced).
 fn golden_text(messages: &[serde_json::Value], ws: &std::path::Path) -> String {
     serde_json::to_string_pretty(messages)
