@@ -177,7 +177,13 @@ impl MemoryRepo {
     /// removes stale lock files. The caller holds the bot's memory lease.
     pub fn open_or_init(workspace: &Path) -> Result<Self> {
         if workspace.join(".git").exists() {
-            let removed = clear_stale_locks(&workspace.join(".git"))?;
+            // A `.git` file (a worktree's pointer) holds no locks of ours.
+            let git_dir = workspace.join(".git");
+            let removed = if git_dir.is_dir() {
+                clear_stale_locks(&git_dir)?
+            } else {
+                0
+            };
             if removed > 0 {
                 tracing::warn!(workspace = %workspace.display(), removed, "removed stale git lock files left by a killed writer");
             }
