@@ -10,6 +10,10 @@
 //! `last_consolidated` and `_last_summary` are written with that lease's fencing token. A
 //! `/new` in between (clear) or another worker's archive makes the check fail and the chunk
 //! is dropped, never written over the new session.
+//!
+//! SIGKILL: a worker killed after appending a chunk's row but before `last_consolidated` (or
+//! the job's done marker) leaves the row; the redelivered job archives the same chunk again,
+//! finds the row by the chunk's id and only advances `last_consolidated`: one row per chunk.
 
 use std::time::Duration;
 
@@ -25,6 +29,7 @@ use nanobot_runtime::config::Config;
 use nanobot_runtime::lease::Leases;
 
 use crate::bots::MemoryBot;
+use crate::writer::{LeaseLost, Writer};
 
 /// How long a worker waits for a session's lease (a turn in progress) before retrying later.
 const SESSION_WAIT: Duration = Duration::from_secs(20);
@@ -44,6 +49,9 @@ pub enum Error {
     /// A memory file could not be written.
     #[error("memory file write failed: {0}")]
     Io(#[from] std::io::Error),
+    /// The memory lease was lost: nothing more is written.
+    #[error(transparent)]
+    LeaseLost(#[from] LeaseLost),
     /// The `/new` snapshot was not a JSON array of rows.
     #[error("archive snapshot is not a JSON array: {0}")]
     Snapshot(#[from] serde_json::Error),
@@ -67,6 +75,8 @@ pub struct Ctx<'a> {
     pub bot: &'a MemoryBot,
     /// Lease taker for session leases.
     pub leases: &'a Leases,
+    /// The bot's memory lease (checked before every memory file write).
+    pub writer: Writer<'a>,
 }
 
 /// A chunk's archive text.
@@ -121,13 +131,26 @@ async fn archive_text(
     }
 }
 
-/// Appends `text` to the bot's history (off the async threads).
-async fn append_history(ctx: Ctx<'_>, text: String, session_key: &str) -> Result<i64, Error> {
+/// Appends the archive `text` of `chunk` to the bot's history (off the async threads), unless
+/// a redelivery of the job already did: the row carries the chunk's id
+/// (`MemoryFiles::append_once`). Checks the memory lease first.
+async fn append_history(
+    ctx: Ctx<'_>,
+    text: String,
+    session_key: &str,
+    chunk: &[Value],
+) -> Result<i64, Error> {
+    ctx.writer.check().await?;
     let files = ctx.bot.files();
     let key = session_key.to_string();
-    let cursor = tokio::task::spawn_blocking(move || files.append(&text, Some(&key)))
-        .await
-        .map_err(std::io::Error::other)??;
+    let id = archive::chunk_id(session_key, chunk);
+    let (cursor, appended) =
+        tokio::task::spawn_blocking(move || files.append_once(&text, Some(&key), &id))
+            .await
+            .map_err(std::io::Error::other)??;
+    if !appended {
+        tracing::info!(session_id = %session_key, cursor, "chunk already archived by an earlier delivery");
+    }
     Ok(cursor)
 }
 
@@ -165,7 +188,7 @@ async fn commit_chunk(
         if lease.lost().is_cancelled() {
             return Err(Error::Busy(session_key.to_string()));
         }
-        append_history(ctx, archived.text, session_key).await?;
+        append_history(ctx, archived.text, session_key, chunk).await?;
         sessions
             .set_last_consolidated(session_key, boundary)
             .await?;
@@ -252,7 +275,7 @@ pub async fn snapshot(
         return Ok(Outcome::default());
     }
     let archived = archive_text(ctx, session_key, &rows, 0, rows.len()).await;
-    append_history(ctx, archived.text, session_key).await?;
+    append_history(ctx, archived.text, session_key, &rows).await?;
     Ok(Outcome {
         archived: rows.len(),
         last_consolidated: 0,

@@ -4,7 +4,11 @@
 //! the bot's file tools restricted to those files ([`DreamTools`]). The cursor moves only when
 //! the run completed; the commit is written by libgit2 (objects, then the ref through a lock
 //! file), so a worker killed mid-Dream leaves files either old or new (the executors replace
-//! them atomically) and `HEAD` at the previous commit, and the job is redelivered.
+//! them atomically) and `HEAD` at the previous commit (a stale lock file is removed by the
+//! next run, see `git`), and the job is redelivered. After the commit and the cursor,
+//! `history.jsonl` is compacted to its newest [`MAX_HISTORY_ENTRIES`] entries, never dropping
+//! one Dream has not read (upstream). Every write (tool writes, commit, cursor, compaction)
+//! first checks the memory lease ([`Writer`]): a worker that lost it stops there.
 //!
 //! Also the Dream commands: `/dream-log [sha]`, `/dream-restore [sha]`, `/dream-prompt [init]`.
 
@@ -13,13 +17,14 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::{Value, json};
 
 use nanobot_core::hooks::NoopHook;
-use nanobot_core::memory::{Entry, write_atomic};
+use nanobot_core::memory::{Entry, MAX_HISTORY_ENTRIES, write_atomic};
 use nanobot_core::runner::{self, RunDeps, RunSpec};
 use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
 
 use crate::bots::MemoryBot;
 use crate::consolidate::Ctx;
 use crate::git::{self, DREAM_PREFIX, MemoryRepo};
+use crate::writer::{LeaseLost, Writer};
 
 /// Entries one run digests, as upstream.
 pub const BATCH: usize = 20;
@@ -52,12 +57,34 @@ pub enum Error {
     /// A memory file could not be read or written.
     #[error("memory file i/o failed: {0}")]
     Io(#[from] std::io::Error),
+    /// The memory lease was lost: nothing more is written.
+    #[error(transparent)]
+    LeaseLost(#[from] LeaseLost),
     /// The run did not complete (the cursor stays; the next run retries the batch).
     #[error("dream run stopped early: {0}")]
     Incomplete(String),
 }
 
-/// Returns whether Dream may write `path` (relative to the workspace or absolute inside it).
+/// Returns `path` with its symlinks resolved (`canonicalize` of its deepest existing ancestor,
+/// then the rest); `None` when a part of it is a dangling symlink.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return Some(rest.iter().rev().fold(real, |p, name| p.join(name)));
+        }
+        if existing.symlink_metadata().is_ok() {
+            return None;
+        }
+        rest.push(existing.file_name()?);
+        existing = existing.parent()?;
+    }
+}
+
+/// Returns whether Dream may write `path` (relative to the workspace or absolute inside it):
+/// `SOUL.md`, `USER.md`, `memory/MEMORY.md`, or a file under `skills/` that is still under
+/// `skills/` once symlinks are resolved (as upstream's `allowed_dir` check).
 pub fn writable(workspace: &Path, path: &str) -> bool {
     let path = Path::new(path);
     let rel = path.strip_prefix(workspace).unwrap_or(path);
@@ -72,14 +99,26 @@ pub fn writable(workspace: &Path, path: &str) -> bool {
         .components()
         .filter(|c| matches!(c, Component::Normal(_)))
         .collect();
-    WRITABLE.iter().any(|w| rel == Path::new(w))
-        || (rel.starts_with("skills") && rel.components().count() > 1)
+    if WRITABLE.iter().any(|w| rel == Path::new(w)) {
+        return true;
+    }
+    if !(rel.starts_with("skills") && rel.components().count() > 1) {
+        return false;
+    }
+    match (
+        resolved(&workspace.join(&rel)),
+        resolved(&workspace.join("skills")),
+    ) {
+        (Some(target), Some(skills)) => target.starts_with(&skills) && target != skills,
+        _ => false,
+    }
 }
 
 /// The bot's file tools, restricted for Dream.
 struct DreamTools<'a> {
     inner: &'a dyn ToolExecutor,
     workspace: &'a Path,
+    writer: Writer<'a>,
 }
 
 #[async_trait::async_trait]
@@ -105,6 +144,9 @@ impl ToolExecutor for DreamTools<'_> {
                     "Dream may only write SOUL.md, USER.md, memory/MEMORY.md and files under \
                      skills/, not {path:?}"
                 ));
+            }
+            if let Err(lost) = self.writer.check().await {
+                return refused(lost.to_string());
             }
         } else if !READ_TOOLS.contains(&name) {
             return refused(format!("tool {name} is not available to Dream"));
@@ -176,15 +218,28 @@ fn spec(ctx: Ctx<'_>, messages: Vec<Value>, max_iterations: u32, session_key: &s
     }
 }
 
+/// Compacts `history.jsonl` to its newest [`MAX_HISTORY_ENTRIES`] entries (never one after
+/// `.dream_cursor`), as upstream after each Dream run.
+async fn compact(writer: Writer<'_>, bot: &MemoryBot) -> Result<(), Error> {
+    writer.check().await?;
+    let dropped = bot.files().compact(MAX_HISTORY_ENTRIES)?;
+    if dropped > 0 {
+        tracing::info!(bot = %bot.spec.id, dropped, "history compacted");
+    }
+    Ok(())
+}
+
 /// Dream was disabled: `.dream_cursor` skips every history entry written so far, as
-/// upstream, so enabling it again does not replay them.
-pub fn skip(bot: &MemoryBot) -> Result<String, Error> {
+/// upstream, so enabling it again does not replay them; the history is compacted as after a
+/// run (with Dream off nothing else would bound it).
+pub async fn skip(writer: Writer<'_>, bot: &MemoryBot) -> Result<String, Error> {
     let files = bot.files();
     let last = files.last_cursor();
     if last > files.dream_cursor() {
         files.set_dream_cursor(last)?;
         tracing::info!(bot = %bot.spec.id, cursor = last, "dream disabled: cursor advanced");
     }
+    compact(writer, bot).await?;
     Ok(format!("Dream: cursor at {last}"))
 }
 
@@ -192,6 +247,7 @@ pub fn skip(bot: &MemoryBot) -> Result<String, Error> {
 pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
     let bot = ctx.bot;
     let files = bot.files();
+    ctx.writer.check().await?;
     let entries: Vec<Entry> = files
         .entries_after(files.dream_cursor())
         .into_iter()
@@ -237,9 +293,11 @@ pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
         .into_iter()
         .filter(|s| READ_TOOLS.contains(&s.name.as_str()) || WRITE_TOOLS.contains(&s.name.as_str()))
         .collect();
+    ctx.writer.check().await?;
     let tools = DreamTools {
         inner: &bot.tools,
         workspace,
+        writer: ctx.writer,
     };
     let edit = runner::run(
         RunDeps {
@@ -268,9 +326,12 @@ pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
             edit.error.unwrap_or_else(|| edit.stop_reason.to_string()),
         ));
     }
+    ctx.writer.check().await?;
     let committed = store.commit_dream()?;
+    ctx.writer.check().await?;
     files.set_dream_cursor(last)?;
     tracing::info!(bot = %bot.spec.id, entries = entries.len(), cursor = last, commit = ?committed.as_ref().map(|c| &c.0), "dream run completed");
+    compact(ctx.writer, bot).await?;
     Ok(match committed {
         Some((sha, summary)) => format!(
             "Dream: processed {} history entries; committed `{sha}`.\n\n{}",
@@ -394,6 +455,32 @@ mod tests {
     }
 
     #[test]
+    fn dream_may_not_write_through_a_skills_symlink_leading_out_of_the_workspace() {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let skills = ws.path().join("skills");
+        std::fs::create_dir_all(skills.join("brew")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), skills.join("evil")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("missing.md"),
+            skills.join("dangling.md"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(skills.join("brew"), skills.join("alias")).unwrap();
+        assert!(writable(ws.path(), "skills/brew/SKILL.md"));
+        assert!(writable(ws.path(), "skills/new/SKILL.md"));
+        assert!(
+            writable(ws.path(), "skills/alias/SKILL.md"),
+            "stays in skills/"
+        );
+        assert!(!writable(ws.path(), "skills/evil/SKILL.md"));
+        assert!(!writable(ws.path(), "skills/evil/deep/x.md"));
+        assert!(!writable(ws.path(), "skills/dangling.md"));
+        let abs = skills.join("evil/SKILL.md");
+        assert!(!writable(ws.path(), abs.to_str().unwrap()));
+    }
+
+    #[test]
     fn material_shows_files_or_empty_and_caps_entries() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("USER.md"), "Likes tea.").unwrap();
@@ -402,6 +489,7 @@ mod tests {
             timestamp: "2026-01-01 10:00".into(),
             content: "x".repeat(ENTRY_CHARS + 50),
             session_key: None,
+            chunk_id: None,
         }];
         let text = material(dir.path(), &entries);
         assert!(text.starts_with("## Current Memory Files\n"));

@@ -3,7 +3,11 @@
 //! tracked files, commits by `nanobot <nanobot@dream>`, an initial `init: nanobot memory
 //! store` commit, Dream commits whose message starts with `dream:` and carries the diff
 //! summary. Commits are written by libgit2 (objects first, then the ref through a lock
-//! file), so a process killed mid-commit leaves the previous `HEAD`.
+//! file), so a process killed mid-commit leaves the previous `HEAD`, and maybe a lock file
+//! (`.git/index.lock`, `.git/refs/heads/<branch>.lock`) that would fail every later write:
+//! [`MemoryRepo::open_or_init`] removes such stale lock files. That is safe because only the
+//! holder of the bot's memory lease opens the repository (every memory job runs under it), so
+//! no other writer can be half-way through a write of its own.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -22,6 +26,9 @@ pub const AUTHOR: (&str, &str) = ("nanobot", "nanobot@dream");
 pub const INIT_MESSAGE: &str = "init: nanobot memory store";
 /// Prefix of Dream commit messages.
 pub const DREAM_PREFIX: &str = "dream:";
+/// Prefix of the commit `/dream-restore` makes (upstream's `revert: undo <sha>`); not a Dream
+/// commit, so `/dream-log` and the `/dream-restore` list skip it.
+pub const REVERT_PREFIX: &str = "revert: undo";
 /// Cap of the unified diff embedded in a commit message (upstream).
 const DIFF_MAX_CHARS: usize = 6000;
 
@@ -72,7 +79,13 @@ impl CommitInfo {
     }
 }
 
-/// Returns upstream's `.gitignore` lines for the tracked files (plus `!skills/`).
+/// Ignores `memory/`'s runtime files (`history.jsonl`, the cursors).
+const MEMORY_DIR_IGNORE: &str = "memory/*";
+/// Re-allows `MEMORY.md` after [`MEMORY_DIR_IGNORE`].
+const MEMORY_FILE_ALLOW: &str = "!memory/MEMORY.md";
+
+/// Returns upstream's `.gitignore` lines for the top-level tracked files (plus `!skills/`),
+/// before the `memory/` block.
 fn gitignore_lines() -> Vec<String> {
     let mut lines = vec!["/*".to_string(), "!memory/".to_string()];
     lines.push(format!("!{SKILLS_DIR}/"));
@@ -80,9 +93,60 @@ fn gitignore_lines() -> Vec<String> {
         lines.push(format!("!{f}"));
     }
     lines.push("!.gitignore".into());
-    lines.push("memory/*".into());
-    lines.push("!memory/MEMORY.md".into());
     lines
+}
+
+/// Returns the lines to append to the `.gitignore` text `existing` (empty: it already does
+/// what Dream needs). In gitignore the last matching line wins, so `!memory/MEMORY.md` is
+/// appended again when `memory/*` comes after it (as upstream's own backfill does).
+fn missing_gitignore_lines(existing: &str) -> Vec<String> {
+    let lines: Vec<&str> = existing.lines().map(str::trim).collect();
+    let last = |wanted: &str| lines.iter().rposition(|l| *l == wanted);
+    let mut missing: Vec<String> = gitignore_lines()
+        .into_iter()
+        .filter(|l| !lines.contains(&l.as_str()))
+        .collect();
+    let ignore_at = last(MEMORY_DIR_IGNORE);
+    if ignore_at.is_none() {
+        missing.push(MEMORY_DIR_IGNORE.into());
+    }
+    if ignore_at.is_none() || last(MEMORY_FILE_ALLOW) < ignore_at {
+        missing.push(MEMORY_FILE_ALLOW.into());
+    }
+    missing
+}
+
+/// Removes the lock files a killed libgit2 writer leaves in `git_dir` (`index.lock`,
+/// `HEAD.lock`, `config.lock`, `packed-refs.lock`, and `*.lock` under `refs/` and `logs/`).
+/// Only for the memory lease holder (see the module docs). Returns how many were removed.
+fn clear_stale_locks(git_dir: &Path) -> Result<usize> {
+    fn walk(dir: &Path, deep: bool, removed: &mut usize) -> std::io::Result<()> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let path = entry.path();
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                if deep {
+                    walk(&path, true, removed)?;
+                }
+            } else if path.extension().is_some_and(|e| e == "lock") {
+                std::fs::remove_file(&path)?;
+                *removed += 1;
+            }
+        }
+        Ok(())
+    }
+    let mut removed = 0;
+    walk(git_dir, false, &mut removed)?;
+    for sub in ["refs", "logs"] {
+        walk(&git_dir.join(sub), true, &mut removed)?;
+    }
+    Ok(removed)
 }
 
 /// The memory repository of one workspace.
@@ -109,9 +173,20 @@ fn short(oid: Oid) -> String {
 
 impl MemoryRepo {
     /// Opens the workspace's repository, creating it (with `.gitignore` and the initial
-    /// commit) when missing; backfills missing `.gitignore` lines of an existing one.
+    /// commit) when missing; backfills missing `.gitignore` lines of an existing one and
+    /// removes stale lock files. The caller holds the bot's memory lease.
     pub fn open_or_init(workspace: &Path) -> Result<Self> {
         if workspace.join(".git").exists() {
+            // A `.git` file (a worktree's pointer) holds no locks of ours.
+            let git_dir = workspace.join(".git");
+            let removed = if git_dir.is_dir() {
+                clear_stale_locks(&git_dir)?
+            } else {
+                0
+            };
+            if removed > 0 {
+                tracing::warn!(workspace = %workspace.display(), removed, "removed stale git lock files left by a killed writer");
+            }
             let repo = Repository::open(workspace)?;
             let me = Self {
                 repo,
@@ -139,11 +214,7 @@ impl MemoryRepo {
     fn ensure_gitignore(&self) -> Result<()> {
         let path = self.root.join(".gitignore");
         let existing = std::fs::read_to_string(&path).unwrap_or_default();
-        let have: std::collections::HashSet<&str> = existing.lines().collect();
-        let missing: Vec<String> = gitignore_lines()
-            .into_iter()
-            .filter(|l| !have.contains(l.as_str()))
-            .collect();
+        let missing = missing_gitignore_lines(&existing);
         if missing.is_empty() {
             return Ok(());
         }
@@ -304,7 +375,7 @@ impl MemoryRepo {
             }
             restored.push(path.display().to_string());
         }
-        let message = format!("{DREAM_PREFIX} restore to before {}", short(commit.id()));
+        let message = format!("{REVERT_PREFIX} {sha}");
         let new_sha = self.commit_all(&message)?;
         Ok(Some((restored, new_sha)))
     }
@@ -439,14 +510,71 @@ mod tests {
             ""
         );
         assert!(!ws.path().join("skills/brew/SKILL.md").exists());
+        let log = repo.log(10, None).unwrap();
+        assert_eq!(
+            log[0].subject(),
+            format!("revert: undo {sha}"),
+            "upstream's message"
+        );
         let dream_log = repo.log(10, Some(DREAM_PREFIX)).unwrap();
-        assert_eq!(dream_log.len(), 2);
-        assert!(
-            dream_log[0]
-                .subject()
-                .starts_with("dream: restore to before ")
+        assert_eq!(
+            dream_log.iter().map(|c| c.sha.as_str()).collect::<Vec<_>>(),
+            [sha.as_str()],
+            "the restore is not listed as a Dream commit"
         );
         assert!(repo.restore("deadbeef").unwrap().is_none());
+    }
+
+    fn ignored(ws: &Path, path: &str) -> bool {
+        git2::Repository::open(ws)
+            .unwrap()
+            .is_path_ignored(path)
+            .unwrap()
+    }
+
+    #[test]
+    fn upstreams_gitignore_keeps_memory_md_tracked_and_is_changed_only_where_needed() {
+        // The reference's layout (every tracked file re-allowed, no `memory/*`), and upstream
+        // HEAD's (runtime files under memory/ ignored, tracked ones re-allowed after).
+        let reference = "/*\n!memory/\n!SOUL.md\n!USER.md\n!memory/MEMORY.md\n!.gitignore\n";
+        let head = "/*\n!memory/\n!SOUL.md\n!USER.md\n!.gitignore\nmemory/*\n!memory/MEMORY.md\n!memory/.dream_cursor\n";
+        for (upstream, added) in [
+            (reference, "!skills/\nmemory/*\n!memory/MEMORY.md\n"),
+            (head, "!skills/\n"),
+        ] {
+            let ws = tempfile::tempdir().unwrap();
+            git2::Repository::init(ws.path()).unwrap();
+            std::fs::write(ws.path().join(".gitignore"), upstream).unwrap();
+            MemoryRepo::open_or_init(ws.path()).unwrap();
+            let text = std::fs::read_to_string(ws.path().join(".gitignore")).unwrap();
+            assert_eq!(text, format!("{upstream}{added}"));
+            assert!(!ignored(ws.path(), "memory/MEMORY.md"), "{text}");
+            assert!(!ignored(ws.path(), "skills/brew/SKILL.md"), "{text}");
+            assert!(ignored(ws.path(), "memory/history.jsonl"), "{text}");
+            MemoryRepo::open_or_init(ws.path()).unwrap();
+            assert_eq!(
+                std::fs::read_to_string(ws.path().join(".gitignore")).unwrap(),
+                text,
+                "changed once"
+            );
+        }
+    }
+
+    #[test]
+    fn a_killed_writers_stale_git_locks_do_not_block_the_next_dream_commit() {
+        let ws = tempfile::tempdir().unwrap();
+        let repo = MemoryRepo::open_or_init(ws.path()).unwrap();
+        let branch = repo.repo.head().unwrap().name().unwrap().to_string();
+        drop(repo);
+        // What a worker SIGKILLed inside `index.write()` or `repo.commit()` leaves behind.
+        let git = ws.path().join(".git");
+        std::fs::write(git.join("index.lock"), "").unwrap();
+        std::fs::write(git.join(format!("{branch}.lock")), "").unwrap();
+        std::fs::write(ws.path().join("memory/MEMORY.md"), "- likes tea\n").unwrap();
+        let repo = MemoryRepo::open_or_init(ws.path()).unwrap();
+        let (sha, _) = repo.commit_dream().unwrap().expect("a Dream commit");
+        assert_eq!(repo.log(1, None).unwrap()[0].sha, sha);
+        assert!(!git.join("index.lock").exists());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! One memory job end to end: answered from its "done" marker when delivered again, run
-//! under the bot's memory lease (one writer of a bot's memory files at a time), dispatched by
-//! kind, marked done with its result.
+//! under the bot's memory lease (one writer of a bot's memory files at a time; a job that
+//! loses it stops writing, see `writer`), dispatched by kind, marked done with its result.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use nanobot_runtime::lease::Leases;
 use crate::bots::{self, MemoryBot};
 use crate::consolidate::{self, Ctx};
 use crate::dream;
+use crate::writer::{LeaseLost, Writer};
 
 /// How long a worker holds a bot's memory lease without renewing it, in session lease times
 /// (`runner.sessionLeaseSecs`, 10 s by default: a dead worker's lease expires after 30 s).
@@ -77,6 +78,9 @@ pub enum JobError {
     /// Redis failed.
     #[error("redis failed: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The memory lease was lost mid-job.
+    #[error(transparent)]
+    LeaseLost(#[from] LeaseLost),
     /// The job kind is not one this worker knows.
     #[error("unknown memory job kind {0}")]
     Unknown(i32),
@@ -128,7 +132,8 @@ pub async fn run(
         )
         .await
         .ok_or_else(|| JobError::Busy(bot.spec.id.clone()))?;
-    let result = dispatch(deps, bot, request).await;
+    let writer = Writer::new(&bot.spec.id, &lease, &deps.redis);
+    let result = dispatch(deps, bot, request, writer).await;
     lease.release().await;
     let result = result?;
     let _: () = conn
@@ -141,20 +146,30 @@ async fn dispatch(
     deps: &Deps,
     bot: &MemoryBot,
     request: &ConsolidationRequest,
+    writer: Writer<'_>,
 ) -> Result<ConsolidationResult, JobError> {
     let ctx = Ctx {
         cfg: &deps.cfg,
         bot,
         leases: &deps.session_leases,
+        writer,
     };
     let key = request.session_key.as_str();
     let arg = (!request.arg.trim().is_empty()).then(|| request.arg.trim());
+    if !matches!(
+        request.kind(),
+        MemoryJobKind::Dream | MemoryJobKind::Tokens | MemoryJobKind::Archive | MemoryJobKind::Idle
+    ) {
+        // The Dream commands are quick: one check before them; the long jobs check before
+        // each write.
+        writer.check().await?;
+    }
     let reply = match request.kind() {
         MemoryJobKind::Dream => Some(dream::run(ctx).await?),
         MemoryJobKind::DreamLog => Some(dream::log(bot, arg)?),
         MemoryJobKind::DreamRestore => Some(dream::restore(bot, arg)?),
         MemoryJobKind::DreamPrompt => Some(dream::prompt(bot, arg)?),
-        MemoryJobKind::DreamSkip => Some(dream::skip(bot)?),
+        MemoryJobKind::DreamSkip => Some(dream::skip(writer, bot).await?),
         _ => None,
     };
     if let Some(reply) = reply {

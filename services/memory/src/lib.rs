@@ -11,6 +11,7 @@
 //! - `autocompact`: the scan asking for idle sessions to be archived.
 //! - `consolidate`: the Consolidator.
 //! - `dream`: Dream runs and the Dream commands; `git`: the memory files' git history.
+//! - `writer`: the memory lease check before every write.
 #![forbid(unsafe_code)]
 
 pub mod autocompact;
@@ -19,6 +20,7 @@ pub mod consolidate;
 pub mod dream;
 pub mod git;
 pub mod jobs;
+pub mod writer;
 
 use std::future::Future;
 use std::net::SocketAddr;

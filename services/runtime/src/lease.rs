@@ -76,6 +76,17 @@ impl Fence {
         digits.parse().unwrap_or(0)
     }
 
+    /// Returns whether this token is still the fence's current one (no other holder took the
+    /// lease since); a holder checks it before a write it cannot fence in Redis (a file).
+    pub async fn is_current(&self, redis: &Store) -> redis::RedisResult<bool> {
+        let mut conn = redis.clone();
+        let now: Option<String> = redis::cmd("GET")
+            .arg(&self.key)
+            .query_async(&mut conn)
+            .await?;
+        Ok(now.as_deref() == Some(self.token.as_str()))
+    }
+
     /// Sets `key` to `value` only while this token is still the fence's current one; returns
     /// whether it was written (false: another holder took the lease since).
     pub async fn set(&self, redis: &Store, key: &str, value: &str) -> redis::RedisResult<bool> {

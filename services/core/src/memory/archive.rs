@@ -4,6 +4,7 @@
 //! archive instead, and the `[Archived Context Summary]` kept in session metadata.
 
 use serde_json::{Map, Value, json};
+use sha2::{Digest as _, Sha256};
 
 use super::budget::{estimate_message, estimate_messages, estimate_tools};
 use crate::history;
@@ -132,6 +133,22 @@ pub fn summary_of(response: &ChatResponse) -> Result<String, RawReason> {
         return Err(RawReason::Empty);
     }
     Ok(text.chars().take(SUMMARY_CHARS).collect())
+}
+
+/// Returns the id of the chunk `rows` of session `session_key`, written with its archive row
+/// (`chunk_id`, see `MemoryFiles::append_once`): the same rows of the same session give the
+/// same id in every process, whatever their summary says.
+pub fn chunk_id(session_key: &str, rows: &[Value]) -> String {
+    let mut hash = Sha256::new();
+    hash.update(session_key.as_bytes());
+    for row in rows {
+        hash.update(b"\n");
+        hash.update(row.to_string().as_bytes());
+    }
+    hash.finalize()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Formats messages as upstream's raw archive: `[RAW] {n} messages` then one

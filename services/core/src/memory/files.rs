@@ -1,8 +1,13 @@
 //! The memory files of a workspace in upstream's formats: `memory/history.jsonl` (one
-//! `{"cursor","timestamp","content"[,"session_key"]}` per line), `memory/.cursor` (the last
-//! allocated cursor) and `memory/.dream_cursor` (the last cursor Dream consumed). Every
-//! writer takes an exclusive lock on `memory/.history.lock`, so several processes may append;
-//! whole-file rewrites (cursors, compaction) go through [`write_atomic`].
+//! `{"cursor","timestamp","content"[,"session_key"][,"chunk_id"]}` per line),
+//! `memory/.cursor` (the last allocated cursor) and `memory/.dream_cursor` (the last cursor
+//! Dream consumed). Every writer takes an exclusive lock on `memory/.history.lock`, so several
+//! processes may append; whole-file rewrites (cursors, compaction) go through [`write_atomic`].
+//!
+//! `chunk_id` (ours; upstream ignores it) names the conversation chunk a Consolidator row
+//! archives: [`MemoryFiles::append_once`] does not append a chunk whose row is already there,
+//! so a job redelivered after its worker died between the append and its next step (setting
+//! `last_consolidated`, the done marker) does not archive the chunk twice.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -31,6 +36,9 @@ pub struct Entry {
     /// The session the entry came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The archived chunk's id (see [`MemoryFiles::append_once`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_id: Option<String>,
 }
 
 pub use nanobot_runtime::fs::write_atomic;
@@ -54,6 +62,10 @@ fn parse_entry(line: &str) -> Option<Entry> {
         content,
         session_key: value
             .get("session_key")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        chunk_id: value
+            .get("chunk_id")
             .and_then(Value::as_str)
             .map(str::to_string),
     })
@@ -134,14 +146,38 @@ impl MemoryFiles {
 
     /// Appends one entry and returns its cursor: `max(.cursor, last valid row) + 1`.
     pub fn append(&self, content: &str, session_key: Option<&str>) -> std::io::Result<i64> {
+        Ok(self.append_inner(content, session_key, None)?.0)
+    }
+
+    /// Appends the archive of chunk `chunk_id` unless a row of that chunk is already in the
+    /// file (a redelivered job whose worker died after appending). Returns the row's cursor
+    /// and whether it was appended now. The check and the append happen under the file lock,
+    /// so they are one step for every writer.
+    pub fn append_once(
+        &self,
+        content: &str,
+        session_key: Option<&str>,
+        chunk_id: &str,
+    ) -> std::io::Result<(i64, bool)> {
+        self.append_inner(content, session_key, Some(chunk_id))
+    }
+
+    fn append_inner(
+        &self,
+        content: &str,
+        session_key: Option<&str>,
+        chunk_id: Option<&str>,
+    ) -> std::io::Result<(i64, bool)> {
         let _lock = self.lock()?;
         self.migrate_legacy_locked()?;
         let existing = std::fs::read_to_string(self.history_path()).unwrap_or_default();
-        let last_row = parse_entries(&existing)
-            .iter()
-            .map(|e| e.cursor)
-            .max()
-            .unwrap_or(0);
+        let rows = parse_entries(&existing);
+        if let Some(id) = chunk_id
+            && let Some(row) = rows.iter().find(|e| e.chunk_id.as_deref() == Some(id))
+        {
+            return Ok((row.cursor, false));
+        }
+        let last_row = rows.iter().map(|e| e.cursor).max().unwrap_or(0);
         let stored = read_int(&self.dir.join(".cursor"))
             .filter(|c| *c >= 0)
             .unwrap_or(0);
@@ -150,6 +186,7 @@ impl MemoryFiles {
             timestamp: chrono::Local::now().format("%Y-%m-%d %H:%M").to_string(),
             content: prepare_content(content),
             session_key: session_key.map(str::to_string),
+            chunk_id: chunk_id.map(str::to_string),
         };
         let line = serde_json::to_string(&entry).map_err(std::io::Error::other)?;
         let mut file = std::fs::OpenOptions::new()
@@ -165,11 +202,23 @@ impl MemoryFiles {
             &self.dir.join(".cursor"),
             entry.cursor.to_string().as_bytes(),
         )?;
-        Ok(entry.cursor)
+        Ok((entry.cursor, true))
     }
 
-    /// Returns every valid entry with a cursor above `cursor`, in file order.
+    /// Migrates a legacy `HISTORY.md` before a read (once: it is renamed when migrated).
+    fn migrate_before_read(&self) {
+        if !self.dir.join("HISTORY.md").is_file() {
+            return;
+        }
+        if let Err(e) = self.migrate_legacy() {
+            tracing::warn!(error = %e, "failed to migrate legacy HISTORY.md, reading history.jsonl as is");
+        }
+    }
+
+    /// Returns every valid entry with a cursor above `cursor`, in file order (a legacy
+    /// `HISTORY.md` is migrated first).
     pub fn entries_after(&self, cursor: i64) -> Vec<Entry> {
+        self.migrate_before_read();
         let text = std::fs::read_to_string(self.history_path()).unwrap_or_default();
         parse_entries(&text)
             .into_iter()
@@ -177,8 +226,14 @@ impl MemoryFiles {
             .collect()
     }
 
-    /// Returns `.dream_cursor` (0 when missing or invalid).
+    /// Returns `.dream_cursor` (0 when missing or invalid; a legacy `HISTORY.md` is migrated
+    /// first, which sets it).
     pub fn dream_cursor(&self) -> i64 {
+        self.migrate_before_read();
+        self.stored_dream_cursor()
+    }
+
+    fn stored_dream_cursor(&self) -> i64 {
         read_int(&self.dir.join(".dream_cursor"))
             .filter(|c| *c >= 0)
             .unwrap_or(0)
@@ -216,7 +271,7 @@ impl MemoryFiles {
         if entries.len() <= max {
             return Ok(0);
         }
-        let dream = self.dream_cursor();
+        let dream = self.stored_dream_cursor();
         let unread = entries.iter().filter(|e| e.cursor > dream).count();
         let keep_from = entries.len() - max.max(unread);
         let mut out = String::new();
@@ -260,6 +315,7 @@ impl MemoryFiles {
                 timestamp: timestamp.clone(),
                 content: prepare_content(content),
                 session_key: None,
+                chunk_id: None,
             };
             out.push_str(&serde_json::to_string(&entry).map_err(std::io::Error::other)?);
             out.push('\n');
@@ -437,6 +493,61 @@ mod tests {
         assert!(dir.join("HISTORY.md.bak.1").is_file() && !dir.join("HISTORY.md").exists());
         assert_eq!(files.migrate_legacy().unwrap(), 0, "only once");
         assert_eq!(files.append("new", None).unwrap(), 4);
+    }
+
+    #[test]
+    fn a_legacy_history_md_is_migrated_when_only_read() {
+        let ws = tempfile::tempdir().unwrap();
+        let dir = ws.path().join("memory");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("HISTORY.md"),
+            "[2026-01-01 10:00] Tea.\n\n[2026-01-02 10:00] Coffee.\n",
+        )
+        .unwrap();
+        let files = MemoryFiles::new(ws.path());
+        assert_eq!(
+            files.dream_cursor(),
+            2,
+            "migrated: both cursors at the last entry"
+        );
+        let entries = files.entries_after(0);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[1].content, "Coffee.");
+        assert!(dir.join("HISTORY.md.bak").is_file() && !dir.join("HISTORY.md").exists());
+        assert_eq!(files.entries_after(0).len(), 2, "once");
+    }
+
+    #[test]
+    fn a_chunk_archived_again_after_a_crash_is_appended_once() {
+        let ws = tempfile::tempdir().unwrap();
+        let files = MemoryFiles::new(ws.path());
+        assert_eq!(
+            files.append_once("summary", Some("cli:a"), "c1").unwrap(),
+            (1, true)
+        );
+        files.append("other session", Some("cli:b")).unwrap();
+        // The redelivered job re-summarises the chunk, maybe in other words: still one row.
+        assert_eq!(
+            files
+                .append_once("summary, reworded", Some("cli:a"), "c1")
+                .unwrap(),
+            (1, false)
+        );
+        assert_eq!(
+            files.append_once("next", Some("cli:a"), "c2").unwrap(),
+            (3, true)
+        );
+        let rows = files.entries_after(0);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0].chunk_id.as_deref(), Some("c1"));
+        // Compaction keeps the ids.
+        files.set_dream_cursor(3).unwrap();
+        files.compact(2).unwrap();
+        assert_eq!(
+            files.append_once("again", Some("cli:a"), "c2").unwrap(),
+            (3, false)
+        );
     }
 
     #[test]

@@ -38,7 +38,12 @@ async fn a_session_over_budget_is_summarised_into_history_and_the_summary_reache
     let row = rows[0].as_object().unwrap();
     let mut keys: Vec<&str> = row.keys().map(String::as_str).collect();
     keys.sort_unstable();
-    assert_eq!(keys, ["content", "cursor", "session_key", "timestamp"]);
+    // Upstream's fields, plus the archived chunk's id (redeliveries append it once).
+    assert_eq!(
+        keys,
+        ["chunk_id", "content", "cursor", "session_key", "timestamp"]
+    );
+    assert_eq!(row["chunk_id"].as_str().map(str::len), Some(24));
     assert_eq!(row["cursor"], 1);
     assert_eq!(row["session_key"], session);
     assert_eq!(row["content"], "- [permanent] The user talks about alpha");
@@ -215,4 +220,57 @@ async fn a_consolidation_racing_new_never_writes_over_the_new_session_and_duplic
     };
     wait_until(drained, TURN).await.expect("jobs consumed");
     assert_eq!(history_rows(fleet.workspace()).len(), before + 1);
+}
+
+#[tokio::test]
+async fn a_job_redelivered_after_its_worker_died_past_the_append_archives_its_chunk_once() {
+    let fleet = fleet().await;
+    // The redelivery's summary is worded differently: still the same chunk.
+    fleet
+        .llm
+        .push(Reply::text("- [durable] The user likes tea"));
+    fleet
+        .llm
+        .push(Reply::text("- [durable] Tea is what the user likes"));
+    let request = ConsolidationRequest {
+        id: "redo-1".into(),
+        bot: "default".into(),
+        session_key: "cli:tea".into(),
+        kind: MemoryJobKind::Archive.into(),
+        messages_json: serde_json::json!([
+            {"role": "user", "content": "I like tea", "timestamp": "2026-01-01T00:00:00"},
+            {"role": "assistant", "content": "Noted.", "timestamp": "2026-01-01T00:00:01"}
+        ])
+        .to_string(),
+        ..Default::default()
+    };
+    let js = async_nats::jetstream::new(fleet.nats_client().await.unwrap());
+    let drained = || async {
+        let js = async_nats::jetstream::new(fleet.nats_client().await.unwrap());
+        let mut stream = js.get_stream(subjects::JOBS_STREAM).await.unwrap();
+        stream.info().await.unwrap().state.messages == 0
+    };
+    nanobot_runtime::bus::publish(&js, subjects::consolidate("default"), Some("d1"), &request)
+        .await
+        .unwrap();
+    let rows = wait_for_history(&fleet, 1).await;
+    assert_eq!(rows[0]["content"], "- [durable] The user likes tea");
+    wait_until(drained, TURN).await.expect("job consumed");
+    // A worker SIGKILLed after the append never wrote the done marker: the job comes again.
+    let mut redis = fleet.redis_conn().await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(nanobot_proto::keys::memory_job_done("default", "redo-1"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    nanobot_runtime::bus::publish(&js, subjects::consolidate("default"), Some("d2"), &request)
+        .await
+        .unwrap();
+    wait_until(|| async { fleet.llm.request_count() == 2 }, TURN)
+        .await
+        .expect("the redelivery summarised the chunk again");
+    wait_until(drained, TURN).await.expect("job consumed");
+    let rows = history_rows(fleet.workspace());
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["session_key"], "cli:tea");
 }

@@ -2,10 +2,16 @@
 //! with the bot's file tools (writes outside the memory files refused), commits them to git as
 //! `nanobot <nanobot@dream>`; `/dream-log` shows the commit, `/dream-restore` reverts it.
 
+use std::time::Duration;
+
 use serde_json::json;
 
-use crate::e2e::ask;
-use crate::harness::Fleet;
+use nanobot_proto::keys;
+use nanobot_runtime::lease::Leases;
+
+use super::history_rows;
+use crate::e2e::{TURN, ask};
+use crate::harness::{Fleet, wait_until};
 use crate::scripted_llm::Reply;
 
 const ANALYSIS: &str = "ADD USER.md: the user drinks green tea\nSKILL brew: brewing green tea";
@@ -160,6 +166,21 @@ async fn dream_edits_memory_and_a_skill_commits_them_and_restore_reverts_the_com
         "# User\n"
     );
     assert!(!ws.join("skills/brew/SKILL.md").exists());
+    // The restore commit is upstream's `revert: undo <sha>`, not listed as a Dream commit.
+    let head = repo.head().unwrap().peel_to_commit().unwrap();
+    assert_eq!(
+        head.message().ok(),
+        Some(format!("revert: undo {sha}").as_str())
+    );
+    let relisted = ask(&mut fleet, "/dream-restore", Some("cli:dream")).await;
+    let listed: Vec<&str> = relisted.lines().filter(|l| l.starts_with("- `")).collect();
+    assert_eq!(listed.len(), 1, "{relisted}");
+    assert!(listed[0].contains(&sha), "{relisted}");
+    let log = ask(&mut fleet, "/dream-log", Some("cli:dream")).await;
+    assert!(
+        log.starts_with(&format!("## dream: periodic memory consolidation\n`{sha}`")),
+        "{log}"
+    );
 
     assert_eq!(
         ask(&mut fleet, "/dream", Some("cli:dream")).await,
@@ -171,6 +192,10 @@ async fn dream_edits_memory_and_a_skill_commits_them_and_restore_reverts_the_com
         "commands and an empty Dream call no model"
     );
 }
+
+/// The `.gitignore` upstream's `GitStore.init` writes for its tracked files (reference §8.1).
+const UPSTREAM_GITIGNORE: &str =
+    "/*\n!memory/\n!SOUL.md\n!USER.md\n!memory/MEMORY.md\n!.gitignore\n";
 
 /// Lays out a workspace as upstream nanobot leaves it: history with cursors, `.cursor` and
 /// `.dream_cursor`, and its dulwich memory repository (upstream's `.gitignore`, an init commit
@@ -202,11 +227,7 @@ fn upstream_workspace(ws: &std::path::Path) -> git2::Oid {
     .unwrap();
     std::fs::write(ws.join("USER.md"), "# User\n\n- Prefers short answers.\n").unwrap();
     std::fs::write(ws.join("SOUL.md"), "# Soul\n").unwrap();
-    std::fs::write(
-        ws.join(".gitignore"),
-        "/*\n!memory/\n!skills/\n!SOUL.md\n!USER.md\n!.gitignore\nmemory/*\n!memory/MEMORY.md\n",
-    )
-    .unwrap();
+    std::fs::write(ws.join(".gitignore"), UPSTREAM_GITIGNORE).unwrap();
     let repo = git2::Repository::init(ws).unwrap();
     let who = git2::Signature::now("nanobot", "nanobot@dream").unwrap();
     let commit = |message: &str, files: &[&str]| {
@@ -308,14 +329,190 @@ async fn dream_on_an_upstream_workspace_continues_its_history_cursors_and_git_lo
     );
     assert_eq!(
         std::fs::read_to_string(ws.join(".gitignore")).unwrap(),
-        "/*\n!memory/\n!skills/\n!SOUL.md\n!USER.md\n!.gitignore\nmemory/*\n!memory/MEMORY.md\n",
-        "upstream's .gitignore kept"
+        format!("{UPSTREAM_GITIGNORE}!skills/\nmemory/*\n!memory/MEMORY.md\n"),
+        "upstream's .gitignore kept, skills and memory/'s runtime files added after it"
     );
+    assert!(!repo.is_path_ignored("memory/MEMORY.md").unwrap());
+    assert!(repo.is_path_ignored("memory/history.jsonl").unwrap());
     let listed = ask(&mut fleet, "/dream-log", Some("cli:dream")).await;
     assert!(
         listed.contains("+- Learning Portuguese; cat Miso (12)."),
         "{listed}"
     );
+}
+
+/// Writes history rows `1..=n` (none read by Dream yet).
+fn seed_many(ws: &std::path::Path, n: usize) {
+    std::fs::create_dir_all(ws.join("memory")).unwrap();
+    let text: String = (1..=n)
+        .map(|c| {
+            format!(
+                "{}\n",
+                json!({"cursor": c, "timestamp": "2026-11-01 10:00", "content": format!("- fact {c}"), "session_key": "cli:a"})
+            )
+        })
+        .collect();
+    std::fs::write(ws.join("memory/history.jsonl"), text).unwrap();
+}
+
+fn cursors(ws: &std::path::Path) -> Vec<u64> {
+    history_rows(ws)
+        .iter()
+        .map(|r| r["cursor"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_dream_run_compacts_history_to_a_thousand_entries_but_keeps_what_dream_has_not_read() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools", "memory"])
+        .start()
+        .await
+        .unwrap();
+    let ws = fleet.workspace().to_path_buf();
+    seed_many(&ws, 1050);
+    for _ in 0..2 {
+        fleet.llm.push(Reply::text("nothing new"));
+        fleet.llm.push(Reply::text("No changes."));
+    }
+    let reply = ask(&mut fleet, "/dream", Some("cli:dream")).await;
+    assert!(
+        reply.starts_with("Dream: processed 20 history entries"),
+        "{reply}"
+    );
+    // 1..=20 were read and dropped; the 1,030 unread stay, over the cap.
+    assert_eq!(cursors(&ws), (21..=1050).collect::<Vec<_>>());
+
+    std::fs::write(ws.join("memory/.dream_cursor"), "1040").unwrap();
+    let reply = ask(&mut fleet, "/dream", Some("cli:dream")).await;
+    assert!(
+        reply.starts_with("Dream: processed 10 history entries"),
+        "{reply}"
+    );
+    assert_eq!(
+        cursors(&ws),
+        (51..=1050).collect::<Vec<_>>(),
+        "the newest 1,000"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("memory/.dream_cursor"))
+            .unwrap()
+            .trim(),
+        "1050"
+    );
+}
+
+#[tokio::test]
+async fn a_worker_that_lost_the_memory_lease_neither_commits_nor_moves_the_dream_cursor() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools", "memory"])
+        .start()
+        .await
+        .unwrap();
+    seed_history(&fleet);
+    let ws = fleet.workspace().to_path_buf();
+    // First delivery: its analysis is slow; meanwhile another worker takes the lease over.
+    fleet
+        .llm
+        .push(Reply::text("ADD USER.md: first").with_delay(Duration::from_secs(3)));
+    // The redelivered job, once the lease is free again.
+    fleet.llm.push(Reply::text("ADD USER.md: green tea"));
+    fleet.llm.push(Reply::tool_calls([(
+        "write_file",
+        json!({"path": "USER.md", "content": "# User\n\n- Drinks green tea.\n"}),
+    )]));
+    fleet.llm.push(Reply::text("Updated USER.md."));
+
+    let redis = fleet.redis_conn().await.unwrap();
+    let llm = fleet.llm.clone();
+    let thief = tokio::spawn(async move {
+        wait_until(|| async { llm.request_count() >= 1 }, TURN)
+            .await
+            .unwrap();
+        let mut conn = redis.clone();
+        let _: () = redis::cmd("DEL")
+            .arg(keys::memory_lock("default"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let leases = Leases::new(redis.clone(), "other-worker", Duration::from_secs(30));
+        let lease = leases
+            .try_acquire(keys::memory_lock("default"), keys::memory_fence("default"))
+            .await
+            .unwrap()
+            .expect("the lease was free");
+        lease.release().await;
+    });
+
+    let reply = ask(&mut fleet, "/dream", Some("cli:dream")).await;
+    thief.await.unwrap();
+    assert!(
+        reply.starts_with("Dream: processed 2 history entries; committed `"),
+        "{reply}"
+    );
+    assert_eq!(
+        fleet.llm.request_count(),
+        4,
+        "the first delivery stopped after its analysis; the redelivery ran whole"
+    );
+    let repo = git2::Repository::open(&ws).unwrap();
+    let mut walk = repo.revwalk().unwrap();
+    walk.push_head().unwrap();
+    let subjects: Vec<String> = walk
+        .map(|oid| {
+            let c = repo.find_commit(oid.unwrap()).unwrap();
+            c.summary().ok().flatten().unwrap_or_default().to_string()
+        })
+        .collect();
+    assert_eq!(
+        subjects,
+        [
+            "dream: periodic memory consolidation",
+            "init: nanobot memory store"
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("memory/.dream_cursor"))
+            .unwrap()
+            .trim(),
+        "2"
+    );
+}
+
+#[tokio::test]
+async fn dream_on_a_workspace_with_only_a_legacy_history_md_migrates_it_first() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools", "memory"])
+        .start()
+        .await
+        .unwrap();
+    let ws = fleet.workspace().to_path_buf();
+    std::fs::create_dir_all(ws.join("memory")).unwrap();
+    std::fs::write(
+        ws.join("memory/HISTORY.md"),
+        "[2026-01-01 10:00] The user likes tea.\n\n[2026-01-02 10:00] The user moved to Porto.\n",
+    )
+    .unwrap();
+    // Upstream counts migrated entries as already dreamed (no replay of the whole archive).
+    assert_eq!(
+        ask(&mut fleet, "/dream", Some("cli:dream")).await,
+        "Dream: nothing to process"
+    );
+    let rows = history_rows(&ws);
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows[1]["content"], "The user moved to Porto.");
+    assert_eq!(rows[1]["timestamp"], "2026-01-02 10:00");
+    for cursor in [".cursor", ".dream_cursor"] {
+        assert_eq!(
+            std::fs::read_to_string(ws.join("memory").join(cursor))
+                .unwrap()
+                .trim(),
+            "2"
+        );
+    }
+    assert!(ws.join("memory/HISTORY.md.bak").is_file());
+    assert!(!ws.join("memory/HISTORY.md").exists());
+    assert_eq!(fleet.llm.request_count(), 0);
 }
 
 /// A request's messages as compared with the golden texts (the workspace path replaced).
