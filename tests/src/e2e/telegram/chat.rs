@@ -61,11 +61,11 @@ async fn a_users_message_is_answered_in_telegram_html() {
 async fn a_9000_character_answer_arrives_in_valid_chunks_with_balanced_code() {
     let (fleet, _fake, bot) = telegram_fleet(json!({})).await;
     let mut answer = String::from("Here is the listing:\n\n```rust\n");
-    while answer.chars().count() < 8_700 {
+    while answer.chars().count() < 9_000 {
         answer.push_str("let value = compute(alpha, beta) < limit && ok;\n");
     }
     answer.push_str("```\n\nThat is **all**.");
-    assert!(answer.chars().count() >= 8_700);
+    assert!(answer.chars().count() >= 9_000);
     fleet.llm.push(Reply::text(answer.clone()));
     let alice = TgUser::new(ALICE, "alice");
     bot.inject(Incoming::text_from(&alice, "show me the code"));
@@ -297,5 +297,9 @@ async fn a_voice_note_is_transcribed_into_the_turn_and_answered() {
     assert!(
         text.contains("[transcription: remind me to buy oat milk]"),
         "{text}"
+    );
+    assert!(
+        !text.contains("[voice:"),
+        "the transcription replaces the voice tag, as upstream: {text}"
     );
 }
