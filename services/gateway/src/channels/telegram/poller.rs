@@ -24,7 +24,7 @@ use super::{TelegramChannel, receive};
 use crate::channels::Inbound;
 
 /// Seconds one `getUpdates` waits for updates (below teloxide's client timeout).
-const POLL_SECS: u32 = 10;
+pub(super) const POLL_SECS: u32 = 10;
 /// How long an album's first part waits for the rest, as upstream.
 const MEDIA_GROUP_WAIT: Duration = Duration::from_millis(600);
 
