@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::{ALICE, TOKEN, telegram_fleet};
 use crate::harness::Fleet;
 use crate::scripted_llm::Reply;
-use crate::telegram_fake::{DEFAULT_WAIT, FileRef, Incoming, TelegramFake, TgUser};
+use crate::telegram_fake::{Call, DEFAULT_WAIT, FileRef, Incoming, TelegramFake, TgUser};
 
 #[tokio::test]
 async fn a_photo_is_downloaded_into_the_workspace_referenced_in_the_turn_and_can_be_sent_back() {
@@ -133,8 +133,14 @@ async fn an_album_posted_part_by_part_to_two_webhook_replicas_is_one_turn() {
     .await
     .unwrap();
 
+    assert_one_album_turn(&fleet, &photos, "our trip").await;
+}
+
+/// Asserts that Alice's session has exactly one turn with images: `caption` and one
+/// `[image: …]` of each of `photos`.
+async fn assert_one_album_turn(fleet: &Fleet, photos: &[FileRef], caption: &str) {
     // The session's user rows are its turns.
-    let rows = crate::e2e::session_rows(&fleet, "default", &format!("telegram:{ALICE}")).await;
+    let rows = crate::e2e::session_rows(fleet, "default", &format!("telegram:{ALICE}")).await;
     let albums: Vec<String> = rows
         .iter()
         .filter(|r| r["role"] == "user")
@@ -143,10 +149,57 @@ async fn an_album_posted_part_by_part_to_two_webhook_replicas_is_one_turn() {
         .collect();
     assert_eq!(albums.len(), 1, "the album was one turn: {rows:#?}");
     let album = &albums[0];
-    assert!(album.contains("our trip"), "{album}");
-    for photo in &photos {
+    assert!(album.contains(caption), "{album}");
+    for photo in photos {
         let tag = format!("/{}.jpg]", photo.file_unique_id);
         assert_eq!(album.matches(&tag).count(), 1, "{tag} in {album}");
     }
-    assert_eq!(album.matches("[image: ").count(), 3, "{album}");
+    assert_eq!(
+        album.matches("[image: ").count(),
+        photos.len(),
+        "{album}"
+    );
+}
+
+/// Returns whether `call` is a `getUpdates` that handed out `n` updates.
+fn fetched(call: &Call, n: usize) -> bool {
+    call.result
+        .as_ref()
+        .is_ok_and(|r| r.as_array().is_some_and(|a| a.len() == n))
+}
+
+#[tokio::test]
+async fn an_album_whose_parts_arrive_over_several_polls_is_one_turn() {
+    let (fleet, fake, bot) = telegram_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    let alice = TgUser::new(ALICE, "alice");
+    let photos: Vec<FileRef> = (0..3)
+        .map(|i| bot.add_file(format!("jpeg {i}").into_bytes(), "p.jpg", "image/jpeg"))
+        .collect();
+    let part = |i: usize| {
+        let part = Incoming::private(&alice)
+            .photo(&photos[i])
+            .field("media_group_id", json!("88001"));
+        if i == 0 { part.caption("holiday") } else { part }
+    };
+    // Each next part arrives once the poller has read the ones before: three batches.
+    bot.inject(part(0));
+    bot.wait_for_call("getUpdates", |c| fetched(c, 1))
+        .await
+        .unwrap();
+    bot.inject(part(1));
+    bot.wait_for_call("getUpdates", |c| fetched(c, 2))
+        .await
+        .unwrap();
+    bot.inject(part(2));
+    bot.inject(Incoming::text_from(&alice, "barrier"));
+    fake.wait_until("the barrier answered", DEFAULT_WAIT, |_| {
+        bot.bot_messages(ALICE)
+            .iter()
+            .any(|m| m.text.as_deref() == Some("echo: barrier"))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    assert_one_album_turn(&fleet, &photos, "holiday").await;
 }

@@ -8,6 +8,10 @@
 //!   after a takeover is dropped by the stream's de-duplication and the runners' seen-set.
 //! - Receiving in webhook mode ([`webhook`]): every replica listens and answers Telegram's POSTs;
 //!   the lease then only elects the replica that edits streaming previews.
+//! - Albums (parts sharing a `media_group_id`) are one turn once no part came for 0.6 s: the
+//!   poller reads them again until then; in webhook mode they are buffered in Redis across
+//!   replicas ([`album`]).
+//! - Every Bot API call goes through `proxy` when one is set.
 //! - Each update ([`receive`]): ACL and pairing, group policy, `/start`, the 👀 reaction,
 //!   typing, media download and transcription, then one inbound message.
 //! - Sending ([`outbound`]): HTML chunks with a plain-text fallback, flood control and
