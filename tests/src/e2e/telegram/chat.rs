@@ -228,7 +228,11 @@ async fn an_unknown_private_sender_pairs_through_the_cli_and_is_answered_after_a
         !again.text().unwrap().contains(&code),
         "the approved code is not handed out again"
     );
-    assert_eq!(fleet.llm.request_count(), 1, "the revoked sender reached no model");
+    assert_eq!(
+        fleet.llm.request_count(),
+        1,
+        "the revoked sender reached no model"
+    );
 }
 
 #[tokio::test]
@@ -335,7 +339,11 @@ async fn html_telegram_cannot_parse_is_sent_again_as_plain_text() {
     assert_eq!(sends[0].params["parse_mode"], "HTML");
     assert_eq!(sends[0].text(), Some("<b>Bold</b> claim"));
     assert!(!sends[0].is_ok());
-    assert!(plain.params.get("parse_mode").is_none(), "{:?}", plain.params);
+    assert!(
+        plain.params.get("parse_mode").is_none(),
+        "{:?}",
+        plain.params
+    );
     assert_eq!(plain.text(), Some("**Bold** claim"));
     let shown = bot.bot_messages(ALICE);
     assert_eq!(shown.len(), 1, "{shown:#?}");
@@ -406,7 +414,9 @@ async fn a_forum_topic_message_has_its_own_session_and_is_answered_in_its_thread
             .topic(5),
     );
     let reply = bot
-        .wait_for_call("sendMessage", |c| c.chat_id() == Some(-100_888) && c.is_ok())
+        .wait_for_call("sendMessage", |c| {
+            c.chat_id() == Some(-100_888) && c.is_ok()
+        })
         .await
         .unwrap();
     assert_eq!(reply.text(), Some("topic answer"));

@@ -111,7 +111,10 @@ async fn an_album_posted_part_by_part_to_two_webhook_replicas_is_one_turn() {
     };
     // Telegram posts the parts concurrently; they reach different replicas.
     let (a, b, c) = tokio::join!(
-        post(port, album_part(500_001, "77001", &photos[0], Some("our trip"))),
+        post(
+            port,
+            album_part(500_001, "77001", &photos[0], Some("our trip"))
+        ),
         post(port_b, album_part(500_002, "77001", &photos[1], None)),
         post(port, album_part(500_003, "77001", &photos[2], None)),
     );
@@ -154,11 +157,7 @@ async fn assert_one_album_turn(fleet: &Fleet, photos: &[FileRef], caption: &str)
         let tag = format!("/{}.jpg]", photo.file_unique_id);
         assert_eq!(album.matches(&tag).count(), 1, "{tag} in {album}");
     }
-    assert_eq!(
-        album.matches("[image: ").count(),
-        photos.len(),
-        "{album}"
-    );
+    assert_eq!(album.matches("[image: ").count(), photos.len(), "{album}");
 }
 
 /// Returns whether `call` is a `getUpdates` that handed out `n` updates.
@@ -180,7 +179,11 @@ async fn an_album_whose_parts_arrive_over_several_polls_is_one_turn() {
         let part = Incoming::private(&alice)
             .photo(&photos[i])
             .field("media_group_id", json!("88001"));
-        if i == 0 { part.caption("holiday") } else { part }
+        if i == 0 {
+            part.caption("holiday")
+        } else {
+            part
+        }
     };
     // Each next part arrives once the poller has read the ones before: three batches.
     bot.inject(part(0));

@@ -41,9 +41,7 @@ impl ForwardProxy {
             .await
             .unwrap();
         let addr = listener.local_addr().unwrap();
-        let app = Router::new()
-            .fallback(relay)
-            .with_state(proxy.clone());
+        let app = Router::new().fallback(relay).with_state(proxy.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
         (proxy, addr)
     }
@@ -54,7 +52,9 @@ impl ForwardProxy {
 
     fn saw(&self, method: &str) -> bool {
         // teloxide spells methods `GetUpdates`; Telegram reads them case-insensitively.
-        self.seen().iter().any(|s| s.method.eq_ignore_ascii_case(method))
+        self.seen()
+            .iter()
+            .any(|s| s.method.eq_ignore_ascii_case(method))
     }
 }
 
@@ -70,7 +70,12 @@ async fn relay(
         return StatusCode::BAD_REQUEST.into_response();
     }
     proxy.seen.lock().unwrap().push(Seen {
-        method: uri.path().rsplit('/').next().unwrap_or_default().to_string(),
+        method: uri
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string(),
         auth: headers
             .get(header::PROXY_AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -132,5 +137,8 @@ async fn with_a_proxy_set_every_bot_api_call_goes_through_it_and_its_password_is
     let logs = fleet.service("gateway").logs();
     // Written before the first poll, so long before the reply.
     assert!(logs.contains("telegram channel started"), "{logs}");
-    assert!(!logs.contains("pr0xy-pa55"), "the proxy password was logged");
+    assert!(
+        !logs.contains("pr0xy-pa55"),
+        "the proxy password was logged"
+    );
 }

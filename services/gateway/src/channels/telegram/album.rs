@@ -55,7 +55,10 @@ pub(super) async fn buffer(
     let done = keys::telegram_album_done(&ch.bot_id, &ch.token_id, chat, group);
     let mut conn = ch.redis.clone();
     let json = serde_json::to_string(update).context("encode the album part")?;
-    let mut seen: usize = conn.rpush(&list, json).await.context("buffer the album part")?;
+    let mut seen: usize = conn
+        .rpush(&list, json)
+        .await
+        .context("buffer the album part")?;
     let _: () = conn.pexpire(&list, millis(KEEP)).await?;
     let deadline = tokio::time::Instant::now() + WAIT_MAX;
     loop {
@@ -83,7 +86,9 @@ pub(super) async fn buffer(
 async fn claimed(conn: &mut nanobot_runtime::store::Store, claim: &str) -> anyhow::Result<bool> {
     let options = redis::SetOptions::default()
         .conditional_set(redis::ExistenceCheck::NX)
-        .with_expiration(redis::SetExpiry::PX(u64::try_from(CLAIM_TTL.as_millis()).unwrap_or(u64::MAX)));
+        .with_expiration(redis::SetExpiry::PX(
+            u64::try_from(CLAIM_TTL.as_millis()).unwrap_or(u64::MAX),
+        ));
     let set: Option<String> = conn.set_options(claim, 1, options).await?;
     Ok(set.is_some())
 }

@@ -72,11 +72,14 @@ pub(crate) fn redact(text: &str, token: &str) -> String {
 /// https, socks5 or socks5h, credentials in the URL, as upstream). The URL is never logged.
 fn http_client(cfg: &TelegramConfig) -> anyhow::Result<reqwest_tg::Client> {
     let mut builder = teloxide::net::default_reqwest_settings();
-    if let Some(proxy) = cfg.proxy.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
+    if let Some(proxy) = cfg
+        .proxy
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
         let proxy = reqwest_tg::Proxy::all(proxy).map_err(|_| {
-            anyhow::anyhow!(
-                "channels.telegram.proxy is not an http, https, socks5 or socks5h URL"
-            )
+            anyhow::anyhow!("channels.telegram.proxy is not an http, https, socks5 or socks5h URL")
         })?;
         builder = builder.proxy(proxy);
     }
@@ -116,8 +119,8 @@ impl TelegramChannel {
     pub fn new(cfg: &Config, tg: TelegramBot, deps: &ChannelDeps) -> anyhow::Result<Self> {
         let url = tg.config.api_base.trim_end_matches('/');
         let url = url::Url::parse(url).context("channels.telegram.apiBase")?;
-        let api = Bot::with_client(tg.config.token.clone(), http_client(&tg.config)?)
-            .set_api_url(url);
+        let api =
+            Bot::with_client(tg.config.token.clone(), http_client(&tg.config)?).set_api_url(url);
         let lease_ttl = Duration::from_secs_f64(tg.config.lease_secs);
         let settings = ChannelSettings {
             allow_from: tg.config.allow_from.clone(),
@@ -207,7 +210,11 @@ impl Channel for TelegramChannel {
         let Some(me) = self.identify(&cancel).await else {
             return Ok(());
         };
-        let proxied = self.cfg.proxy.as_deref().is_some_and(|p| !p.trim().is_empty());
+        let proxied = self
+            .cfg
+            .proxy
+            .as_deref()
+            .is_some_and(|p| !p.trim().is_empty());
         tracing::info!(bot = %self.bot_id, token_id = %self.token_id, username = %me.username, mode = %self.cfg.mode, proxied, "telegram channel started");
         receive::register_commands(&self).await;
         let polling = self.cfg.mode != "webhook";
