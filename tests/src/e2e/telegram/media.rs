@@ -64,10 +64,9 @@ fn album_part(update_id: i64, group: &str, photo: &FileRef, caption: Option<&str
     json!({"update_id": update_id, "message": message})
 }
 
-#[tokio::test]
-async fn an_album_posted_part_by_part_to_two_webhook_replicas_is_one_turn() {
-    let fake = TelegramFake::start().await.unwrap();
-    let bot = fake.add_bot(TOKEN, "nano_test_bot");
+/// A webhook-mode fleet with two gateway replicas listening on two ports.
+async fn webhook_fleet(fake: &TelegramFake) -> (Fleet, u16, u16) {
+    let bot = fake.bot(TOKEN);
     let port = crate::harness::free_port().unwrap();
     let mut fleet = Fleet::builder()
         .roles(&["gateway", "agent", "tools"])
@@ -92,51 +91,97 @@ async fn an_album_posted_part_by_part_to_two_webhook_replicas_is_one_turn() {
         )
         .await
         .unwrap();
-    let port_b: u16 = port_b.parse().unwrap();
     fake.wait_until("the webhook is set", DEFAULT_WAIT, |_| bot.webhook())
         .await
         .unwrap();
     fleet.llm.set_fallback(Reply::echo());
+    (fleet, port, port_b.parse().unwrap())
+}
 
-    let photos: Vec<FileRef> = (0..3)
-        .map(|i| bot.add_file(format!("jpeg {i}").into_bytes(), "p.jpg", "image/jpeg"))
-        .collect();
-    let http = reqwest::Client::new();
-    let post = |port: u16, body: Value| {
-        let request = http
-            .post(format!("http://127.0.0.1:{port}/telegram"))
-            .header("X-Telegram-Bot-Api-Secret-Token", "album-secret")
-            .json(&body);
-        async move { request.send().await.unwrap().status() }
-    };
-    // Telegram posts the parts concurrently; they reach different replicas.
-    let (a, b, c) = tokio::join!(
-        post(
-            port,
-            album_part(500_001, "77001", &photos[0], Some("our trip"))
-        ),
-        post(port_b, album_part(500_002, "77001", &photos[1], None)),
-        post(port, album_part(500_003, "77001", &photos[2], None)),
-    );
-    assert_eq!((a.as_u16(), b.as_u16(), c.as_u16()), (200, 200, 200));
-    // Every part was answered 200 only once the album was in JetStream; a plain message after
-    // it is the barrier (one session, turns in order).
-    let barrier = json!({"update_id": 500_010, "message": {
-        "message_id": 500_010, "date": 1_790_000_001,
-        "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
-        "from": {"id": ALICE, "is_bot": false, "first_name": "Alice", "username": "alice"},
-        "text": "barrier"}});
-    assert_eq!(post(port_b, barrier).await, 200);
-    fake.wait_until("the barrier answered", DEFAULT_WAIT, |_| {
+/// Posts `body` to the webhook listener on `port` as Telegram does; returns the status.
+async fn post(port: u16, body: Value) -> u16 {
+    reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/telegram"))
+        .header("X-Telegram-Bot-Api-Secret-Token", "album-secret")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Waits until Alice's chat shows a reply containing `text`.
+async fn wait_reply_with(fake: &TelegramFake, text: &str) {
+    let bot = fake.bot(TOKEN);
+    fake.wait_until(&format!("a reply with {text:?}"), DEFAULT_WAIT, |_| {
         bot.bot_messages(ALICE)
             .iter()
-            .any(|m| m.text.as_deref() == Some("echo: barrier"))
+            .any(|m| m.text.as_deref().is_some_and(|t| t.contains(text)))
             .then_some(())
     })
     .await
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e}"));
+}
 
+/// A plain message after everything else: once it is answered, every earlier turn of the
+/// session ran (one session, turns in order).
+async fn barrier(fake: &TelegramFake, port: u16) {
+    let barrier = json!({"update_id": 500_100, "message": {
+        "message_id": 500_100, "date": 1_790_000_001,
+        "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
+        "from": {"id": ALICE, "is_bot": false, "first_name": "Alice", "username": "alice"},
+        "text": "barrier"}});
+    assert_eq!(post(port, barrier).await, 200);
+    wait_reply_with(fake, "echo: barrier").await;
+}
+
+#[tokio::test]
+async fn an_album_posted_part_by_part_to_two_webhook_replicas_is_one_turn() {
+    let fake = TelegramFake::start().await.unwrap();
+    let bot = fake.add_bot(TOKEN, "nano_test_bot");
+    let (fleet, port, port_b) = webhook_fleet(&fake).await;
+    let photos: Vec<FileRef> = (0..3)
+        .map(|i| bot.add_file(format!("jpeg {i}").into_bytes(), "p.jpg", "image/jpeg"))
+        .collect();
+    // Telegram posts one chat's updates one after the other, each once the previous was
+    // answered; here they alternate between the replicas.
+    let caption = |i: usize| (i == 0).then_some("our trip");
+    for (i, port) in [port, port_b, port].into_iter().enumerate() {
+        let part = album_part(500_001 + i as i64, "77001", &photos[i], caption(i));
+        assert_eq!(post(port, part).await, 200, "part {i}");
+    }
+    wait_reply_with(&fake, "our trip").await;
+    barrier(&fake, port_b).await;
     assert_one_album_turn(&fleet, &photos, "our trip").await;
+}
+
+#[tokio::test]
+async fn an_album_whose_receiving_replica_is_sigkilled_mid_buffer_is_still_one_turn() {
+    let fake = TelegramFake::start().await.unwrap();
+    let bot = fake.add_bot(TOKEN, "nano_test_bot");
+    let (mut fleet, port, port_b) = webhook_fleet(&fake).await;
+    let photos: Vec<FileRef> = (0..2)
+        .map(|i| bot.add_file(format!("jpeg {i}").into_bytes(), "p.jpg", "image/jpeg"))
+        .collect();
+    // Both parts reach the first replica, which dies within its 0.6 s wait for more.
+    for (i, photo) in photos.iter().enumerate() {
+        let caption = (i == 0).then_some("kept safe");
+        let part = album_part(600_001 + i as i64, "77002", photo, caption);
+        assert_eq!(post(port, part).await, 200, "part {i}");
+    }
+    fleet.service_at("gateway", 0).sigkill().unwrap();
+    // The surviving replica (lease holder within leaseSecs) publishes the buffered album.
+    wait_reply_with(&fake, "kept safe").await;
+    barrier(&fake, port_b).await;
+    assert_one_album_turn(&fleet, &photos, "kept safe").await;
+    assert!(
+        fleet
+            .service_at("gateway", 1)
+            .logs()
+            .contains("telegram album left by a stopped replica published"),
+        "the sweeper published it, not the killed replica"
+    );
 }
 
 /// Asserts that Alice's session has exactly one turn with images: `caption` and one

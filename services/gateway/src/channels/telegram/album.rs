@@ -1,25 +1,29 @@
-//! Albums in webhook mode: Telegram posts each part of a media group as its own update, and
-//! two parts may reach two replicas. Each part is appended to the album's list in Redis
-//! ([`keys::telegram_album`]); its request then waits until no part came for [`QUIET`]
-//! (upstream buffers 0.6 s), and the replica that sees the list quiet and wins the claim
-//! ([`keys::telegram_album_claim`], `SET NX`) publishes the whole album as one turn (its
-//! inbound id is that of its first update, so publishing it again is a no-op) and marks it
-//! done ([`keys::telegram_album_done`]). Every part's request is answered 200 only once the
-//! album was accepted by JetStream.
+//! Albums in webhook mode: Telegram posts each part of a media group as its own update, the
+//! parts of one chat one after the other (each once the previous was answered), and two parts
+//! may reach two replicas. So a part is answered as soon as it is buffered in Redis: appended
+//! to the album's list ([`keys::telegram_album`]) and noted in the token's index of open albums
+//! ([`keys::telegram_albums`], scored by the time of its last part). The replica that received
+//! it then waits until the list got no new part for [`QUIET`] (upstream buffers 0.6 s); the
+//! one that wins the claim ([`keys::telegram_album_claim`], `SET NX`) publishes every part
+//! buffered so far as one turn (its inbound id is that of its first update, so publishing it
+//! again is a no-op) and removes exactly those parts.
 //!
-//! A replica SIGKILLed mid-buffer loses nothing: the parts are in Redis, and the requests
-//! still waiting on other replicas take over once its claim expires ([`CLAIM_TTL`]); a part
-//! whose own request died is delivered again by Telegram (no 200), appended again (parts are
-//! de-duplicated by update id) and the album published with it.
+//! A replica SIGKILLed mid-buffer loses nothing: its parts are in Redis and the holder of the
+//! token's lease sweeps the index ([`sweep`]), publishing any album whose last part is older
+//! than [`STALE`] (a dead claim expires after [`CLAIM_TTL`]). A part pushed while its album is
+//! being published stays in the list and becomes a turn of its own.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use redis::AsyncCommands as _;
 use teloxide::types::{Update, UpdateKind};
+use tokio_util::sync::CancellationToken;
 
 use nanobot_proto::keys;
+use nanobot_runtime::store::Store;
 
 use super::{TelegramChannel, receive};
 use crate::channels::Inbound;
@@ -28,96 +32,216 @@ use crate::channels::Inbound;
 const QUIET: Duration = Duration::from_millis(600);
 /// How long the claim of a replica publishing an album lasts (downloads included).
 const CLAIM_TTL: Duration = Duration::from_secs(20);
-/// How long an album's parts and done marker are kept (repeats of its updates are answered).
+/// How long buffered parts are kept at most.
 const KEEP: Duration = Duration::from_secs(600);
-/// Longest a part's request waits for its album (then 500: Telegram delivers it again).
-const WAIT_MAX: Duration = Duration::from_secs(45);
+/// An open album whose last part is this old is published by the sweeper (its receiver died).
+const STALE: Duration = Duration::from_secs(3);
+/// How often the lease holder sweeps.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// Returns the album (chat, media group id) `update` is a part of.
-pub(super) fn album_of(update: &Update) -> Option<(i64, String)> {
-    match &update.kind {
-        UpdateKind::Message(m) => Some((m.chat.id.0, m.media_group_id()?.0.clone())),
-        _ => None,
+/// One album: a chat and a media group id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Album {
+    chat: i64,
+    group: String,
+}
+
+impl Album {
+    /// Returns the album `update` is a part of.
+    pub(super) fn of(update: &Update) -> Option<Self> {
+        match &update.kind {
+            UpdateKind::Message(m) => Some(Self {
+                chat: m.chat.id.0,
+                group: m.media_group_id()?.0.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The member of the index of open albums.
+    fn member(&self) -> String {
+        format!("{}:{}", self.chat, self.group)
+    }
+
+    fn from_member(member: &str) -> Option<Self> {
+        let (chat, group) = member.split_once(':')?;
+        Some(Self {
+            chat: chat.parse().ok()?,
+            group: group.to_string(),
+        })
+    }
+
+    fn list(&self, ch: &TelegramChannel) -> String {
+        keys::telegram_album(&ch.bot_id, &ch.token_id, self.chat, &self.group)
+    }
+
+    fn claim(&self, ch: &TelegramChannel) -> String {
+        keys::telegram_album_claim(&ch.bot_id, &ch.token_id, self.chat, &self.group)
     }
 }
 
-/// Buffers one album part and returns once its album was published (by this replica or
-/// another); an error means the part must be delivered again.
+/// Buffers one album part in Redis and starts waiting for the rest in the background; once
+/// this returns Ok the part is safe (the webhook answers 200).
 pub(super) async fn buffer(
-    ch: &TelegramChannel,
+    ch: &Arc<TelegramChannel>,
     inbound: &Inbound,
     update: &Update,
-    chat: i64,
-    group: &str,
+    album: Album,
 ) -> anyhow::Result<()> {
-    let list = keys::telegram_album(&ch.bot_id, &ch.token_id, chat, group);
-    let claim = keys::telegram_album_claim(&ch.bot_id, &ch.token_id, chat, group);
-    let done = keys::telegram_album_done(&ch.bot_id, &ch.token_id, chat, group);
     let mut conn = ch.redis.clone();
     let json = serde_json::to_string(update).context("encode the album part")?;
-    let mut seen: usize = conn
+    let list = album.list(ch);
+    let len: usize = conn
         .rpush(&list, json)
         .await
         .context("buffer the album part")?;
     let _: () = conn.pexpire(&list, millis(KEEP)).await?;
-    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    let index = keys::telegram_albums(&ch.bot_id, &ch.token_id);
+    let _: () = conn.zadd(&index, album.member(), now_ms()).await?;
+    tokio::spawn(settle(ch.clone(), inbound.clone(), album, len));
+    Ok(())
+}
+
+/// Waits until the album got no new part for [`QUIET`], then publishes it unless another
+/// replica does; retries a failed publication until it succeeds.
+async fn settle(ch: Arc<TelegramChannel>, inbound: Inbound, album: Album, mut seen: usize) {
+    let mut conn = ch.redis.clone();
+    let mut delay = QUIET;
     loop {
-        tokio::time::sleep(QUIET).await;
-        // Done with every part seen so far (this one included): a repeat, or another replica
-        // published it.
-        let published: Option<usize> = conn.get(&done).await?;
-        let len: usize = conn.llen(&list).await?;
-        if published.is_some_and(|n| n >= len) {
-            return Ok(());
+        tokio::time::sleep(delay).await;
+        let len: usize = match conn.llen(album.list(&ch)).await {
+            Ok(len) => len,
+            Err(e) => {
+                tracing::warn!(bot = %ch.bot_id, error = %e, "telegram album unreadable; the sweeper will publish it");
+                return;
+            }
+        };
+        if len == 0 {
+            return;
         }
         if len != seen {
             seen = len;
-        } else if claimed(&mut conn, &claim).await? {
-            let result = publish(ch, inbound, &mut conn, &list, &done).await;
-            let _: () = conn.del(&claim).await?;
-            return result;
+            delay = QUIET;
+            continue;
         }
-        if tokio::time::Instant::now() >= deadline {
-            anyhow::bail!("album not published in time");
+        match publish(&ch, &inbound, &album).await {
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(bot = %ch.bot_id, error = %ch.redact(&format!("{e:#}")), "telegram album not published yet");
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
         }
     }
 }
 
-async fn claimed(conn: &mut nanobot_runtime::store::Store, claim: &str) -> anyhow::Result<bool> {
+/// Publishes the parts buffered so far as one turn when this replica wins the claim; returns
+/// whether it did.
+async fn publish(ch: &TelegramChannel, inbound: &Inbound, album: &Album) -> anyhow::Result<bool> {
+    let mut conn = ch.redis.clone();
+    let claim = album.claim(ch);
     let options = redis::SetOptions::default()
         .conditional_set(redis::ExistenceCheck::NX)
         .with_expiration(redis::SetExpiry::PX(
             u64::try_from(CLAIM_TTL.as_millis()).unwrap_or(u64::MAX),
         ));
-    let set: Option<String> = conn.set_options(claim, 1, options).await?;
-    Ok(set.is_some())
+    let won: Option<String> = conn.set_options(&claim, 1, options).await?;
+    if won.is_none() {
+        return Ok(false);
+    }
+    let published = publish_claimed(ch, inbound, album, &mut conn).await;
+    let _: () = conn.del(&claim).await?;
+    published.map(|()| true)
 }
 
-/// Publishes every part buffered so far as one turn, then marks the album done.
-async fn publish(
+async fn publish_claimed(
     ch: &TelegramChannel,
     inbound: &Inbound,
-    conn: &mut nanobot_runtime::store::Store,
-    list: &str,
-    done: &str,
+    album: &Album,
+    conn: &mut Store,
 ) -> anyhow::Result<()> {
-    let raw: Vec<String> = conn.lrange(list, 0, -1).await?;
-    let count = raw.len();
+    let list = album.list(ch);
+    let raw: Vec<String> = conn.lrange(&list, 0, -1).await?;
+    let taken = raw.len();
+    // Ordered by message id; a part delivered twice is one entry.
     let mut parts: BTreeMap<(i32, u32), Update> = BTreeMap::new();
     for json in raw {
-        let update: Update = serde_json::from_str(&json).context("decode an album part")?;
-        let message_id = match &update.kind {
-            UpdateKind::Message(m) => m.id.0,
-            _ => 0,
-        };
-        parts.insert((message_id, update.id.0), update);
+        match serde_json::from_str::<Update>(&json) {
+            Ok(update) => {
+                let message_id = match &update.kind {
+                    UpdateKind::Message(m) => m.id.0,
+                    _ => 0,
+                };
+                parts.insert((message_id, update.id.0), update);
+            }
+            Err(e) => {
+                tracing::warn!(bot = %ch.bot_id, error = %e, "undecodable telegram album part dropped")
+            }
+        }
     }
-    // A part delivered twice is one entry; the turn's id is that of the first part.
-    let ordered: Vec<Update> = parts.into_values().collect();
-    receive::handle(ch, inbound, &ordered).await?;
-    let _: () = conn.set_ex(done, count, KEEP.as_secs()).await?;
-    tracing::debug!(bot = %ch.bot_id, parts = ordered.len(), "telegram album published as one turn");
+    let parts: Vec<Update> = parts.into_values().collect();
+    if !parts.is_empty() {
+        receive::handle(ch, inbound, &parts).await?;
+    }
+    // Only the parts published leave the list; one pushed meanwhile stays for its own turn.
+    let _: () = conn
+        .ltrim(&list, isize::try_from(taken).unwrap_or(isize::MAX), -1)
+        .await?;
+    let left: usize = conn.llen(&list).await?;
+    if left == 0 {
+        let index = keys::telegram_albums(&ch.bot_id, &ch.token_id);
+        let _: () = conn.zrem(&index, album.member()).await?;
+    }
+    tracing::debug!(bot = %ch.bot_id, parts = parts.len(), "telegram album published as one turn");
     Ok(())
+}
+
+/// Publishes, while `lost` is not cancelled, the open albums whose receiver stopped before
+/// publishing them (run by the holder of the token's lease in webhook mode).
+pub(super) async fn sweep(ch: &TelegramChannel, inbound: &Inbound, lost: &CancellationToken) {
+    let index = keys::telegram_albums(&ch.bot_id, &ch.token_id);
+    let mut conn = ch.redis.clone();
+    loop {
+        tokio::select! {
+            _ = lost.cancelled() => return,
+            _ = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
+        let stale_before = now_ms() - millis(STALE);
+        let members: Vec<String> = match conn.zrangebyscore(&index, "-inf", stale_before).await {
+            Ok(members) => members,
+            Err(e) => {
+                tracing::warn!(bot = %ch.bot_id, error = %e, "telegram album index unreadable");
+                continue;
+            }
+        };
+        for member in members {
+            let Some(album) = Album::from_member(&member) else {
+                let _: redis::RedisResult<()> = conn.zrem(&index, &member).await;
+                continue;
+            };
+            let len: usize = conn.llen(album.list(ch)).await.unwrap_or(1);
+            if len == 0 {
+                // Published, or expired: nothing left to do.
+                let _: redis::RedisResult<()> = conn.zrem(&index, &member).await;
+                continue;
+            }
+            match publish(ch, inbound, &album).await {
+                Ok(true) => {
+                    tracing::info!(bot = %ch.bot_id, chat = album.chat, "telegram album left by a stopped replica published")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(bot = %ch.bot_id, error = %ch.redact(&format!("{e:#}")), "telegram album not published yet")
+                }
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(millis)
+        .unwrap_or(0)
 }
 
 fn millis(d: Duration) -> i64 {

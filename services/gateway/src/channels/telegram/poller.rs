@@ -3,8 +3,8 @@
 //! inbound message, then moves the offset forward under the lease's fence. A replica that loses
 //! the lease drops its in-flight poll at once (closing the connection), so two polls of one
 //! token never overlap while the lease is respected; a dead poller is replaced within the
-//! lease time. In webhook mode the lease is held without polling: its holder only edits
-//! streaming previews.
+//! lease time. In webhook mode the lease is held without polling: its holder edits streaming
+//! previews and sweeps albums left by a stopped replica.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use nanobot_proto::keys;
 use nanobot_runtime::lease::Lease;
 
-use super::{TelegramChannel, receive};
+use super::{TelegramChannel, album, receive};
 use crate::channels::Inbound;
 
 /// Seconds one `getUpdates` waits for updates (below teloxide's client timeout).
@@ -48,9 +48,11 @@ pub(super) async fn run(
                 if polling {
                     poll(&ch, &inbound, &lease, &cancel).await;
                 } else {
+                    // Webhook mode: the holder publishes albums their receivers left behind.
                     tokio::select! {
                         _ = cancel.cancelled() => {}
                         _ = lease.lost().cancelled() => {}
+                        _ = album::sweep(&ch, &inbound, lease.lost()) => {}
                     }
                 }
                 ch.holder.store(false, Ordering::Release);

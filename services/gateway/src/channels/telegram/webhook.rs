@@ -4,8 +4,8 @@
 //! matched to its bot by `webhookPath` and the `X-Telegram-Bot-Api-Secret-Token` header
 //! (compared in constant time); anything else is refused. An update is answered 200 only once
 //! its inbound message was accepted by JetStream (else 500, and Telegram delivers it again);
-//! its inbound id is derived from the update, so a repeat is one inbound message. The parts
-//! of an album are buffered across replicas into one turn ([`album`]).
+//! its inbound id is derived from the update, so a repeat is one inbound message. An album's
+//! parts are answered once buffered in Redis and published as one turn ([`album`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -104,8 +104,8 @@ async fn receive_update(
             return StatusCode::BAD_REQUEST;
         }
     };
-    let handled = match album::album_of(&update) {
-        Some((chat, group)) => album::buffer(ch, &routes.inbound, &update, chat, &group).await,
+    let handled = match album::Album::of(&update) {
+        Some(album) => album::buffer(ch, &routes.inbound, &update, album).await,
         None => receive::handle(ch, &routes.inbound, std::slice::from_ref(&update)).await,
     };
     match handled {
