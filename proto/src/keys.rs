@@ -161,6 +161,29 @@ pub fn telegram_stream(bot: &str, reply_to: &str) -> String {
     format!("nanobot:{}:telegram:stream:{reply_to}", bot_tag(bot))
 }
 
+/// The parts of one album (`media_group_id` of a chat) received and not yet published: a list
+/// of the updates' JSON (TTL 10 min), in webhook mode where its parts may reach different
+/// replicas.
+pub fn telegram_album(bot: &str, token_id: &str, chat_id: i64, group: &str) -> String {
+    // Telegram's media group ids are digits; anything else is kept out of the key.
+    let group: String = group.chars().filter(char::is_ascii_alphanumeric).collect();
+    format!(
+        "nanobot:{}:telegram:{token_id}:album:{chat_id}:{group}",
+        bot_tag(bot)
+    )
+}
+
+/// Who publishes the album of [`telegram_album`] (`SET NX` with a TTL: exactly one replica).
+pub fn telegram_album_claim(bot: &str, token_id: &str, chat_id: i64, group: &str) -> String {
+    format!("{}:claim", telegram_album(bot, token_id, chat_id, group))
+}
+
+/// The open albums of one bot token in webhook mode (sorted set of `<chat>:<media group>`,
+/// scored by the time of the album's last part in ms), swept by the lease holder.
+pub fn telegram_albums(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{}:telegram:{token_id}:albums", bot_tag(bot))
+}
+
 /// A pending pairing request of `bot` by its code (JSON, TTL 600 s).
 pub fn pairing_code(bot: &str, code: &str) -> String {
     format!("nanobot:{}:pairing:code:{code}", bot_tag(bot))
@@ -269,6 +292,9 @@ mod tests {
             telegram_poller_fence("b", "t"),
             telegram_offset("b", "t"),
             telegram_stream("b", "m"),
+            telegram_album("b", "t", -100, "g"),
+            telegram_album_claim("b", "t", -100, "g"),
+            telegram_albums("b", "t"),
             pairing_code("b", "C"),
             pairing_index("b"),
             pairing_sender("b", "telegram", "42|alice"),

@@ -236,6 +236,14 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>) {
         if url_of(base, &["http", "https"]).is_none() {
             problems.push(format!("{at}.apiBase: {base:?} is not an http(s) URL"));
         }
+        if let Some(proxy) = c.proxy.as_deref().map(str::trim).filter(|p| !p.is_empty())
+            && url_of(proxy, &["http", "https", "socks5", "socks5h"]).is_none()
+        {
+            // The URL may carry credentials: it is not repeated.
+            problems.push(format!(
+                "{at}.proxy: must be an http, https, socks5 or socks5h URL"
+            ));
+        }
         if c.mode == "webhook" {
             // Telegram posts only to https; a self-hosted Bot API server (`apiBase`) to http too.
             let public = base == TELEGRAM_API.trim_end_matches('/');
@@ -356,5 +364,28 @@ mod tests {
         assert!(shared.contains("uses the same token"), "{shared}");
         assert!(shared.contains("webhookUrl"), "{shared}");
         assert!(shared.contains("webhookSecretToken"), "{shared}");
+    }
+
+    #[test]
+    fn a_proxy_must_be_http_https_or_socks5_and_its_credentials_are_not_repeated() {
+        let bad = parse(
+            r#"{"channels":{"telegram":{"enabled":true,"token":"1:a",
+                "proxy":"ftp://user:pa55word@proxy:21"}}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains("channels.telegram.proxy"), "{bad}");
+        assert!(!bad.contains("pa55word"), "{bad}");
+        for proxy in [
+            "http://u:p@127.0.0.1:3128",
+            "https://proxy:443",
+            "socks5://127.0.0.1:1080",
+            "socks5h://h:1080",
+        ] {
+            let json = format!(
+                r#"{{"channels":{{"telegram":{{"enabled":true,"token":"1:a","proxy":"{proxy}"}}}}}}"#
+            );
+            assert!(parse(&json).is_ok(), "{proxy}");
+        }
     }
 }

@@ -8,7 +8,7 @@ use serde_json::json;
 use super::{ALICE, telegram_fleet, telegram_fleet_from, wait_shown};
 use crate::e2e::session_rows;
 use crate::scripted_llm::Reply;
-use crate::telegram_fake::{Incoming, TgChat, TgUser};
+use crate::telegram_fake::{Failure, Incoming, TgChat, TgUser};
 
 #[tokio::test]
 async fn a_users_message_is_answered_in_telegram_html() {
@@ -61,11 +61,11 @@ async fn a_users_message_is_answered_in_telegram_html() {
 async fn a_9000_character_answer_arrives_in_valid_chunks_with_balanced_code() {
     let (fleet, _fake, bot) = telegram_fleet(json!({})).await;
     let mut answer = String::from("Here is the listing:\n\n```rust\n");
-    while answer.chars().count() < 8_700 {
+    while answer.chars().count() < 9_000 {
         answer.push_str("let value = compute(alpha, beta) < limit && ok;\n");
     }
     answer.push_str("```\n\nThat is **all**.");
-    assert!(answer.chars().count() >= 8_700);
+    assert!(answer.chars().count() >= 9_000);
     fleet.llm.push(Reply::text(answer.clone()));
     let alice = TgUser::new(ALICE, "alice");
     bot.inject(Incoming::text_from(&alice, "show me the code"));
@@ -213,6 +213,26 @@ async fn an_unknown_private_sender_pairs_through_the_cli_and_is_answered_after_a
         "{}",
         String::from_utf8_lossy(&revoke.stderr)
     );
+    // Revoked: denied again, with a fresh pairing code and no model call.
+    bot.inject(Incoming::text_from(&bob, "still there?"));
+    let again = bot
+        .wait_for_call("sendMessage", |c| {
+            c.chat_id() == Some(77)
+                && c.text()
+                    .is_some_and(|t| t.contains("Your pairing code is: `"))
+                && c.text() != sends[1].text()
+        })
+        .await
+        .unwrap();
+    assert!(
+        !again.text().unwrap().contains(&code),
+        "the approved code is not handed out again"
+    );
+    assert_eq!(
+        fleet.llm.request_count(),
+        1,
+        "the revoked sender reached no model"
+    );
 }
 
 #[tokio::test]
@@ -298,4 +318,142 @@ async fn a_voice_note_is_transcribed_into_the_turn_and_answered() {
         text.contains("[transcription: remind me to buy oat milk]"),
         "{text}"
     );
+    assert!(
+        !text.contains("[voice:"),
+        "the transcription replaces the voice tag, as upstream: {text}"
+    );
+}
+
+#[tokio::test]
+async fn html_telegram_cannot_parse_is_sent_again_as_plain_text() {
+    let (fleet, _fake, bot) = telegram_fleet(json!({})).await;
+    fleet.llm.push(Reply::text("**Bold** claim"));
+    bot.fail_next("sendMessage", 1, Failure::CantParseEntities);
+    bot.inject(Incoming::text_from(&TgUser::new(ALICE, "alice"), "hi"));
+    let plain = bot
+        .wait_for_call("sendMessage", |c| c.chat_id() == Some(ALICE) && c.is_ok())
+        .await
+        .unwrap();
+    let sends = bot.calls_of("sendMessage");
+    assert_eq!(sends.len(), 2, "{sends:#?}");
+    assert_eq!(sends[0].params["parse_mode"], "HTML");
+    assert_eq!(sends[0].text(), Some("<b>Bold</b> claim"));
+    assert!(!sends[0].is_ok());
+    assert!(
+        plain.params.get("parse_mode").is_none(),
+        "{:?}",
+        plain.params
+    );
+    assert_eq!(plain.text(), Some("**Bold** claim"));
+    let shown = bot.bot_messages(ALICE);
+    assert_eq!(shown.len(), 1, "{shown:#?}");
+}
+
+#[tokio::test]
+async fn flood_control_is_waited_out_and_the_reply_arrives_once() {
+    let (fleet, _fake, bot) = telegram_fleet(json!({})).await;
+    fleet.llm.push(Reply::text("after the flood"));
+    bot.fail_next("sendMessage", 1, Failure::RetryAfter(1));
+    bot.inject(Incoming::text_from(&TgUser::new(ALICE, "alice"), "hi"));
+    let ok = bot
+        .wait_for_call("sendMessage", |c| c.chat_id() == Some(ALICE) && c.is_ok())
+        .await
+        .unwrap();
+    let sends = bot.calls_of("sendMessage");
+    assert_eq!(sends.len(), 2, "one refused, one accepted: {sends:#?}");
+    assert_eq!(sends[0].result.as_ref().unwrap_err().code, 429);
+    assert!(
+        ok.at.duration_since(sends[0].at) >= Duration::from_secs(1),
+        "retry_after was honoured"
+    );
+    let shown = bot.bot_messages(ALICE);
+    assert_eq!(shown.len(), 1, "{shown:#?}");
+    assert_eq!(shown[0].text.as_deref(), Some("after the flood"));
+}
+
+/// Runs one tool turn in Alice's chat and returns what her chat shows once the final reply
+/// is there.
+async fn interim_shown(extra: serde_json::Value) -> Vec<String> {
+    let (fleet, fake, bot) = telegram_fleet(extra).await;
+    fleet.llm.push(
+        Reply::tool_calls([("list_dir", json!({"path": "."}))]).with_text("Let me look around."),
+    );
+    fleet.llm.push(Reply::text("Done looking."));
+    bot.inject(Incoming::text_from(&TgUser::new(ALICE, "alice"), "look"));
+    wait_shown(&fake, &bot, ALICE, "Done looking.").await;
+    bot.bot_messages(ALICE)
+        .into_iter()
+        .filter_map(|m| m.raw)
+        .collect()
+}
+
+#[tokio::test]
+async fn progress_and_tool_hints_reach_telegram_only_when_its_switches_are_on() {
+    let on = interim_shown(json!({})).await;
+    assert_eq!(
+        on,
+        [
+            "Let me look around.",
+            "<blockquote expandable>list_dir(\".\")</blockquote>",
+            "Done looking."
+        ],
+        "{on:#?}"
+    );
+    let off = interim_shown(json!({"sendProgress": false, "sendToolHints": false})).await;
+    assert_eq!(off, ["Done looking."], "{off:#?}");
+}
+
+#[tokio::test]
+async fn a_forum_topic_message_has_its_own_session_and_is_answered_in_its_thread() {
+    let (fleet, _fake, bot) = telegram_fleet(json!({"groupPolicy": "open"})).await;
+    fleet.llm.push(Reply::text("topic answer"));
+    let forum = TgChat::supergroup(-100_888, "forum", true);
+    bot.inject(
+        Incoming::new(&forum, &TgUser::new(ALICE, "alice"))
+            .text("in the topic")
+            .topic(5),
+    );
+    let reply = bot
+        .wait_for_call("sendMessage", |c| {
+            c.chat_id() == Some(-100_888) && c.is_ok()
+        })
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), Some("topic answer"));
+    assert_eq!(reply.params["message_thread_id"], 5, "{:?}", reply.params);
+    let topic = session_rows(&fleet, "default", "telegram:-100888:topic:5").await;
+    assert_eq!(topic.len(), 2, "{topic:#?}");
+    assert!(
+        session_rows(&fleet, "default", "telegram:-100888")
+            .await
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn start_and_help_are_answered_with_upstreams_texts_without_the_model() {
+    let (fleet, _fake, bot) = telegram_fleet(json!({})).await;
+    let alice = TgUser::new(ALICE, "alice");
+    bot.inject(Incoming::text_from(&alice, "/start"));
+    let start = bot
+        .wait_for_call("sendMessage", |c| c.chat_id() == Some(ALICE))
+        .await
+        .unwrap();
+    assert_eq!(
+        start.text(),
+        Some(
+            "👋 Hi Alice! I'm nanobot.\n\nSend me a message and I'll respond!\nType /help to see available commands."
+        )
+    );
+    bot.inject(Incoming::text_from(&alice, "/help@nano_test_bot"));
+    let sends = bot.wait_calls("sendMessage", 2).await.unwrap();
+    let help = nanobot_agent::commands::help_text();
+    let shown: Vec<_> = bot
+        .bot_messages(ALICE)
+        .into_iter()
+        .filter_map(|m| m.text)
+        .collect();
+    assert_eq!(shown.len(), 2, "{sends:#?}");
+    assert_eq!(shown[1], help);
+    assert_eq!(fleet.llm.request_count(), 0, "commands cost no model call");
 }

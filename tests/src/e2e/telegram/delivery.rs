@@ -110,6 +110,10 @@ async fn a_killed_poller_is_replaced_and_every_update_is_answered_exactly_once()
         stats.peak <= 1,
         "two polls of one token overlapped: {stats:?}"
     );
+    assert_eq!(
+        stats.conflicts, 0,
+        "no getUpdates ever met a 409 conflict: {stats:?}"
+    );
     assert_eq!(bot.pending_updates(), 0, "every update was confirmed");
 }
 

@@ -4,7 +4,9 @@
 mod chat;
 mod delivery;
 mod heartbeat;
+mod media;
 mod message;
+mod proxy;
 
 use serde_json::{Value, json};
 

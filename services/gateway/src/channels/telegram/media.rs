@@ -118,7 +118,7 @@ pub(super) async fn save(ch: &TelegramChannel, media: &MediaRef) -> anyhow::Resu
 }
 
 /// Transcribes an audio file; `None` (logged) when no endpoint is configured or it fails, so
-/// the message still goes through with its `[voice: path]` line.
+/// the message still goes through with its `[voice: path]` line instead.
 pub(super) async fn transcribe(ch: &TelegramChannel, path: &Path) -> Option<String> {
     let transcriber = ch.transcriber.as_ref()?;
     match transcriber.transcribe(path).await {

@@ -8,6 +8,10 @@
 //!   after a takeover is dropped by the stream's de-duplication and the runners' seen-set.
 //! - Receiving in webhook mode ([`webhook`]): every replica listens and answers Telegram's POSTs;
 //!   the lease then only elects the replica that edits streaming previews.
+//! - Albums (parts sharing a `media_group_id`) are one turn once no part came for 0.6 s: the
+//!   poller reads them again until then; in webhook mode they are buffered in Redis across
+//!   replicas ([`album`]).
+//! - Every Bot API call goes through `proxy` when one is set.
 //! - Each update ([`receive`]): ACL and pairing, group policy, `/start`, the 👀 reaction,
 //!   typing, media download and transcription, then one inbound message.
 //! - Sending ([`outbound`]): HTML chunks with a plain-text fallback, flood control and
@@ -15,6 +19,7 @@
 //!
 //! The token is never logged and never part of a key: keys use [`token_id`], a hash of it.
 
+mod album;
 mod inbound;
 mod media;
 mod outbound;
@@ -62,6 +67,25 @@ pub(crate) fn redact(text: &str, token: &str) -> String {
     text.replace(token, "***")
 }
 
+/// Returns the HTTP client of one bot's Bot API calls: teloxide's defaults (their 17 s timeout
+/// stays above the long poll's [`poller::POLL_SECS`]), through `proxy` when one is set (http,
+/// https, socks5 or socks5h, credentials in the URL, as upstream). The URL is never logged.
+fn http_client(cfg: &TelegramConfig) -> anyhow::Result<reqwest_tg::Client> {
+    let mut builder = teloxide::net::default_reqwest_settings();
+    if let Some(proxy) = cfg
+        .proxy
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let proxy = reqwest_tg::Proxy::all(proxy).map_err(|_| {
+            anyhow::anyhow!("channels.telegram.proxy is not an http, https, socks5 or socks5h URL")
+        })?;
+        builder = builder.proxy(proxy);
+    }
+    builder.build().context("build the Telegram HTTP client")
+}
+
 /// One bot's Telegram channel.
 pub struct TelegramChannel {
     bot_id: String,
@@ -95,7 +119,8 @@ impl TelegramChannel {
     pub fn new(cfg: &Config, tg: TelegramBot, deps: &ChannelDeps) -> anyhow::Result<Self> {
         let url = tg.config.api_base.trim_end_matches('/');
         let url = url::Url::parse(url).context("channels.telegram.apiBase")?;
-        let api = Bot::new(tg.config.token.clone()).set_api_url(url);
+        let api =
+            Bot::with_client(tg.config.token.clone(), http_client(&tg.config)?).set_api_url(url);
         let lease_ttl = Duration::from_secs_f64(tg.config.lease_secs);
         let settings = ChannelSettings {
             allow_from: tg.config.allow_from.clone(),
@@ -185,7 +210,12 @@ impl Channel for TelegramChannel {
         let Some(me) = self.identify(&cancel).await else {
             return Ok(());
         };
-        tracing::info!(bot = %self.bot_id, token_id = %self.token_id, username = %me.username, mode = %self.cfg.mode, "telegram channel started");
+        let proxied = self
+            .cfg
+            .proxy
+            .as_deref()
+            .is_some_and(|p| !p.trim().is_empty());
+        tracing::info!(bot = %self.bot_id, token_id = %self.token_id, username = %me.username, mode = %self.cfg.mode, proxied, "telegram channel started");
         receive::register_commands(&self).await;
         let polling = self.cfg.mode != "webhook";
         if !polling && !webhook::register(&self, &cancel).await {

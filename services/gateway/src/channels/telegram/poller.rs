@@ -3,8 +3,8 @@
 //! inbound message, then moves the offset forward under the lease's fence. A replica that loses
 //! the lease drops its in-flight poll at once (closing the connection), so two polls of one
 //! token never overlap while the lease is respected; a dead poller is replaced within the
-//! lease time. In webhook mode the lease is held without polling: its holder only edits
-//! streaming previews.
+//! lease time. In webhook mode the lease is held without polling: its holder edits streaming
+//! previews and sweeps albums left by a stopped replica.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -20,13 +20,15 @@ use tokio_util::sync::CancellationToken;
 use nanobot_proto::keys;
 use nanobot_runtime::lease::Lease;
 
-use super::{TelegramChannel, receive};
+use super::{TelegramChannel, album, receive};
 use crate::channels::Inbound;
 
 /// Seconds one `getUpdates` waits for updates (below teloxide's client timeout).
-const POLL_SECS: u32 = 10;
-/// How long an album's first part waits for the rest, as upstream.
+pub(super) const POLL_SECS: u32 = 10;
+/// How long an album must stay without a new part before it is one turn (upstream's 0.6 s).
 const MEDIA_GROUP_WAIT: Duration = Duration::from_millis(600);
+/// Longest an album is waited for while parts keep arriving.
+const MEDIA_GROUP_WAIT_MAX: Duration = Duration::from_secs(5);
 
 /// Polls while this replica holds the token's lease; otherwise keeps trying to take it.
 pub(super) async fn run(
@@ -46,9 +48,11 @@ pub(super) async fn run(
                 if polling {
                     poll(&ch, &inbound, &lease, &cancel).await;
                 } else {
+                    // Webhook mode: the holder publishes albums their receivers left behind.
                     tokio::select! {
                         _ = cancel.cancelled() => {}
                         _ = lease.lost().cancelled() => {}
+                        _ = album::sweep(&ch, &inbound, lease.lost()) => {}
                     }
                 }
                 ch.holder.store(false, Ordering::Release);
@@ -83,9 +87,10 @@ async fn poll(ch: &TelegramChannel, inbound: &Inbound, lease: &Lease, cancel: &C
         tracing::warn!(bot = %ch.bot_id, error = %ch.redact(&e.to_string()), "telegram deleteWebhook failed");
     }
     let mut delay = Duration::from_millis(200);
-    let mut waited_for_album = false;
+    // While an album arrives: (updates read when the wait began or last grew, since when).
+    let mut album_wait: Option<(usize, tokio::time::Instant)> = None;
     loop {
-        let timeout = if waited_for_album { 0 } else { POLL_SECS };
+        let timeout = if album_wait.is_some() { 0 } else { POLL_SECS };
         let request = ch
             .api
             .get_updates()
@@ -112,13 +117,19 @@ async fn poll(ch: &TelegramChannel, inbound: &Inbound, lease: &Lease, cancel: &C
             }
         };
         delay = Duration::from_millis(200);
-        // An album arrives as several updates: give the rest a moment, then read them all.
-        if !waited_for_album && updates.last().is_some_and(is_album_part) {
-            waited_for_album = true;
-            wait(cancel, MEDIA_GROUP_WAIT).await;
-            continue;
+        // An album arrives as several updates: the offset stays put and they are read again
+        // until no new one came for MEDIA_GROUP_WAIT, so its parts are one turn even when
+        // they arrive in several batches.
+        if updates.last().is_some_and(is_album_part) {
+            let started = album_wait.map_or_else(tokio::time::Instant::now, |(_, t)| t);
+            let grew = album_wait.is_none_or(|(n, _)| updates.len() > n);
+            if grew && started.elapsed() < MEDIA_GROUP_WAIT_MAX {
+                album_wait = Some((updates.len(), started));
+                wait(cancel, MEDIA_GROUP_WAIT).await;
+                continue;
+            }
         }
-        waited_for_album = false;
+        album_wait = None;
         for group in turns(&updates) {
             if !handle(ch, inbound, group, lease, cancel).await {
                 return;

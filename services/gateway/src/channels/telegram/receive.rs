@@ -133,12 +133,16 @@ pub(super) async fn handle(
     for part in &parts {
         for media in &part.media {
             let saved = media::save(ch, media).await?;
-            attachments.push(format!("[{}: {}]", media.kind.tag(), saved.display()));
-            if media.kind.is_audio()
-                && let Some(text) = media::transcribe(ch, &saved).await
-            {
-                attachments.push(format!("[transcription: {text}]"));
-            }
+            // As upstream: a transcribed voice note or audio is its transcription; the tag
+            // with the path stays only when there is none.
+            let transcript = match media.kind.is_audio() {
+                true => media::transcribe(ch, &saved).await,
+                false => None,
+            };
+            attachments.push(match transcript {
+                Some(text) => format!("[transcription: {text}]"),
+                None => format!("[{}: {}]", media.kind.tag(), saved.display()),
+            });
             paths.push(saved.display().to_string());
         }
     }

@@ -4,7 +4,8 @@
 //! matched to its bot by `webhookPath` and the `X-Telegram-Bot-Api-Secret-Token` header
 //! (compared in constant time); anything else is refused. An update is answered 200 only once
 //! its inbound message was accepted by JetStream (else 500, and Telegram delivers it again);
-//! its inbound id is derived from the update, so a repeat is one inbound message.
+//! its inbound id is derived from the update, so a repeat is one inbound message. An album's
+//! parts are answered once buffered in Redis and published as one turn ([`album`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,7 +22,7 @@ use teloxide::requests::Requester as _;
 use teloxide::types::{AllowedUpdate, Update};
 use tokio_util::sync::CancellationToken;
 
-use super::{TelegramChannel, receive};
+use super::{TelegramChannel, album, receive};
 use crate::channels::Inbound;
 
 /// The header Telegram carries the secret token in.
@@ -103,7 +104,11 @@ async fn receive_update(
             return StatusCode::BAD_REQUEST;
         }
     };
-    match receive::handle(ch, &routes.inbound, std::slice::from_ref(&update)).await {
+    let handled = match album::Album::of(&update) {
+        Some(album) => album::buffer(ch, &routes.inbound, &update, album).await,
+        None => receive::handle(ch, &routes.inbound, std::slice::from_ref(&update)).await,
+    };
+    match handled {
         Ok(()) => StatusCode::OK,
         Err(e) => {
             tracing::warn!(bot = %ch.bot_id, update_id = update.id.0, error = %ch.redact(&format!("{e:#}")), "telegram update not handled; Telegram will deliver it again");
