@@ -17,38 +17,47 @@ pub enum Outcome {
     Failed(String),
 }
 
-static WATCHED: LazyLock<Mutex<HashMap<String, Option<Outcome>>>> = LazyLock::new(Default::default);
+/// Watched turn ids: how many watch each, and the outcome reported.
+static WATCHED: LazyLock<Mutex<HashMap<String, (usize, Option<Outcome>)>>> =
+    LazyLock::new(Default::default);
 
-fn watched() -> std::sync::MutexGuard<'static, HashMap<String, Option<Outcome>>> {
+fn watched() -> std::sync::MutexGuard<'static, HashMap<String, (usize, Option<Outcome>)>> {
     WATCHED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Interest in the outcome of the turn with one id, dropped with it.
+/// Interest in the outcome of the turn with one id, dropped with it. Several may watch one id
+/// (copies of a fire handled at once); the entry goes with the last.
 #[derive(Debug)]
 pub struct Watch(String);
 
 impl Watch {
     /// Starts watching turn `id`.
     pub fn new(id: &str) -> Self {
-        watched().insert(id.to_string(), None);
+        watched().entry(id.to_string()).or_default().0 += 1;
         Self(id.to_string())
     }
 
     /// The turn's last reported outcome, if it reported one.
     pub fn outcome(&self) -> Option<Outcome> {
-        watched().get(&self.0).cloned().flatten()
+        watched().get(&self.0).and_then(|(_, o)| o.clone())
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        watched().remove(&self.0);
+        let mut map = watched();
+        if let Some(entry) = map.get_mut(&self.0) {
+            entry.0 -= 1;
+            if entry.0 == 0 {
+                map.remove(&self.0);
+            }
+        }
     }
 }
 
 /// Reports how turn `id` ended (ignored unless someone watches it).
 pub fn report(id: &str, outcome: Outcome) {
-    if let Some(slot) = watched().get_mut(id) {
+    if let Some((_, slot)) = watched().get_mut(id) {
         *slot = Some(outcome);
     }
 }
@@ -65,6 +74,13 @@ mod tests {
         report("a", Outcome::Failed("boom".into()));
         report("a", Outcome::Ok);
         assert_eq!(watch.outcome(), Some(Outcome::Ok));
+        let copy = Watch::new("a");
+        drop(copy);
+        assert_eq!(
+            watch.outcome(),
+            Some(Outcome::Ok),
+            "a second watcher leaving keeps the first's"
+        );
         drop(watch);
         assert!(!watched().contains_key("a"));
     }
