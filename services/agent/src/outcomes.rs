@@ -18,10 +18,11 @@ pub enum Outcome {
 }
 
 /// Watched turn ids: how many watch each, and the outcome reported.
-static WATCHED: LazyLock<Mutex<HashMap<String, (usize, Option<Outcome>)>>> =
-    LazyLock::new(Default::default);
+type Watched = HashMap<String, (usize, Option<Outcome>)>;
 
-fn watched() -> std::sync::MutexGuard<'static, HashMap<String, (usize, Option<Outcome>)>> {
+static WATCHED: LazyLock<Mutex<Watched>> = LazyLock::new(Default::default);
+
+fn watched() -> std::sync::MutexGuard<'static, Watched> {
     WATCHED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
