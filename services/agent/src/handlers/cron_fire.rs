@@ -98,12 +98,14 @@ async fn record_run(bot: &Bot, fire: &CronFire, outcome: Outcome, elapsed_ms: u1
     let written = tokio::task::spawn_blocking(move || {
         cron_store::update(&workspace, |file| {
             let found = file.record_run(&job_id, run);
-            (found, ())
+            (found, found)
         })
     })
     .await;
     match written {
-        Ok(Ok(())) => tracing::info!(status, "cron run recorded"),
+        Ok(Ok(true)) => tracing::info!(status, "cron run recorded"),
+        // A one-shot job deleted after its fire, or a job removed since.
+        Ok(Ok(false)) => tracing::debug!(status, "cron run not recorded, job gone"),
         Ok(Err(e)) => tracing::warn!(error = %e, "failed to record cron run"),
         Err(e) => tracing::warn!(error = %e, "failed to record cron run"),
     }
