@@ -14,6 +14,7 @@
 //!   by the memory workers.
 //! - `turn_hook`: stream deltas, progress and tool hints; `checkpoints`: turn state in Redis.
 //! - `outbox`: publishing replies, and replies committed but not yet published.
+//! - `outcomes`: how watched turns ended (a cron fire records its run's status).
 //! - `message_tool`: the `message` tool, served by the runner (it acts on the turn's delivery).
 //! - `subagent`: the `spawn` tool, subagent slots, runs and announcements.
 #![forbid(unsafe_code)]
@@ -27,6 +28,7 @@ pub mod mailbox;
 pub mod memory_jobs;
 pub mod message_tool;
 pub mod outbox;
+pub mod outcomes;
 pub mod stop;
 pub mod subagent;
 pub mod turn;

@@ -12,6 +12,8 @@ use nanobot_proto::{OutboundKind, OutboundMessage};
 use nanobot_runtime::bus::BusError;
 use nanobot_runtime::payloads;
 
+use crate::outcomes::{self, Outcome};
+
 /// Where a turn's replies go.
 #[derive(Debug, Clone)]
 pub struct Outbox {
@@ -58,6 +60,10 @@ impl Outbox {
 /// Publishes `msg` on its chat's subject with its delivery id (a reply over the broker's
 /// message limit goes through the payload store).
 pub async fn publish(js: &jetstream::Context, msg: &OutboundMessage) -> Result<(), BusError> {
+    if msg.kind() == OutboundKind::Error {
+        // Upstream's error reply: the turn failed every attempt.
+        outcomes::report(&msg.reply_to, Outcome::Failed(msg.content.clone()));
+    }
     payloads::publish_outbound(js, msg).await
 }
 

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use nanobot_core::hooks::LoggingHook;
 use nanobot_core::resolve;
-use nanobot_core::runner::{self, RunDeps, RunSpec};
+use nanobot_core::runner::{self, OnBudgetExhausted, RunDeps, RunOptions, RunSpec};
 use nanobot_core::session::SEEN_TTL_SECS;
 use nanobot_core::subagent::{self, SpawnArgs};
 use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
@@ -255,7 +255,11 @@ pub async fn execute(deps: &Deps, bot: &Bot, task: &SubagentTask) -> (bool, Stri
         json!({"role": "system", "content": bot.context.subagent_prompt()}),
         json!({"role": "user", "content": task.task}),
     ];
-    let result = runner::run(
+    // As upstream, a subagent whose iterations run out gets no finalization pass.
+    let options = RunOptions {
+        on_budget_exhausted: OnBudgetExhausted::Stop,
+    };
+    let result = runner::run_with(
         RunDeps {
             model: &bot.provider,
             tools: &tools,
@@ -283,6 +287,7 @@ pub async fn execute(deps: &Deps, bot: &Bot, task: &SubagentTask) -> (bool, Stri
                 in_cron: false,
             },
         },
+        options,
     )
     .await;
     tracing::info!(task_id = %task.id, stop_reason = result.stop_reason, llm_calls = result.llm_calls, "subagent finished");

@@ -7,11 +7,12 @@ use std::sync::Mutex;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use nanobot_core::hooks::{AgentHook, HookResult};
+use nanobot_core::hooks::{AgentHook, HookResult, RunSummary};
 use nanobot_core::provider::{ChatResponse, ToolCall};
 use nanobot_proto::OutboundKind;
 
 use crate::outbox::Outbox;
+use crate::outcomes::{self, Outcome};
 
 /// What the turn publishes while it runs.
 #[derive(Debug, Clone, Copy, Default)]
@@ -27,6 +28,8 @@ pub struct Gates {
 /// Publishes a turn's interim output.
 pub struct TurnHook {
     gates: Gates,
+    /// The inbound id the turn answers (its outcome is reported under it).
+    turn_id: String,
     tx: Mutex<Option<mpsc::UnboundedSender<(OutboundKind, String)>>>,
     task: Mutex<Option<tokio::task::JoinHandle<u32>>>,
 }
@@ -42,6 +45,7 @@ impl std::fmt::Debug for TurnHook {
 impl TurnHook {
     /// Starts the publisher task for `outbox`.
     pub fn start(outbox: Outbox, gates: Gates) -> Self {
+        let turn_id = outbox.reply_to.clone();
         let (tx, mut rx) = mpsc::unbounded_channel::<(OutboundKind, String)>();
         let task = tokio::spawn(async move {
             let mut deltas = 0;
@@ -60,6 +64,7 @@ impl TurnHook {
         });
         Self {
             gates,
+            turn_id,
             tx: Mutex::new(Some(tx)),
             task: Mutex::new(Some(task)),
         }
@@ -119,6 +124,16 @@ impl AgentHook for TurnHook {
         if self.gates.stream && resuming {
             self.send(OutboundKind::StreamEnd, String::new());
         }
+        Ok(())
+    }
+    /// A run that ended on a model error failed (its content is the error text).
+    fn after_run(&self, summary: &RunSummary<'_>) -> HookResult {
+        let outcome = if summary.stop_reason == "error" {
+            Outcome::Failed(summary.content.to_string())
+        } else {
+            Outcome::Ok
+        };
+        outcomes::report(&self.turn_id, outcome);
         Ok(())
     }
     fn before_execute_tools(&self, response: &ChatResponse) -> HookResult {

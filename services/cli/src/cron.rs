@@ -14,7 +14,8 @@ use nanobot_runtime::config::{BotSpec, Config};
 pub enum CronAction {
     /// List every job, disabled ones included.
     List,
-    /// Add a job; it runs in session `<channel>:<to>` and answers that chat.
+    /// Add a job; it runs in the operator's `cli:direct` session, or with `--deliver` in
+    /// session `<channel>:<to>`, answering that chat.
     Add {
         /// Instruction for the agent when the job triggers.
         #[arg(long, short = 'm')]
@@ -34,12 +35,16 @@ pub enum CronAction {
         /// Run once at this ISO datetime (naive: the agent's time zone).
         #[arg(long)]
         at: Option<String>,
-        /// Channel of the chat the job answers.
-        #[arg(long, default_value = "cli")]
-        channel: String,
-        /// Chat the job answers.
-        #[arg(long, default_value = "direct")]
-        to: String,
+        /// Deliver the job's replies to chat `--to` (upstream's `--deliver`): the job belongs
+        /// to that chat's session.
+        #[arg(long, short = 'd', requires = "to")]
+        deliver: bool,
+        /// Channel of the `--deliver` chat (default `cli`).
+        #[arg(long, requires = "deliver")]
+        channel: Option<String>,
+        /// Chat the job delivers to.
+        #[arg(long, requires = "deliver")]
+        to: Option<String>,
     },
     /// Remove a job (system jobs are refused).
     Remove {
@@ -91,9 +96,14 @@ fn execute(bot: &BotSpec, tz: &str, action: &CronAction, now: i64) -> anyhow::Re
             cron_expr,
             tz: zone,
             at,
+            deliver,
             channel,
             to,
         } => {
+            let (channel, to) = match (deliver, to) {
+                (true, Some(to)) => (channel.as_deref().unwrap_or("cli"), to.as_str()),
+                _ => ("cli", "direct"),
+            };
             let session_key = format!("{channel}:{to}");
             let call = tool::CallContext {
                 session_key: &session_key,
@@ -224,8 +234,9 @@ mod tests {
                 cron_expr: None,
                 tz: None,
                 at: None,
-                channel: "telegram".into(),
-                to: "42".into(),
+                deliver: true,
+                channel: Some("telegram".into()),
+                to: Some("42".into()),
             },
             1_000,
         )
@@ -268,5 +279,50 @@ mod tests {
             execute(&bot, "UTC", &CronAction::List, 4_000).unwrap(),
             "No scheduled jobs."
         );
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        action: CronAction,
+    }
+
+    #[test]
+    fn add_takes_upstreams_deliver_and_to_options() {
+        use clap::Parser as _;
+        let parse = |args: &[&str]| Cli::try_parse_from([&["cron", "add"], args].concat());
+        assert!(
+            parse(&["-m", "x", "-e", "60", "--to", "42"]).is_err(),
+            "--to needs --deliver"
+        );
+        assert!(
+            parse(&["-m", "x", "-e", "60", "-d"]).is_err(),
+            "--deliver needs --to"
+        );
+        let ws = tempfile::tempdir().unwrap();
+        let bot = bot(ws.path());
+        for (args, session) in [
+            (&["-m", "x", "-e", "60"][..], "cli:direct"),
+            (
+                &[
+                    "-m",
+                    "x",
+                    "-e",
+                    "60",
+                    "-d",
+                    "--channel",
+                    "telegram",
+                    "--to",
+                    "42",
+                ][..],
+                "telegram:42",
+            ),
+        ] {
+            let action = parse(args).unwrap().action;
+            execute(&bot, "UTC", &action, 1_000).unwrap();
+            let jobs = store::load(ws.path()).unwrap();
+            let job = jobs.jobs.last().unwrap();
+            assert_eq!(job.payload.session_key.as_deref(), Some(session));
+        }
     }
 }

@@ -15,8 +15,24 @@ pub const NAME: &str = "spawn";
 pub const SENDER: &str = "subagent";
 /// `injected_event` of an announcement's metadata.
 pub const INJECTED_EVENT: &str = "subagent_result";
-/// Tools a subagent never gets: it cannot talk to the user, schedule or spawn.
-pub const EXCLUDED_TOOLS: &[&str] = &["message", "spawn", "cron"];
+/// The tools a subagent gets, upstream's fixed `subagent` scope (no `message`, `spawn`, `cron`
+/// nor MCP tools), with `glob`, this fleet's name of upstream's `find_files`.
+pub const TOOLS: &[&str] = &[
+    "read_file",
+    "write_file",
+    "edit_file",
+    "apply_patch",
+    "list_dir",
+    "find_files",
+    "glob",
+    "grep",
+    "exec",
+    "write_stdin",
+    "list_exec_sessions",
+    "web_search",
+    "web_fetch",
+    "run_cli_app",
+];
 /// A subagent's result when it ended without text.
 pub const NO_FINAL_RESPONSE: &str = "Task completed but no final response was generated.";
 /// Characters of the task used as its label when none is given.
@@ -178,7 +194,7 @@ pub fn system_prompt(time: &str, workspace: &str) -> String {
 
 /// Whether a subagent may call `name`.
 pub fn allowed(name: &str) -> bool {
-    !EXCLUDED_TOOLS.contains(&name)
+    TOOLS.contains(&name)
 }
 
 #[cfg(test)]
@@ -268,11 +284,20 @@ mod tests {
     }
 
     #[test]
-    fn a_subagent_cannot_message_schedule_or_spawn() {
-        for name in ["message", "spawn", "cron"] {
+    fn a_subagent_gets_upstreams_fixed_tools_only() {
+        for name in ["message", "spawn", "cron", "notebook_edit", "mcp_fs_read"] {
             assert!(!allowed(name), "{name}");
         }
-        assert!(allowed("read_file") && allowed("exec") && allowed("mcp_fs_read"));
+        for name in [
+            "read_file",
+            "exec",
+            "glob",
+            "grep",
+            "web_fetch",
+            "write_file",
+        ] {
+            assert!(allowed(name), "{name}");
+        }
     }
 
     #[test]

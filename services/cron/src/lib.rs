@@ -164,6 +164,19 @@ fn due_fires(bot: &str, file: &mut JobsFile, now: i64) -> (bool, Vec<CronFire>) 
             (store::SYSTEM_EVENT, _) => continue,
             _ => CronFireKind::AgentTurn,
         };
+        let route = job.payload.route();
+        if kind == CronFireKind::AgentTurn && route.is_none() {
+            // As upstream: an agent job bound to no chat session cannot be answered anywhere;
+            // it is disabled, with the reason as its last error.
+            tracing::warn!(job_id = %job.id, "disabling cron job bound to no chat session");
+            job.enabled = false;
+            job.state.next_run_at_ms = None;
+            job.state.last_status = Some(store::STATUS_ERROR.into());
+            job.state.last_error = Some(store::UNBOUND_AGENT_JOB_REASON.into());
+            job.updated_at_ms = now;
+            changed = true;
+            continue;
+        }
         let Some(due) = job.state.next_run_at_ms else {
             let next = schedule::next_run(&job.schedule, now);
             if next.is_some() {
@@ -175,7 +188,7 @@ fn due_fires(bot: &str, file: &mut JobsFile, now: i64) -> (bool, Vec<CronFire>) 
         if due > now {
             continue;
         }
-        let (session_key, origin_channel, origin_chat_id) = job.payload.route().unwrap_or_default();
+        let (session_key, origin_channel, origin_chat_id) = route.unwrap_or_default();
         fires.push(CronFire {
             id: format!("{}:{due}", job.id),
             bot: bot.to_string(),
@@ -292,9 +305,11 @@ fn register_dream(file: &mut JobsFile, cfg: &DreamConfig, tz: &str, now: i64) ->
     Some(DreamJob::Written)
 }
 
-/// Records a published fire: the run joins the history, an `at` job is deleted (or disabled),
-/// any other job's next run is computed from `now`. A job changed since (removed, or already
-/// recorded by another leader) is left alone.
+/// Records a published fire: an `at` job is deleted (or disabled), any other job's next run is
+/// computed from `now`. A job changed since (removed, or already recorded by another leader)
+/// is left alone. The run itself (status, error, duration) is recorded by whoever runs it: an
+/// agent turn's by the runner when the turn has ended ([`JobsFile::record_run`]); the system
+/// jobs' (Dream on the memory workers, the heartbeat) here, as `ok` once handed over.
 fn record_fire(file: &mut JobsFile, fire: &CronFire, now: i64) -> bool {
     let Some(index) = file
         .jobs
@@ -304,12 +319,14 @@ fn record_fire(file: &mut JobsFile, fire: &CronFire, now: i64) -> bool {
         return false;
     };
     let job = &mut file.jobs[index];
-    job.state.record(store::Run {
-        run_at_ms: fire.scheduled_ms,
-        status: "ok".into(),
-        duration_ms: 0,
-        error: None,
-    });
+    if fire.kind() != CronFireKind::AgentTurn {
+        job.state.record(store::Run {
+            run_at_ms: fire.scheduled_ms,
+            status: store::STATUS_OK.into(),
+            duration_ms: 0,
+            error: None,
+        });
+    }
     job.updated_at_ms = now;
     if job.schedule.kind == "at" {
         if job.delete_after_run {
@@ -332,7 +349,8 @@ mod tests {
     fn job(id: &str, schedule: Schedule, next: Option<i64>) -> Job {
         let mut job: Job = serde_json::from_value(serde_json::json!({
             "id": id, "name": id, "schedule": {"kind": "every"},
-            "payload": {"kind": "agent_turn", "message": format!("run {id}")}
+            "payload": {"kind": "agent_turn", "message": format!("run {id}"),
+                        "sessionKey": "cli:c", "originChannel": "cli", "originChatId": "c"}
         }))
         .unwrap();
         job.schedule = schedule;
@@ -396,7 +414,10 @@ mod tests {
         assert_eq!(file.jobs.len(), 2, "the one-shot job is gone");
         assert_eq!(file.jobs[0].id, "kept");
         assert!(!file.jobs[0].enabled);
-        assert_eq!(file.jobs[0].state.run_history.len(), 1);
+        assert!(
+            file.jobs[0].state.run_history.is_empty(),
+            "an agent turn's run is recorded by its runner"
+        );
     }
 
     #[test]
@@ -484,5 +505,45 @@ mod tests {
         let (changed, fires) = due_fires("b", &mut file, 10_000);
         assert!(changed && fires.is_empty());
         assert_eq!(file.jobs[0].state.next_run_at_ms, Some(11_000));
+    }
+
+    #[test]
+    fn an_agent_job_bound_to_no_chat_is_disabled_with_upstreams_reason_and_never_fires() {
+        let mut file = JobsFile::default();
+        let mut unbound = job("lost", every(1_000), Some(500));
+        unbound.payload.session_key = None;
+        file.jobs.push(unbound);
+        let (changed, fires) = due_fires("b", &mut file, 1_000);
+        assert!(changed && fires.is_empty());
+        let state = &file.jobs[0].state;
+        assert!(!file.jobs[0].enabled);
+        assert_eq!(state.next_run_at_ms, None);
+        assert_eq!(state.last_status.as_deref(), Some("error"));
+        assert_eq!(
+            state.last_error.as_deref(),
+            Some(
+                "agent cron payload is missing bound session delivery context; recreate it from a chat session"
+            )
+        );
+    }
+
+    #[test]
+    fn a_runs_outcome_is_recorded_once_by_its_runner() {
+        let mut file = JobsFile::default();
+        file.jobs.push(job("j", every(1_000), Some(2_000)));
+        let failed = store::Run {
+            run_at_ms: 1_000,
+            status: "error".into(),
+            duration_ms: 40,
+            error: Some("boom".into()),
+        };
+        assert!(file.record_run("j", failed.clone()));
+        assert!(file.record_run("j", failed), "a repeat replaces the run");
+        let state = &file.jobs[0].state;
+        assert_eq!(state.run_history.len(), 1);
+        assert_eq!(state.last_status.as_deref(), Some("error"));
+        assert_eq!(state.last_error.as_deref(), Some("boom"));
+        assert_eq!(state.run_history[0].duration_ms, 40);
+        assert!(!file.record_run("gone", store::Run::default()));
     }
 }

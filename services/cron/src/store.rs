@@ -16,6 +16,15 @@ pub const RUN_HISTORY_CAP: usize = 20;
 pub const SYSTEM_EVENT: &str = "system_event";
 /// Payload kind of jobs that run an agent turn.
 pub const AGENT_TURN: &str = "agent_turn";
+/// Run status of a run that went through.
+pub const STATUS_OK: &str = "ok";
+/// Run status of a run that failed (`lastError` says why).
+pub const STATUS_ERROR: &str = "error";
+/// Run status of a run that was declined.
+pub const STATUS_SKIPPED: &str = "skipped";
+/// Upstream's `lastError` of an agent job bound to no chat session, which it disables.
+pub const UNBOUND_AGENT_JOB_REASON: &str =
+    "agent cron payload is missing bound session delivery context; recreate it from a chat session";
 
 /// The jobs file of a workspace.
 pub fn jobs_path(workspace: &Path) -> PathBuf {
@@ -232,6 +241,27 @@ fn lenient_jobs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Job>, D::Error> {
             }
         })
         .collect())
+}
+
+impl JobsFile {
+    /// Records the outcome of job `job_id`'s run due at `run.run_at_ms` (written by the runner
+    /// that ran it); a run recorded already is replaced, so recording twice changes nothing.
+    /// Returns whether the job still exists.
+    pub fn record_run(&mut self, job_id: &str, run: Run) -> bool {
+        let Some(job) = self.jobs.iter_mut().find(|j| j.id == job_id) else {
+            return false;
+        };
+        let state = &mut job.state;
+        if let Some(i) = state
+            .run_history
+            .iter()
+            .position(|r| r.run_at_ms == run.run_at_ms)
+        {
+            state.run_history.remove(i);
+        }
+        state.record(run);
+        true
+    }
 }
 
 /// Reads the jobs of a workspace without locking (a missing file means no jobs).

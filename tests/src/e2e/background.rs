@@ -56,8 +56,8 @@ async fn memory_archives_old_messages_into_history_jsonl() {
 }
 
 #[tokio::test]
-async fn cron_fires_an_every_job_as_a_turn() {
-    let fleet = Fleet::builder()
+async fn cron_records_each_runs_outcome_and_disables_a_job_bound_to_no_chat() {
+    let mut fleet = Fleet::builder()
         .roles(&["agent", "tools", "cron"])
         .start()
         .await
@@ -67,23 +67,95 @@ async fn cron_fires_an_every_job_as_a_turn() {
     let jobs = json!({"version": 1, "jobs": [{
         "id": "tick1234", "name": "tick", "enabled": true,
         "schedule": {"kind": "every", "everyMs": 1000},
-        "payload": {"kind": "agent_turn", "message": "cron says tick", "deliver": false},
+        "payload": {"kind": "agent_turn", "message": "cron says tick", "sessionKey": "cli:tick",
+                    "originChannel": "cli", "originChatId": "tick"},
+        "createdAtMs": now - 5000
+    }, {
+        "id": "lost5678", "name": "lost", "enabled": true,
+        "schedule": {"kind": "every", "everyMs": 1000},
+        "payload": {"kind": "agent_turn", "message": "nobody hears this", "deliver": false},
         "createdAtMs": now - 5000
     }]});
-    std::fs::write(fleet.workspace().join("cron/jobs.json"), jobs.to_string()).unwrap();
-    fleet
-        .llm
-        .when_last_user_contains("cron says tick", Reply::text("tock"));
-    wait_until(|| async { fleet.llm.request_count() >= 2 }, TURN)
+    let path = fleet.workspace().join("cron/jobs.json");
+    std::fs::write(&path, jobs.to_string()).unwrap();
+    // The first run's model call fails (a client error is not retried); later runs answer.
+    fleet.llm.push(Reply::error(
+        400,
+        "{\"error\": {\"message\": \"model overloaded\"}}",
+    ));
+    fleet.llm.set_fallback(Reply::text("tock"));
+    let job = |id: &str| {
+        let file: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        file["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == id)
+            .cloned()
+            .unwrap()
+    };
+    let runs = || {
+        job("tick1234")["state"]["runHistory"]
+            .as_array()
+            .map(|runs| runs.len())
+            .unwrap_or_default()
+    };
+    wait_until(|| async { runs() >= 2 }, TURN)
         .await
-        .unwrap();
-    let rows = session_rows(&fleet, "default", "cron:tick1234").await;
-    assert!(rows.len() >= 2, "{rows:#?}");
+        .unwrap_or_else(|_| {
+            panic!(
+                "runs: {:#}\n{}",
+                job("tick1234"),
+                fleet.service("agent").log_tail(30)
+            )
+        });
+    let tick = job("tick1234");
+    let mut runs = tick["state"]["runHistory"].as_array().unwrap().clone();
+    runs.sort_by_key(|r| r["runAtMs"].as_i64());
+    assert_eq!(runs[0]["status"], "error", "{tick:#}");
+    assert_eq!(
+        runs[0]["error"], "Sorry, I encountered an error calling the AI model.",
+        "the turn's error text: {tick:#}"
+    );
+    assert_eq!(runs[1]["status"], "ok", "{tick:#}");
+    assert_eq!(runs[1]["error"], Value::Null);
+    assert!(
+        runs.iter().all(|r| r["durationMs"].as_i64().unwrap() > 0),
+        "{tick:#}"
+    );
+    assert!(tick["state"]["lastStatus"].is_string());
+
+    let rows = session_rows(&fleet, "default", "cli:tick").await;
     assert_eq!(
         rows[0]["content"],
         "[Scheduled Task] Timer finished.\n\nTask 'tick' has been triggered.\nScheduled instruction: cron says tick"
     );
-    assert_eq!(rows[1]["content"], "tock");
+    assert!(
+        rows.iter()
+            .any(|r| r["role"] == "assistant" && r["content"] == "tock")
+    );
+
+    // As upstream, the job bound to no chat is disabled with the reason, and never ran.
+    let lost = job("lost5678");
+    assert_eq!(lost["enabled"], false, "{lost:#}");
+    assert_eq!(lost["state"]["nextRunAtMs"], Value::Null);
+    assert_eq!(lost["state"]["lastStatus"], "error");
+    assert_eq!(
+        lost["state"]["lastError"],
+        "agent cron payload is missing bound session delivery context; recreate it from a chat session"
+    );
+    assert!(
+        session_rows(&fleet, "default", "cron:lost5678")
+            .await
+            .is_empty()
+    );
+    assert!(
+        !fleet
+            .llm
+            .requests()
+            .iter()
+            .any(|r| r.body.to_string().contains("nobody hears this"))
+    );
 }
 
 fn chrono_ms() -> i64 {

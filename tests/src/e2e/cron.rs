@@ -1,15 +1,18 @@
 //! Cron end to end (issue 12): a job made by the `cron` tool in a chat is stored in upstream's
 //! `cron/jobs.json` format, fires into that chat's session with its reply to that chat, and
-//! runs once per scheduled time while the leader of three cron replicas is SIGKILLed.
+//! runs once per scheduled time while the leader of three cron replicas is SIGKILLed; a fire
+//! published again by the next leader runs one turn; the tool schedules in the job's zone and
+//! refuses to remove `dream`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use nanobot_proto::OutboundKind;
+use nanobot_proto::{CronFire, CronFireKind, OutboundKind, subjects};
+use nanobot_runtime::bus;
 
-use super::{TURN, outbound_messages, session_rows};
+use super::{TURN, ask, outbound_messages, session_rows};
 use crate::harness::{Fleet, wait_until};
 use crate::scripted_llm::Reply;
 
@@ -162,4 +165,180 @@ async fn a_cron_job_made_in_a_chat_fires_into_that_chat_once_per_run_while_the_l
         .unwrap()
         .clone();
     assert!(!history.is_empty() && history.iter().all(|r| r["status"] == "ok"));
+}
+
+fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    i64::try_from(since.unwrap().as_millis()).unwrap()
+}
+
+/// The jobs file of the fleet's workspace.
+fn jobs_file(fleet: &Fleet) -> Value {
+    let path = fleet.workspace().join("cron/jobs.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn job_of(jobs: &Value, id: &str) -> Value {
+    jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("job {id} in {jobs:#}"))
+}
+
+#[tokio::test]
+async fn a_fire_published_again_by_the_next_leader_runs_one_turn() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    // A leader published this due run and was SIGKILLed before recording it, so the job is
+    // still due in jobs.json and the next leader publishes the same fire again.
+    let due = now_ms() - 1_000;
+    std::fs::create_dir_all(fleet.workspace().join("cron")).unwrap();
+    let jobs = json!({"version": 1, "jobs": [{
+        "id": "again123", "name": "stretch", "enabled": true,
+        "schedule": {"kind": "every", "everyMs": 3_600_000},
+        "payload": {"kind": "agent_turn", "message": "stretch", "sessionKey": "cli:again",
+                    "originChannel": "cli", "originChatId": "again"},
+        "state": {"nextRunAtMs": due}
+    }]});
+    std::fs::write(fleet.workspace().join("cron/jobs.json"), jobs.to_string()).unwrap();
+    fleet.llm.when_last_user_contains(
+        "Scheduled instruction: stretch",
+        Reply::text("Stretch now!"),
+    );
+    let fire = CronFire {
+        id: format!("again123:{due}"),
+        bot: "default".into(),
+        job_id: "again123".into(),
+        job_name: "stretch".into(),
+        message: "stretch".into(),
+        scheduled_ms: due,
+        session_key: "cli:again".into(),
+        origin_channel: "cli".into(),
+        origin_chat_id: "again".into(),
+        kind: CronFireKind::AgentTurn as i32,
+        ..Default::default()
+    };
+    let js = async_nats::jetstream::new(fleet.nats_client().await.unwrap());
+    let subject = || subjects::cron_fire("default");
+    // The dead leader's publish, the next leader's (same message id), and one more as if
+    // JetStream's de-duplication window had passed (only the runners' marker is left).
+    bus::publish(&js, subject(), Some(&fire.id), &fire)
+        .await
+        .unwrap();
+    bus::publish(&js, subject(), Some(&fire.id), &fire)
+        .await
+        .unwrap();
+    bus::publish(&js, subject(), None, &fire).await.unwrap();
+
+    let settled = || {
+        let (js, fleet) = (&js, &fleet);
+        async move {
+            let mut stream = js.get_stream(subjects::JOBS_STREAM).await.unwrap();
+            let left = stream.info().await.unwrap().state.messages;
+            let runs = job_of(&jobs_file(fleet), "again123")["state"]["runHistory"]
+                .as_array()
+                .map_or(0, Vec::len);
+            left == 0 && runs > 0
+        }
+    };
+    wait_until(settled, TURN).await.unwrap_or_else(|_| {
+        panic!(
+            "every copy taken and the run recorded\n{}",
+            fleet.service("agent").log_tail(30)
+        )
+    });
+    let asked = fleet
+        .llm
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.body
+                .to_string()
+                .contains("Scheduled instruction: stretch")
+        })
+        .count();
+    assert_eq!(asked, 1, "one turn for the three copies");
+    let rows = session_rows(&fleet, "default", "cli:again").await;
+    assert_eq!(
+        rows.iter().filter(|r| r["role"] == "user").count(),
+        1,
+        "{rows:#?}"
+    );
+    let job = job_of(&jobs_file(&fleet), "again123");
+    let runs = job["state"]["runHistory"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{job:#}");
+    assert_eq!(
+        (runs[0]["runAtMs"].as_i64(), &runs[0]["status"]),
+        (Some(due), &json!("ok"))
+    );
+}
+
+#[tokio::test]
+async fn the_cron_tool_schedules_in_the_jobs_zone_and_refuses_to_remove_dream() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    // The protected Dream job, as the cron leader registers it.
+    std::fs::create_dir_all(fleet.workspace().join("cron")).unwrap();
+    let jobs = json!({"version": 1, "jobs": [{
+        "id": "dream", "name": "dream", "enabled": true,
+        "schedule": {"kind": "every", "everyMs": 7_200_000},
+        "payload": {"kind": "system_event", "message": "dream"},
+        "state": {"nextRunAtMs": 9_999_999_999_999i64}
+    }]});
+    std::fs::write(fleet.workspace().join("cron/jobs.json"), jobs.to_string()).unwrap();
+    fleet.llm.push(Reply::tool_calls([
+        (
+            "cron",
+            json!({"action": "add", "message": "morning news", "cron_expr": "0 9 * * *", "tz": "Asia/Tokyo"}),
+        ),
+        ("cron", json!({"action": "remove", "job_id": "dream"})),
+    ]));
+    fleet.llm.push(Reply::text("Done."));
+    let before = now_ms();
+    assert_eq!(
+        ask(
+            &mut fleet,
+            "news every morning, and drop dream",
+            Some("cli:tz")
+        )
+        .await,
+        "Done."
+    );
+
+    let results: Vec<String> = fleet.llm.requests()[1]
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        results[1],
+        "Cannot remove job `dream`.\nThis is a system-managed Dream memory consolidation job for long-term memory.\nIt remains visible so you can inspect it, but it cannot be removed.",
+        "{results:#?}"
+    );
+    let jobs = jobs_file(&fleet);
+    job_of(&jobs, "dream");
+    let news = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["payload"]["message"] == "morning news")
+        .unwrap_or_else(|| panic!("{results:#?} {jobs:#}"));
+    // 09:00 in Tokyo is 00:00 UTC (09:00 UTC would be 32,400,000 ms into the UTC day).
+    const DAY: i64 = 86_400_000;
+    let next = news["state"]["nextRunAtMs"].as_i64().unwrap();
+    assert_eq!(next % DAY, 0, "next run {next} is midnight UTC");
+    assert!(
+        next > before && next <= before + DAY,
+        "{next} within a day of {before}"
+    );
 }

@@ -183,6 +183,40 @@ async fn a_subagent_whose_runner_is_sigkilled_mid_run_is_redone_elsewhere_and_an
         .filter(|r| r.last_user_text().is_some_and(|t| t.contains(ANNOUNCED)))
         .count();
     assert_eq!(announcement_turns, 1, "one turn for the announcement");
+
+    // The subagent was offered upstream's fixed tools only (the chat's turn has more).
+    let requests = fleet.llm.requests();
+    let tools = requests
+        .iter()
+        .find(|r| by_subagent(r))
+        .unwrap()
+        .tool_names();
+    assert!(
+        [
+            "read_file",
+            "write_file",
+            "edit_file",
+            "list_dir",
+            "glob",
+            "grep",
+            "exec"
+        ]
+        .iter()
+        .all(|t| tools.iter().any(|n| n == t)),
+        "{tools:?}"
+    );
+    for absent in ["notebook_edit", "message", "spawn", "cron"] {
+        assert!(!tools.iter().any(|n| n == absent), "{absent}: {tools:?}");
+    }
+    let chat_tools = requests
+        .iter()
+        .find(|r| !by_subagent(r))
+        .unwrap()
+        .tool_names();
+    assert!(
+        chat_tools.iter().any(|n| n == "notebook_edit"),
+        "{chat_tools:?}"
+    );
 }
 
 #[tokio::test]

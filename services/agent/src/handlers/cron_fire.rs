@@ -1,14 +1,24 @@
 //! Cron fires → automation turns. A job made in a chat (or a legacy `deliver` job, migrated)
-//! runs in that chat's session and its reply goes to that chat; any other job runs in session
-//! `cron:<job_id>`. A fire runs under its session's lease like a chat turn, so it waits while
-//! the session is busy and never overlaps another turn of it on any runner; its id (job and
-//! due time) is the turn's idempotency key, so a fire published twice runs once.
+//! runs in that chat's session and its reply goes to that chat; a fire bound to no chat is
+//! dropped (the scheduler disables such jobs, as upstream). A fire runs under its session's
+//! lease like a chat turn, so it waits while the session is busy and never overlaps another
+//! turn of it on any runner; its id (job and due time) is the turn's idempotency key, so a
+//! fire published twice runs once.
+//!
+//! The runner that ran the turn records the run in `jobs.json` (status `ok`, or `error` with
+//! the model's error or upstream's error reply when every attempt failed; its duration), under
+//! the store's lock; a repeat replaces the same run. A runner SIGKILLed after the turn but
+//! before that write leaves the run unrecorded: the redelivered fire finds the turn answered
+//! and does not run it again, so its outcome is unknown and nothing is written.
+
+use std::time::Instant;
 
 use async_nats::jetstream;
 use prost::Message as _;
 use tracing::Instrument as _;
 
 use nanobot_core::session::SessionStore;
+use nanobot_cron::store::{self as cron_store, Run};
 use nanobot_proto::{CronFire, CronFireKind, keys};
 use nanobot_runtime::telemetry;
 
@@ -16,6 +26,7 @@ use super::session::{self, Until};
 use super::{Deps, keep_alive, terminate};
 use crate::bots::Bot;
 use crate::outbox::{self, Outbox};
+use crate::outcomes::{Outcome, Watch};
 use crate::turn::{TurnCtx, TurnInput};
 
 /// Handles one cron fire.
@@ -30,7 +41,9 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     if fire.kind() == CronFireKind::Heartbeat {
         return super::heartbeat::handle(deps, &bot, &msg, &fire).await;
     }
-    let route = Route::of(&fire);
+    let Some(route) = Route::of(&fire) else {
+        return terminate(&msg, "cron fire bound to no chat session").await;
+    };
     let session_key = route.session_key.clone();
     let span = tracing::info_span!("cron_turn", session_id = %session_key, job_id = %fire.job_id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
@@ -48,32 +61,69 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         let outbox = Outbox {
             js: deps.js.clone(),
             bot: fire.bot.clone(),
-            channel: route.reply_channel,
-            chat_id: route.reply_chat_id,
+            channel: route.channel,
+            chat_id: route.chat_id,
             reply_to: fire.id.clone(),
             session_key: session_key.clone(),
         };
         let alive = keep_alive(&msg, deps.ack_wait());
+        let watch = Watch::new(&fire.id);
+        let started = Instant::now();
         let outcome = run_once(deps, &bot, &input, &outbox, None).await;
+        if let (Ok(true), Some(ran)) = (&outcome, watch.outcome()) {
+            record_run(&bot, &fire, ran, started.elapsed().as_millis()).await;
+        }
         alive.abort();
-        session::settle(deps, &msg, outcome).await;
+        session::settle(deps, &msg, outcome.map(|_| ())).await;
     }
     .instrument(span)
     .await;
 }
 
+/// Writes how a fire's turn ended into its job's state (`lastStatus`, `lastError`, the run
+/// history); a failure to write is logged, the turn stands.
+async fn record_run(bot: &Bot, fire: &CronFire, outcome: Outcome, elapsed_ms: u128) {
+    let (status, error) = match outcome {
+        Outcome::Ok => (cron_store::STATUS_OK, None),
+        Outcome::Failed(e) => (cron_store::STATUS_ERROR, Some(e)),
+    };
+    let run = Run {
+        run_at_ms: fire.scheduled_ms,
+        status: status.into(),
+        duration_ms: i64::try_from(elapsed_ms).unwrap_or(i64::MAX),
+        error,
+    };
+    let workspace = bot.spec.workspace.clone();
+    let job_id = fire.job_id.clone();
+    let written = tokio::task::spawn_blocking(move || {
+        cron_store::update(&workspace, |file| {
+            let found = file.record_run(&job_id, run);
+            (found, found)
+        })
+    })
+    .await;
+    match written {
+        Ok(Ok(true)) => tracing::info!(status, "cron run recorded"),
+        // A one-shot job deleted after its fire, or a job removed since.
+        Ok(Ok(false)) => tracing::debug!(status, "cron run not recorded, job gone"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "failed to record cron run"),
+        Err(e) => tracing::warn!(error = %e, "failed to record cron run"),
+    }
+}
+
 /// Runs `input` as a turn of its session under the session's lease, unless a turn with its id
 /// was already answered there; with `keep`, first trims the session to its last `keep` rows
-/// (from a user row).
+/// (from a user row). Returns whether the turn ran here.
 pub(super) async fn run_once(
     deps: &Deps,
     bot: &Bot,
     input: &TurnInput,
     outbox: &Outbox,
     keep: Option<usize>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let session_key = &input.session_key;
     let marker = keys::inbound_seen(&bot.spec.id, session_key, &input.id);
+    let mut ran_here = false;
     while let Some((lease, permit)) =
         session::acquire(deps, bot, session_key, Until::Seen(&marker)).await?
     {
@@ -94,8 +144,9 @@ pub(super) async fn run_once(
         lease.release().await;
         drop(permit);
         ran?;
+        ran_here = true;
     }
-    Ok(())
+    Ok(ran_here)
 }
 
 /// Keeps the last `keep` rows of a session (starting at a user row).
@@ -109,42 +160,26 @@ async fn trim(sessions: &SessionStore, key: &str, keep: usize) -> anyhow::Result
     Ok(())
 }
 
-/// Where a fire's turn runs and where its reply goes.
+/// Where a fire's turn runs, and its reply goes.
 #[derive(Debug, PartialEq)]
 struct Route {
     session_key: String,
     channel: String,
     chat_id: String,
-    reply_channel: String,
-    reply_chat_id: String,
 }
 
 impl Route {
-    fn of(fire: &CronFire) -> Self {
-        if !fire.session_key.is_empty()
+    /// The job's chat (filled in by the scheduler, legacy `deliver` jobs migrated); `None`
+    /// for a fire bound to no chat.
+    fn of(fire: &CronFire) -> Option<Self> {
+        let bound = !fire.session_key.is_empty()
             && !fire.origin_channel.is_empty()
-            && !fire.origin_chat_id.is_empty()
-        {
-            return Self {
-                session_key: fire.session_key.clone(),
-                channel: fire.origin_channel.clone(),
-                chat_id: fire.origin_chat_id.clone(),
-                reply_channel: fire.origin_channel.clone(),
-                reply_chat_id: fire.origin_chat_id.clone(),
-            };
-        }
-        let (reply_channel, reply_chat_id) = if fire.deliver && !fire.channel.is_empty() {
-            (fire.channel.clone(), fire.to.clone())
-        } else {
-            ("cron".to_string(), fire.job_id.clone())
-        };
-        Self {
-            session_key: format!("cron:{}", fire.job_id),
-            channel: "cron".into(),
-            chat_id: fire.job_id.clone(),
-            reply_channel,
-            reply_chat_id,
-        }
+            && !fire.origin_chat_id.is_empty();
+        bound.then(|| Self {
+            session_key: fire.session_key.clone(),
+            channel: fire.origin_channel.clone(),
+            chat_id: fire.origin_chat_id.clone(),
+        })
     }
 }
 
@@ -171,10 +206,10 @@ mod tests {
             origin_chat_id: "42".into(),
             ..Default::default()
         };
-        let route = Route::of(&fire);
+        let route = Route::of(&fire).expect("bound");
         assert_eq!(route.session_key, "telegram:42");
         assert_eq!(
-            (route.reply_channel.as_str(), route.reply_chat_id.as_str()),
+            (route.channel.as_str(), route.chat_id.as_str()),
             ("telegram", "42")
         );
         assert_eq!(
@@ -185,7 +220,6 @@ mod tests {
             job_id: "j".into(),
             ..Default::default()
         });
-        assert_eq!(unbound.session_key, "cron:j");
-        assert_eq!(unbound.reply_channel, "cron");
+        assert_eq!(unbound, None, "a fire bound to no chat has nowhere to run");
     }
 }

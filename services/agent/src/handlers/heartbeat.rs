@@ -24,8 +24,8 @@ use crate::bots::Bot;
 use crate::outbox::Outbox;
 use crate::turn::TurnInput;
 
-/// Completion cap of the gate call (upstream's evaluator).
-const GATE_MAX_TOKENS: u32 = 256;
+/// Completion cap of the gate call (upstream's evaluator, `max_tokens=4096`).
+const GATE_MAX_TOKENS: u32 = 4096;
 
 /// Handles one heartbeat fire.
 pub async fn handle(deps: &Deps, bot: &Bot, msg: &jetstream::Message, fire: &CronFire) {
@@ -121,12 +121,19 @@ async fn target(deps: &Deps, bot: &Bot) -> anyhow::Result<Option<(String, String
     Ok(heartbeat::pick_target(&sessions, &bot.chat_channels))
 }
 
-/// The text of the last assistant row with content.
+/// The answer of this beat: the final assistant row after the session's last user row (the
+/// beat's prompt). A beat that produced no text has no answer (upstream stops on an empty
+/// response), even when an earlier beat's answer is still in the session.
 fn last_answer(rows: &[Value]) -> Option<String> {
-    rows.iter()
+    let role = |r: &Value| r.get("role").and_then(Value::as_str).map(str::to_string);
+    let prompt = rows
+        .iter()
+        .rposition(|r| role(r).as_deref() == Some("user"))?;
+    rows[prompt + 1..]
+        .iter()
         .rev()
-        .filter(|r| r.get("role").and_then(Value::as_str) == Some("assistant"))
-        .find_map(|r| r.get("content").and_then(Value::as_str))
+        .find(|r| role(r).as_deref() == Some("assistant"))
+        .and_then(|r| r.get("content").and_then(Value::as_str))
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .map(str::to_string)
@@ -149,5 +156,27 @@ async fn gate(bot: &Bot, task: &str, response: &str) -> bool {
             tracing::warn!(error = %e, "heartbeat: notification gate failed, staying silent");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_beat_without_text_has_no_answer_even_after_an_earlier_beats_answer() {
+        let earlier = [
+            json!({"role": "user", "content": "beat 1"}),
+            json!({"role": "assistant", "content": "Water the plants."}),
+        ];
+        assert_eq!(last_answer(&earlier).as_deref(), Some("Water the plants."));
+        let mut silent = earlier.to_vec();
+        silent.push(json!({"role": "user", "content": "beat 2"}));
+        silent.push(json!({"role": "assistant", "content": null, "tool_calls": []}));
+        silent.push(json!({"role": "tool", "content": "done"}));
+        silent.push(json!({"role": "assistant", "content": "  "}));
+        assert_eq!(last_answer(&silent), None);
+        silent.pop();
+        assert_eq!(last_answer(&silent), None, "no final row at all");
     }
 }

@@ -4,7 +4,8 @@
 //! limit are continued (up to 3 times) and joined, unless the provider caps replies on purpose
 //! ([`RunSpec::capped_replies`], the local default model); model errors end the turn with the error
 //! text and a transcript placeholder; an exhausted iteration budget gets one no-tools
-//! finalization request, then upstream's template.
+//! finalization request, then upstream's template (or, with [`OnBudgetExhausted::Stop`], as
+//! upstream's subagents, no final text at all).
 //!
 //! # Layout
 //! - `prompts`: upstream's fixed texts.
@@ -69,6 +70,24 @@ pub struct RunSpec {
     /// The provider caps replies on purpose (the local default model, whose proxy limits
     /// completions): a reply cut at the token limit is final, never continued.
     pub capped_replies: bool,
+}
+
+/// How a run whose iterations ran out ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnBudgetExhausted {
+    /// One no-tools finalization request, then upstream's template (the main loop).
+    #[default]
+    Finalize,
+    /// No finalization pass and no final text (upstream's subagents, whose caller reports
+    /// "Task completed but no final response was generated.").
+    Stop,
+}
+
+/// How a run behaves, beyond its [`RunSpec`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// How a run whose iterations ran out ends.
+    pub on_budget_exhausted: OnBudgetExhausted,
 }
 
 /// What the run talks to.
@@ -261,8 +280,13 @@ impl Run<'_> {
     }
 }
 
+/// Runs the LLM/tool loop with the default [`RunOptions`].
+pub async fn run(deps: RunDeps<'_>, spec: RunSpec) -> RunResult {
+    run_with(deps, spec, RunOptions::default()).await
+}
+
 /// Runs the LLM/tool loop.
-pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
+pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions) -> RunResult {
     let messages = std::mem::take(&mut spec.messages);
     let streaming = deps.hook.wants_streaming();
     let mut run = Run {
@@ -410,7 +434,10 @@ pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
         break;
     }
     if !finished {
-        run.finish_budget_exhausted(&parts).await;
+        match options.on_budget_exhausted {
+            OnBudgetExhausted::Finalize => run.finish_budget_exhausted(&parts).await,
+            OnBudgetExhausted::Stop => run.result.stop_reason = "max_iterations",
+        }
     }
     if let Some(error) = &run.result.error {
         let _ = hook.on_error(error);

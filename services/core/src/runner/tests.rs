@@ -346,6 +346,32 @@ async fn an_exhausted_budget_is_finalized_without_tools_or_with_the_template() {
 }
 
 #[tokio::test]
+async fn a_run_told_to_stop_at_its_budget_makes_no_finalization_request_and_has_no_text() {
+    let model = Model::new(vec![calls(&["exec"]), calls(&["exec"]), text("unasked")]);
+    let specs = [tool_spec("exec")];
+    let deps = RunDeps {
+        model: &model,
+        tools: &Tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    let options = RunOptions {
+        on_budget_exhausted: OnBudgetExhausted::Stop,
+    };
+    let r = run_with(deps, spec(2), options).await;
+    assert_eq!(r.stop_reason, "max_iterations");
+    assert_eq!(r.content, "");
+    assert_eq!(model.requests().len(), 2, "no finalization request");
+    assert_eq!(
+        crate::subagent::outcome(&r),
+        (true, crate::subagent::NO_FINAL_RESPONSE.into()),
+        "a subagent reports upstream's text"
+    );
+}
+
+#[tokio::test]
 async fn tool_batches_are_checkpointed_and_errors_counted() {
     let sink = Sink::default();
     let model = Model::new(vec![calls(&["exec", "fail"]), text("done")]);

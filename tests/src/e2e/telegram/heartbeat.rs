@@ -144,6 +144,16 @@ async fn the_heartbeat_reports_active_tasks_to_the_latest_chat_only_when_the_gat
         prompt.contains("[Your response will be delivered directly to the user's messaging app.")
     );
 
+    // The gate is asked as upstream's evaluator asks: temperature 0, max_tokens 4096.
+    let gate_call = fleet
+        .llm
+        .requests()
+        .into_iter()
+        .find(|r| r.body.to_string().contains("evaluate_notification"))
+        .expect("a gate call");
+    assert_eq!(gate_call.body["max_tokens"], 4096, "{}", gate_call.body);
+    assert_eq!(gate_call.body["temperature"], 0.0);
+
     // The heartbeat session stays short: its kept tail plus the last beat.
     let heartbeat = session_rows(&fleet, "default", "heartbeat").await;
     assert!(heartbeat.len() <= 4 + 2, "{heartbeat:#?}");
