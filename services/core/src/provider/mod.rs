@@ -137,6 +137,19 @@ impl LlmError {
 }
 
 impl LlmError {
+    /// The error's kind as metrics and spans name it: `quota`, `rate_limited`,
+    /// `client_error`, `server_error`, `transport` or `malformed`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Status { status: 429, .. } if self.is_arrearage() => "quota",
+            Self::Status { status: 429, .. } => "rate_limited",
+            Self::Status { status, .. } if *status >= 500 => "server_error",
+            Self::Status { .. } => "client_error",
+            Self::Transport(_) => "transport",
+            Self::Malformed(_) => "malformed",
+        }
+    }
+
     /// Whether the provider refused for quota or billing (a 429 that retrying cannot fix).
     pub fn is_arrearage(&self) -> bool {
         matches!(self, Self::Status { status: 429, body, .. } if is_quota_error(body))
