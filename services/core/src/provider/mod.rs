@@ -364,6 +364,21 @@ mod tests {
     }
 
     #[test]
+    fn errors_are_counted_by_kind() {
+        let status = |status, body: &str| LlmError::Status {
+            status,
+            body: body.into(),
+            retry_after: None,
+        };
+        assert_eq!(status(429, "slow down").kind(), "rate_limited");
+        assert_eq!(status(429, "insufficient_quota").kind(), "quota");
+        assert_eq!(status(401, "bad key").kind(), "client_error");
+        assert_eq!(status(502, "").kind(), "server_error");
+        assert_eq!(LlmError::Transport("refused".into()).kind(), "transport");
+        assert_eq!(LlmError::Malformed("no choices".into()).kind(), "malformed");
+    }
+
+    #[test]
     fn sse_lines_pair_events_with_data_across_chunks() {
         let mut sse = SseLines::new();
         assert!(sse.feed(b"event: message_start\nda").is_empty());
