@@ -74,6 +74,20 @@ pub struct OutboundMessage {
     /// the text is the object of this name in the payload store (see `subjects::PAYLOADS_BUCKET`).
     #[prost(string, tag = "13")]
     pub content_ref: ::prost::alloc::string::String,
+    /// On a final reply of a model turn: the tokens every LLM call of the turn used. Unset on
+    /// command replies, errors, progress and stream events.
+    #[prost(message, optional, tag = "14")]
+    pub usage: ::core::option::Option<Usage>,
+}
+/// Token usage, summed over the LLM calls of a turn (OpenAI's `usage` object).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Usage {
+    #[prost(uint64, tag = "1")]
+    pub prompt_tokens: u64,
+    #[prost(uint64, tag = "2")]
+    pub completion_tokens: u64,
+    #[prost(uint64, tag = "3")]
+    pub total_tokens: u64,
 }
 /// What an outbound message carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]

@@ -27,11 +27,16 @@ impl Leases {
 
     /// Takes the lease of `session` of `bot` if nobody holds it.
     pub async fn try_acquire(&self, bot: &str, session: &str) -> redis::RedisResult<Option<Lease>> {
-        self.inner
+        let lease = self
+            .inner
             .try_acquire(
                 keys::session_lease(bot, session),
                 keys::session_fence(bot, session),
             )
-            .await
+            .await?;
+        if lease.is_some() {
+            nanobot_runtime::metrics::get().session_leases.inc();
+        }
+        Ok(lease)
     }
 }

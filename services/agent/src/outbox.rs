@@ -48,6 +48,7 @@ impl Outbox {
             seq,
             answers: Vec::new(),
             content_ref: String::new(),
+            usage: None,
         }
     }
 

@@ -280,6 +280,7 @@ pub async fn execute(deps: &Deps, bot: &Bot, task: &SubagentTask) -> (bool, Stri
             max_iterations: d.max_tool_iterations,
             llm_timeout: resolve::llm_timeout(&deps.cfg),
             capped_replies: bot.target.caps_replies(),
+            telemetry: runner::Telemetry::of(&bot.target, &deps.cfg),
             scope: ToolScope {
                 session_key: task.origin_session_key.clone(),
                 channel: task.origin_channel.clone(),

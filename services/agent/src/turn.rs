@@ -130,6 +130,7 @@ pub async fn recover(
     {
         return Ok(0);
     }
+    nanobot_runtime::metrics::get().lease_takeovers.inc();
     let interrupted = session
         .metadata
         .get(meta::PENDING_TURN_ID)
@@ -307,6 +308,7 @@ pub async fn run(
             max_iterations: d.max_tool_iterations,
             llm_timeout: resolve::llm_timeout(cfg),
             capped_replies: bot.target.caps_replies(),
+            telemetry: runner::Telemetry::of(&bot.target, cfg),
             scope: ToolScope {
                 session_key: input.session_key.clone(),
                 channel: input.channel.clone(),
@@ -347,6 +349,11 @@ pub async fn run(
         rows,
         metadata: Some(metadata),
         streamed,
+        usage: Some(nanobot_proto::Usage {
+            prompt_tokens: result.usage.prompt_tokens,
+            completion_tokens: result.usage.completion_tokens,
+            total_tokens: result.usage.total(),
+        }),
         ..if answered {
             Reply::default()
         } else {
@@ -367,6 +374,8 @@ pub struct Reply {
     pub text: Option<(OutboundKind, String)>,
     /// Stream deltas sent (a stream end follows them).
     pub streamed: u32,
+    /// The turn's token usage, carried on its final reply.
+    pub usage: Option<nanobot_proto::Usage>,
 }
 
 impl Reply {
@@ -395,6 +404,7 @@ pub async fn finish(
     let message = reply.text.as_ref().map(|(kind, text)| {
         let mut m = outbox.message(*kind, text, 0);
         m.answers = answers.clone();
+        m.usage = reply.usage;
         m
     });
     let encoded = message.as_ref().map(outbox::encode);

@@ -210,6 +210,7 @@ impl ToolClient {
                 accepted,
                 "tool executor lost mid-call, retrying read-only tool"
             );
+            nanobot_runtime::metrics::get().tool_retry(name);
             let left = self.timeout.saturating_sub(started.elapsed());
             outcome =
                 liveness::attempt(&self.client, &self.replies, &request, left, self.liveness).await;

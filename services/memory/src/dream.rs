@@ -215,6 +215,7 @@ fn spec(ctx: Ctx<'_>, messages: Vec<Value>, max_iterations: u32, session_key: &s
             in_cron: true,
         },
         capped_replies: ctx.bot.target.caps_replies(),
+        telemetry: nanobot_core::runner::Telemetry::of(&ctx.bot.target, ctx.cfg),
     }
 }
 

@@ -1,5 +1,5 @@
-//! Liveness and readiness: an HTTP probe (`GET /health`, `GET /ready`) and an answer on the
-//! fleet status subject, so `nanobot status` can list live replicas.
+//! Liveness and readiness: an HTTP probe (`GET /health`, `GET /ready`, and `GET /metrics`, the
+//! role's Prometheus text, see [`crate::metrics`]) and an answer on the fleet status subject, so `nanobot status` can list live replicas.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -123,6 +123,16 @@ async fn ready(State(h): State<Arc<Health>>) -> (StatusCode, Json<serde_json::Va
     )
 }
 
+async fn metrics() -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::metrics::CONTENT_TYPE,
+        )],
+        crate::metrics::get().render(),
+    )
+}
+
 /// Serves the HTTP probe on `addr` until `cancel`; returns the bound address.
 pub async fn serve_http(
     addr: SocketAddr,
@@ -134,6 +144,7 @@ pub async fn serve_http(
     let app = Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
         .with_state(health_state);
     tokio::spawn(async move {
         let served = axum::serve(listener, app)

@@ -25,6 +25,7 @@ pub mod config;
 pub mod fs;
 pub mod health;
 pub mod lease;
+pub mod metrics;
 pub mod payloads;
 pub mod service;
 pub mod shutdown;

@@ -143,6 +143,19 @@ pub fn set_parent_from(span: &tracing::Span, headers: Option<&HeaderMap>) {
     let _ = span.set_parent(cx);
 }
 
+/// Sets `key` on `span`'s exported OpenTelemetry span as a list of strings (as GenAI's
+/// `gen_ai.response.finish_reasons`); tracing fields cannot hold lists.
+pub fn set_string_list(span: &tracing::Span, key: &'static str, values: &[&str]) {
+    let values = values
+        .iter()
+        .map(|v| opentelemetry::StringValue::from(v.to_string()))
+        .collect();
+    span.set_attribute(
+        key,
+        opentelemetry::Value::Array(opentelemetry::Array::String(values)),
+    );
+}
+
 /// Returns the trace id carried in `headers`' `traceparent`, if any.
 pub fn trace_id_of(headers: Option<&HeaderMap>) -> Option<String> {
     let value = headers?.get("traceparent")?.as_str().to_string();

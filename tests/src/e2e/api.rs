@@ -112,3 +112,72 @@ async fn a_gateway_asked_to_listen_on_every_interface_without_an_api_key_refuses
         );
     }
 }
+
+#[tokio::test]
+async fn completions_report_the_turns_token_usage_and_streams_report_it_when_asked() {
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/chat/completions", fleet.api_base());
+    // A turn of two LLM calls: the usage is their sum.
+    fleet
+        .llm
+        .push(Reply::tool_calls([("list_dir", json!({"path": "."}))]).with_usage(100, 10));
+    fleet.llm.push(Reply::text("listed").with_usage(130, 7));
+    let response: Value = http
+        .post(&url)
+        .json(&json!({"session_id": "plain", "messages": [{"role": "user", "content": "list"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        response["usage"],
+        json!({"prompt_tokens": 230, "completion_tokens": 17, "total_tokens": 247}),
+        "{response}"
+    );
+
+    let streamed = |include_usage: bool, session: &str| {
+        let body = json!({
+            "stream": true,
+            "stream_options": {"include_usage": include_usage},
+            "session_id": session,
+            "messages": [{"role": "user", "content": "stream"}],
+        });
+        let request = http.post(&url).json(&body).send();
+        async move {
+            let text = request.await.unwrap().text().await.unwrap();
+            let chunks: Vec<Value> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter(|d| *d != "[DONE]")
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            (text, chunks)
+        }
+    };
+    fleet
+        .llm
+        .push(Reply::text("streamed reply").with_usage(50, 3));
+    let (text, chunks) = streamed(true, "with-usage").await;
+    let last = chunks.last().expect("chunks");
+    // As OpenAI: the last chunk before [DONE] has no choices and the usage.
+    assert_eq!(last["choices"], json!([]), "{text}");
+    assert_eq!(
+        last["usage"],
+        json!({"prompt_tokens": 50, "completion_tokens": 3, "total_tokens": 53}),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+
+    fleet
+        .llm
+        .push(Reply::text("no usage asked").with_usage(50, 3));
+    let (text, chunks) = streamed(false, "without-usage").await;
+    assert!(chunks.iter().all(|c| c.get("usage").is_none()), "{text}");
+}

@@ -1,32 +1,57 @@
-//! Traces leave the fleet over OTLP when `telemetry.otlpEndpoint` is set, one trace per turn.
+//! Traces leave the fleet over OTLP when `telemetry.otlpEndpoint` is set, one trace per turn
+//! across the gateway, agent and tools processes, with OpenTelemetry's GenAI attributes; every
+//! role serves Prometheus metrics at `/metrics` on its health port.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fake_opentelemetry_collector::FakeCollectorServer;
-use serde_json::json;
+use fake_opentelemetry_collector::{ExportedSpan, FakeCollectorServer};
+use serde_json::{Value, json};
 
-use super::ask;
 use crate::harness::Fleet;
 use crate::scripted_llm::Reply;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn spans_are_exported_over_otlp_and_a_turn_is_one_trace() {
+/// A user text no span may carry unless `telemetry.captureContent` is on.
+const SECRET_TEXT: &str = "the zebra sings at midnight";
+
+/// Runs one API turn whose model calls `list_dir` and `glob` (usage 120/15), then answers
+/// (usage 160/4); stops every role (SIGTERM flushes the exporters) and returns the spans.
+async fn traced_turn(capture_content: bool) -> Vec<ExportedSpan> {
     let mut collector = FakeCollectorServer::start()
         .await
         .expect("start fake collector");
+    let roles = ["gateway", "agent", "tools"];
     let mut fleet = Fleet::builder()
-        .roles(&["agent", "tools"])
-        .config(json!({"telemetry": {"otlpEndpoint": collector.endpoint()}}))
+        .roles(&roles)
+        .config(json!({"telemetry": {
+            "otlpEndpoint": collector.endpoint(),
+            "captureContent": capture_content,
+        }}))
         .start()
         .await
         .unwrap();
-    fleet
-        .llm
-        .push(Reply::tool_calls([("list_dir", json!({"path": "."}))]));
-    fleet.llm.push(Reply::text("done"));
-    assert_eq!(ask(&mut fleet, "list the workspace", None).await, "done");
-    // SIGTERM flushes the batch exporters.
-    for role in ["agent", "tools"] {
+    fleet.llm.push(
+        Reply::tool_calls([
+            ("list_dir", json!({"path": "."})),
+            ("glob", json!({"pattern": "*"})),
+        ])
+        .with_usage(120, 15),
+    );
+    fleet.llm.push(Reply::text("done").with_usage(160, 4));
+    let response: Value = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&json!({"messages": [{"role": "user", "content": SECRET_TEXT}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        response["choices"][0]["message"]["content"], "done",
+        "{response}"
+    );
+    for role in roles {
         let service = fleet.service(role);
         service.sigterm().unwrap();
         service
@@ -34,45 +59,234 @@ async fn spans_are_exported_over_otlp_and_a_turn_is_one_trace() {
             .await
             .expect("exits after SIGTERM");
     }
-    let spans = collector.exported_spans(2, Duration::from_secs(10)).await;
-    let turn = spans.iter().find(|s| s.name == "turn").unwrap_or_else(|| {
-        panic!(
-            "no turn span in {:?}",
-            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
-        )
-    });
-    let same_trace: Vec<&str> = spans
-        .iter()
-        .filter(|s| s.trace_id == turn.trace_id)
-        .map(|s| s.name.as_str())
-        .collect();
-    // The executor's span of the list_dir call (not the tool-list request) is in the turn's
-    // trace, and its ancestry leads back to the turn span.
-    let executor_span = spans
-        .iter()
-        .find(|s| {
-            s.name == "tool_call"
-                && s.trace_id == turn.trace_id
-                && s.attributes
-                    .get("tool")
-                    .is_some_and(|t| t.contains("list_dir"))
-        })
-        .unwrap_or_else(|| {
-            panic!("no executor span of the list_dir call in the turn's trace: {same_trace:?}")
-        });
-    let mut current = executor_span;
-    let mut hops = 0;
-    while current.span_id != turn.span_id {
-        current = spans
-            .iter()
-            .find(|s| s.span_id == current.parent_span_id)
-            .unwrap_or_else(|| {
-                panic!(
-                    "the executor span's ancestry breaks at {:?} before the turn span",
-                    current.name
-                )
-            });
-        hops += 1;
-        assert!(hops < 32, "span ancestry loops");
+    // Every process flushed before it exited: whatever arrived is all there is.
+    collector.exported_spans(usize::MAX, Duration::ZERO).await
+}
+
+/// Returns the exported (Debug-printed) value of attribute `key`, if set.
+fn attr<'a>(span: &'a ExportedSpan, key: &str) -> Option<&'a str> {
+    span.attributes.get(key).map(String::as_str)
+}
+
+fn named<'a>(spans: &'a [ExportedSpan], name: &str) -> Vec<&'a ExportedSpan> {
+    spans.iter().filter(|s| s.name == name).collect()
+}
+
+/// Whether `span`'s ancestry leads to `ancestor`.
+fn descends_from(spans: &[ExportedSpan], span: &ExportedSpan, ancestor: &ExportedSpan) -> bool {
+    let by_id: BTreeMap<&str, &ExportedSpan> =
+        spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+    let mut current = span;
+    for _ in 0..32 {
+        if current.span_id == ancestor.span_id {
+            return true;
+        }
+        match by_id.get(current.parent_span_id.as_str()) {
+            Some(parent) => current = parent,
+            None => return false,
+        }
     }
+    false
+}
+
+/// Every attribute value of every span and span event, with where it was.
+fn every_value(spans: &[ExportedSpan]) -> Vec<(String, &str)> {
+    let mut out = Vec::new();
+    for s in spans {
+        for (k, v) in &s.attributes {
+            out.push((format!("{} {k}", s.name), v.as_str()));
+        }
+        for e in &s.events {
+            for (k, v) in &e.attributes {
+                out.push((format!("{} event {:?} {k}", s.name, e.name), v.as_str()));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_turn_with_two_tool_calls_is_one_trace_with_genai_attributes_and_no_content() {
+    let spans = traced_turn(false).await;
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    // One span of each process: the gateway's request, the agent's turn, the executor's calls.
+    let [api] = named(&spans, "api_completion")[..] else {
+        panic!("one gateway request span expected in {names:?}");
+    };
+    let [turn] = named(&spans, "turn")[..] else {
+        panic!("one turn span expected in {names:?}");
+    };
+    assert_eq!(
+        turn.trace_id, api.trace_id,
+        "the turn continues the request's trace"
+    );
+    assert!(
+        descends_from(&spans, turn, api),
+        "turn under the gateway request"
+    );
+
+    // The two LLM calls: GenAI client spans under the turn with the scripted usage.
+    let llm: Vec<&ExportedSpan> = spans
+        .iter()
+        .filter(|s| attr(s, "gen_ai.operation.name").is_some_and(|v| v.contains("\"chat\"")))
+        .collect();
+    assert_eq!(llm.len(), 2, "two LLM calls in {names:?}");
+    let expected = [("120", "15", "tool_calls"), ("160", "4", "stop")];
+    for (span, (input, output, finish)) in llm.iter().zip(expected) {
+        assert_eq!(span.name, "chat test-model");
+        assert_eq!(span.kind, "SPAN_KIND_CLIENT");
+        assert!(descends_from(&spans, span, turn), "LLM span under the turn");
+        let has = |key: &str, want: &str| {
+            let value = attr(span, key).unwrap_or_else(|| panic!("{key} missing: {span:?}"));
+            assert!(value.contains(want), "{key} = {value}, want {want}");
+        };
+        has("gen_ai.provider.name", "\"custom\"");
+        has("gen_ai.request.model", "\"test-model\"");
+        has("gen_ai.response.finish_reasons", &format!("\"{finish}\""));
+        has("gen_ai.usage.input_tokens", &format!("IntValue({input})"));
+        has("gen_ai.usage.output_tokens", &format!("IntValue({output})"));
+    }
+
+    // Each tool call: a runner-side span under the turn, the executor's span under it, both
+    // naming the tool and the call id.
+    for tool in ["list_dir", "glob"] {
+        let with_tool = |name: &str| -> &ExportedSpan {
+            spans
+                .iter()
+                .find(|s| {
+                    s.name == name && attr(s, "gen_ai.tool.name").is_some_and(|v| v.contains(tool))
+                })
+                .unwrap_or_else(|| panic!("no {name} span of {tool} in {names:?}"))
+        };
+        let runner = with_tool(&format!("execute_tool {tool}"));
+        let executor = with_tool("tool_call");
+        assert!(
+            descends_from(&spans, runner, turn),
+            "{tool}: runner span under the turn"
+        );
+        assert!(
+            descends_from(&spans, executor, runner),
+            "{tool}: executor under runner"
+        );
+        let call_id = attr(runner, "gen_ai.tool.call.id").expect("runner call id");
+        assert!(call_id.contains("call_"), "{call_id}");
+        assert_eq!(attr(executor, "gen_ai.tool.call.id"), Some(call_id));
+    }
+
+    for (at, value) in every_value(&spans) {
+        assert!(
+            !value.contains(SECRET_TEXT),
+            "message content recorded without captureContent at {at}: {value}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_capture_content_llm_spans_carry_the_messages() {
+    let spans = traced_turn(true).await;
+    let first = spans
+        .iter()
+        .find(|s| attr(s, "gen_ai.usage.input_tokens").is_some_and(|v| v.contains("IntValue(120)")))
+        .expect("the first LLM span");
+    let input = attr(first, "gen_ai.input.messages").expect("input messages recorded");
+    assert!(input.contains(SECRET_TEXT), "{input}");
+    let output = attr(first, "gen_ai.output.messages").expect("output messages recorded");
+    assert!(output.contains("list_dir"), "{output}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_role_serves_prometheus_metrics_that_count_the_turn() {
+    let roles = ["gateway", "agent", "tools"];
+    let mut fleet = Fleet::builder().roles(&roles).start().await.unwrap();
+    fleet.llm.push(
+        Reply::tool_calls([
+            ("list_dir", json!({"path": "."})),
+            ("glob", json!({"pattern": "*"})),
+        ])
+        .with_usage(120, 15),
+    );
+    fleet.llm.push(Reply::text("done").with_usage(160, 4));
+    let http = reqwest::Client::new();
+    let response: Value = http
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&json!({"messages": [{"role": "user", "content": "count me"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(response["choices"][0]["message"]["content"], "done");
+
+    let mut scrapes = BTreeMap::new();
+    for role in roles {
+        let base = fleet.health_base(role).unwrap();
+        let reply = http.get(format!("{base}/metrics")).send().await.unwrap();
+        assert_eq!(reply.status(), 200);
+        let content_type = reply.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            content_type.starts_with("text/plain; version=0.0.4"),
+            "{content_type}"
+        );
+        let text = reply.text().await.unwrap();
+        // Prometheus text format: every line is a comment (HELP, TYPE) or a sample.
+        for line in text.lines() {
+            let parsed = prometheus_parse::LineInfo::parse(line);
+            assert!(
+                !matches!(parsed, prometheus_parse::LineInfo::Ignored),
+                "{role}: not Prometheus text: {line:?}"
+            );
+        }
+        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .unwrap_or_else(|e| panic!("{role}: {e}\n{text}"));
+        scrapes.insert(role, (scrape, text));
+    }
+    let value = |role: &str, metric: &str, labels: &[(&str, &str)]| -> f64 {
+        let (scrape, text) = &scrapes[role];
+        let sample = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .unwrap_or_else(|| panic!("{role}: no {metric}{labels:?} in\n{text}"));
+        match sample.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            ref other => panic!("{metric} is {other:?}"),
+        }
+    };
+    // The agent: one answered turn, two LLM calls with the scripted tokens, two tool calls
+    // asked for, one session lease.
+    assert_eq!(
+        value("agent", "nanobot_turns_total", &[("outcome", "answered")]),
+        1.0
+    );
+    let provider = [("provider", "custom")];
+    assert_eq!(value("agent", "nanobot_llm_calls_total", &provider), 2.0);
+    let input = [("provider", "custom"), ("type", "input")];
+    let output = [("provider", "custom"), ("type", "output")];
+    assert_eq!(value("agent", "nanobot_llm_tokens_total", &input), 280.0);
+    assert_eq!(value("agent", "nanobot_llm_tokens_total", &output), 19.0);
+    assert_eq!(value("agent", "nanobot_session_leases_total", &[]), 1.0);
+    let agent_text = &scrapes["agent"].1;
+    assert!(
+        agent_text.contains("nanobot_turn_duration_seconds_count{outcome=\"answered\"} 1\n"),
+        "{agent_text}"
+    );
+    for tool in ["list_dir", "glob"] {
+        let runner = [("tool", tool), ("side", "runner"), ("outcome", "ok")];
+        assert_eq!(value("agent", "nanobot_tool_calls_total", &runner), 1.0);
+        // The executor: the same calls, run.
+        let executor = [("tool", tool), ("side", "executor"), ("outcome", "ok")];
+        assert_eq!(value("tools", "nanobot_tool_calls_total", &executor), 1.0);
+    }
+    // The gateway: one reply delivered to an API client.
+    let delivered = [("channel", "api"), ("outcome", "delivered")];
+    assert_eq!(
+        value("gateway", "nanobot_deliveries_total", &delivered),
+        1.0
+    );
 }

@@ -307,6 +307,19 @@ impl Fleet {
             .unwrap_or_else(|| panic!("the fleet has no instance {index} of role {role}"))
     }
 
+    /// Returns the first `role` instance's health probe root, `http://127.0.0.1:PORT`
+    /// (`/health`, `/ready`, `/metrics`), read from its start-up log line.
+    pub fn health_base(&mut self, role: &str) -> anyhow::Result<String> {
+        let logs = self.service(role).logs();
+        let addr = logs
+            .lines()
+            .filter(|l| l.contains("health probe listening"))
+            .find_map(|l| l.split("addr=").nth(1))
+            .and_then(|a| a.split_whitespace().next())
+            .with_context(|| format!("nanobot-{role} logged no health probe address"))?;
+        Ok(format!("http://{addr}"))
+    }
+
     /// Returns every instance of `role`.
     pub fn replicas(&mut self, role: &str) -> Vec<&mut ServiceProc> {
         self.services

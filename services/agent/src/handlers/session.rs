@@ -5,7 +5,7 @@
 //! answered with upstream's error text so one poison message cannot block its session.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, AckKind};
 use rand::Rng as _;
@@ -15,6 +15,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use nanobot_core::checkpoint::Restore;
 use nanobot_core::session::{Commit, SessionStore};
 use nanobot_proto::{InboundMessage, OutboundKind, keys};
+use nanobot_runtime::metrics;
 
 use super::Deps;
 use crate::bots::Bot;
@@ -234,8 +235,10 @@ pub async fn guarded(
             attempts,
             "turn started too often without finishing (its runners died), answering with an error"
         );
+        metrics::get().turn("error_reply", Duration::ZERO);
         return turn::finish(deps, ctx, input, outbox, error_reply()).await;
     }
+    let started = Instant::now();
     let registration = deps.active.register(&bot.spec.id, &input.session_key);
     let outcome = tokio::select! {
         r = turn::run(deps, bot, ctx, input, outbox) => Some(r),
@@ -243,6 +246,13 @@ pub async fn guarded(
         _ = lease.lost().cancelled() => Some(Err(anyhow::anyhow!("session lease lost mid-turn"))),
     };
     drop(registration);
+    let label = match &outcome {
+        Some(Ok(())) => "answered",
+        None => "stopped",
+        Some(Err(_)) if attempts < MAX_ATTEMPTS => "failed",
+        Some(Err(_)) => "error_reply",
+    };
+    metrics::get().turn(label, started.elapsed());
     match outcome {
         Some(Ok(())) => {
             // Still under the lease, but no longer an active turn (`/status`, `/stop`).

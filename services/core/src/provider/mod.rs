@@ -137,6 +137,19 @@ impl LlmError {
 }
 
 impl LlmError {
+    /// The error's kind as metrics and spans name it: `quota`, `rate_limited`,
+    /// `client_error`, `server_error`, `transport` or `malformed`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Status { status: 429, .. } if self.is_arrearage() => "quota",
+            Self::Status { status: 429, .. } => "rate_limited",
+            Self::Status { status, .. } if *status >= 500 => "server_error",
+            Self::Status { .. } => "client_error",
+            Self::Transport(_) => "transport",
+            Self::Malformed(_) => "malformed",
+        }
+    }
+
     /// Whether the provider refused for quota or billing (a 429 that retrying cannot fix).
     pub fn is_arrearage(&self) -> bool {
         matches!(self, Self::Status { status: 429, body, .. } if is_quota_error(body))
@@ -348,6 +361,21 @@ mod tests {
         assert!(status(503, "").retryable());
         assert!(!status(429, "{\"error\":{\"code\":\"insufficient_quota\"}}").retryable());
         assert!(!status(400, "bad").retryable());
+    }
+
+    #[test]
+    fn errors_are_counted_by_kind() {
+        let status = |status, body: &str| LlmError::Status {
+            status,
+            body: body.into(),
+            retry_after: None,
+        };
+        assert_eq!(status(429, "slow down").kind(), "rate_limited");
+        assert_eq!(status(429, "insufficient_quota").kind(), "quota");
+        assert_eq!(status(401, "bad key").kind(), "client_error");
+        assert_eq!(status(502, "").kind(), "server_error");
+        assert_eq!(LlmError::Transport("refused".into()).kind(), "transport");
+        assert_eq!(LlmError::Malformed("no choices".into()).kind(), "malformed");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::collections::HashSet;
 
 use futures::StreamExt as _;
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use super::{Run, assistant_message, call_json};
 use crate::args;
@@ -88,7 +89,24 @@ async fn run_one(
     c: &ToolCall,
 ) -> ToolOutcome {
     let arguments = args::repaired_text(&c.arguments);
-    let mut outcome = tools.execute(scope, &c.id, &c.name, &arguments).await;
+    let span = tracing::info_span!(
+        "execute_tool",
+        "otel.name" = %format_args!("execute_tool {}", c.name),
+        "gen_ai.operation.name" = "execute_tool",
+        "gen_ai.tool.name" = %c.name,
+        "gen_ai.tool.call.id" = %c.id,
+    );
+    let started = std::time::Instant::now();
+    let mut outcome = tools
+        .execute(scope, &c.id, &c.name, &arguments)
+        .instrument(span)
+        .await;
+    nanobot_runtime::metrics::get().tool_call(
+        &c.name,
+        "runner",
+        started.elapsed(),
+        outcome.is_error,
+    );
     if outcome
         .content
         .as_str()

@@ -70,6 +70,27 @@ pub struct RunSpec {
     /// The provider caps replies on purpose (the local default model, whose proxy limits
     /// completions): a reply cut at the token limit is final, never continued.
     pub capped_replies: bool,
+    /// How the run's LLM calls are traced and counted.
+    pub telemetry: Telemetry,
+}
+
+/// How a run's LLM calls are traced (OpenTelemetry GenAI spans) and counted (metrics).
+#[derive(Debug, Clone, Default)]
+pub struct Telemetry {
+    /// Provider name (`gen_ai.provider.name`, the metrics' `provider` label).
+    pub provider: String,
+    /// Record message contents on spans (`telemetry.captureContent`).
+    pub capture_content: bool,
+}
+
+impl Telemetry {
+    /// Returns the telemetry of calls to `target` under `cfg`.
+    pub fn of(target: &crate::resolve::Target, cfg: &nanobot_runtime::config::Config) -> Self {
+        Self {
+            provider: target.provider.clone(),
+            capture_content: cfg.telemetry.capture_content,
+        }
+    }
 }
 
 /// How a run whose iterations ran out ends.

@@ -3,7 +3,11 @@
 //! the hook, usage estimates when the provider reports none, and the malformed-tool-call
 //! recovery (one corrective retry, then a no-tools request).
 
+use std::time::Instant;
+
 use serde_json::Value;
+use tracing::Instrument as _;
+use tracing::field::Empty;
 
 use super::RunSpec;
 use super::prompts;
@@ -60,12 +64,23 @@ impl Requester<'_> {
         };
         let sink_ref: &crate::provider::DeltaFn<'_> = &sink;
         let on_delta = (stream && self.streaming).then_some(sink_ref);
+        let span = llm_span(self.spec, messages);
+        let started = Instant::now();
         let call = self.model.chat(&request, on_delta);
-        let outcome = match self.spec.llm_timeout {
-            Some(limit) => tokio::time::timeout(limit, call)
-                .await
-                .map_err(|_| limit.as_secs()),
-            None => Ok(call.await),
+        let call = async {
+            match self.spec.llm_timeout {
+                Some(limit) => tokio::time::timeout(limit, call)
+                    .await
+                    .map_err(|_| limit.as_secs()),
+                None => Ok(call.await),
+            }
+        };
+        let outcome = call.instrument(span.clone()).await;
+        let _entered = span.enter();
+        let error_kind = match &outcome {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e.kind()),
+            Err(_) => Some("timeout"),
         };
         let mut response = match outcome {
             Ok(Ok(r)) => r,
@@ -98,6 +113,16 @@ impl Requester<'_> {
             response.usage.prompt_tokens = estimate_messages_by_bytes(messages) as u64;
             response.usage.completion_tokens = (out / 4 + 1) as u64;
         }
+        record_response(&span, self.spec, &response, error_kind);
+        nanobot_runtime::metrics::get().llm_call(
+            &self.spec.telemetry.provider,
+            started.elapsed(),
+            (
+                response.usage.prompt_tokens,
+                response.usage.completion_tokens,
+            ),
+            error_kind,
+        );
         let cost = Cost {
             usage: response.usage,
             calls: 1,
@@ -142,6 +167,69 @@ impl Requester<'_> {
         let mut request = messages.to_vec();
         request.push(prompts::user(prompt));
         self.once(&request, &[], false).await
+    }
+}
+
+/// Returns the span of one LLM call, after OpenTelemetry's GenAI conventions (`chat {model}`,
+/// a client span); the response's attributes are recorded by [`record_response`]. Message
+/// contents go on it only with `telemetry.captureContent`.
+fn llm_span(spec: &RunSpec, messages: &[Value]) -> tracing::Span {
+    let span = tracing::info_span!(
+        "chat",
+        "otel.name" = %format_args!("chat {}", spec.model),
+        "otel.kind" = "client",
+        "gen_ai.operation.name" = "chat",
+        "gen_ai.provider.name" = %spec.telemetry.provider,
+        "gen_ai.request.model" = %spec.model,
+        "gen_ai.request.max_tokens" = i64::from(spec.max_tokens),
+        "gen_ai.request.temperature" = spec.temperature,
+        "gen_ai.usage.input_tokens" = Empty,
+        "gen_ai.usage.output_tokens" = Empty,
+        "error.type" = Empty,
+        "gen_ai.input.messages" = Empty,
+        "gen_ai.output.messages" = Empty,
+    );
+    if spec.telemetry.capture_content {
+        let input = Value::Array(messages.to_vec()).to_string();
+        span.record("gen_ai.input.messages", input.as_str());
+    }
+    span
+}
+
+/// Records the response of one LLM call on its span.
+fn record_response(
+    span: &tracing::Span,
+    spec: &RunSpec,
+    response: &ChatResponse,
+    error: Option<&'static str>,
+) {
+    nanobot_runtime::telemetry::set_string_list(
+        span,
+        "gen_ai.response.finish_reasons",
+        &[response.finish_reason.as_str()],
+    );
+    // As i64: OpenTelemetry has no unsigned integers (a u64 would be exported as text).
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    span.record(
+        "gen_ai.usage.input_tokens",
+        int(response.usage.prompt_tokens),
+    );
+    span.record(
+        "gen_ai.usage.output_tokens",
+        int(response.usage.completion_tokens),
+    );
+    if let Some(kind) = error {
+        span.record("error.type", kind);
+    }
+    if spec.telemetry.capture_content {
+        let calls: Vec<Value> = response.tool_calls.iter().map(super::call_json).collect();
+        let output = serde_json::json!([{
+            "role": "assistant",
+            "content": response.content,
+            "tool_calls": calls,
+            "finish_reason": response.finish_reason,
+        }]);
+        span.record("gen_ai.output.messages", output.to_string().as_str());
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span};
 
-use nanobot_proto::{InboundMessage, OutboundKind};
+use nanobot_proto::{InboundMessage, OutboundKind, Usage};
 use nanobot_runtime::bus;
 use nanobot_runtime::config::BotSpec;
 
@@ -42,7 +42,9 @@ pub(super) async fn handle(State(state): State<AppState>, request: Request) -> R
         match accept(&state, &headers, body).await {
             Ok(turn) if turn.stream => sse::respond(turn, in_flight),
             Ok(turn) => match turn.wait_final().await {
-                Ok((model, content)) => Json(completion(&model, &content)).into_response(),
+                Ok((model, content, usage)) => {
+                    Json(completion(&model, &content, usage)).into_response()
+                }
                 Err(e) => e.into_response(),
             },
             Err(e) => e.into_response(),
@@ -115,6 +117,7 @@ async fn publish(
     Ok(Turn {
         model: bot.model.clone(),
         stream: req.stream,
+        include_usage: req.include_usage,
         waiter,
         deadline,
         timeout_secs: state.inner.timeout_secs,
@@ -147,6 +150,8 @@ fn body_error(rejection: BytesRejection) -> ApiError {
 pub(super) struct Turn {
     pub(super) model: String,
     pub(super) stream: bool,
+    /// `stream_options.include_usage`.
+    pub(super) include_usage: bool,
     pub(super) waiter: Waiter,
     pub(super) deadline: Instant,
     pub(super) timeout_secs: f64,
@@ -156,8 +161,8 @@ pub(super) struct Turn {
 }
 
 impl Turn {
-    /// Waits for the final reply; returns the model name and the reply text.
-    async fn wait_final(mut self) -> Result<(String, String), ApiError> {
+    /// Waits for the final reply; returns the model name, the reply text and the turn's usage.
+    async fn wait_final(mut self) -> Result<(String, String, Option<Usage>), ApiError> {
         loop {
             let reply = match tokio::time::timeout_at(self.deadline, self.waiter.recv()).await {
                 Err(_) => {
@@ -169,7 +174,10 @@ impl Turn {
                 Ok(Some(reply)) => reply,
             };
             match reply.kind() {
-                OutboundKind::Final => return Ok((self.model, reply.content)),
+                OutboundKind::Final => {
+                    nanobot_runtime::metrics::get().delivery(API_CHANNEL, "delivered");
+                    return Ok((self.model, reply.content, reply.usage));
+                }
                 OutboundKind::Error => return Err(ApiError::Agent(reply.content)),
                 // Progress, tool hints and stream events are not part of a JSON answer.
                 _ => {}
@@ -183,8 +191,18 @@ impl Turn {
 #[error("reply registration vanished")]
 pub(super) struct Unregistered;
 
+/// Returns an OpenAI `usage` object (zeros when the reply carried none: a command's).
+pub(super) fn usage_json(usage: Option<Usage>) -> serde_json::Value {
+    let u = usage.unwrap_or_default();
+    serde_json::json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total_tokens,
+    })
+}
+
 /// Returns an OpenAI `chat.completion` object.
-fn completion(model: &str, content: &str) -> serde_json::Value {
+fn completion(model: &str, content: &str, usage: Option<Usage>) -> serde_json::Value {
     serde_json::json!({
         "id": completion_id(),
         "object": "chat.completion",
@@ -195,7 +213,7 @@ fn completion(model: &str, content: &str) -> serde_json::Value {
             "message": {"role": "assistant", "content": content},
             "finish_reason": "stop",
         }],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "usage": usage_json(usage),
     })
 }
 

@@ -28,6 +28,8 @@ pub(crate) struct ChatRequest {
     pub(crate) model: Option<String>,
     /// Whether the client wants server-sent events.
     pub(crate) stream: bool,
+    /// `stream_options.include_usage`: a streamed answer ends with a chunk carrying `usage`.
+    pub(crate) include_usage: bool,
 }
 
 /// One decoded image attachment.
@@ -65,6 +67,11 @@ impl ChatRequest {
             session_id: optional_text(body.get("session_id")),
             model: optional_text(body.get("model")),
             stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
+            include_usage: body
+                .get("stream_options")
+                .and_then(|o| o.get("include_usage"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
         })
     }
 

@@ -1,6 +1,7 @@
 //! The streaming answer: one `chat.completion.chunk` event per stream delta (in `seq` order),
-//! the final text as one delta when nothing was streamed, then a `finish_reason: "stop"` chunk
-//! and `data: [DONE]`. A failure ends the stream with an error event instead.
+//! the final text as one delta when nothing was streamed, then a `finish_reason: "stop"` chunk,
+//! with `stream_options.include_usage` a chunk with empty `choices` and the turn's `usage`
+//! (as OpenAI), and `data: [DONE]`. A failure ends the stream with an error event instead.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
@@ -13,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use nanobot_proto::OutboundKind;
 use nanobot_runtime::health::InFlight;
 
-use super::completions::{Turn, Unregistered, completion_id, now_secs};
+use super::completions::{Turn, Unregistered, completion_id, now_secs, usage_json};
 use super::error::ApiError;
 use crate::error::UserFacingError as _;
 
@@ -92,7 +93,8 @@ impl Events {
                 if !self.emitted {
                     self.delta(reply.content);
                 }
-                self.finish();
+                nanobot_runtime::metrics::get().delivery(crate::API_CHANNEL, "delivered");
+                self.finish(reply.usage);
             }
             OutboundKind::Error => self.fail(ApiError::Agent(reply.content)),
             // A stream end only closes one generation segment; tools may follow.
@@ -109,9 +111,23 @@ impl Events {
         self.queue.push_back(chunk);
     }
 
-    fn finish(&mut self) {
+    /// Queues the `finish_reason: "stop"` chunk, the usage chunk when the client asked for
+    /// it (`stream_options.include_usage`: empty `choices`, as OpenAI), and `[DONE]`.
+    fn finish(&mut self, usage: Option<nanobot_proto::Usage>) {
         let stop = self.chunk(serde_json::json!({}), Some("stop"));
         self.queue.push_back(stop);
+        if self.turn.include_usage {
+            let chunk = serde_json::json!({
+                "id": self.chunk_id,
+                "object": "chat.completion.chunk",
+                "created": now_secs(),
+                "model": self.turn.model,
+                "choices": [],
+                "usage": usage_json(usage),
+            });
+            self.queue
+                .push_back(Event::default().data(chunk.to_string()));
+        }
         self.queue.push_back(Event::default().data("[DONE]"));
         self.done = true;
     }

@@ -262,8 +262,10 @@ async fn deliver(msg: &Message, bots: &BTreeMap<String, Arc<dyn Channel>>, deps:
             }
         }
     };
+    let metrics = nanobot_runtime::metrics::get();
     match sent {
         Ok(()) => {
+            metrics.delivery(&out.channel, "delivered");
             let written: redis::RedisResult<()> = conn.set_ex(&key, "done", RECORD_TTL_SECS).await;
             if let Err(e) = written {
                 tracing::warn!(error = %e, delivery_id = %out.id, "failed to record a delivery");
@@ -274,9 +276,11 @@ async fn deliver(msg: &Message, bots: &BTreeMap<String, Arc<dyn Channel>>, deps:
             let attempt = msg.info().map(|i| i.delivered).unwrap_or(1).max(1);
             let delay = Duration::from_millis(500u64 << attempt.min(6) as u64);
             tracing::warn!(delivery_id = %out.id, attempt, retry_in = ?delay, error = %e, "delivery failed; retrying");
+            metrics.delivery(&out.channel, "retried");
             Outcome::Retry(delay.min(Duration::from_secs(30)))
         }
         Err(SendError::Permanent(e)) => {
+            metrics.delivery(&out.channel, "dropped");
             tracing::warn!(delivery_id = %out.id, error = %e, "delivery refused by the platform; dropped");
             Outcome::Drop
         }

@@ -190,6 +190,24 @@ mod tests {
     }
 
     #[test]
+    fn capture_content_is_off_by_default_and_must_be_a_boolean() {
+        assert!(!parse("{}", &[]).unwrap().telemetry.capture_content);
+        let on = parse(r#"{"telemetry":{"captureContent":true}}"#, &[]).unwrap();
+        assert!(on.telemetry.capture_content);
+        let err = parse(
+            r#"{"telemetry":{"captureContent":"yes"},"bus":{"url":"http://nope"}}"#,
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("telemetry.captureContent"), "{err}");
+        assert!(
+            err.contains("bus.url"),
+            "listed with the other problems: {err}"
+        );
+    }
+
+    #[test]
     fn every_problem_is_listed_at_once() {
         let err = parse(
             r#"{"agents":{"defaults":{"maxTokns":1,"temperature":9,"maxConcurrentSubagents":0}},

@@ -445,6 +445,11 @@ pub struct TelemetryConfig {
     /// Default log filter when `RUST_LOG` is unset. Default `info`.
     #[serde(alias = "log_level")]
     pub log_level: String,
+    /// Record message contents (prompts, replies, tool arguments and results) on spans as
+    /// `gen_ai.input.messages` / `gen_ai.output.messages`. Default false: spans carry only
+    /// names, ids, models and token counts.
+    #[serde(alias = "capture_content")]
+    pub capture_content: bool,
 }
 
 impl Default for TelemetryConfig {
@@ -453,6 +458,7 @@ impl Default for TelemetryConfig {
             otlp_endpoint: None,
             log_format: "text".into(),
             log_level: "info".into(),
+            capture_content: false,
         }
     }
 }

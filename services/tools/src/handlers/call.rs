@@ -112,7 +112,14 @@ fn decode(subject: &str, payload: &[u8]) -> Result<ToolCallRequest, ServiceError
 #[instrument(
     name = "tool_call",
     skip_all,
-    fields(tool = %request.name, session_id = %request.session_key, call_id = %request.call_id)
+    fields(
+        tool = %request.name,
+        session_id = %request.session_key,
+        call_id = %request.call_id,
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %request.name,
+        gen_ai.tool.call.id = %request.call_id,
+    )
 )]
 async fn call(
     deps: &Deps,
@@ -149,6 +156,12 @@ async fn call(
         chars = output.content.len(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         "tool call finished"
+    );
+    nanobot_runtime::metrics::get().tool_call(
+        &request.name,
+        "executor",
+        started.elapsed(),
+        output.is_error,
     );
     let mut result = ToolCallResult {
         call_id: request.call_id,
