@@ -82,7 +82,7 @@ pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 /// 244 random bits (two v4 UUIDs), hex.
-fn random_secret() -> String {
+pub fn random_secret() -> String {
     format!(
         "{}{}",
         uuid::Uuid::new_v4().simple(),

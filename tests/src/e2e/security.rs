@@ -1,0 +1,232 @@
+//! Per-role credentials: the fleet runs against a nats-server configured by `nanobot deploy
+//! nats-config` and a redis-server with the ACL file of `nanobot deploy redis-acl`, each role
+//! logged in as its own user; what a role must not do is refused by the servers.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use nanobot_proto::{keys, subjects};
+
+use super::{TURN, ask, session_rows};
+use crate::harness::{Fleet, Secured, bin_path};
+use crate::scripted_llm::Reply;
+
+/// Runs `nanobot deploy <what> --out <dir>/<file>` and returns the passwords of its env file
+/// by role name.
+async fn deploy(dir: &Path, what: &str, file: &str, server: &str) -> BTreeMap<String, String> {
+    let out = tokio::process::Command::new(bin_path("nanobot").unwrap())
+        .args(["deploy", what, "--out"])
+        .arg(dir.join(file))
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(dir.join(format!("{server}-secrets.env"))).unwrap();
+    let prefix = format!("NANOBOT_{}_", server.to_ascii_uppercase());
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .filter_map(|(k, v)| {
+            let role = k.strip_prefix(&prefix)?.strip_suffix("_PASSWORD")?;
+            Some((role.to_ascii_lowercase(), v.to_string()))
+        })
+        .collect()
+}
+
+async fn secured(dir: &Path) -> Secured {
+    Secured {
+        nats: deploy(dir, "nats-config", "nats.conf", "nats").await,
+        redis: deploy(dir, "redis-acl", "users.acl", "redis").await,
+        nats_config: dir.join("nats.conf"),
+        redis_acl: dir.join("users.acl"),
+    }
+}
+
+/// A NATS client logged in as `role`, and the server errors it is sent.
+async fn login(
+    fleet: &Fleet,
+    secured: &Secured,
+    role: &str,
+) -> (async_nats::Client, mpsc::UnboundedReceiver<String>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let client = async_nats::ConnectOptions::new()
+        .user_and_password(role.into(), secured.nats[role].clone())
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = event {
+                    let _ = tx.send(e.to_string());
+                }
+            }
+        })
+        .connect(fleet.nats.url())
+        .await
+        .unwrap();
+    (client, rx)
+}
+
+/// Waits for a server error containing `needle`.
+async fn refused(errors: &mut mpsc::UnboundedReceiver<String>, needle: &str) {
+    let wait = async {
+        while let Some(e) = errors.recv().await {
+            if e.contains(needle) {
+                return e;
+            }
+        }
+        panic!("error channel closed");
+    };
+    let e = tokio::time::timeout(Duration::from_secs(10), wait)
+        .await
+        .unwrap_or_else(|_| panic!("no refusal {needle:?}"));
+    assert!(e.to_lowercase().contains("permissions violation"), "{e}");
+}
+
+#[tokio::test]
+async fn every_role_as_its_own_user_runs_turns_and_the_servers_refuse_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let secured = secured(dir.path()).await;
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools", "memory", "cron"])
+        .secured(secured.clone())
+        .start()
+        .await
+        .unwrap();
+
+    // A CLI turn with two tool calls (agent → tools → agent), then an API turn (gateway).
+    fleet.llm.push(Reply::tool_calls([(
+        "write_file",
+        json!({"path": "notes.txt", "content": "secured"}),
+    )]));
+    fleet.llm.push(Reply::tool_calls([(
+        "read_file",
+        json!({"path": "notes.txt"}),
+    )]));
+    fleet.llm.push(Reply::text("Wrote and read it."));
+    let reply = ask(&mut fleet, "write then read", None).await;
+    assert_eq!(reply, "Wrote and read it.");
+    assert_eq!(
+        std::fs::read_to_string(fleet.workspace().join("notes.txt")).unwrap(),
+        "secured"
+    );
+    fleet.llm.push(Reply::text("Hi over HTTP"));
+    let response: Value = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&json!({"model": "test-model", "session_id": "s1",
+            "messages": [{"role": "user", "content": "hello"}]}))
+        .timeout(TURN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(response["choices"][0]["message"]["content"], "Hi over HTTP");
+    assert_eq!(session_rows(&fleet, "default", "api:s1").await.len(), 2);
+    let status = fleet.cli(&["status"]).await.unwrap();
+    assert!(status.status.success(), "{status:?}");
+    for role in ["gateway", "agent", "tools", "memory", "cron"] {
+        let log = fleet.service(role).logs().to_lowercase();
+        assert!(
+            !log.contains("no permissions") && !log.contains("violation"),
+            "{role} was refused something it needs:\n{log}"
+        );
+    }
+    let logs = fleet.nats.logs();
+    assert!(
+        !logs.contains("Violation"),
+        "a role was refused something it needs:\n{logs}"
+    );
+
+    // The tools role can neither inject a message nor read inbound messages.
+    let (tools, mut errors) = login(&fleet, &secured, "tools").await;
+    let inbound = subjects::inbound("default", "api", "api:injected");
+    tools.publish(inbound.clone(), "x".into()).await.unwrap();
+    tools.flush().await.unwrap();
+    refused(&mut errors, &format!("Publish to \"{inbound}\"")).await;
+    let _sub = tools.subscribe(subjects::INBOUND_ALL).await.unwrap();
+    tools.flush().await.unwrap();
+    refused(&mut errors, "Subscription to \"nanobot.*.inbound.>\"").await;
+    let logs = fleet.nats.logs();
+    assert!(
+        logs.contains("Publish Violation"),
+        "the server logs refusals:\n{logs}"
+    );
+    let js = async_nats::jetstream::new(fleet.nats_client().await.unwrap());
+    let mut stream = js.get_stream(subjects::INBOUND_STREAM).await.unwrap();
+    assert!(
+        stream
+            .get_last_raw_message_by_subject(&inbound)
+            .await
+            .is_err(),
+        "the injected message reached the stream"
+    );
+    // Nor may the gateway call tools, or anyone but the operator delete a stream.
+    let (gateway, mut errors) = login(&fleet, &secured, "gateway").await;
+    let exec = subjects::tool_call("default", "exec");
+    gateway.publish(exec.clone(), "x".into()).await.unwrap();
+    gateway.flush().await.unwrap();
+    refused(&mut errors, &format!("Publish to \"{exec}\"")).await;
+    let agent_js = async_nats::jetstream::new(login(&fleet, &secured, "agent").await.0);
+    assert!(
+        agent_js
+            .delete_stream(subjects::INBOUND_STREAM)
+            .await
+            .is_err()
+    );
+    stream.info().await.expect("the stream is still there");
+
+    // Redis: a role user runs no administrative command and touches only its keys.
+    let url = |role: &str| {
+        format!(
+            "redis://{role}:{}@127.0.0.1:{}",
+            secured.redis[role],
+            fleet.redis.port()
+        )
+    };
+    let mut agent = redis::Client::open(url("agent"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let rows: redis::RedisResult<i64> = redis::cmd("LLEN")
+        .arg(keys::session_messages("default", "api:s1"))
+        .query_async(&mut agent)
+        .await;
+    assert_eq!(rows.unwrap(), 2, "the agent reads its sessions");
+    for args in [
+        &["FLUSHALL"][..],
+        &["CONFIG", "GET", "*"],
+        &["KEYS", "*"],
+        &["GET", keys::CRON_LEADER],
+        &["SET", "elsewhere", "1"],
+    ] {
+        let mut cmd = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        let e = cmd
+            .query_async::<redis::Value>(&mut agent)
+            .await
+            .expect_err("refused");
+        assert!(
+            e.to_string().to_lowercase().contains("no permissions"),
+            "{args:?}: {e}"
+        );
+    }
+    let open = redis::Client::open(format!("redis://127.0.0.1:{}", fleet.redis.port())).unwrap();
+    let ping = match open.get_multiplexed_async_connection().await {
+        Ok(mut anonymous) => redis::cmd("PING")
+            .query_async::<String>(&mut anonymous)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let e = ping.expect_err("the default user is off");
+    assert!(
+        e.contains("NOAUTH") || e.contains("WRONGPASS") || e.contains("auth"),
+        "{e}"
+    );
+}
