@@ -124,7 +124,7 @@ async fn connect(cfg: &Config) -> anyhow::Result<bus::Bus> {
         .with_context(|| {
             format!(
                 "connect to nats at {} (is the fleet running? `make run` or `nanobot up`)",
-                cfg.bus.url
+                config::redact_url(&cfg.bus.url)
             )
         })
 }

@@ -87,7 +87,7 @@ pub async fn connect(
     let mut addrs = Vec::new();
     for url in cfg.url.split(',') {
         let addr: ServerAddr = url.trim().parse().map_err(|source| BusError::Url {
-            url: url.to_string(),
+            url: crate::config::redact_url(url),
             source,
         })?;
         addrs.push(addr);

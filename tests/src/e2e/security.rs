@@ -230,3 +230,97 @@ async fn every_role_as_its_own_user_runs_turns_and_the_servers_refuse_the_rest()
         "{e}"
     );
 }
+
+/// A distinctive secret: it must appear in no log line, dump or CLI output.
+const CANARY: &str = "CANARY-7f3a9c";
+
+#[tokio::test]
+async fn no_secret_reaches_a_log_a_dump_the_cli_or_the_exec_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let secured = secured(dir.path()).await;
+    let provider_key = format!("{CANARY}-provider");
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools", "memory", "cron"])
+        .secured(secured.clone())
+        .config(json!({
+            "api": {"apiKey": format!("{CANARY}-api")},
+            "channels": {"telegram": {"enabled": false, "token": format!("123:{CANARY}-telegram")}},
+            "tools": {"web": {"search": {"provider": "brave", "apiKey": format!("{CANARY}-search")}}},
+        }))
+        .env("NANOBOT_PROVIDERS__CUSTOM__API_KEY", &provider_key)
+        .env("RUST_LOG", "debug")
+        .start()
+        .await
+        .unwrap();
+
+    // `env` through the exec tool: the executor's own secrets stay out of the command.
+    fleet
+        .llm
+        .push(Reply::tool_calls([("exec", json!({"command": "env"}))]));
+    fleet.llm.push(Reply::text("ran env"));
+    let mut outputs = vec![ask(&mut fleet, "run env", Some("cli:env")).await];
+    let requests = fleet.llm.requests();
+    let env_result = requests.last().unwrap().messages().last().unwrap()["content"].to_string();
+    assert!(env_result.contains("PATH="), "{env_result}");
+    // A provider answering 401 with the key in its body, and a malformed tool call.
+    fleet.llm.push(Reply::error(
+        401,
+        json!({"error": {"message": format!("Incorrect API key provided: {provider_key}")}}),
+    ));
+    outputs.push(ask(&mut fleet, "hello", Some("cli:denied")).await);
+    fleet
+        .llm
+        .push(Reply::malformed_tool_args("read_file", "{\"path\": "));
+    fleet.llm.push(Reply::text("done"));
+    outputs.push(ask(&mut fleet, "read", Some("cli:bad-tool")).await);
+    let status = fleet.cli(&["status"]).await.unwrap();
+    outputs.push(format!("{status:?}"));
+    // An API request with a wrong key.
+    let denied = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .bearer_auth("wrong")
+        .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(denied.status(), 401);
+    outputs.push(denied.text().await.unwrap());
+    // `--dump-config` of every role, as the role runs.
+    for role in ["gateway", "agent", "tools", "memory", "cron"] {
+        let mut command =
+            tokio::process::Command::new(bin_path(&format!("nanobot-{role}")).unwrap());
+        command
+            .arg("--config")
+            .arg(fleet.config_path())
+            .arg("--dump-config")
+            .env("NANOBOT_PROVIDERS__CUSTOM__API_KEY", &provider_key)
+            .envs(fleet.role_credentials(role));
+        let out = command.output().await.unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let dump = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(dump.contains("***"), "{dump}");
+        outputs.push(dump);
+    }
+
+    let mut secrets: Vec<String> = vec![CANARY.into()];
+    secrets.extend(secured.nats.values().cloned());
+    secrets.extend(secured.redis.values().cloned());
+    let mut texts: Vec<(String, String)> = ["gateway", "agent", "tools", "memory", "cron"]
+        .iter()
+        .map(|r| (format!("nanobot-{r} log"), fleet.service(r).logs()))
+        .collect();
+    texts.push(("exec env".into(), env_result));
+    texts.extend(
+        outputs
+            .into_iter()
+            .map(|o| ("cli or dump output".into(), o)),
+    );
+    for (what, text) in &texts {
+        for secret in &secrets {
+            assert!(
+                !text.contains(secret.as_str()),
+                "{what} shows a secret {secret}:\n{text}"
+            );
+        }
+    }
+}
