@@ -64,6 +64,9 @@ async fn options(cfg: &BusConfig, name: &str) -> Result<async_nats::ConnectOptio
     if let Some(token) = &cfg.token {
         opts = opts.token(token.clone());
     }
+    if let Some(seed) = &cfg.nkey_seed {
+        opts = opts.nkey(seed.clone());
+    }
     if let Some(path) = &cfg.creds_file {
         opts = opts
             .credentials_file(path)

@@ -324,3 +324,74 @@ async fn no_secret_reaches_a_log_a_dump_the_cli_or_the_exec_environment() {
         }
     }
 }
+
+#[tokio::test]
+async fn roles_log_in_with_nkey_seeds_and_keep_their_permissions() {
+    use nanobot_runtime::bus;
+    use nanobot_runtime::config::BusConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("nats.conf");
+    let out = tokio::process::Command::new(bin_path("nanobot").unwrap())
+        .args(["deploy", "nats-config", "--nkeys", "--out"])
+        .arg(&conf)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let env = std::fs::read_to_string(dir.path().join("nats-secrets.env")).unwrap();
+    let seed = |role: &str| {
+        let var = format!("NANOBOT_NATS_{}_NKEY_SEED=", role.to_ascii_uppercase());
+        env.lines()
+            .find_map(|l| l.strip_prefix(var.as_str()))
+            .unwrap_or_else(|| panic!("no {var} in {env}"))
+            .to_string()
+    };
+    let text = std::fs::read_to_string(&conf).unwrap();
+    assert!(text.contains("nkey: \"U"), "{text}");
+    assert!(
+        !text.contains(&seed("cli")),
+        "the server config holds public keys only"
+    );
+
+    let nats = crate::harness::Nats::start_with_config(&conf)
+        .await
+        .unwrap();
+    let login = |role: &str| BusConfig {
+        url: nats.url(),
+        nkey_seed: Some(seed(role)),
+        ..BusConfig::default()
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let operator = bus::connect(&login("cli"), "test", &cancel).await.unwrap();
+    bus::init_streams(&operator.js, 1)
+        .await
+        .expect("the operator creates the streams");
+    let tools = bus::connect(&login("tools"), "test", &cancel)
+        .await
+        .unwrap();
+    bus::verify_streams(&tools.js)
+        .await
+        .expect("tools check the streams");
+    let (tx, mut errors) = mpsc::unbounded_channel();
+    let tools_raw = async_nats::ConnectOptions::with_nkey(seed("tools"))
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = event {
+                    let _ = tx.send(e.to_string());
+                }
+            }
+        })
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let delete = format!("$JS.API.STREAM.DELETE.{}", subjects::OUTBOUND_STREAM);
+    tools_raw.publish(delete.clone(), "".into()).await.unwrap();
+    tools_raw.flush().await.unwrap();
+    refused(&mut errors, &format!("Publish to \"{delete}\"")).await;
+    bus::verify_streams(&operator.js)
+        .await
+        .expect("the streams are intact");
+    let anonymous = async_nats::connect(nats.url()).await;
+    assert!(anonymous.is_err(), "no seed, no connection");
+}

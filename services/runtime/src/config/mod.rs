@@ -117,7 +117,7 @@ fn redact(value: &mut serde_json::Value) {
         serde_json::Value::Object(map) => {
             for (k, v) in map.iter_mut() {
                 let lower = k.to_lowercase();
-                let secret = ["apikey", "password", "token", "secret"]
+                let secret = ["apikey", "password", "token", "secret", "seed"]
                     .iter()
                     .any(|s| lower.contains(s));
                 if secret && v.as_str().is_some_and(|s| !s.is_empty()) {
@@ -354,5 +354,8 @@ mod tests {
         assert!(urls.contains("redis+cluster://agent:***@a:1,b:2"), "{urls}");
         assert_eq!(redact_url("redis://:p@h:1/0"), "redis://:***@h:1/0");
         assert_eq!(redact_url("nats://h:4222"), "nats://h:4222");
+        let seed = parse(r#"{"bus":{"nkeySeed":"SUSEED"}}"#, &[]).unwrap();
+        assert_eq!(seed.bus.nkey_seed.as_deref(), Some("SUSEED"));
+        assert!(!seed.dump_redacted().contains("SUSEED"));
     }
 }
