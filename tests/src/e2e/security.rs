@@ -234,8 +234,11 @@ async fn every_role_as_its_own_user_runs_turns_and_the_servers_refuse_the_rest()
 /// A distinctive secret: it must appear in no log line, dump or CLI output.
 const CANARY: &str = "CANARY-7f3a9c";
 
-#[tokio::test]
-async fn no_secret_reaches_a_log_a_dump_the_cli_or_the_exec_environment() {
+#[tokio::test(flavor = "multi_thread")]
+async fn no_secret_reaches_a_log_a_span_a_dump_the_cli_or_the_exec_environment() {
+    let mut collector = fake_opentelemetry_collector::FakeCollectorServer::start()
+        .await
+        .expect("start fake collector");
     let dir = tempfile::tempdir().unwrap();
     let secured = secured(dir.path()).await;
     let provider_key = format!("{CANARY}-provider");
@@ -246,6 +249,7 @@ async fn no_secret_reaches_a_log_a_dump_the_cli_or_the_exec_environment() {
             "api": {"apiKey": format!("{CANARY}-api")},
             "channels": {"telegram": {"enabled": false, "token": format!("123:{CANARY}-telegram")}},
             "tools": {"web": {"search": {"provider": "brave", "apiKey": format!("{CANARY}-search")}}},
+            "telemetry": {"otlpEndpoint": collector.endpoint()},
         }))
         .env("NANOBOT_PROVIDERS__CUSTOM__API_KEY", &provider_key)
         .env("RUST_LOG", "debug")
@@ -305,10 +309,22 @@ async fn no_secret_reaches_a_log_a_dump_the_cli_or_the_exec_environment() {
     let mut secrets: Vec<String> = vec![CANARY.into()];
     secrets.extend(secured.nats.values().cloned());
     secrets.extend(secured.redis.values().cloned());
+    // SIGTERM flushes every role's span exporter.
+    for role in ["gateway", "agent", "tools", "memory", "cron"] {
+        let service = fleet.service(role);
+        service.sigterm().unwrap();
+        service
+            .wait_exit(Duration::from_secs(10))
+            .await
+            .expect("exits after SIGTERM");
+    }
+    let spans = collector.exported_spans(10, Duration::from_secs(10)).await;
+    assert!(spans.iter().any(|s| s.name == "turn"), "{spans:?}");
     let mut texts: Vec<(String, String)> = ["gateway", "agent", "tools", "memory", "cron"]
         .iter()
         .map(|r| (format!("nanobot-{r} log"), fleet.service(r).logs()))
         .collect();
+    texts.push(("exported spans".into(), format!("{spans:?}")));
     texts.push(("exec env".into(), env_result));
     texts.extend(
         outputs
