@@ -158,6 +158,17 @@ fn generate(
                 .map_err(|e| anyhow::anyhow!("generate an nkey: {e}")),
         };
         let password = match existing.get(&var).filter(|p| !p.is_empty()) {
+            // Written into a quoted server config and a URL: only plain characters.
+            Some(kept)
+                if !kept
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
+            {
+                anyhow::bail!(
+                    "{var} in {} may only hold letters, digits, '-' and '_'; fix it or delete the line to generate a new one",
+                    path.display()
+                )
+            }
             Some(kept) => kept.clone(),
             None => fresh()?,
         };
@@ -269,6 +280,21 @@ mod tests {
         .unwrap();
         let second = parse_env(&std::fs::read_to_string(&secrets).unwrap());
         assert_eq!(first, second, "a rerun keeps the deployed passwords");
+
+        let var = password_var("NATS", Role::Tools);
+        std::fs::write(&secrets, format!("{var}=a\"b\n")).unwrap();
+        let err = run(&DeployCommand::NatsConfig {
+            out: out.clone(),
+            nkeys: false,
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(&var), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            conf,
+            "the config is left as it was"
+        );
     }
 
     #[test]
