@@ -208,6 +208,64 @@ pub fn pairing_approved(bot: &str, channel: &str) -> String {
     format!("nanobot:{}:pairing:approved:{channel}", bot_tag(bot))
 }
 
+/// The Redis ACL key patterns (`~…` without the tilde) `role` needs: each key function with
+/// its hash tag and ids turned into `*`. The tools role keeps nothing in Redis; the CLI (the
+/// operator: pairing, status) may read and write every key of the fleet.
+pub fn acl_patterns(role: crate::subjects::Role) -> Vec<String> {
+    use crate::subjects::Role;
+    const ID: &str = "*";
+    let (b, s) = ("b", "s");
+    let session = || {
+        vec![
+            session_meta(b, s),
+            session_messages(b, s),
+            session_lease(b, s),
+            session_fence(b, s),
+            session_cursor(b, s),
+            session_outbox(b, s),
+            inbound_seen(b, s, ID),
+            inbound_attempts(b, s, ID),
+            sessions(b),
+        ]
+    };
+    let keys = match role {
+        Role::Gateway => vec![
+            outbound_delivered(b, ID),
+            telegram_poller(b, ID),
+            telegram_poller_fence(b, ID),
+            telegram_offset(b, ID),
+            telegram_stream(b, ID),
+            pairing_code(b, ID),
+            pairing_index(b),
+            pairing_sender(b, ID, ID),
+            pairing_approved(b, ID),
+        ],
+        Role::Agent => {
+            let mut keys = session();
+            keys.extend([subagents_running(b), subagent_result(b, ID)]);
+            keys
+        }
+        Role::Memory => {
+            let mut keys = session();
+            keys.extend([memory_lock(b), memory_fence(b), memory_job_done(b, ID)]);
+            keys
+        }
+        Role::Cron => vec![CRON_LEADER.into(), CRON_LEADER_FENCE.into()],
+        Role::Tools => Vec::new(),
+        Role::Cli => return vec!["nanobot:*".into()],
+    };
+    keys.iter().map(|k| any_tag(k)).collect()
+}
+
+/// `key` with its hash tag replaced by `{*}` (any bot, any session).
+fn any_tag(key: &str) -> String {
+    let tag = hash_tag(key);
+    if tag == key || tag == "fleet" {
+        return key.to_string();
+    }
+    key.replacen(&format!("{{{tag}}}"), "{*}", 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,5 +366,46 @@ mod tests {
         }
         let unique: std::collections::BTreeSet<&String> = all.iter().collect();
         assert_eq!(unique.len(), all.len(), "{all:?}");
+    }
+
+    #[test]
+    fn acl_patterns_cover_each_roles_keys_and_nothing_of_the_others() {
+        use crate::subjects::Role;
+        let glob = |pattern: &str, key: &str| {
+            // Redis ACL globs here only use `*` (any run of characters).
+            let parts: Vec<&str> = pattern.split('*').collect();
+            let mut rest = key;
+            for (i, part) in parts.iter().enumerate() {
+                if i == 0 {
+                    let Some(r) = rest.strip_prefix(part) else {
+                        return false;
+                    };
+                    rest = r;
+                } else if i == parts.len() - 1 {
+                    return rest.ends_with(part);
+                } else {
+                    let Some(at) = rest.find(part) else {
+                        return false;
+                    };
+                    rest = &rest[at + part.len()..];
+                }
+            }
+            rest.is_empty()
+        };
+        let allowed = |role: Role, key: &str| acl_patterns(role).iter().any(|p| glob(p, key));
+        let lease = session_lease("alpha", "telegram:42");
+        assert!(allowed(Role::Agent, &lease));
+        assert!(allowed(Role::Agent, &session_messages("a}b", "{x")));
+        assert!(allowed(Role::Memory, &memory_lock("alpha")));
+        assert!(!allowed(Role::Agent, &memory_lock("alpha")));
+        assert!(!allowed(Role::Gateway, &lease));
+        assert!(allowed(
+            Role::Gateway,
+            &pairing_approved("alpha", "telegram")
+        ));
+        assert!(allowed(Role::Cron, CRON_LEADER));
+        assert!(!allowed(Role::Cron, &lease));
+        assert!(acl_patterns(Role::Tools).is_empty());
+        assert!(!allowed(Role::Agent, "other:key"));
     }
 }

@@ -204,6 +204,214 @@ pub fn bot_of(subject: &str) -> Option<&str> {
     parts.next()
 }
 
+/// A role of the fleet that connects to NATS as its own user (`nanobot deploy nats-config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// `nanobot-gateway`: chat channels and the HTTP API.
+    Gateway,
+    /// `nanobot-agent`: the runners.
+    Agent,
+    /// `nanobot-tools`: the tool executors.
+    Tools,
+    /// `nanobot-memory`: Consolidator, Dream.
+    Memory,
+    /// `nanobot-cron`: the scheduler.
+    Cron,
+    /// `nanobot`: the operator's command line (`agent`, `status`, `bus init`, `cron run`).
+    Cli,
+}
+
+impl Role {
+    /// Every role, in a stable order.
+    pub const ALL: [Role; 6] = [
+        Role::Gateway,
+        Role::Agent,
+        Role::Tools,
+        Role::Memory,
+        Role::Cron,
+        Role::Cli,
+    ];
+
+    /// The role's name (`gateway`, …), also its NATS user and Redis ACL user.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Gateway => "gateway",
+            Role::Agent => "agent",
+            Role::Tools => "tools",
+            Role::Memory => "memory",
+            Role::Cron => "cron",
+            Role::Cli => "cli",
+        }
+    }
+}
+
+/// Prefix of every reply inbox (the async-nats default); requests and JetStream API calls
+/// get their answers on `_INBOX.>`.
+pub const INBOX_ALL: &str = "_INBOX.>";
+
+/// What one role may publish and subscribe to: NATS subject patterns for a nats-server
+/// `permissions` block.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Permissions {
+    /// Subjects the role may publish to.
+    pub publish: Vec<String>,
+    /// Subjects the role may subscribe to.
+    pub subscribe: Vec<String>,
+}
+
+/// JetStream API subjects (`$JS.API.…`, `$JS.ACK.…`) and the object store's (`$O.…`), as
+/// nats-server and the clients spell them.
+pub mod jetstream {
+    /// Stream info (roles check the streams at start).
+    pub fn stream_info(stream: &str) -> String {
+        format!("$JS.API.STREAM.INFO.{stream}")
+    }
+
+    /// Creating or updating any consumer of `stream` (durable, ephemeral or ordered; every
+    /// form of the create request).
+    pub fn consumer_create(stream: &str) -> [String; 3] {
+        [
+            format!("$JS.API.CONSUMER.CREATE.{stream}"),
+            format!("$JS.API.CONSUMER.CREATE.{stream}.>"),
+            format!("$JS.API.CONSUMER.DURABLE.CREATE.{stream}.*"),
+        ]
+    }
+
+    /// Info and deletion of the consumers of `stream`.
+    pub fn consumer_manage(stream: &str) -> [String; 2] {
+        [
+            format!("$JS.API.CONSUMER.INFO.{stream}.*"),
+            format!("$JS.API.CONSUMER.DELETE.{stream}.*"),
+        ]
+    }
+
+    /// Pull requests for the consumers of `stream`.
+    pub fn consumer_next(stream: &str) -> String {
+        format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.*")
+    }
+
+    /// Acknowledgements of messages of `stream`.
+    pub fn ack(stream: &str) -> String {
+        format!("$JS.ACK.{stream}.>")
+    }
+
+    /// Direct gets from `stream` (by sequence, next or last by subject).
+    pub fn direct_get(stream: &str) -> [String; 2] {
+        [
+            format!("$JS.API.DIRECT.GET.{stream}"),
+            format!("$JS.API.DIRECT.GET.{stream}.>"),
+        ]
+    }
+
+    /// The stream behind an object store bucket.
+    pub fn object_stream(bucket: &str) -> String {
+        format!("OBJ_{bucket}")
+    }
+
+    /// Writing objects to `bucket` (chunks, metadata, replacing an object's old chunks).
+    pub fn object_put(bucket: &str) -> Vec<String> {
+        let stream = object_stream(bucket);
+        vec![
+            format!("$O.{bucket}.>"),
+            format!("$JS.API.STREAM.PURGE.{stream}"),
+        ]
+    }
+
+    /// Reading objects from `bucket` (metadata lookup, then an ordered consumer of chunks).
+    pub fn object_get(bucket: &str) -> Vec<String> {
+        let stream = object_stream(bucket);
+        let mut out = vec![
+            stream_info(&stream),
+            format!("$JS.API.STREAM.MSG.GET.{stream}"),
+        ];
+        out.extend(direct_get(&stream));
+        out.extend(consumer_create(&stream));
+        out.extend(consumer_manage(&stream));
+        out
+    }
+
+    /// Every JetStream API call (stream creation and changes: the operator's `bus init`).
+    pub const API_ALL: &str = "$JS.API.>";
+}
+
+/// The publish/subscribe patterns `role` needs, for every bot (`bot` = `None`) or for one
+/// bot only. Everything else is refused by a nats-server configured with them:
+/// - only the gateway, the CLI and the agent (subagent announcements are inbound messages of
+///   the origin session) publish inbound messages;
+/// - tool executors take tool calls and publish nothing but replies;
+/// - only the CLI (the operator) creates or changes streams.
+///
+/// Every role answers [`STATUS`] probes and reads its replies on [`INBOX_ALL`].
+pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
+    let b = bot.map_or_else(|| "*".to_string(), token);
+    let area = |area: &str| format!("nanobot.{b}.{area}.>");
+    let streams = [INBOUND_STREAM, OUTBOUND_STREAM, JOBS_STREAM];
+    let mut publish: Vec<String> = vec![INBOX_ALL.into()];
+    let mut subscribe: Vec<String> = vec![INBOX_ALL.into(), STATUS.into()];
+    // Every role checks the streams and the payload store at start.
+    publish.extend(streams.iter().map(|s| jetstream::stream_info(s)));
+    publish.push(jetstream::stream_info(&jetstream::object_stream(
+        PAYLOADS_BUCKET,
+    )));
+    let consume = |publish: &mut Vec<String>, stream: &str| {
+        publish.extend(jetstream::consumer_create(stream));
+        publish.extend(jetstream::consumer_manage(stream));
+        publish.push(jetstream::consumer_next(stream));
+        publish.push(jetstream::ack(stream));
+    };
+    let tools = [
+        format!("nanobot.{b}.tools.call.*"),
+        format!("nanobot.{b}.tools.list"),
+    ];
+    match role {
+        Role::Gateway => {
+            publish.push(area("inbound"));
+            consume(&mut publish, OUTBOUND_STREAM);
+            publish.extend(jetstream::object_get(PAYLOADS_BUCKET));
+        }
+        Role::Agent => {
+            publish.extend([area("inbound"), area("outbound"), area("jobs")]);
+            publish.push(format!("nanobot.{b}.control.stop.*"));
+            publish.extend(tools.clone());
+            consume(&mut publish, INBOUND_STREAM);
+            consume(&mut publish, JOBS_STREAM);
+            publish.extend(jetstream::direct_get(INBOUND_STREAM));
+            publish.extend(jetstream::object_put(PAYLOADS_BUCKET));
+            publish.extend(jetstream::object_get(PAYLOADS_BUCKET));
+            subscribe.push(format!("nanobot.{b}.control.stop.*"));
+            subscribe.push(area("events"));
+        }
+        Role::Tools => {
+            subscribe.extend(tools.clone());
+        }
+        Role::Memory => {
+            publish.extend([area("jobs"), area("events"), area("outbound")]);
+            publish.extend(tools.clone());
+            consume(&mut publish, JOBS_STREAM);
+            publish.extend(jetstream::object_put(PAYLOADS_BUCKET));
+        }
+        Role::Cron => {
+            publish.push(area("jobs"));
+        }
+        Role::Cli => {
+            publish.extend([area("inbound"), area("jobs")]);
+            publish.push(format!("nanobot.{b}.control.stop.*"));
+            publish.push(STATUS.into());
+            publish.push(jetstream::API_ALL.into());
+            publish.push(jetstream::ack(OUTBOUND_STREAM));
+        }
+    }
+    let dedup = |mut v: Vec<String>| {
+        let mut seen = std::collections::BTreeSet::new();
+        v.retain(|s| seen.insert(s.clone()));
+        v
+    };
+    Permissions {
+        publish: dedup(publish),
+        subscribe: dedup(subscribe),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,5 +517,48 @@ mod tests {
         );
         assert_eq!(parse_tool_subject("nanobot.b.tools.call"), None);
         assert_eq!(parse_tool_subject(&consolidate("b")), None);
+    }
+
+    #[test]
+    fn only_gateways_the_cli_and_runners_may_publish_inbound_and_tools_only_reply() {
+        let inbound = inbound("b", "api", "api:x");
+        let allows = |patterns: &[String], subject: &str| {
+            patterns.iter().any(|p| subject_matches(p, subject))
+        };
+        for role in Role::ALL {
+            let p = permissions(role, None);
+            let may = allows(&p.publish, &inbound);
+            let expected = matches!(role, Role::Gateway | Role::Cli | Role::Agent);
+            assert_eq!(may, expected, "{role:?} publishing inbound");
+            assert!(allows(&p.subscribe, STATUS), "{role:?} answers status");
+        }
+        let tools = permissions(Role::Tools, None);
+        assert!(allows(&tools.subscribe, &tool_call("b", "exec")));
+        assert!(!allows(&tools.subscribe, &inbound));
+        assert!(!allows(&tools.publish, &tool_call("b", "exec")));
+        assert!(!allows(&tools.publish, &outbound("b", "api", "x")));
+        assert!(allows(&tools.publish, "_INBOX.abc.1"));
+        let agent = permissions(Role::Agent, Some("alpha"));
+        assert!(allows(&agent.publish, &tool_call("alpha", "exec")));
+        assert!(!allows(&agent.publish, &tool_call("beta", "exec")));
+        assert!(!allows(&agent.subscribe, &stop("beta", "api:x")));
+        assert!(!allows(
+            &permissions(Role::Gateway, None).publish,
+            "$JS.API.STREAM.DELETE.NANOBOT_INBOUND"
+        ));
+    }
+
+    /// NATS subject matching: `*` one token, `>` the rest.
+    fn subject_matches(pattern: &str, subject: &str) -> bool {
+        let (mut p, mut s) = (pattern.split('.'), subject.split('.'));
+        loop {
+            match (p.next(), s.next()) {
+                (Some(">"), Some(_)) => return true,
+                (Some("*"), Some(_)) => {}
+                (Some(a), Some(b)) if a == b => {}
+                (None, None) => return true,
+                _ => return false,
+            }
+        }
     }
 }

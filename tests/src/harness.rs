@@ -14,7 +14,7 @@ mod fleet;
 #[cfg(test)]
 mod tests;
 
-pub use fleet::{Fleet, FleetBuilder, missing_ready_roles, request_statuses};
+pub use fleet::{Fleet, FleetBuilder, Secured, missing_ready_roles, request_statuses};
 pub use nanobot_runtime::testsuite::{
     Nats, NatsCluster, Redis, RedisCluster, RedisSentinel, ServiceProc, bin_path, connect_store,
     find_server_binary, free_port, redis_primaries, wait_cluster_formed,

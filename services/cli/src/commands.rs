@@ -85,6 +85,13 @@ pub enum Command {
         #[command(subcommand)]
         action: crate::cron::CronAction,
     },
+    /// Server-side security configuration: per-role NATS users and permissions
+    /// (`nats-config`), per-role Redis ACL users (`redis-acl`).
+    Deploy {
+        /// What to write.
+        #[command(subcommand)]
+        command: crate::deploy::DeployCommand,
+    },
     /// Exit 0 when `GET <url>` answers 2xx (container health checks).
     Probe {
         /// URL to check.
@@ -117,7 +124,7 @@ async fn connect(cfg: &Config) -> anyhow::Result<bus::Bus> {
         .with_context(|| {
             format!(
                 "connect to nats at {} (is the fleet running? `make run` or `nanobot up`)",
-                cfg.bus.url
+                config::redact_url(&cfg.bus.url)
             )
         })
 }
@@ -212,6 +219,10 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Cron { bot, action } => {
             let cfg = load(&cli)?;
             crate::cron::run(&cfg, bot.as_deref(), action)
+        }
+        Command::Deploy { command } => {
+            crate::deploy::run(command)?;
+            Ok(0)
         }
         Command::Probe { url } => {
             let ok = reqwest::Client::new()

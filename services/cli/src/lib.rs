@@ -9,11 +9,13 @@
 //! - `onboard`: config and workspace from `templates/`.
 //! - `pairing`: `nanobot pairing list|approve|revoke` (chat-channel sender approvals).
 //! - `cron`: `nanobot cron list|add|remove|enable|run` (a bot's `cron/jobs.json`).
+//! - `deploy`: `nanobot deploy nats-config|redis-acl` (per-role NATS users, Redis ACL).
 #![forbid(unsafe_code)]
 
 pub mod chat;
 pub mod commands;
 pub mod cron;
+pub mod deploy;
 pub mod fleet;
 pub mod onboard;
 pub mod pairing;

@@ -64,6 +64,9 @@ async fn options(cfg: &BusConfig, name: &str) -> Result<async_nats::ConnectOptio
     if let Some(token) = &cfg.token {
         opts = opts.token(token.clone());
     }
+    if let Some(seed) = &cfg.nkey_seed {
+        opts = opts.nkey(seed.clone());
+    }
     if let Some(path) = &cfg.creds_file {
         opts = opts
             .credentials_file(path)
@@ -87,7 +90,7 @@ pub async fn connect(
     let mut addrs = Vec::new();
     for url in cfg.url.split(',') {
         let addr: ServerAddr = url.trim().parse().map_err(|source| BusError::Url {
-            url: url.to_string(),
+            url: crate::config::redact_url(url),
             source,
         })?;
         addrs.push(addr);

@@ -16,6 +16,7 @@ mod memory;
 mod observability;
 mod repo;
 mod runner;
+mod security;
 mod sessions;
 mod streams;
 mod subagents;

@@ -42,6 +42,31 @@ pub struct FleetBuilder {
     redis_masters: usize,
     /// Replicas of a Sentinel-monitored master (0: no Sentinel).
     sentinel_replicas: usize,
+    secured: Option<Secured>,
+}
+
+/// Per-role credentials a fleet runs with ([`FleetBuilder::secured`]): NATS started with a
+/// configuration from `nanobot deploy nats-config`, Redis with an ACL file from `nanobot
+/// deploy redis-acl`, and each role process logged in as its own user (env
+/// `NANOBOT_BUS__USER`/`PASSWORD`, `NANOBOT_STORE__URL`). The harness and [`Fleet::cli`]
+/// log in as `cli`.
+#[derive(Debug, Clone)]
+pub struct Secured {
+    /// The nats-server configuration.
+    pub nats_config: PathBuf,
+    /// The Redis ACL file.
+    pub redis_acl: PathBuf,
+    /// NATS password by role name (user = role name).
+    pub nats: BTreeMap<String, String>,
+    /// Redis password by role name, for the roles with a Redis user.
+    pub redis: BTreeMap<String, String>,
+}
+
+impl Secured {
+    fn nats_auth(&self, role: &str) -> Option<(String, String)> {
+        let password = self.nats.get(role)?;
+        Some((role.to_string(), password.clone()))
+    }
 }
 
 impl FleetBuilder {
@@ -63,6 +88,12 @@ impl FleetBuilder {
     /// `redis+sentinel://` URL) instead of one server.
     pub fn redis_sentinel(mut self, replicas: usize) -> Self {
         self.sentinel_replicas = replicas;
+        self
+    }
+
+    /// Runs NATS and Redis with per-role users, each role logged in as its own ([`Secured`]).
+    pub fn secured(mut self, secured: Secured) -> Self {
+        self.secured = Some(secured);
         self
     }
 
@@ -118,7 +149,8 @@ impl FleetBuilder {
             .collect::<Vec<_>>()
             .join(",");
         // As `nanobot up` does: the streams exist before any role starts (roles only check).
-        let client = connect_all(&bus_url).await?;
+        let auth = self.secured.as_ref().and_then(|s| s.nats_auth("cli"));
+        let client = connect_all(&bus_url, auth.as_ref()).await?;
         let js = async_nats::jetstream::new(client);
         let replicas = self.nats_nodes.max(1);
         let created = || async {
@@ -136,9 +168,14 @@ impl FleetBuilder {
         let workspace = root.path().join("workspace");
         std::fs::create_dir_all(&workspace).context("create workspace")?;
         let api_port = free_port()?;
+        // Secured: the shared config holds no credentials; each role gets its own by env.
+        let config_store_url = match &self.secured {
+            Some(_) => format!("redis://127.0.0.1:{}", redis.port()),
+            None => store_url.clone(),
+        };
         let mut config = json!({
             "bus": {"url": bus_url},
-            "store": {"url": store_url},
+            "store": {"url": config_store_url},
             "providers": {"custom": {"apiBase": llm.base_url(), "apiKey": "test-key"}},
             "agents": {"defaults": {
                 "model": "test-model",
@@ -178,6 +215,8 @@ impl FleetBuilder {
             workspace,
             api_port,
             ready_timeout: self.ready_timeout,
+            nats_auth: auth,
+            secured: self.secured,
             _root: root,
         };
         for role in &self.roles {
@@ -194,6 +233,14 @@ impl FleetBuilder {
             let cluster = RedisCluster::start(self.redis_masters, 1).await?;
             let url = cluster.url();
             Ok((cluster.into_nodes(), url, None))
+        } else if let Some(secured) = &self.secured {
+            let password = secured
+                .redis
+                .get("cli")
+                .context("no redis password for cli")?;
+            let redis = Redis::start_with_acl(&secured.redis_acl, "cli", password).await?;
+            let url = redis.url();
+            Ok((vec![redis], url, None))
         } else if self.sentinel_replicas > 0 {
             let mut group = RedisSentinel::start(self.sentinel_replicas).await?;
             let nodes = std::mem::take(&mut group.nodes);
@@ -207,7 +254,9 @@ impl FleetBuilder {
 
     /// Starts one server, or the cluster's nodes (the first one becomes [`Fleet::nats`]).
     async fn start_nats(&self) -> anyhow::Result<Vec<Nats>> {
-        if self.nats_nodes > 1 {
+        if let Some(secured) = &self.secured {
+            Ok(vec![Nats::start_with_config(&secured.nats_config).await?])
+        } else if self.nats_nodes > 1 {
             Ok(NatsCluster::start(self.nats_nodes).await?.into_nodes())
         } else {
             Ok(vec![Nats::start().await?])
@@ -215,13 +264,21 @@ impl FleetBuilder {
     }
 }
 
-/// Connects a client that knows every server of `bus_url` (comma-separated).
-async fn connect_all(bus_url: &str) -> anyhow::Result<async_nats::Client> {
+/// Connects a client that knows every server of `bus_url` (comma-separated), as `auth`'s
+/// user when given.
+async fn connect_all(
+    bus_url: &str,
+    auth: Option<&(String, String)>,
+) -> anyhow::Result<async_nats::Client> {
     let addrs = bus_url
         .split(',')
         .map(str::parse)
         .collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
-    async_nats::ConnectOptions::new()
+    let mut options = async_nats::ConnectOptions::new();
+    if let Some((user, password)) = auth {
+        options = options.user_and_password(user.clone(), password.clone());
+    }
+    options
         .connect(addrs)
         .await
         .with_context(|| format!("connect to {bus_url}"))
@@ -252,6 +309,9 @@ pub struct Fleet {
     workspace: PathBuf,
     api_port: u16,
     ready_timeout: Duration,
+    /// The harness's own NATS login (the `cli` user of a secured fleet).
+    nats_auth: Option<(String, String)>,
+    secured: Option<Secured>,
     _root: tempfile::TempDir,
 }
 
@@ -268,6 +328,7 @@ impl Fleet {
             nats_nodes: 1,
             redis_masters: 0,
             sentinel_replicas: 0,
+            secured: None,
         }
     }
 
@@ -349,7 +410,26 @@ impl Fleet {
 
     /// Connects a NATS client (knowing every node of a cluster).
     pub async fn nats_client(&self) -> anyhow::Result<async_nats::Client> {
-        connect_all(&self.bus_url).await
+        connect_all(&self.bus_url, self.nats_auth.as_ref()).await
+    }
+
+    /// The environment that logs `role` in as its own user on a secured fleet (empty
+    /// otherwise): `NANOBOT_BUS__USER`/`PASSWORD` and, for roles with a Redis user,
+    /// `NANOBOT_STORE__URL`.
+    pub fn role_credentials(&self, role: &str) -> Vec<(String, String)> {
+        let Some(secured) = &self.secured else {
+            return Vec::new();
+        };
+        let mut env = Vec::new();
+        if let Some((user, password)) = secured.nats_auth(role) {
+            env.push(("NANOBOT_BUS__USER".into(), user));
+            env.push(("NANOBOT_BUS__PASSWORD".into(), password));
+        }
+        if let Some(password) = secured.redis.get(role) {
+            let url = format!("redis://{role}:{password}@127.0.0.1:{}", self.redis.port());
+            env.push(("NANOBOT_STORE__URL".into(), url));
+        }
+        env
     }
 
     /// Returns the `index`-th NATS server (0 is [`Fleet::nats`], then the cluster peers).
@@ -454,6 +534,7 @@ impl Fleet {
         }
         command.env("NANOBOT_CONFIG", &self.config_path);
         command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        command.envs(self.role_credentials("cli"));
         let run = command.output();
         let output = tokio::time::timeout(CLI_TIMEOUT, run)
             .await
@@ -510,8 +591,10 @@ impl Fleet {
     fn spawn_role_with(&mut self, role: &str, extra: &[(&str, &str)]) -> anyhow::Result<()> {
         let config = self.config_path.display().to_string();
         let args = ["--config", config.as_str(), "--health-addr", "127.0.0.1:0"];
+        let credentials = self.role_credentials(role);
         let mut env: Vec<(&str, &str)> = vec![("RUST_LOG", "info")];
         env.extend(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        env.extend(credentials.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         env.extend_from_slice(extra);
         // A further gateway replica listens on its own API port (the first keeps api_base).
         let api_port;

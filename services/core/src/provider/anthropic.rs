@@ -331,7 +331,7 @@ impl AnthropicProvider {
             .await
             .map_err(|e| LlmError::Transport(e.without_url().to_string()))?;
         if !response.status().is_success() {
-            return Err(super::status_error(response).await);
+            return Err(super::status_error(response, &self.endpoint.api_key).await);
         }
         match on_delta {
             Some(f) => super::anthropic_stream::read(response, f).await,

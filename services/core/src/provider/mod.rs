@@ -266,8 +266,9 @@ pub(crate) fn http_client(timeout: Option<Duration>) -> reqwest::Client {
     builder.build().unwrap_or_default()
 }
 
-/// Turns a non-success HTTP response into [`LlmError::Status`].
-pub(crate) async fn status_error(response: reqwest::Response) -> LlmError {
+/// Turns a non-success HTTP response into [`LlmError::Status`]. `api_key` is masked in the
+/// body: a provider refusing a key may quote it, and the error is logged and may be shown.
+pub(crate) async fn status_error(response: reqwest::Response, api_key: &str) -> LlmError {
     let status = response.status();
     let retry_after = response
         .headers()
@@ -275,7 +276,10 @@ pub(crate) async fn status_error(response: reqwest::Response) -> LlmError {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map(|s| Duration::from_secs_f64(s.clamp(0.0, MAX_RETRY_AFTER)));
-    let text = response.text().await.unwrap_or_default();
+    let mut text = response.text().await.unwrap_or_default();
+    if !api_key.is_empty() {
+        text = text.replace(api_key, "***");
+    }
     LlmError::Status {
         status: status.as_u16(),
         body: text.chars().take(500).collect(),

@@ -86,7 +86,7 @@ impl OpenAiProvider {
         if response.status().is_success() {
             return Ok(response);
         }
-        Err(super::status_error(response).await)
+        Err(super::status_error(response, &self.endpoint.api_key).await)
     }
 
     /// Sends one chat request; with `on_delta`, streams and forwards each content delta.

@@ -92,16 +92,38 @@ impl Config {
     }
 }
 
+/// Returns `urls` (one URL or a comma-separated list) with the password of every
+/// `scheme://user:password@host` masked as `***`, for logs, errors and dumps.
+pub fn redact_url(urls: &str) -> String {
+    urls.split(',')
+        .map(|url| {
+            let Some((scheme, rest)) = url.split_once("://") else {
+                return url.to_string();
+            };
+            let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+            let Some(at) = rest[..authority_end].rfind('@') else {
+                return url.to_string();
+            };
+            let userinfo = &rest[..at];
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn redact(value: &mut serde_json::Value) {
     match value {
         serde_json::Value::Object(map) => {
             for (k, v) in map.iter_mut() {
                 let lower = k.to_lowercase();
-                let secret = ["apikey", "password", "token", "secret"]
+                let secret = ["apikey", "password", "token", "secret", "seed"]
                     .iter()
                     .any(|s| lower.contains(s));
                 if secret && v.as_str().is_some_and(|s| !s.is_empty()) {
                     *v = serde_json::Value::String("***".into());
+                } else if let Some(url) = v.as_str().filter(|s| s.contains("://")) {
+                    *v = serde_json::Value::String(redact_url(url));
                 } else {
                     redact(v);
                 }
@@ -339,5 +361,19 @@ mod tests {
         assert_eq!(bots[1].model, "n");
         assert!(!c.dump_redacted().contains("s3cret"));
         assert!(parse(r#"{"bots":{"a.b":{}}}"#, &[]).is_err());
+        let urls = parse(
+            r#"{"store":{"url":"redis+cluster://agent:pw1@a:1,b:2"},
+                "bus":{"url":"nats://u:pw2@n:4222"}}"#,
+            &[],
+        )
+        .unwrap()
+        .dump_redacted();
+        assert!(!urls.contains("pw1") && !urls.contains("pw2"), "{urls}");
+        assert!(urls.contains("redis+cluster://agent:***@a:1,b:2"), "{urls}");
+        assert_eq!(redact_url("redis://:p@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact_url("nats://h:4222"), "nats://h:4222");
+        let seed = parse(r#"{"bus":{"nkeySeed":"SUSEED"}}"#, &[]).unwrap();
+        assert_eq!(seed.bus.nkey_seed.as_deref(), Some("SUSEED"));
+        assert!(!seed.dump_redacted().contains("SUSEED"));
     }
 }

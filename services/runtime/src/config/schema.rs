@@ -393,6 +393,10 @@ pub struct BusConfig {
     /// Path of a `.creds` file.
     #[serde(alias = "creds_file")]
     pub creds_file: Option<String>,
+    /// NKey seed (`SU…`, secret) of an NKey user, e.g. from `nanobot deploy nats-config
+    /// --nkeys`.
+    #[serde(alias = "nkey_seed")]
+    pub nkey_seed: Option<String>,
     /// Tool-call deadline in seconds. Default 120.
     #[serde(alias = "tool_timeout_secs")]
     pub tool_timeout_secs: u64,
@@ -410,6 +414,7 @@ impl Default for BusConfig {
             password: None,
             token: None,
             creds_file: None,
+            nkey_seed: None,
             tool_timeout_secs: 120,
             stream_replicas: 1,
         }

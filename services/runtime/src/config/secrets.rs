@@ -82,7 +82,7 @@ pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 /// 244 random bits (two v4 UUIDs), hex.
-fn random_secret() -> String {
+pub fn random_secret() -> String {
     format!(
         "{}{}",
         uuid::Uuid::new_v4().simple(),
@@ -96,7 +96,10 @@ impl FleetSecrets {
     /// one server and carries no credentials (`up` starts one Redis, never a cluster).
     pub fn apply_to(&self, config: &mut Config) {
         let bus = &mut config.bus;
-        let bus_has_auth = bus.user.is_some() || bus.token.is_some() || bus.creds_file.is_some();
+        let bus_has_auth = bus.user.is_some()
+            || bus.token.is_some()
+            || bus.creds_file.is_some()
+            || bus.nkey_seed.is_some();
         if !bus_has_auth && is_loopback_url(&bus.url) && !bus.url.contains('@') {
             bus.user = Some(NATS_USER.into());
             bus.password = Some(self.nats_password.clone());

@@ -166,7 +166,10 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
     }
     for url in config.bus.url.split(',') {
         if !is_url(url.trim(), &["nats", "tls", "ws", "wss"]) {
-            problems.push(format!("bus.url: {url:?} is not a nats:// URL"));
+            problems.push(format!(
+                "bus.url: {:?} is not a nats:// URL",
+                super::redact_url(url)
+            ));
         }
     }
     // One node, a `redis+cluster://host:port,host:port` cluster, several node URLs, or
@@ -187,7 +190,7 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
     if !store_ok {
         problems.push(format!(
             "store.url: {:?} is not a redis:// URL, a list of them, a redis+cluster:// or a redis+sentinel:// URL",
-            config.store.url
+            super::redact_url(&config.store.url)
         ));
     }
     if let Some(endpoint) = &config.telemetry.otlp_endpoint

@@ -29,6 +29,12 @@ impl Nats {
         Self::start_with(&[]).await
     }
 
+    /// Starts `nats-server` with JetStream and the configuration file `config` (e.g. the
+    /// authorization `nanobot deploy nats-config` writes); command-line ports win over it.
+    pub async fn start_with_config(config: &Path) -> anyhow::Result<Self> {
+        Self::start_with(&["-c".into(), config.display().to_string()]).await
+    }
+
     /// Starts `nats-server` with JetStream and `extra` arguments (e.g. cluster options).
     pub(super) async fn start_with(extra: &[String]) -> anyhow::Result<Self> {
         let bin = find_server_binary("nats-server", "NATS_SERVER")?;
@@ -169,6 +175,8 @@ pub struct Redis {
     proc: ServiceProc,
     port: u16,
     dir: tempfile::TempDir,
+    /// `user:password@` of [`Redis::url`] when started with an ACL file.
+    auth: String,
 }
 
 impl Redis {
@@ -177,8 +185,19 @@ impl Redis {
         Self::start_with(&[]).await
     }
 
+    /// Starts `redis-server` with the ACL file `acl` (e.g. from `nanobot deploy redis-acl`);
+    /// [`Redis::url`] and the ready check log in as `user`.
+    pub async fn start_with_acl(acl: &Path, user: &str, password: &str) -> anyhow::Result<Self> {
+        let extra = ["--aclfile".into(), acl.display().to_string()];
+        Self::start_inner(&extra, format!("{user}:{password}@")).await
+    }
+
     /// Starts `redis-server` with `extra` arguments (e.g. cluster mode).
     pub(super) async fn start_with(extra: &[String]) -> anyhow::Result<Self> {
+        Self::start_inner(extra, String::new()).await
+    }
+
+    async fn start_inner(extra: &[String], auth: String) -> anyhow::Result<Self> {
         let bin = find_server_binary("redis-server", "REDIS_SERVER")?;
         let mut dir = tempfile::Builder::new().prefix("redis-data-").tempdir()?;
         let mut last_error = None;
@@ -187,7 +206,12 @@ impl Redis {
             let mut args = redis_args(port, dir.path());
             args.extend_from_slice(extra);
             let proc = ServiceProc::spawn_program(&bin, &args, &[])?;
-            let mut redis = Self { proc, port, dir };
+            let mut redis = Self {
+                proc,
+                port,
+                dir,
+                auth: auth.clone(),
+            };
             match redis.wait_ready().await {
                 Ok(()) => return Ok(redis),
                 Err(e) => {
@@ -219,9 +243,10 @@ impl Redis {
         self.proc.pid()
     }
 
-    /// Returns the URL, `redis://127.0.0.1:PORT`.
+    /// Returns the URL, `redis://127.0.0.1:PORT` (with the ACL user's credentials when
+    /// started with [`Redis::start_with_acl`]).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://{}127.0.0.1:{}", self.auth, self.port)
     }
 
     /// Returns a reconnecting connection, as the roles hold one.
