@@ -7,7 +7,7 @@
 use async_nats::jetstream;
 use prost::Message as _;
 
-use nanobot_core::session::SessionStore;
+use nanobot_core::session::SessionWriter;
 use nanobot_proto::{OutboundKind, OutboundMessage};
 use nanobot_runtime::bus::BusError;
 use nanobot_runtime::payloads;
@@ -65,7 +65,7 @@ pub async fn publish(js: &jetstream::Context, msg: &OutboundMessage) -> Result<(
 /// (the broker drops the copy when it was, by its delivery id).
 pub async fn flush(
     js: &jetstream::Context,
-    sessions: &SessionStore,
+    sessions: &SessionWriter,
     session_key: &str,
 ) -> anyhow::Result<()> {
     let Some(payload) = sessions.outbox(session_key).await? else {

@@ -12,7 +12,7 @@ use nanobot_core::hooks::{AgentHook, CompositeHook, LoggingHook, UsageHook};
 use nanobot_core::memory::{self as core_memory, Budget, estimate_messages};
 use nanobot_core::resolve;
 use nanobot_core::runner::{self, Injections, RunDeps, RunSpec};
-use nanobot_core::session::{Commit, SessionStore, meta, now_iso};
+use nanobot_core::session::{Commit, SessionWriter, meta, now_iso};
 use nanobot_core::tools::ToolScope;
 
 use crate::message_tool::{self, TurnTools};
@@ -33,7 +33,7 @@ use crate::turn_hook::{Gates, TurnHook};
 #[derive(Debug, Clone, Copy)]
 pub struct TurnCtx<'a> {
     /// The session store, fenced with the session's lease.
-    pub sessions: &'a SessionStore,
+    pub sessions: &'a SessionWriter,
     /// Stream sequence of the turn's message (chat turns; the mailbox cursor moves past it).
     pub seq: Option<u64>,
     /// Follow-up messages read from the session's mailbox.
@@ -118,7 +118,7 @@ async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<Str
 pub async fn recover(
     deps: &Deps,
     bot: &Bot,
-    sessions: &SessionStore,
+    sessions: &SessionWriter,
     session_key: &str,
     how: Restore,
 ) -> anyhow::Result<usize> {
@@ -424,7 +424,7 @@ pub async fn finish(
 async fn new_session(
     deps: &Deps,
     bot: &Bot,
-    sessions: &SessionStore,
+    sessions: &SessionWriter,
     input: &TurnInput,
 ) -> anyhow::Result<String> {
     let session = sessions.load(&input.session_key).await?;

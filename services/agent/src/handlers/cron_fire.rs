@@ -8,7 +8,7 @@ use async_nats::jetstream;
 use prost::Message as _;
 use tracing::Instrument as _;
 
-use nanobot_core::session::SessionStore;
+use nanobot_core::session::SessionWriter;
 use nanobot_proto::{CronFire, CronFireKind, keys};
 use nanobot_runtime::telemetry;
 
@@ -99,7 +99,7 @@ pub(super) async fn run_once(
 }
 
 /// Keeps the last `keep` rows of a session (starting at a user row).
-async fn trim(sessions: &SessionStore, key: &str, keep: usize) -> anyhow::Result<()> {
+async fn trim(sessions: &SessionWriter, key: &str, keep: usize) -> anyhow::Result<()> {
     let session = sessions.load(key).await?;
     let from = nanobot_core::heartbeat::retain_from(&session.messages, keep);
     if from > 0 {

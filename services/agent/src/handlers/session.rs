@@ -13,7 +13,7 @@ use redis::AsyncCommands as _;
 use tokio::sync::OwnedSemaphorePermit;
 
 use nanobot_core::checkpoint::Restore;
-use nanobot_core::session::{Commit, SessionStore};
+use nanobot_core::session::{Commit, SessionWriter};
 use nanobot_proto::{InboundMessage, OutboundKind, keys};
 
 use super::Deps;
@@ -163,7 +163,7 @@ pub async fn drain(
 async fn run_one(
     deps: &Deps,
     bot: &Bot,
-    sessions: &SessionStore,
+    sessions: &SessionWriter,
     lease: &Lease,
     subject: &str,
     seq: u64,
