@@ -85,12 +85,16 @@ const COMMANDS: &[(Name, &str, &str, bool)] = &[
     (Name::Help, "/help", "List available slash commands.", false),
 ];
 
-/// What a message is.
+/// What a message is: classified once, when it is decoded ([`classify`]), then matched by
+/// the receiver, the drainer, the follow-ups and the turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Parsed {
+pub enum Kind {
     /// Not a slash command: a turn for the model.
     Text,
-    /// A supported command.
+    /// A command answered by whichever runner receives it, outside the session's lease
+    /// (upstream's priority tier: `/stop`, `/status`); drainers skip it.
+    Priority(Command),
+    /// A command run as a turn of its own, in the session's order.
     Command(Command),
     /// A slash command rejected without calling the model, with the reply.
     Rejected(String),
@@ -98,7 +102,7 @@ pub enum Parsed {
 
 impl Command {
     /// Whether it runs outside the session lock (upstream's priority tier).
-    pub fn is_priority(&self) -> bool {
+    fn is_priority(&self) -> bool {
         matches!(self, Self::Stop | Self::Status)
     }
 
@@ -121,11 +125,19 @@ fn bare(entry: &str) -> &str {
     entry.split_whitespace().next().unwrap_or(entry)
 }
 
-/// Parses `text`.
-pub fn parse(text: &str) -> Parsed {
+/// Classifies a message's text.
+pub fn classify(text: &str) -> Kind {
+    match parse(text) {
+        Kind::Command(cmd) if cmd.is_priority() => Kind::Priority(cmd),
+        kind => kind,
+    }
+}
+
+/// Parses `text` (commands not sorted by tier yet).
+fn parse(text: &str) -> Kind {
     let text = text.trim();
     if !text.starts_with('/') {
-        return Parsed::Text;
+        return Kind::Text;
     }
     let (head, args) = match text.split_once(char::is_whitespace) {
         Some((h, a)) => (h, a.trim()),
@@ -143,10 +155,10 @@ pub fn parse(text: &str) -> Parsed {
     if let Some((cmd, entry, _, takes_arg)) = COMMANDS.iter().find(|c| bare(c.1) == name) {
         if args.is_empty() || *takes_arg {
             let arg = (!args.is_empty()).then(|| args.to_string());
-            return Parsed::Command(Command::build(*cmd, arg));
+            return Kind::Command(Command::build(*cmd, arg));
         }
         let known = bare(entry);
-        return Parsed::Rejected(format!(
+        return Kind::Rejected(format!(
             "Command \"{known}\" does not accept arguments. Did you mean \"{known}\"?"
         ));
     }
@@ -156,10 +168,10 @@ pub fn parse(text: &str) -> Parsed {
         .filter(|(score, _)| *score >= 0.6)
         .max_by(|a, b| a.0.total_cmp(&b.0));
     match best {
-        Some((_, close)) => Parsed::Rejected(format!(
+        Some((_, close)) => Kind::Rejected(format!(
             "Unknown command \"{head}\". Did you mean \"{close}\"?"
         )),
-        None => Parsed::Rejected(format!(
+        None => Kind::Rejected(format!(
             "Unknown command \"{head}\". Use \"/help\" to list available commands."
         )),
     }
@@ -268,45 +280,45 @@ mod tests {
 
     #[test]
     fn commands_are_normalised_and_unknown_ones_rejected_with_upstream_strings() {
-        assert_eq!(parse("hello"), Parsed::Text);
-        assert_eq!(parse(" /NEW "), Parsed::Command(Command::New));
-        assert_eq!(parse("/stop@my_bot"), Parsed::Command(Command::Stop));
-        assert_eq!(parse("/dream"), Parsed::Command(Command::Dream));
+        assert_eq!(classify("hello"), Kind::Text);
+        assert_eq!(classify(" /NEW "), Kind::Command(Command::New));
+        assert_eq!(classify("/stop@my_bot"), Kind::Priority(Command::Stop));
+        assert_eq!(classify("/Status"), Kind::Priority(Command::Status));
+        assert_eq!(classify("/dream"), Kind::Command(Command::Dream));
         assert_eq!(
-            parse("/dream-log abc123"),
-            Parsed::Command(Command::DreamLog(Some("abc123".into())))
+            classify("/dream-log abc123"),
+            Kind::Command(Command::DreamLog(Some("abc123".into())))
         );
         assert_eq!(
-            parse("/Dream-Restore"),
-            Parsed::Command(Command::DreamRestore(None))
+            classify("/Dream-Restore"),
+            Kind::Command(Command::DreamRestore(None))
         );
         assert_eq!(
-            parse("/dream-prompt init"),
-            Parsed::Command(Command::DreamPrompt(Some("init".into())))
+            classify("/dream-prompt init"),
+            Kind::Command(Command::DreamPrompt(Some("init".into())))
         );
         assert_eq!(
-            parse("/dream now"),
-            Parsed::Rejected(
+            classify("/dream now"),
+            Kind::Rejected(
                 "Command \"/dream\" does not accept arguments. Did you mean \"/dream\"?".into()
             )
         );
         assert_eq!(
-            parse("/new now"),
-            Parsed::Rejected(
+            classify("/new now"),
+            Kind::Rejected(
                 "Command \"/new\" does not accept arguments. Did you mean \"/new\"?".into()
             )
         );
         assert_eq!(
-            parse("/hepl"),
-            Parsed::Rejected("Unknown command \"/hepl\". Did you mean \"/help\"?".into())
+            classify("/hepl"),
+            Kind::Rejected("Unknown command \"/hepl\". Did you mean \"/help\"?".into())
         );
         assert_eq!(
-            parse("/foo"),
-            Parsed::Rejected(
+            classify("/foo"),
+            Kind::Rejected(
                 "Unknown command \"/foo\". Use \"/help\" to list available commands.".into()
             )
         );
-        assert!(Command::Stop.is_priority() && !Command::New.is_priority());
     }
 
     #[test]

@@ -14,12 +14,31 @@ use nanobot_proto::{InboundMessage, keys, subjects};
 use nanobot_runtime::store::Store;
 use redis::AsyncCommands as _;
 
-use crate::commands::{self, Parsed};
+use crate::commands::{self, Kind};
 
 /// Reads sessions' messages from the inbound stream.
 #[derive(Debug, Clone)]
 pub struct Mailbox {
     stream: jetstream::stream::Stream,
+}
+
+/// A decoded inbound message and what it is: the one place a message is decoded and
+/// classified (by its receiver and by the drainer that reads it from the mailbox).
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    /// The message.
+    pub message: InboundMessage,
+    /// What it is.
+    pub kind: Kind,
+}
+
+impl Incoming {
+    /// Decodes and classifies a message.
+    pub fn decode(payload: impl bytes::Buf) -> Result<Self, prost::DecodeError> {
+        let message = InboundMessage::decode(payload)?;
+        let kind = commands::classify(&message.content);
+        Ok(Self { message, kind })
+    }
 }
 
 /// One message of a session's mailbox.
@@ -28,7 +47,7 @@ pub struct Entry {
     /// Stream sequence.
     pub seq: u64,
     /// The message; `None` when it cannot be decoded (it is skipped).
-    pub message: Option<InboundMessage>,
+    pub incoming: Option<Incoming>,
 }
 
 impl Mailbox {
@@ -47,23 +66,12 @@ impl Mailbox {
         {
             Ok(m) => Ok(Some(Entry {
                 seq: m.sequence,
-                message: InboundMessage::decode(m.payload).ok(),
+                incoming: Incoming::decode(m.payload).ok(),
             })),
             Err(e) if e.kind() == DirectGetErrorKind::NotFound => Ok(None),
             Err(e) => Err(anyhow::anyhow!("read session mailbox {subject}: {e}")),
         }
     }
-}
-
-/// Whether a mailbox entry is answered by a turn of its own, or skipped by the drainer
-/// (undecodable, or a priority command its receiver already answered).
-pub fn needs_turn(entry: &Entry) -> bool {
-    entry.message.as_ref().is_some_and(|m| {
-        !matches!(
-            commands::parse(&m.content),
-            Parsed::Command(commands::Command::Stop | commands::Command::Status)
-        )
-    })
 }
 
 /// Follow-ups of a running turn, read from its session's mailbox past the turn's message.
@@ -161,29 +169,34 @@ impl Injections for FollowUps {
                     break;
                 }
             };
-            let duplicate = match &entry.message {
-                Some(m) => self.answered(&m.id).await,
+            let duplicate = match &entry.incoming {
+                Some(i) => self.answered(&i.message.id).await,
                 None => false,
             };
+            let text = match entry.incoming {
+                // A slash command runs as its own turn after this one.
+                Some(Incoming {
+                    kind: Kind::Command(_) | Kind::Rejected(_),
+                    ..
+                }) if !duplicate => break,
+                Some(Incoming {
+                    kind: Kind::Text,
+                    message,
+                }) if !duplicate => Some(message),
+                // Undecodable, answered by its receiver (a priority command), or a copy of a
+                // message answered already: skipped.
+                _ => None,
+            };
             let mut taken = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            if duplicate || !needs_turn(&entry) {
-                taken.last_seq = entry.seq;
-                after = entry.seq;
-                continue;
-            }
-            let Some(msg) = entry.message else { break };
-            // A slash command runs as its own turn after this one.
-            if !matches!(commands::parse(&msg.content), Parsed::Text) {
-                break;
-            }
+            taken.last_seq = entry.seq;
+            after = entry.seq;
+            let Some(msg) = text else { continue };
             let mut row = json!({"role": "user", "content": msg.content});
             if !msg.media.is_empty() {
                 row["media"] = json!(msg.media);
             }
             rows.push(row);
-            taken.last_seq = entry.seq;
             taken.ids.push(msg.id);
-            after = entry.seq;
         }
         rows
     }

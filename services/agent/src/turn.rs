@@ -20,9 +20,9 @@ use nanobot_proto::{OutboundKind, keys};
 
 use crate::bots::Bot;
 use crate::checkpoints::{self, SessionCheckpoints};
-use crate::commands::{self, Command, Parsed, StatusInfo};
+use crate::commands::{self, Command, Kind, StatusInfo};
 use crate::handlers::Deps;
-use crate::mailbox::FollowUps;
+use crate::mailbox::{FollowUps, Incoming};
 use crate::memory_jobs;
 use crate::outbox::{self, Outbox};
 use crate::stop;
@@ -41,7 +41,7 @@ pub struct TurnCtx<'a> {
 }
 
 /// The input of a turn, from a chat message or a cron fire.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TurnInput {
     /// Idempotency id (inbound message id or cron fire id).
     pub id: String,
@@ -59,27 +59,69 @@ pub struct TurnInput {
     pub stream: bool,
     /// The turn runs a cron job.
     pub in_cron: bool,
+    /// What the message is (classified when it was decoded).
+    pub kind: Kind,
 }
 
-/// Answers a priority command (`/stop`, `/status`) outside the session lock; `None` when
-/// `input` is not one.
+impl TurnInput {
+    /// The turn of a chat message.
+    pub fn chat(incoming: &Incoming) -> Self {
+        let m = &incoming.message;
+        Self {
+            id: m.id.clone(),
+            channel: m.channel.clone(),
+            chat_id: m.chat_id.clone(),
+            content: m.content.clone(),
+            media: m.media.clone(),
+            session_key: m.effective_session_key(),
+            stream: m.stream,
+            in_cron: false,
+            kind: incoming.kind.clone(),
+        }
+    }
+
+    /// An automation turn (a cron fire, the heartbeat) with id `id` in session `session_key`,
+    /// on behalf of `channel`/`chat_id`.
+    pub fn automation(
+        id: &str,
+        channel: &str,
+        chat_id: &str,
+        content: String,
+        session_key: &str,
+    ) -> Self {
+        Self {
+            id: id.to_string(),
+            channel: channel.to_string(),
+            chat_id: chat_id.to_string(),
+            kind: commands::classify(&content),
+            content,
+            media: Vec::new(),
+            session_key: session_key.to_string(),
+            stream: false,
+            in_cron: true,
+        }
+    }
+}
+
+/// Answers a priority command (`/stop`, `/status`) outside the session lock.
 pub async fn priority_command(
     deps: &Deps,
     bot: &Bot,
-    input: &TurnInput,
-) -> anyhow::Result<Option<String>> {
-    match commands::parse(&input.content) {
-        Parsed::Command(Command::Stop) => {
-            let n = stop::stop_everywhere(&deps.nats, &bot.spec.id, &input.session_key).await?;
-            Ok(Some(if n > 0 {
+    cmd: &Command,
+    session_key: &str,
+) -> anyhow::Result<String> {
+    Ok(match cmd {
+        Command::Stop => {
+            let n = stop::stop_everywhere(&deps.nats, &bot.spec.id, session_key).await?;
+            if n > 0 {
                 format!("Stopped {n} task(s).")
             } else {
                 "No active task to stop.".into()
-            }))
+            }
         }
-        Parsed::Command(Command::Status) => Ok(Some(status(deps, bot, &input.session_key).await?)),
-        _ => Ok(None),
-    }
+        Command::Status => status(deps, bot, session_key).await?,
+        _ => commands::help_text(),
+    })
 }
 
 async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<String> {
@@ -165,18 +207,19 @@ pub async fn run(
     outbox: &Outbox,
 ) -> anyhow::Result<()> {
     let sessions = ctx.sessions;
-    match commands::parse(&input.content) {
-        Parsed::Text => {}
-        Parsed::Rejected(reply) => {
+    match &input.kind {
+        Kind::Text => {}
+        Kind::Rejected(reply) => {
+            return finish(deps, ctx, input, outbox, Reply::text(reply)).await;
+        }
+        Kind::Priority(cmd) => {
+            let reply = priority_command(deps, bot, cmd, &input.session_key).await?;
             return finish(deps, ctx, input, outbox, Reply::text(&reply)).await;
         }
-        Parsed::Command(cmd) => {
-            let reply = match &cmd {
+        Kind::Command(cmd) => {
+            let reply = match cmd {
                 Command::New => new_session(deps, bot, sessions, input).await?,
                 Command::Help => commands::help_text(),
-                Command::Stop | Command::Status => priority_command(deps, bot, input)
-                    .await?
-                    .unwrap_or_default(),
                 other => match memory_jobs::dream_job(other) {
                     Some((kind, arg)) => {
                         memory_jobs::dream_command(

@@ -35,16 +35,13 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     let span = tracing::info_span!("cron_turn", session_id = %session_key, job_id = %fire.job_id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
-        let input = TurnInput {
-            id: fire.id.clone(),
-            channel: route.channel.clone(),
-            chat_id: route.chat_id.clone(),
-            content: reminder_note(&fire),
-            media: Vec::new(),
-            session_key: session_key.clone(),
-            stream: false,
-            in_cron: true,
-        };
+        let input = TurnInput::automation(
+            &fire.id,
+            &route.channel,
+            &route.chat_id,
+            reminder_note(&fire),
+            &session_key,
+        );
         let outbox = Outbox {
             js: deps.js.clone(),
             bot: fire.bot.clone(),

@@ -57,16 +57,7 @@ async fn beat(deps: &Deps, bot: &Bot, fire: &CronFire) -> anyhow::Result<()> {
         return Ok(());
     };
     let prompt = heartbeat::prompt(&content);
-    let input = TurnInput {
-        id: fire.id.clone(),
-        channel: channel.clone(),
-        chat_id: chat_id.clone(),
-        content: prompt.clone(),
-        media: Vec::new(),
-        session_key: SESSION.into(),
-        stream: false,
-        in_cron: true,
-    };
+    let input = TurnInput::automation(&fire.id, &channel, &chat_id, prompt.clone(), SESSION);
     // The turn's own reply goes to no chat: only the gate may let it through.
     let nowhere = Outbox {
         js: deps.js.clone(),

@@ -14,12 +14,13 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use nanobot_core::checkpoint::Restore;
 use nanobot_core::session::{Commit, SessionWriter};
-use nanobot_proto::{InboundMessage, OutboundKind, keys};
+use nanobot_proto::{OutboundKind, keys};
 
 use super::Deps;
 use crate::bots::Bot;
+use crate::commands::Kind;
 use crate::lease::Lease;
-use crate::mailbox::{self, FollowUps};
+use crate::mailbox::{FollowUps, Incoming};
 use crate::memory_jobs;
 use crate::outbox::{self, Outbox};
 use crate::turn::{self, Reply, TurnCtx, TurnInput};
@@ -133,22 +134,23 @@ pub async fn drain(
             return Ok(entries);
         };
         entries += 1;
-        let message = entry
-            .message
-            .clone()
-            .filter(|_| mailbox::needs_turn(&entry));
-        let answered = match &message {
-            Some(m) => {
-                deps.seen(&keys::inbound_seen(&bot.spec.id, session_key, &m.id))
-                    .await
+        let turn = match entry.incoming {
+            // A priority command was answered by its receiver.
+            Some(Incoming {
+                kind: Kind::Priority(_),
+                ..
+            })
+            | None => None,
+            Some(incoming) => {
+                let marker = keys::inbound_seen(&bot.spec.id, session_key, &incoming.message.id);
+                (!deps.seen(&marker).await).then_some(incoming)
             }
-            None => true,
         };
-        match message {
-            Some(m) if !answered => {
-                run_one(deps, bot, &sessions, lease, subject, entry.seq, &m).await?;
+        match turn {
+            Some(incoming) => {
+                run_one(deps, bot, &sessions, lease, subject, entry.seq, &incoming).await?;
             }
-            _ => {
+            None => {
                 let skip = Commit {
                     cursor: Some(entry.seq),
                     ..Default::default()
@@ -167,19 +169,11 @@ async fn run_one(
     lease: &Lease,
     subject: &str,
     seq: u64,
-    msg: &InboundMessage,
+    incoming: &Incoming,
 ) -> anyhow::Result<()> {
-    let session_key = msg.effective_session_key();
-    let input = TurnInput {
-        id: msg.id.clone(),
-        channel: msg.channel.clone(),
-        chat_id: msg.chat_id.clone(),
-        content: msg.content.clone(),
-        media: msg.media.clone(),
-        session_key: session_key.clone(),
-        stream: msg.stream,
-        in_cron: false,
-    };
+    let msg = &incoming.message;
+    let input = TurnInput::chat(incoming);
+    let session_key = input.session_key.clone();
     let (channel, chat_id) = if msg.reply_channel.is_empty() {
         (msg.channel.clone(), msg.chat_id.clone())
     } else {
