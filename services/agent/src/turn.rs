@@ -12,8 +12,8 @@ use nanobot_core::hooks::{AgentHook, CompositeHook, LoggingHook, UsageHook};
 use nanobot_core::memory::{self as core_memory, Budget, estimate_messages};
 use nanobot_core::resolve;
 use nanobot_core::runner::{self, Injections, RunDeps, RunSpec};
-use nanobot_core::session::{Commit, SessionWriter, meta, now_iso};
-use nanobot_core::tools::ToolScope;
+use nanobot_core::session::{Commit, Session, SessionWriter, meta, now_iso};
+use nanobot_core::tools::{ToolClient, ToolScope};
 
 use crate::message_tool::{self, TurnTools};
 use nanobot_proto::{OutboundKind, keys};
@@ -155,18 +155,16 @@ async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<Str
     }))
 }
 
-/// Restores an interrupted turn of `session_key` into its history (next turn, or `/stop`).
-/// Closing a turn marks its message as answered, so a redelivery of it is dropped.
+/// Restores an interrupted turn of `session` into its history (next turn, or `/stop`), in
+/// the store and in `session`. Closing a turn marks its message as answered, so a redelivery
+/// of it is dropped.
 pub async fn recover(
     deps: &Deps,
     bot: &Bot,
     sessions: &SessionWriter,
-    session_key: &str,
+    session: &mut Session,
     how: Restore,
 ) -> anyhow::Result<usize> {
-    let mut session = sessions
-        .load_recent(session_key, MAX_REPLAY_MESSAGES)
-        .await?;
     if !session.metadata.contains_key(meta::RUNTIME_CHECKPOINT)
         && !session.metadata.contains_key(meta::PENDING_USER_TURN)
     {
@@ -180,7 +178,7 @@ pub async fn recover(
     let rows = checkpoint::restore(&session.messages, &mut session.metadata, how);
     sessions
         .commit(
-            session_key,
+            &session.key,
             &Commit {
                 rows: rows.clone(),
                 metadata: Some(session.metadata.clone()),
@@ -188,33 +186,55 @@ pub async fn recover(
             },
         )
         .await?;
+    let restored = rows.len();
+    session.messages.extend(rows);
     if how == Restore::Close
         && let Some(id) = interrupted
     {
-        deps.mark_seen(&keys::inbound_seen(&bot.spec.id, session_key, &id))
+        deps.mark_seen(&keys::inbound_seen(&bot.spec.id, &session.key, &id))
             .await;
     }
-    tracing::info!(session_id = %session_key, rows = rows.len(), resumed = how == Restore::Resume, "restored interrupted turn");
-    Ok(rows.len())
+    tracing::info!(session_id = %session.key, rows = restored, resumed = how == Restore::Resume, "restored interrupted turn");
+    Ok(restored)
 }
 
-/// Runs a turn, commits it and publishes its reply to `outbox`.
+/// What a turn measured of its session's prompt, for [`memory_jobs::maybe_consolidate`]:
+/// the history the next turn replays and the prompt's fixed part, so the check neither
+/// reloads the session nor rebuilds the prompt.
+#[derive(Debug)]
+pub struct Measured {
+    /// The replayable history after the turn.
+    pub replay: Vec<Value>,
+    /// The system prompt the turn sent.
+    pub system: String,
+    /// The tool definitions the turn sent.
+    pub tools: Vec<Value>,
+    /// Stored rows of the session after the turn.
+    pub stored: usize,
+}
+
+/// Runs a turn, commits it and publishes its reply to `outbox`; returns what it measured of
+/// the session's prompt (`None` for a command).
 pub async fn run(
     deps: &Deps,
     bot: &Bot,
     ctx: TurnCtx<'_>,
     input: &TurnInput,
     outbox: &Outbox,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<Measured>> {
     let sessions = ctx.sessions;
     match &input.kind {
         Kind::Text => {}
         Kind::Rejected(reply) => {
-            return finish(deps, ctx, input, outbox, Reply::text(reply)).await;
+            return finish(deps, ctx, input, outbox, Reply::text(reply))
+                .await
+                .map(|()| None);
         }
         Kind::Priority(cmd) => {
             let reply = priority_command(deps, bot, cmd, &input.session_key).await?;
-            return finish(deps, ctx, input, outbox, Reply::text(&reply)).await;
+            return finish(deps, ctx, input, outbox, Reply::text(&reply))
+                .await
+                .map(|()| None);
         }
         Kind::Command(cmd) => {
             let reply = match cmd {
@@ -235,37 +255,43 @@ pub async fn run(
                     None => commands::help_text(),
                 },
             };
-            return finish(deps, ctx, input, outbox, Reply::text(&reply)).await;
+            return finish(deps, ctx, input, outbox, Reply::text(&reply))
+                .await
+                .map(|()| None);
         }
     }
     let cfg = &deps.cfg;
     let d = &cfg.agents.defaults;
-    let pending = sessions
+    // The session is read once per turn: recovery and the prompt work on this copy.
+    let mut session = sessions
         .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
-        .await?
-        .metadata;
-    let resume =
-        pending.get(meta::PENDING_TURN_ID).and_then(Value::as_str) == Some(input.id.as_str());
+        .await?;
+    let resume = session
+        .metadata
+        .get(meta::PENDING_TURN_ID)
+        .and_then(Value::as_str)
+        == Some(input.id.as_str());
     let how = if resume {
         Restore::Resume
     } else {
         Restore::Close
     };
-    recover(deps, bot, sessions, &input.session_key, how).await?;
-    let session = sessions
-        .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
-        .await?;
-    if resume && let (Some(f), Some(taken)) = (ctx.follow_ups, checkpoints::taken_from(&pending)) {
+    let taken = checkpoints::taken_from(&session.metadata);
+    recover(deps, bot, sessions, &mut session, how).await?;
+    if resume && let (Some(f), Some(taken)) = (ctx.follow_ups, taken) {
         // Follow-ups a previous attempt injected and saved are in the history already.
         f.resume(taken);
     }
     let replay = session.replay(MAX_REPLAY_MESSAGES);
+    let replay_len = replay.len();
     let summary = core_memory::summary_section(&session.metadata);
     // The pending markers go with the user message in one write: a retry after a failure
     // in between would otherwise store the message twice.
+    let stored_before = session.first_index + session.messages.len();
     let mut metadata = session.metadata;
     metadata.insert(meta::PENDING_USER_TURN.into(), json!(true));
     metadata.insert(meta::PENDING_TURN_ID.into(), json!(input.id));
+    let mut after = replay.clone();
     let mut messages = if resume {
         // A redelivered message whose turn was interrupted: continue from its saved rows.
         sessions.set_metadata(&input.session_key, &metadata).await?;
@@ -277,6 +303,7 @@ pub async fn run(
         if !input.media.is_empty() {
             user_row["media"] = json!(input.media);
         }
+        after.push(user_row.clone());
         let first = Commit {
             rows: vec![user_row],
             metadata: Some(metadata.clone()),
@@ -294,6 +321,12 @@ pub async fn run(
     if let Some(section) = &summary {
         nanobot_core::context::inject_summary(&mut messages, section);
     }
+    let system = messages
+        .first()
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let sink = SessionCheckpoints::new(
         sessions.clone(),
         &input.session_key,
@@ -384,6 +417,13 @@ pub async fn run(
             );
         })
         .await;
+    after.extend(result.new_messages.iter().cloned());
+    let measured = Measured {
+        stored: stored_before + after.len() - replay_len,
+        replay: after,
+        system,
+        tools: ToolClient::definitions(&specs),
+    };
     // The `message` tool already answered this chat: the final text is not sent again.
     let answered = tools.sent_to_current_chat() && result.injected == 0;
     let reply = Reply {
@@ -396,7 +436,8 @@ pub async fn run(
             Reply::text(&result.content)
         }
     };
-    finish(deps, ctx, input, outbox, reply).await
+    finish(deps, ctx, input, outbox, reply).await?;
+    Ok(Some(measured))
 }
 
 /// How a turn ends.

@@ -13,6 +13,7 @@ use redis::AsyncCommands as _;
 use tokio::sync::OwnedSemaphorePermit;
 
 use nanobot_core::checkpoint::Restore;
+use nanobot_core::history::MAX_REPLAY_MESSAGES;
 use nanobot_core::session::{Commit, SessionWriter};
 use nanobot_proto::{OutboundKind, keys};
 
@@ -238,14 +239,20 @@ pub async fn guarded(
     };
     drop(registration);
     match outcome {
-        Some(Ok(())) => {
+        Some(Ok(measured)) => {
             // Still under the lease, but no longer an active turn (`/status`, `/stop`).
-            memory_jobs::maybe_consolidate(deps, bot, &input.session_key, &input.channel).await;
+            if let Some(measured) = measured {
+                memory_jobs::maybe_consolidate(deps, bot, &input.session_key, measured).await;
+            }
             Ok(())
         }
         None => {
             tracing::info!("turn stopped by /stop");
-            turn::recover(deps, bot, ctx.sessions, &input.session_key, Restore::Close).await?;
+            let mut session = ctx
+                .sessions
+                .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
+                .await?;
+            turn::recover(deps, bot, ctx.sessions, &mut session, Restore::Close).await?;
             let stopped = Reply {
                 text: None,
                 ..Default::default()
