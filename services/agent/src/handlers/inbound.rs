@@ -46,14 +46,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         if let Kind::Priority(cmd) = &incoming.kind {
             match turn::priority_command(deps, &bot, cmd, &session_key).await {
                 Ok(reply) => {
-                    let outbox = Outbox {
-                        js: deps.js.clone(),
-                        bot: inbound.bot.clone(),
-                        channel: inbound.channel.clone(),
-                        chat_id: inbound.chat_id.clone(),
-                        reply_to: inbound.id.clone(),
-                        session_key: session_key.clone(),
-                    };
+                    let outbox = Outbox::for_message(&deps.js, inbound);
                     if let Err(e) = outbox.send(OutboundKind::Final, &reply, 0).await {
                         tracing::warn!(error = %e, "failed to publish command reply");
                     }

@@ -175,19 +175,7 @@ async fn run_one(
     let msg = &incoming.message;
     let input = TurnInput::chat(incoming);
     let session_key = input.session_key.clone();
-    let (channel, chat_id) = if msg.reply_channel.is_empty() {
-        (msg.channel.clone(), msg.chat_id.clone())
-    } else {
-        (msg.reply_channel.clone(), msg.reply_chat_id.clone())
-    };
-    let outbox = Outbox {
-        js: deps.js.clone(),
-        bot: msg.bot.clone(),
-        channel,
-        chat_id,
-        reply_to: msg.id.clone(),
-        session_key: session_key.clone(),
-    };
+    let outbox = Outbox::for_message(&deps.js, msg);
     let follow_ups = FollowUps::new(
         deps.mailbox.clone(),
         deps.redis.clone(),
