@@ -1,7 +1,20 @@
 //! Slash commands (upstream `command/builtin.py`, `router.py`, reference §15): parsing with
 //! `/cmd@bot` normalisation and case-insensitive matching, rejection of unknown commands
 //! (with a did-you-mean from a difflib-style similarity, cutoff 0.6) and of arguments to
-//! commands that take none, and the `/help` and `/status` texts.
+//! commands that take none, the `/help` and `/status` texts, and the dispatch that answers
+//! a command ([`answer`]).
+
+use serde_json::Value;
+
+use nanobot_core::history;
+use nanobot_core::memory::{Budget, estimate_messages};
+use nanobot_core::session::{SessionWriter, meta};
+
+use crate::bots::Bot;
+use crate::handlers::Deps;
+use crate::memory_jobs;
+use crate::stop;
+use crate::turn::TurnInput;
 
 /// A command the fleet supports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,6 +188,94 @@ fn parse(text: &str) -> Kind {
             "Unknown command \"{head}\". Use \"/help\" to list available commands."
         )),
     }
+}
+
+/// Answers `input` when it is a command (or a rejected one); `None` for text, which the model
+/// answers. Priority commands come here too when a drained turn carries one.
+pub async fn answer(
+    deps: &Deps,
+    bot: &Bot,
+    sessions: &SessionWriter,
+    input: &TurnInput,
+) -> anyhow::Result<Option<String>> {
+    Ok(Some(match &input.kind {
+        Kind::Text => return Ok(None),
+        Kind::Rejected(reply) => reply.clone(),
+        Kind::Priority(cmd) => priority_command(deps, bot, cmd, &input.session_key).await?,
+        Kind::Command(Command::New) => new_session(deps, bot, sessions, input).await?,
+        Kind::Command(cmd) => match memory_jobs::dream_job(cmd) {
+            Some((kind, arg)) => {
+                memory_jobs::dream_command(deps, bot, &input.id, &input.session_key, kind, arg)
+                    .await?
+            }
+            None => help_text(),
+        },
+    }))
+}
+
+/// Answers a priority command (`/stop`, `/status`) outside the session lock.
+pub async fn priority_command(
+    deps: &Deps,
+    bot: &Bot,
+    cmd: &Command,
+    session_key: &str,
+) -> anyhow::Result<String> {
+    Ok(match cmd {
+        Command::Stop => {
+            let n = stop::stop_everywhere(&deps.nats, &bot.spec.id, session_key).await?;
+            if n > 0 {
+                format!("Stopped {n} task(s).")
+            } else {
+                "No active task to stop.".into()
+            }
+        }
+        Command::Status => status(deps, bot, session_key).await?,
+        _ => help_text(),
+    })
+}
+
+async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<String> {
+    let session = bot.sessions.load(session_key).await?;
+    let usage = session
+        .metadata
+        .get(meta::LAST_USAGE)
+        .cloned()
+        .unwrap_or(Value::Null);
+    let get = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let replay = history::replay(
+        &session.messages,
+        session.last_consolidated,
+        history::MAX_REPLAY_MESSAGES,
+    );
+    let d = &deps.cfg.agents.defaults;
+    Ok(status_text(&StatusInfo {
+        version: env!("CARGO_PKG_VERSION").into(),
+        model: bot.target.model.clone(),
+        last_usage: (
+            get("prompt_tokens"),
+            get("completion_tokens"),
+            get("cached_tokens"),
+        ),
+        context_window: u64::from(d.context_window_tokens),
+        budget: Budget::of(d).budget,
+        session_messages: session.messages.len(),
+        context_tokens: estimate_messages(&replay) as u64,
+        uptime_secs: deps.started.elapsed().as_secs(),
+        active_tasks: deps.active.len(),
+    }))
+}
+
+/// `/new`: archives the unconsolidated tail through the memory workers and clears the session.
+async fn new_session(
+    deps: &Deps,
+    bot: &Bot,
+    sessions: &SessionWriter,
+    input: &TurnInput,
+) -> anyhow::Result<String> {
+    let session = sessions.load(&input.session_key).await?;
+    memory_jobs::archive_on_new(deps, bot, &input.id, &session).await?;
+    sessions.clear(&input.session_key).await?;
+    Ok("New session started.".into())
 }
 
 /// Upstream's `/help` text for the supported commands.

@@ -21,12 +21,15 @@
 pub mod bots;
 pub mod checkpoints;
 pub mod commands;
+pub mod commit;
 pub mod handlers;
 pub mod lease;
 pub mod mailbox;
 pub mod memory_jobs;
 pub mod message_tool;
 pub mod outbox;
+pub mod pipeline;
+pub mod recovery;
 pub mod stop;
 pub mod subagent;
 pub mod turn;

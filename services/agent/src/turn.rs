@@ -1,31 +1,28 @@
-//! One turn: commands, recovery of an interrupted turn, the user message persisted before the
-//! first LLM call (`pending_user_turn`), the prompt, the run with hooks and checkpoints, the
-//! rest of the rows saved, the reply published, consolidation asked for when over budget.
+//! The model's part of a turn: the user message persisted before the first LLM call
+//! (`pending_user_turn`), the prompt, the run with hooks and checkpoints, and what is left to
+//! commit. [`crate::pipeline`] shows the whole turn.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use nanobot_core::checkpoint::{self, Restore};
-use nanobot_core::history::{self, MAX_REPLAY_MESSAGES};
+use nanobot_core::history::MAX_REPLAY_MESSAGES;
 use nanobot_core::hooks::{AgentHook, CompositeHook, LoggingHook, UsageHook};
-use nanobot_core::memory::{self as core_memory, Budget, estimate_messages};
+use nanobot_core::memory as core_memory;
 use nanobot_core::resolve;
 use nanobot_core::runner::{self, Injections, RunDeps, RunSpec};
 use nanobot_core::session::{Commit, Session, SessionWriter, meta, now_iso};
 use nanobot_core::tools::{ToolClient, ToolScope};
 
 use crate::message_tool::{self, TurnTools};
-use nanobot_proto::{OutboundKind, keys};
 
 use crate::bots::Bot;
-use crate::checkpoints::{self, SessionCheckpoints};
-use crate::commands::{self, Command, Kind, StatusInfo};
+use crate::checkpoints::SessionCheckpoints;
+use crate::commands::{self, Kind};
+use crate::commit::Reply;
 use crate::handlers::Deps;
 use crate::mailbox::{FollowUps, Incoming};
-use crate::memory_jobs;
-use crate::outbox::{self, Outbox};
-use crate::stop;
+use crate::outbox::Outbox;
 use crate::subagent::Spawner;
 use crate::turn_hook::{Gates, TurnHook};
 
@@ -103,102 +100,7 @@ impl TurnInput {
     }
 }
 
-/// Answers a priority command (`/stop`, `/status`) outside the session lock.
-pub async fn priority_command(
-    deps: &Deps,
-    bot: &Bot,
-    cmd: &Command,
-    session_key: &str,
-) -> anyhow::Result<String> {
-    Ok(match cmd {
-        Command::Stop => {
-            let n = stop::stop_everywhere(&deps.nats, &bot.spec.id, session_key).await?;
-            if n > 0 {
-                format!("Stopped {n} task(s).")
-            } else {
-                "No active task to stop.".into()
-            }
-        }
-        Command::Status => status(deps, bot, session_key).await?,
-        _ => commands::help_text(),
-    })
-}
-
-async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<String> {
-    let session = bot.sessions.load(session_key).await?;
-    let usage = session
-        .metadata
-        .get(meta::LAST_USAGE)
-        .cloned()
-        .unwrap_or(Value::Null);
-    let get = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let replay = history::replay(
-        &session.messages,
-        session.last_consolidated,
-        history::MAX_REPLAY_MESSAGES,
-    );
-    let d = &deps.cfg.agents.defaults;
-    Ok(commands::status_text(&StatusInfo {
-        version: env!("CARGO_PKG_VERSION").into(),
-        model: bot.target.model.clone(),
-        last_usage: (
-            get("prompt_tokens"),
-            get("completion_tokens"),
-            get("cached_tokens"),
-        ),
-        context_window: u64::from(d.context_window_tokens),
-        budget: Budget::of(d).budget,
-        session_messages: session.messages.len(),
-        context_tokens: estimate_messages(&replay) as u64,
-        uptime_secs: deps.started.elapsed().as_secs(),
-        active_tasks: deps.active.len(),
-    }))
-}
-
-/// Restores an interrupted turn of `session` into its history (next turn, or `/stop`), in
-/// the store and in `session`. Closing a turn marks its message as answered, so a redelivery
-/// of it is dropped.
-pub async fn recover(
-    deps: &Deps,
-    bot: &Bot,
-    sessions: &SessionWriter,
-    session: &mut Session,
-    how: Restore,
-) -> anyhow::Result<usize> {
-    if !session.metadata.contains_key(meta::RUNTIME_CHECKPOINT)
-        && !session.metadata.contains_key(meta::PENDING_USER_TURN)
-    {
-        return Ok(0);
-    }
-    let interrupted = session
-        .metadata
-        .get(meta::PENDING_TURN_ID)
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let rows = checkpoint::restore(&session.messages, &mut session.metadata, how);
-    sessions
-        .commit(
-            &session.key,
-            &Commit {
-                rows: rows.clone(),
-                metadata: Some(session.metadata.clone()),
-                ..Default::default()
-            },
-        )
-        .await?;
-    let restored = rows.len();
-    session.messages.extend(rows);
-    if how == Restore::Close
-        && let Some(id) = interrupted
-    {
-        deps.mark_seen(&keys::inbound_seen(&bot.spec.id, &session.key, &id))
-            .await;
-    }
-    tracing::info!(session_id = %session.key, rows = restored, resumed = how == Restore::Resume, "restored interrupted turn");
-    Ok(restored)
-}
-
-/// What a turn measured of its session's prompt, for [`memory_jobs::maybe_consolidate`]:
+/// What a turn measured of its session's prompt, for [`crate::memory_jobs::maybe_consolidate`]:
 /// the history the next turn replays and the prompt's fixed part, so the check neither
 /// reloads the session nor rebuilds the prompt.
 #[derive(Debug)]
@@ -213,75 +115,22 @@ pub struct Measured {
     pub stored: usize,
 }
 
-/// Runs a turn, commits it and publishes its reply to `outbox`; returns what it measured of
-/// the session's prompt (`None` for a command).
+/// Runs the model over `session` (loaded and recovered) and `input`: the user message is
+/// persisted first (with its pending markers), checkpoints are saved as the run goes, and the
+/// rest of the turn is returned as a [`Reply`] for [`crate::commit::finish`], with what the
+/// turn measured of the prompt. `resume`: the message's own interrupted turn continues.
 pub async fn run(
     deps: &Deps,
     bot: &Bot,
     ctx: TurnCtx<'_>,
     input: &TurnInput,
     outbox: &Outbox,
-) -> anyhow::Result<Option<Measured>> {
+    session: Session,
+    resume: bool,
+) -> anyhow::Result<(Reply, Measured)> {
     let sessions = ctx.sessions;
-    match &input.kind {
-        Kind::Text => {}
-        Kind::Rejected(reply) => {
-            return finish(deps, ctx, input, outbox, Reply::text(reply))
-                .await
-                .map(|()| None);
-        }
-        Kind::Priority(cmd) => {
-            let reply = priority_command(deps, bot, cmd, &input.session_key).await?;
-            return finish(deps, ctx, input, outbox, Reply::text(&reply))
-                .await
-                .map(|()| None);
-        }
-        Kind::Command(cmd) => {
-            let reply = match cmd {
-                Command::New => new_session(deps, bot, sessions, input).await?,
-                Command::Help => commands::help_text(),
-                other => match memory_jobs::dream_job(other) {
-                    Some((kind, arg)) => {
-                        memory_jobs::dream_command(
-                            deps,
-                            bot,
-                            &input.id,
-                            &input.session_key,
-                            kind,
-                            arg,
-                        )
-                        .await?
-                    }
-                    None => commands::help_text(),
-                },
-            };
-            return finish(deps, ctx, input, outbox, Reply::text(&reply))
-                .await
-                .map(|()| None);
-        }
-    }
     let cfg = &deps.cfg;
     let d = &cfg.agents.defaults;
-    // The session is read once per turn: recovery and the prompt work on this copy.
-    let mut session = sessions
-        .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
-        .await?;
-    let resume = session
-        .metadata
-        .get(meta::PENDING_TURN_ID)
-        .and_then(Value::as_str)
-        == Some(input.id.as_str());
-    let how = if resume {
-        Restore::Resume
-    } else {
-        Restore::Close
-    };
-    let taken = checkpoints::taken_from(&session.metadata);
-    recover(deps, bot, sessions, &mut session, how).await?;
-    if resume && let (Some(f), Some(taken)) = (ctx.follow_ups, taken) {
-        // Follow-ups a previous attempt injected and saved are in the history already.
-        f.resume(taken);
-    }
     let replay = session.replay(MAX_REPLAY_MESSAGES);
     let replay_len = replay.len();
     let summary = core_memory::summary_section(&session.metadata);
@@ -436,83 +285,5 @@ pub async fn run(
             Reply::text(&result.content)
         }
     };
-    finish(deps, ctx, input, outbox, reply).await?;
-    Ok(Some(measured))
-}
-
-/// How a turn ends.
-#[derive(Debug, Default)]
-pub struct Reply {
-    /// Rows still to save.
-    pub rows: Vec<Value>,
-    /// The session metadata to write.
-    pub metadata: Option<serde_json::Map<String, Value>>,
-    /// The reply text and its kind; `None` sends nothing (a stopped turn).
-    pub text: Option<(OutboundKind, String)>,
-    /// Stream deltas sent (a stream end follows them).
-    pub streamed: u32,
-}
-
-impl Reply {
-    /// A final reply with nothing else to save.
-    pub fn text(text: &str) -> Self {
-        Self {
-            text: Some((OutboundKind::Final, text.to_string())),
-            ..Default::default()
-        }
-    }
-}
-
-/// Ends a turn: one fenced commit of its rows, metadata, the mailbox cursor past the message
-/// and the follow-ups it took, their "seen" markers and the reply (kept in the session's
-/// outbox); then the reply is published and the outbox cleared.
-pub async fn finish(
-    deps: &Deps,
-    ctx: TurnCtx<'_>,
-    input: &TurnInput,
-    outbox: &Outbox,
-    reply: Reply,
-) -> anyhow::Result<()> {
-    let taken = ctx.follow_ups.map(FollowUps::taken).unwrap_or_default();
-    let mut answers = vec![input.id.clone()];
-    answers.extend(taken.ids.iter().cloned());
-    let message = reply.text.as_ref().map(|(kind, text)| {
-        let mut m = outbox.message(*kind, text, 0);
-        m.answers = answers.clone();
-        m
-    });
-    let encoded = message.as_ref().map(outbox::encode);
-    let commit = Commit {
-        rows: reply.rows,
-        metadata: reply.metadata,
-        cursor: ctx.seq.map(|s| s.max(taken.last_seq)),
-        outbox: encoded.clone(),
-        seen: answers,
-    };
-    ctx.sessions.commit(&input.session_key, &commit).await?;
-    if reply.streamed > 0 {
-        outbox
-            .send(OutboundKind::StreamEnd, "", reply.streamed + 1)
-            .await?;
-    }
-    if let (Some(message), Some(encoded)) = (message, encoded) {
-        outbox::publish(&deps.js, &message).await?;
-        ctx.sessions
-            .clear_outbox(&input.session_key, &encoded)
-            .await?;
-    }
-    Ok(())
-}
-
-/// `/new`: archives the unconsolidated tail through the memory workers and clears the session.
-async fn new_session(
-    deps: &Deps,
-    bot: &Bot,
-    sessions: &SessionWriter,
-    input: &TurnInput,
-) -> anyhow::Result<String> {
-    let session = sessions.load(&input.session_key).await?;
-    memory_jobs::archive_on_new(deps, bot, &input.id, &session).await?;
-    sessions.clear(&input.session_key).await?;
-    Ok("New session started.".into())
+    Ok((reply, measured))
 }

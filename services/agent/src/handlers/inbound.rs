@@ -11,10 +11,9 @@ use nanobot_runtime::telemetry;
 
 use super::session::{self, Until};
 use super::{Deps, keep_alive, terminate};
-use crate::commands::Kind;
+use crate::commands::{self, Kind};
 use crate::mailbox::Incoming;
 use crate::outbox::Outbox;
-use crate::turn;
 
 /// Handles one inbound message.
 pub async fn handle(deps: &Deps, msg: jetstream::Message) {
@@ -44,7 +43,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     async {
         // Priority commands bypass the session (upstream's router tier); drainers skip them.
         if let Kind::Priority(cmd) = &incoming.kind {
-            match turn::priority_command(deps, &bot, cmd, &session_key).await {
+            match commands::priority_command(deps, &bot, cmd, &session_key).await {
                 Ok(reply) => {
                     let outbox = Outbox::for_message(&deps.js, inbound);
                     if let Err(e) = outbox.send(OutboundKind::Final, &reply, 0).await {

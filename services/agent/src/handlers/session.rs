@@ -20,11 +20,13 @@ use nanobot_proto::{OutboundKind, keys};
 use super::Deps;
 use crate::bots::Bot;
 use crate::commands::Kind;
+use crate::commit::{self, Reply};
 use crate::lease::Lease;
 use crate::mailbox::{FollowUps, Incoming};
 use crate::memory_jobs;
 use crate::outbox::{self, Outbox};
-use crate::turn::{self, Reply, TurnCtx, TurnInput};
+use crate::turn::{TurnCtx, TurnInput};
+use crate::{pipeline, recovery};
 
 /// Upstream's reply when a turn fails.
 pub const ERROR_REPLY: &str = "Sorry, I encountered an error.";
@@ -217,11 +219,11 @@ pub async fn guarded(
             attempts,
             "turn started too often without finishing (its runners died), answering with an error"
         );
-        return turn::finish(deps, ctx, input, outbox, error_reply()).await;
+        return commit::finish(deps, ctx, input, outbox, error_reply()).await;
     }
     let registration = deps.active.register(&bot.spec.id, &input.session_key);
     let outcome = tokio::select! {
-        r = turn::run(deps, bot, ctx, input, outbox) => Some(r),
+        r = pipeline::run(deps, bot, ctx, input, outbox) => Some(r),
         _ = registration.token.cancelled() => None,
         _ = lease.lost().cancelled() => Some(Err(anyhow::anyhow!("session lease lost mid-turn"))),
     };
@@ -240,12 +242,12 @@ pub async fn guarded(
                 .sessions
                 .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
                 .await?;
-            turn::recover(deps, bot, ctx.sessions, &mut session, Restore::Close).await?;
+            recovery::recover(deps, bot, ctx.sessions, &mut session, Restore::Close).await?;
             let stopped = Reply {
                 text: None,
                 ..Default::default()
             };
-            turn::finish(deps, ctx, input, outbox, stopped).await
+            commit::finish(deps, ctx, input, outbox, stopped).await
         }
         Some(Err(e)) => {
             let committed = match ctx.seq {
@@ -270,7 +272,7 @@ pub async fn guarded(
                 return Err(e);
             }
             tracing::error!(attempts, "turn failed, answering with an error: {e:#}");
-            turn::finish(deps, ctx, input, outbox, error_reply()).await
+            commit::finish(deps, ctx, input, outbox, error_reply()).await
         }
     }
 }
