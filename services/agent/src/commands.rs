@@ -4,8 +4,6 @@
 //! commands that take none, the `/help` and `/status` texts, and the dispatch that answers
 //! a command ([`answer`]).
 
-use serde_json::Value;
-
 use nanobot_core::history;
 use nanobot_core::memory::{Budget, estimate_messages};
 use nanobot_core::session::{SessionWriter, meta};
@@ -236,12 +234,7 @@ pub async fn priority_command(
 
 async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<String> {
     let session = bot.sessions.load(session_key).await?;
-    let usage = session
-        .metadata
-        .get(meta::LAST_USAGE)
-        .cloned()
-        .unwrap_or(Value::Null);
-    let get = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let usage = meta::Usage::read(&session.metadata);
     let replay = history::replay(
         &session.messages,
         session.last_consolidated,
@@ -252,9 +245,9 @@ async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<Str
         version: env!("CARGO_PKG_VERSION").into(),
         model: bot.target.model.clone(),
         last_usage: (
-            get("prompt_tokens"),
-            get("completion_tokens"),
-            get("cached_tokens"),
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_tokens,
         ),
         context_window: u64::from(d.context_window_tokens),
         budget: Budget::of(d).budget,

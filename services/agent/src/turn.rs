@@ -244,7 +244,7 @@ pub async fn run(
     let streamed = output.finish().await;
     let (usage, iterations) = usage_hook.totals();
     tracing::info!(
-        stop_reason = result.stop_reason,
+        stop_reason = %result.stop_reason,
         llm_calls = result.llm_calls,
         iterations,
         injected = result.injected,
@@ -260,10 +260,12 @@ pub async fn run(
             m.remove(meta::PENDING_TURN_ID);
             m.remove(meta::INJECTED_IDS);
             m.remove(meta::INJECTED_SEQ);
-            m.insert(
-                meta::LAST_USAGE.into(),
-                json!({"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens, "cached_tokens": result.usage.cached_tokens}),
-            );
+            meta::Usage {
+                prompt_tokens: result.usage.prompt_tokens,
+                completion_tokens: result.usage.completion_tokens,
+                cached_tokens: result.usage.cached_tokens,
+            }
+            .write(m);
         })
         .await;
     after.extend(result.new_messages.iter().cloned());

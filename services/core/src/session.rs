@@ -318,7 +318,7 @@ impl SessionWriter {
                     .await;
                 Ok(())
             }
-            Err(e) if e.to_string().contains("FENCED") => Err(SessionError::Fenced {
+            Err(e) if e.code() == Some(scripts::FENCED) => Err(SessionError::Fenced {
                 session: session.to_string(),
             }),
             Err(e) => Err(SessionStore::err(op, session)(e)),

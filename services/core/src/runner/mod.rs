@@ -88,6 +88,38 @@ pub struct RunDeps<'a> {
     pub injections: Option<&'a dyn Injections>,
 }
 
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model gave its final answer.
+    #[default]
+    Completed,
+    /// The tool-iteration budget ran out.
+    MaxIterations,
+    /// The model call failed.
+    Error,
+    /// The model answered with nothing (upstream's placeholder was used).
+    EmptyFinalResponse,
+}
+
+impl StopReason {
+    /// Upstream's name of the reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::MaxIterations => "max_iterations",
+            Self::Error => "error",
+            Self::EmptyFinalResponse => "empty_final_response",
+        }
+    }
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a run produced.
 #[derive(Debug, Clone, Default)]
 pub struct RunResult {
@@ -95,8 +127,8 @@ pub struct RunResult {
     pub content: String,
     /// Messages appended during the run (assistant and tool rows, final placeholders).
     pub new_messages: Vec<Value>,
-    /// `completed`, `max_iterations`, `error` or `empty_final_response`.
-    pub stop_reason: &'static str,
+    /// Why the run ended.
+    pub stop_reason: StopReason,
     /// The error text, when the run ended with one.
     pub error: Option<String>,
     /// Accumulated usage.
@@ -229,7 +261,7 @@ impl Run<'_> {
     }
 
     async fn finish_budget_exhausted(&mut self, parts: &[String]) {
-        self.result.stop_reason = "max_iterations";
+        self.result.stop_reason = StopReason::MaxIterations;
         let (response, cost) = self
             .requester
             .finalize(
@@ -359,7 +391,7 @@ pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
             } else {
                 clean
             };
-            run.result.stop_reason = "error";
+            run.result.stop_reason = StopReason::Error;
             run.result.error = Some(text.clone());
             run.result.content = text;
             let ends_with_reply = run.messages.len() > run.initial
@@ -373,7 +405,7 @@ pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
                 );
             }
         } else if is_blank(&clean) && parts.is_empty() {
-            run.result.stop_reason = "empty_final_response";
+            run.result.stop_reason = StopReason::EmptyFinalResponse;
             run.result.error = Some(EMPTY_FINAL_RESPONSE_MESSAGE.into());
             run.result.content = EMPTY_FINAL_RESPONSE_MESSAGE.into();
             run.append_final(EMPTY_FINAL_RESPONSE_MESSAGE);
@@ -395,7 +427,7 @@ pub async fn run(deps: RunDeps<'_>, mut spec: RunSpec) -> RunResult {
                 let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
                 continue;
             }
-            run.result.stop_reason = "completed";
+            run.result.stop_reason = StopReason::Completed;
             run.result.content = if parts.is_empty() {
                 clean
             } else {

@@ -8,6 +8,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// The error code a script answers a stale (or absent) fencing token with.
+pub(super) const FENCED: &str = "FENCED";
+
 /// The fence check every script starts with (`KEYS[1]` is the fence counter).
 macro_rules! fenced {
     ($body:expr) => {
