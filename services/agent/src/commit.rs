@@ -8,6 +8,7 @@ use serde_json::Value;
 use nanobot_core::session::Commit;
 use nanobot_proto::OutboundKind;
 
+use crate::error::Result;
 use crate::handlers::Deps;
 use crate::mailbox::FollowUps;
 use crate::outbox::{self, Outbox};
@@ -45,7 +46,7 @@ pub async fn finish(
     input: &TurnInput,
     outbox: &Outbox,
     reply: Reply,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let taken = ctx.follow_ups.map(FollowUps::taken).unwrap_or_default();
     let mut answers = vec![input.id.clone()];
     answers.extend(taken.ids.iter().cloned());

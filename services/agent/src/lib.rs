@@ -22,6 +22,7 @@ pub mod bots;
 pub mod checkpoints;
 pub mod commands;
 pub mod commit;
+pub mod error;
 pub mod handlers;
 pub mod lease;
 pub mod mailbox;

@@ -21,6 +21,7 @@ use super::Deps;
 use crate::bots::Bot;
 use crate::commands::Kind;
 use crate::commit::{self, Reply};
+use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::mailbox::{FollowUps, Incoming};
 use crate::memory_jobs;
@@ -72,7 +73,7 @@ pub async fn acquire(
     bot: &Bot,
     session_key: &str,
     until: Until<'_>,
-) -> anyhow::Result<Option<(Lease, OwnedSemaphorePermit)>> {
+) -> Result<Option<(Lease, OwnedSemaphorePermit)>> {
     let mut backoff = BACKOFF.0;
     let _waiting = Waiting::new(deps);
     loop {
@@ -90,7 +91,7 @@ pub async fn acquire(
             return Ok(None);
         }
         let permit = tokio::select! {
-            _ = deps.cancel.cancelled() => anyhow::bail!("runner shutting down"),
+            _ = deps.cancel.cancelled() => return Err(Error::Shutdown),
             p = deps.turns.clone().acquire_owned() => p?,
         };
         if let Some(lease) = deps.leases.try_acquire(&bot.spec.id, session_key).await? {
@@ -106,7 +107,7 @@ pub async fn acquire(
         drop(permit);
         let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 2);
         tokio::select! {
-            _ = deps.cancel.cancelled() => anyhow::bail!("runner shutting down"),
+            _ = deps.cancel.cancelled() => return Err(Error::Shutdown),
             _ = tokio::time::sleep(backoff + Duration::from_millis(jitter)) => {}
         }
         backoff = (backoff * 2).min(BACKOFF.1);
@@ -121,13 +122,13 @@ pub async fn drain(
     session_key: &str,
     subject: &str,
     lease: &Lease,
-) -> anyhow::Result<usize> {
+) -> Result<usize> {
     let sessions = bot.sessions.fenced(lease.fence());
     outbox::flush(&deps.js, &sessions, session_key).await?;
     let mut entries = 0;
     loop {
         if lease.lost().is_cancelled() {
-            anyhow::bail!("session lease lost");
+            return Err(Error::LeaseLost);
         }
         if deps.cancel.is_cancelled() {
             return Ok(entries);
@@ -173,7 +174,7 @@ async fn run_one(
     subject: &str,
     seq: u64,
     incoming: &Incoming,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let msg = &incoming.message;
     let input = TurnInput::chat(incoming);
     let session_key = input.session_key.clone();
@@ -205,7 +206,7 @@ pub async fn guarded(
     lease: &Lease,
     input: &TurnInput,
     outbox: &Outbox,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let attempts_key = keys::inbound_attempts(&bot.spec.id, &input.session_key, &input.id);
     let mut conn = deps.redis.clone();
     let (attempts,): (i64,) = redis::pipe()
@@ -223,9 +224,9 @@ pub async fn guarded(
     }
     let registration = deps.active.register(&bot.spec.id, &input.session_key);
     let outcome = tokio::select! {
-        r = pipeline::run(deps, bot, ctx, input, outbox) => Some(r),
+        r = pipeline::run(deps, bot, ctx, input, outbox) => Some(r.map_err(Error::from)),
         _ = registration.token.cancelled() => None,
-        _ = lease.lost().cancelled() => Some(Err(anyhow::anyhow!("session lease lost mid-turn"))),
+        _ = lease.lost().cancelled() => Some(Err(Error::LeaseLost)),
     };
     drop(registration);
     match outcome {
@@ -261,9 +262,10 @@ pub async fn guarded(
                     .await
                 }
             };
-            if committed || lease.lost().is_cancelled() || deps.cancel.is_cancelled() {
+            if committed || e.is_interruption() || deps.cancel.is_cancelled() {
                 // The reply waits in the outbox for the next holder, another runner holds the
-                // session now, or this runner is stopping: not the message's fault.
+                // session now (lease lost, a write fenced), or this runner is stopping: not
+                // the message's fault.
                 let _: Result<i64, _> = conn.decr(&attempts_key, 1).await;
                 return Err(e);
             }
