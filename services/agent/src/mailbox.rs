@@ -201,3 +201,149 @@ impl Injections for FollowUps {
         rows
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use nanobot_runtime::testsuite::{Nats, Redis};
+    use redis::AsyncCommands as _;
+
+    use super::*;
+    use crate::commands::Command;
+
+    const SESSION: &str = "cli:mail";
+
+    /// Publishes messages (text by id, or raw bytes) on one session's mailbox; returns the
+    /// subject and their stream sequences.
+    async fn publish(
+        js: &jetstream::Context,
+        messages: &[(&str, Option<&str>)],
+    ) -> (String, Vec<u64>) {
+        let mut subject = String::new();
+        let mut seqs = Vec::new();
+        for (id, text) in messages {
+            let msg = InboundMessage {
+                id: (*id).into(),
+                bot: "b".into(),
+                channel: "cli".into(),
+                chat_id: "mail".into(),
+                content: text.unwrap_or_default().into(),
+                session_key: SESSION.into(),
+                ..Default::default()
+            };
+            subject = msg.subject();
+            let payload = match text {
+                Some(_) => prost::Message::encode_to_vec(&msg),
+                None => b"\xff\xff\xff".to_vec(),
+            };
+            let ack = js
+                .publish(subject.clone(), payload.into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            seqs.push(ack.sequence);
+        }
+        (subject, seqs)
+    }
+
+    async fn servers() -> (Nats, Redis, jetstream::Context, Mailbox, Store) {
+        let nats = Nats::start().await.unwrap();
+        let redis = Redis::start().await.unwrap();
+        let js = jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+        nanobot_runtime::bus::init_streams(&js, 1).await.unwrap();
+        let mailbox = Mailbox::open(&js).await.unwrap();
+        let store = redis.conn().await.unwrap();
+        (nats, redis, js, mailbox, store)
+    }
+
+    #[tokio::test]
+    async fn a_mailbox_reads_its_sessions_messages_in_order_decoded_and_classified_once() {
+        let (_nats, _redis, js, mailbox, _) = servers().await;
+        let (subject, seqs) = publish(
+            &js,
+            &[
+                ("m1", Some("hello")),
+                ("m2", Some("/stop")),
+                ("m3", None),
+                ("m4", Some("/new")),
+            ],
+        )
+        .await;
+        // Another session's message is not in this mailbox.
+        let other = InboundMessage {
+            id: "x".into(),
+            bot: "b".into(),
+            channel: "cli".into(),
+            chat_id: "other".into(),
+            content: "elsewhere".into(),
+            ..Default::default()
+        };
+        js.publish(
+            other.subject(),
+            prost::Message::encode_to_vec(&other).into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+        let mut kinds = Vec::new();
+        let mut after = 0;
+        while let Some(entry) = mailbox.next_after(&subject, after).await.unwrap() {
+            kinds.push((entry.seq, entry.incoming.map(|i| (i.message.id, i.kind))));
+            after = entry.seq;
+        }
+        assert_eq!(
+            kinds,
+            [
+                (seqs[0], Some(("m1".to_string(), Kind::Text))),
+                (
+                    seqs[1],
+                    Some(("m2".to_string(), Kind::Priority(Command::Stop)))
+                ),
+                (seqs[2], None),
+                (
+                    seqs[3],
+                    Some(("m4".to_string(), Kind::Command(Command::New)))
+                ),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn follow_ups_inject_new_text_skip_answered_and_priority_messages_and_stop_at_a_command()
+    {
+        let (_nats, _redis, js, mailbox, store) = servers().await;
+        let (subject, seqs) = publish(
+            &js,
+            &[
+                ("m1", Some("first")),
+                ("m1", Some("first")),
+                ("m2", Some("/status")),
+                ("m3", Some("answered before")),
+                ("m4", None),
+                ("m5", Some("more")),
+                ("m6", Some("/new")),
+                ("m7", Some("after the command")),
+            ],
+        )
+        .await;
+        store
+            .clone()
+            .set::<_, _, ()>(keys::inbound_seen("b", SESSION, "m3"), 1)
+            .await
+            .unwrap();
+        let follow_ups = FollowUps::new(mailbox, store, "b", SESSION, "m1", &subject, seqs[0]);
+        let rows = follow_ups.drain(3).await;
+        assert_eq!(rows, [json!({"role": "user", "content": "more"})]);
+        let taken = follow_ups.taken();
+        assert_eq!(taken.ids, ["m5"]);
+        assert_eq!(
+            taken.last_seq, seqs[5],
+            "the command waits for a turn of its own"
+        );
+        assert!(
+            follow_ups.drain(3).await.is_empty(),
+            "still stopped at the command"
+        );
+    }
+}
