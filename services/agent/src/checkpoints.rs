@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 
 use nanobot_core::checkpoint::{Checkpoint, CheckpointSink, Phase};
 use nanobot_core::history;
-use nanobot_core::session::{Commit, SessionStore, meta};
+use nanobot_core::session::{Commit, SessionWriter, meta};
 
 use crate::mailbox::{FollowUps, Taken};
 
@@ -37,7 +37,7 @@ pub fn taken_from(metadata: &Map<String, Value>) -> Option<Taken> {
 /// The session side of one turn.
 #[derive(Debug)]
 pub struct SessionCheckpoints<'a> {
-    sessions: SessionStore,
+    sessions: SessionWriter,
     key: String,
     max_tool_result_chars: usize,
     state: Mutex<State>,
@@ -56,7 +56,7 @@ struct State {
 impl<'a> SessionCheckpoints<'a> {
     /// Returns the sink of session `key` with its current `metadata`.
     pub fn new(
-        sessions: SessionStore,
+        sessions: SessionWriter,
         key: &str,
         metadata: Map<String, Value>,
         max_tool_result_chars: usize,

@@ -1,7 +1,18 @@
 //! Slash commands (upstream `command/builtin.py`, `router.py`, reference §15): parsing with
 //! `/cmd@bot` normalisation and case-insensitive matching, rejection of unknown commands
 //! (with a did-you-mean from a difflib-style similarity, cutoff 0.6) and of arguments to
-//! commands that take none, and the `/help` and `/status` texts.
+//! commands that take none, the `/help` and `/status` texts, and the dispatch that answers
+//! a command ([`answer`]).
+
+use nanobot_core::history;
+use nanobot_core::memory::{Budget, estimate_messages};
+use nanobot_core::session::{SessionWriter, meta};
+
+use crate::bots::Bot;
+use crate::handlers::Deps;
+use crate::memory_jobs;
+use crate::stop;
+use crate::turn::TurnInput;
 
 /// A command the fleet supports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,12 +96,16 @@ const COMMANDS: &[(Name, &str, &str, bool)] = &[
     (Name::Help, "/help", "List available slash commands.", false),
 ];
 
-/// What a message is.
+/// What a message is: classified once, when it is decoded ([`classify`]), then matched by
+/// the receiver, the drainer, the follow-ups and the turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Parsed {
+pub enum Kind {
     /// Not a slash command: a turn for the model.
     Text,
-    /// A supported command.
+    /// A command answered by whichever runner receives it, outside the session's lease
+    /// (upstream's priority tier: `/stop`, `/status`); drainers skip it.
+    Priority(Command),
+    /// A command run as a turn of its own, in the session's order.
     Command(Command),
     /// A slash command rejected without calling the model, with the reply.
     Rejected(String),
@@ -98,7 +113,7 @@ pub enum Parsed {
 
 impl Command {
     /// Whether it runs outside the session lock (upstream's priority tier).
-    pub fn is_priority(&self) -> bool {
+    fn is_priority(&self) -> bool {
         matches!(self, Self::Stop | Self::Status)
     }
 
@@ -121,11 +136,19 @@ fn bare(entry: &str) -> &str {
     entry.split_whitespace().next().unwrap_or(entry)
 }
 
-/// Parses `text`.
-pub fn parse(text: &str) -> Parsed {
+/// Classifies a message's text.
+pub fn classify(text: &str) -> Kind {
+    match parse(text) {
+        Kind::Command(cmd) if cmd.is_priority() => Kind::Priority(cmd),
+        kind => kind,
+    }
+}
+
+/// Parses `text` (commands not sorted by tier yet).
+fn parse(text: &str) -> Kind {
     let text = text.trim();
     if !text.starts_with('/') {
-        return Parsed::Text;
+        return Kind::Text;
     }
     let (head, args) = match text.split_once(char::is_whitespace) {
         Some((h, a)) => (h, a.trim()),
@@ -143,10 +166,10 @@ pub fn parse(text: &str) -> Parsed {
     if let Some((cmd, entry, _, takes_arg)) = COMMANDS.iter().find(|c| bare(c.1) == name) {
         if args.is_empty() || *takes_arg {
             let arg = (!args.is_empty()).then(|| args.to_string());
-            return Parsed::Command(Command::build(*cmd, arg));
+            return Kind::Command(Command::build(*cmd, arg));
         }
         let known = bare(entry);
-        return Parsed::Rejected(format!(
+        return Kind::Rejected(format!(
             "Command \"{known}\" does not accept arguments. Did you mean \"{known}\"?"
         ));
     }
@@ -156,13 +179,96 @@ pub fn parse(text: &str) -> Parsed {
         .filter(|(score, _)| *score >= 0.6)
         .max_by(|a, b| a.0.total_cmp(&b.0));
     match best {
-        Some((_, close)) => Parsed::Rejected(format!(
+        Some((_, close)) => Kind::Rejected(format!(
             "Unknown command \"{head}\". Did you mean \"{close}\"?"
         )),
-        None => Parsed::Rejected(format!(
+        None => Kind::Rejected(format!(
             "Unknown command \"{head}\". Use \"/help\" to list available commands."
         )),
     }
+}
+
+/// Answers `input` when it is a command (or a rejected one); `None` for text, which the model
+/// answers. Priority commands come here too when a drained turn carries one.
+pub async fn answer(
+    deps: &Deps,
+    bot: &Bot,
+    sessions: &SessionWriter,
+    input: &TurnInput,
+) -> anyhow::Result<Option<String>> {
+    Ok(Some(match &input.kind {
+        Kind::Text => return Ok(None),
+        Kind::Rejected(reply) => reply.clone(),
+        Kind::Priority(cmd) => priority_command(deps, bot, cmd, &input.session_key).await?,
+        Kind::Command(Command::New) => new_session(deps, bot, sessions, input).await?,
+        Kind::Command(cmd) => match memory_jobs::dream_job(cmd) {
+            Some((kind, arg)) => {
+                memory_jobs::dream_command(deps, bot, &input.id, &input.session_key, kind, arg)
+                    .await?
+            }
+            None => help_text(),
+        },
+    }))
+}
+
+/// Answers a priority command (`/stop`, `/status`) outside the session lock.
+pub async fn priority_command(
+    deps: &Deps,
+    bot: &Bot,
+    cmd: &Command,
+    session_key: &str,
+) -> anyhow::Result<String> {
+    Ok(match cmd {
+        Command::Stop => {
+            let n = stop::stop_everywhere(&deps.nats, &bot.spec.id, session_key).await?;
+            if n > 0 {
+                format!("Stopped {n} task(s).")
+            } else {
+                "No active task to stop.".into()
+            }
+        }
+        Command::Status => status(deps, bot, session_key).await?,
+        _ => help_text(),
+    })
+}
+
+async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<String> {
+    let session = bot.sessions.load(session_key).await?;
+    let usage = meta::Usage::read(&session.metadata);
+    let replay = history::replay(
+        &session.messages,
+        session.last_consolidated,
+        history::MAX_REPLAY_MESSAGES,
+    );
+    let d = &deps.cfg.agents.defaults;
+    Ok(status_text(&StatusInfo {
+        version: env!("CARGO_PKG_VERSION").into(),
+        model: bot.target.model.clone(),
+        last_usage: (
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_tokens,
+        ),
+        context_window: u64::from(d.context_window_tokens),
+        budget: Budget::of(d).budget,
+        session_messages: session.messages.len(),
+        context_tokens: estimate_messages(&replay) as u64,
+        uptime_secs: deps.started.elapsed().as_secs(),
+        active_tasks: deps.active.len(),
+    }))
+}
+
+/// `/new`: archives the unconsolidated tail through the memory workers and clears the session.
+async fn new_session(
+    deps: &Deps,
+    bot: &Bot,
+    sessions: &SessionWriter,
+    input: &TurnInput,
+) -> anyhow::Result<String> {
+    let session = sessions.load(&input.session_key).await?;
+    memory_jobs::archive_on_new(deps, bot, &input.id, &session).await?;
+    sessions.clear(&input.session_key).await?;
+    Ok("New session started.".into())
 }
 
 /// Upstream's `/help` text for the supported commands.
@@ -268,45 +374,45 @@ mod tests {
 
     #[test]
     fn commands_are_normalised_and_unknown_ones_rejected_with_upstream_strings() {
-        assert_eq!(parse("hello"), Parsed::Text);
-        assert_eq!(parse(" /NEW "), Parsed::Command(Command::New));
-        assert_eq!(parse("/stop@my_bot"), Parsed::Command(Command::Stop));
-        assert_eq!(parse("/dream"), Parsed::Command(Command::Dream));
+        assert_eq!(classify("hello"), Kind::Text);
+        assert_eq!(classify(" /NEW "), Kind::Command(Command::New));
+        assert_eq!(classify("/stop@my_bot"), Kind::Priority(Command::Stop));
+        assert_eq!(classify("/Status"), Kind::Priority(Command::Status));
+        assert_eq!(classify("/dream"), Kind::Command(Command::Dream));
         assert_eq!(
-            parse("/dream-log abc123"),
-            Parsed::Command(Command::DreamLog(Some("abc123".into())))
+            classify("/dream-log abc123"),
+            Kind::Command(Command::DreamLog(Some("abc123".into())))
         );
         assert_eq!(
-            parse("/Dream-Restore"),
-            Parsed::Command(Command::DreamRestore(None))
+            classify("/Dream-Restore"),
+            Kind::Command(Command::DreamRestore(None))
         );
         assert_eq!(
-            parse("/dream-prompt init"),
-            Parsed::Command(Command::DreamPrompt(Some("init".into())))
+            classify("/dream-prompt init"),
+            Kind::Command(Command::DreamPrompt(Some("init".into())))
         );
         assert_eq!(
-            parse("/dream now"),
-            Parsed::Rejected(
+            classify("/dream now"),
+            Kind::Rejected(
                 "Command \"/dream\" does not accept arguments. Did you mean \"/dream\"?".into()
             )
         );
         assert_eq!(
-            parse("/new now"),
-            Parsed::Rejected(
+            classify("/new now"),
+            Kind::Rejected(
                 "Command \"/new\" does not accept arguments. Did you mean \"/new\"?".into()
             )
         );
         assert_eq!(
-            parse("/hepl"),
-            Parsed::Rejected("Unknown command \"/hepl\". Did you mean \"/help\"?".into())
+            classify("/hepl"),
+            Kind::Rejected("Unknown command \"/hepl\". Did you mean \"/help\"?".into())
         );
         assert_eq!(
-            parse("/foo"),
-            Parsed::Rejected(
+            classify("/foo"),
+            Kind::Rejected(
                 "Unknown command \"/foo\". Use \"/help\" to list available commands.".into()
             )
         );
-        assert!(Command::Stop.is_priority() && !Command::New.is_priority());
     }
 
     #[test]

@@ -22,6 +22,8 @@
 pub mod bots;
 pub mod checkpoints;
 pub mod commands;
+pub mod commit;
+pub mod error;
 pub mod handlers;
 pub mod lease;
 pub mod mailbox;
@@ -29,6 +31,8 @@ pub mod memory_jobs;
 pub mod message_tool;
 pub mod outbox;
 pub mod outcomes;
+pub mod pipeline;
+pub mod recovery;
 pub mod stop;
 pub mod subagent;
 pub mod turn;

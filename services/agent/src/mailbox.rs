@@ -14,12 +14,31 @@ use nanobot_proto::{InboundMessage, keys, subjects};
 use nanobot_runtime::store::Store;
 use redis::AsyncCommands as _;
 
-use crate::commands::{self, Parsed};
+use crate::commands::{self, Kind};
 
 /// Reads sessions' messages from the inbound stream.
 #[derive(Debug, Clone)]
 pub struct Mailbox {
     stream: jetstream::stream::Stream,
+}
+
+/// A decoded inbound message and what it is: the one place a message is decoded and
+/// classified (by its receiver and by the drainer that reads it from the mailbox).
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    /// The message.
+    pub message: InboundMessage,
+    /// What it is.
+    pub kind: Kind,
+}
+
+impl Incoming {
+    /// Decodes and classifies a message.
+    pub fn decode(payload: impl bytes::Buf) -> Result<Self, prost::DecodeError> {
+        let message = InboundMessage::decode(payload)?;
+        let kind = commands::classify(&message.content);
+        Ok(Self { message, kind })
+    }
 }
 
 /// One message of a session's mailbox.
@@ -28,7 +47,7 @@ pub struct Entry {
     /// Stream sequence.
     pub seq: u64,
     /// The message; `None` when it cannot be decoded (it is skipped).
-    pub message: Option<InboundMessage>,
+    pub incoming: Option<Incoming>,
 }
 
 impl Mailbox {
@@ -47,23 +66,12 @@ impl Mailbox {
         {
             Ok(m) => Ok(Some(Entry {
                 seq: m.sequence,
-                message: InboundMessage::decode(m.payload).ok(),
+                incoming: Incoming::decode(m.payload).ok(),
             })),
             Err(e) if e.kind() == DirectGetErrorKind::NotFound => Ok(None),
             Err(e) => Err(anyhow::anyhow!("read session mailbox {subject}: {e}")),
         }
     }
-}
-
-/// Whether a mailbox entry is answered by a turn of its own, or skipped by the drainer
-/// (undecodable, or a priority command its receiver already answered).
-pub fn needs_turn(entry: &Entry) -> bool {
-    entry.message.as_ref().is_some_and(|m| {
-        !matches!(
-            commands::parse(&m.content),
-            Parsed::Command(commands::Command::Stop | commands::Command::Status)
-        )
-    })
 }
 
 /// Follow-ups of a running turn, read from its session's mailbox past the turn's message.
@@ -161,30 +169,181 @@ impl Injections for FollowUps {
                     break;
                 }
             };
-            let duplicate = match &entry.message {
-                Some(m) => self.answered(&m.id).await,
+            let duplicate = match &entry.incoming {
+                Some(i) => self.answered(&i.message.id).await,
                 None => false,
             };
+            let text = match entry.incoming {
+                // A slash command runs as its own turn after this one.
+                Some(Incoming {
+                    kind: Kind::Command(_) | Kind::Rejected(_),
+                    ..
+                }) if !duplicate => break,
+                Some(Incoming {
+                    kind: Kind::Text,
+                    message,
+                }) if !duplicate => Some(message),
+                // Undecodable, answered by its receiver (a priority command), or a copy of a
+                // message answered already: skipped.
+                _ => None,
+            };
             let mut taken = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            if duplicate || !needs_turn(&entry) {
-                taken.last_seq = entry.seq;
-                after = entry.seq;
-                continue;
-            }
-            let Some(msg) = entry.message else { break };
-            // A slash command runs as its own turn after this one.
-            if !matches!(commands::parse(&msg.content), Parsed::Text) {
-                break;
-            }
+            taken.last_seq = entry.seq;
+            after = entry.seq;
+            let Some(msg) = text else { continue };
             let mut row = json!({"role": "user", "content": msg.content});
             if !msg.media.is_empty() {
                 row["media"] = json!(msg.media);
             }
             rows.push(row);
-            taken.last_seq = entry.seq;
             taken.ids.push(msg.id);
-            after = entry.seq;
         }
         rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nanobot_runtime::testsuite::{Nats, Redis};
+    use redis::AsyncCommands as _;
+
+    use super::*;
+    use crate::commands::Command;
+
+    const SESSION: &str = "cli:mail";
+
+    /// Publishes messages (text by id, or raw bytes) on one session's mailbox; returns the
+    /// subject and their stream sequences.
+    async fn publish(
+        js: &jetstream::Context,
+        messages: &[(&str, Option<&str>)],
+    ) -> (String, Vec<u64>) {
+        let mut subject = String::new();
+        let mut seqs = Vec::new();
+        for (id, text) in messages {
+            let msg = InboundMessage {
+                id: (*id).into(),
+                bot: "b".into(),
+                channel: "cli".into(),
+                chat_id: "mail".into(),
+                content: text.unwrap_or_default().into(),
+                session_key: SESSION.into(),
+                ..Default::default()
+            };
+            subject = msg.subject();
+            let payload = match text {
+                Some(_) => prost::Message::encode_to_vec(&msg),
+                None => b"\xff\xff\xff".to_vec(),
+            };
+            let ack = js
+                .publish(subject.clone(), payload.into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            seqs.push(ack.sequence);
+        }
+        (subject, seqs)
+    }
+
+    async fn servers() -> (Nats, Redis, jetstream::Context, Mailbox, Store) {
+        let nats = Nats::start().await.unwrap();
+        let redis = Redis::start().await.unwrap();
+        let js = jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+        nanobot_runtime::bus::init_streams(&js, 1).await.unwrap();
+        let mailbox = Mailbox::open(&js).await.unwrap();
+        let store = redis.conn().await.unwrap();
+        (nats, redis, js, mailbox, store)
+    }
+
+    #[tokio::test]
+    async fn a_mailbox_reads_its_sessions_messages_in_order_decoded_and_classified_once() {
+        let (_nats, _redis, js, mailbox, _) = servers().await;
+        let (subject, seqs) = publish(
+            &js,
+            &[
+                ("m1", Some("hello")),
+                ("m2", Some("/stop")),
+                ("m3", None),
+                ("m4", Some("/new")),
+            ],
+        )
+        .await;
+        // Another session's message is not in this mailbox.
+        let other = InboundMessage {
+            id: "x".into(),
+            bot: "b".into(),
+            channel: "cli".into(),
+            chat_id: "other".into(),
+            content: "elsewhere".into(),
+            ..Default::default()
+        };
+        js.publish(
+            other.subject(),
+            prost::Message::encode_to_vec(&other).into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+        let mut kinds = Vec::new();
+        let mut after = 0;
+        while let Some(entry) = mailbox.next_after(&subject, after).await.unwrap() {
+            kinds.push((entry.seq, entry.incoming.map(|i| (i.message.id, i.kind))));
+            after = entry.seq;
+        }
+        assert_eq!(
+            kinds,
+            [
+                (seqs[0], Some(("m1".to_string(), Kind::Text))),
+                (
+                    seqs[1],
+                    Some(("m2".to_string(), Kind::Priority(Command::Stop)))
+                ),
+                (seqs[2], None),
+                (
+                    seqs[3],
+                    Some(("m4".to_string(), Kind::Command(Command::New)))
+                ),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn follow_ups_inject_new_text_skip_answered_and_priority_messages_and_stop_at_a_command()
+    {
+        let (_nats, _redis, js, mailbox, store) = servers().await;
+        let (subject, seqs) = publish(
+            &js,
+            &[
+                ("m1", Some("first")),
+                ("m1", Some("first")),
+                ("m2", Some("/status")),
+                ("m3", Some("answered before")),
+                ("m4", None),
+                ("m5", Some("more")),
+                ("m6", Some("/new")),
+                ("m7", Some("after the command")),
+            ],
+        )
+        .await;
+        store
+            .clone()
+            .set::<_, _, ()>(keys::inbound_seen("b", SESSION, "m3"), 1)
+            .await
+            .unwrap();
+        let follow_ups = FollowUps::new(mailbox, store, "b", SESSION, "m1", &subject, seqs[0]);
+        let rows = follow_ups.drain(3).await;
+        assert_eq!(rows, [json!({"role": "user", "content": "more"})]);
+        let taken = follow_ups.taken();
+        assert_eq!(taken.ids, ["m5"]);
+        assert_eq!(
+            taken.last_seq, seqs[5],
+            "the command waits for a turn of its own"
+        );
+        assert!(
+            follow_ups.drain(3).await.is_empty(),
+            "still stopped at the command"
+        );
     }
 }

@@ -12,13 +12,13 @@ use serde_json::Value;
 
 use nanobot_core::memory::{Budget, estimate_prompt};
 use nanobot_core::session::Session;
-use nanobot_core::tools::ToolClient;
 use nanobot_proto::{ConsolidationRequest, ConsolidationResult, MemoryJobKind, subjects};
 use nanobot_runtime::bus;
 
 use crate::bots::Bot;
 use crate::commands::Command;
 use crate::handlers::Deps;
+use crate::turn::Measured;
 
 /// How long `/dream` waits for the run to finish before answering that it goes on.
 const DREAM_WAIT: Duration = Duration::from_secs(600);
@@ -123,20 +123,21 @@ pub async fn archive_on_new(
 }
 
 /// Asks the memory workers to consolidate when the session's prompt (system prompt,
-/// replayable history, tool definitions) reaches the budget ([`Budget`]).
-pub async fn maybe_consolidate(deps: &Deps, bot: &Bot, session_key: &str, channel: &str) {
+/// replayable history, tool definitions), as the turn just `measured` it, reaches the budget
+/// ([`Budget`]).
+pub async fn maybe_consolidate(deps: &Deps, bot: &Bot, session_key: &str, measured: Measured) {
     let budget = Budget::of(&deps.cfg.agents.defaults);
-    let Ok(session) = bot.sessions.load_recent(session_key, usize::MAX).await else {
-        return;
-    };
-    let specs = bot.tools.specs().await;
-    let tools = ToolClient::definitions(&specs);
-    let system = bot.context.system_prompt(channel);
-    let replay = session.replay(usize::MAX);
+    let Measured {
+        replay,
+        system,
+        tools,
+        stored,
+    } = measured;
     // Tokenizing is CPU work proportional to the replayable context: off the async threads.
     let measured = tokio::task::spawn_blocking(move || {
         let overhead = estimate_prompt(&system, &[], &tools);
-        (estimate_prompt(&system, &replay, &tools), overhead)
+        let history = nanobot_core::memory::estimate_messages(&replay);
+        (overhead + history, overhead)
     })
     .await;
     let Ok((estimate, overhead)) = measured else {
@@ -146,7 +147,7 @@ pub async fn maybe_consolidate(deps: &Deps, bot: &Bot, session_key: &str, channe
         return;
     }
     let request = ConsolidationRequest {
-        id: format!("{session_key}:{}", session.messages.len()),
+        id: format!("{session_key}:{stored}"),
         bot: bot.spec.id.clone(),
         session_key: session_key.to_string(),
         kind: MemoryJobKind::Tokens.into(),

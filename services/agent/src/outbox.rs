@@ -7,8 +7,8 @@
 use async_nats::jetstream;
 use prost::Message as _;
 
-use nanobot_core::session::SessionStore;
-use nanobot_proto::{OutboundKind, OutboundMessage};
+use nanobot_core::session::SessionWriter;
+use nanobot_proto::{InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_runtime::bus::BusError;
 use nanobot_runtime::payloads;
 
@@ -32,6 +32,24 @@ pub struct Outbox {
 }
 
 impl Outbox {
+    /// Where the replies to `msg` go: its reply channel and chat when it names them (a
+    /// subagent's announcement answers the chat that spawned it), otherwise its own.
+    pub fn for_message(js: &jetstream::Context, msg: &InboundMessage) -> Self {
+        let (channel, chat_id) = if msg.reply_channel.is_empty() {
+            (&msg.channel, &msg.chat_id)
+        } else {
+            (&msg.reply_channel, &msg.reply_chat_id)
+        };
+        Self {
+            js: js.clone(),
+            bot: msg.bot.clone(),
+            channel: channel.clone(),
+            chat_id: chat_id.clone(),
+            reply_to: msg.id.clone(),
+            session_key: msg.effective_session_key(),
+        }
+    }
+
     /// Builds one outbound message of `kind`; `seq` orders deltas.
     pub fn message(&self, kind: OutboundKind, content: &str, seq: u32) -> OutboundMessage {
         OutboundMessage {
@@ -72,7 +90,7 @@ pub async fn publish(js: &jetstream::Context, msg: &OutboundMessage) -> Result<(
 /// (the broker drops the copy when it was, by its delivery id).
 pub async fn flush(
     js: &jetstream::Context,
-    sessions: &SessionStore,
+    sessions: &SessionWriter,
     session_key: &str,
 ) -> anyhow::Result<()> {
     let Some(payload) = sessions.outbox(session_key).await? else {

@@ -291,7 +291,7 @@ pub async fn execute(deps: &Deps, bot: &Bot, task: &SubagentTask) -> (bool, Stri
         options,
     )
     .await;
-    tracing::info!(task_id = %task.id, stop_reason = result.stop_reason, llm_calls = result.llm_calls, "subagent finished");
+    tracing::info!(task_id = %task.id, stop_reason = %result.stop_reason, llm_calls = result.llm_calls, "subagent finished");
     subagent::outcome(&result)
 }
 

@@ -128,7 +128,7 @@ impl AgentHook for TurnHook {
     }
     /// A run that ended on a model error failed (its content is the error text).
     fn after_run(&self, summary: &RunSummary<'_>) -> HookResult {
-        let outcome = if summary.stop_reason == "error" {
+        let outcome = if summary.stop_reason == nanobot_core::runner::StopReason::Error {
             Outcome::Failed(summary.content.to_string())
         } else {
             Outcome::Ok

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::provider::{ChatResponse, ToolCall, Usage};
+use crate::runner::StopReason;
 use crate::tools::ToolOutcome;
 
 /// What a hook method returns; an error is logged and ignored.
@@ -29,7 +30,7 @@ pub struct IterationContext<'a> {
     /// The final text, when this iteration ended the run.
     pub final_content: Option<&'a str>,
     /// The stop reason, when this iteration ended the run.
-    pub stop_reason: Option<&'a str>,
+    pub stop_reason: Option<StopReason>,
 }
 
 /// The outcome of a run, as hooks see it.
@@ -37,8 +38,8 @@ pub struct IterationContext<'a> {
 pub struct RunSummary<'a> {
     /// Final text for the user.
     pub content: &'a str,
-    /// `completed`, `max_iterations`, `error`, `empty_final_response`.
-    pub stop_reason: &'a str,
+    /// Why the run ended.
+    pub stop_reason: StopReason,
     /// Usage of the whole run.
     pub usage: Usage,
     /// LLM requests made.

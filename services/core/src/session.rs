@@ -99,12 +99,38 @@ pub fn now_iso() -> String {
         .to_string()
 }
 
-/// Reads and writes sessions of one bot.
+/// Reads sessions of one bot. It cannot write: writes go through a [`SessionWriter`], which
+/// only a lease holder can make ([`SessionStore::fenced`]).
 #[derive(Clone)]
 pub struct SessionStore {
     redis: Store,
     bot: String,
-    fence: Option<Fence>,
+}
+
+/// Writes sessions of one bot under a lease's fencing token: every write fails with
+/// [`SessionError::Fenced`] once another runner took the session's lease. Reads go through
+/// the underlying [`SessionStore`] (`Deref`).
+#[derive(Clone)]
+pub struct SessionWriter {
+    store: SessionStore,
+    fence: Fence,
+}
+
+impl std::fmt::Debug for SessionWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionWriter")
+            .field("bot", &self.store.bot)
+            .field("fence", &self.fence.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::ops::Deref for SessionWriter {
+    type Target = SessionStore;
+
+    fn deref(&self) -> &SessionStore {
+        &self.store
+    }
 }
 
 impl std::fmt::Debug for SessionStore {
@@ -121,7 +147,6 @@ impl SessionStore {
         Self {
             redis,
             bot: bot.to_string(),
-            fence: None,
         }
     }
 
@@ -199,142 +224,13 @@ impl SessionStore {
         }
     }
 
-    /// Returns this store writing under `fence`: every write fails with
-    /// [`SessionError::Fenced`] once another runner took the session's lease.
-    pub fn fenced(&self, fence: Fence) -> Self {
-        Self {
-            fence: Some(fence),
-            ..self.clone()
+    /// Returns a writer under `fence` (the session lease's fencing token): every write fails
+    /// with [`SessionError::Fenced`] once another runner took the session's lease.
+    pub fn fenced(&self, fence: Fence) -> SessionWriter {
+        SessionWriter {
+            store: self.clone(),
+            fence,
         }
-    }
-
-    /// The fence key and token a write of session `key` checks (no token: unchecked, but the
-    /// key still names this session's fence so the script's keys share one slot).
-    fn token(&self, key: &str) -> (String, String) {
-        match &self.fence {
-            Some(f) => (f.key.clone(), f.token.clone()),
-            None => (keys::session_fence(&self.bot, key), String::new()),
-        }
-    }
-
-    /// Adds `key` to the bot's session index (before its first write, so a crash in between
-    /// leaves at most an index entry of an empty session; idempotent).
-    async fn index(&self, key: &str) -> Result<()> {
-        let mut conn = self.redis.clone();
-        conn.sadd::<_, _, ()>(keys::sessions(&self.bot), key)
-            .await
-            .map_err(Self::err("index", key))
-    }
-
-    async fn run(
-        &self,
-        op: &'static str,
-        session: &str,
-        invocation: redis::ScriptInvocation<'_>,
-    ) -> Result<()> {
-        let mut conn = self.redis.clone();
-        match invocation.invoke_async::<()>(&mut conn).await {
-            Ok(()) => {
-                self.redis
-                    .replicate(&keys::session_meta(&self.bot, session))
-                    .await;
-                Ok(())
-            }
-            Err(e) if e.to_string().contains("FENCED") => Err(SessionError::Fenced {
-                session: session.to_string(),
-            }),
-            Err(e) => Err(Self::err(op, session)(e)),
-        }
-    }
-
-    /// Appends message rows and touches `updated_at` (creating the session if needed).
-    pub async fn append(&self, key: &str, rows: &[Value]) -> Result<()> {
-        self.index(key).await?;
-        let (fence, token) = self.token(key);
-        let mut inv = scripts::APPEND.prepare_invoke();
-        inv.key(fence)
-            .key(keys::session_messages(&self.bot, key))
-            .key(keys::session_meta(&self.bot, key))
-            .arg(token)
-            .arg(now_iso())
-            .arg(uuid::Uuid::new_v4().to_string());
-        for row in rows {
-            inv.arg(row.to_string());
-        }
-        self.run("append", key, inv).await
-    }
-
-    /// Writes the metadata map.
-    pub async fn set_metadata(&self, key: &str, metadata: &Map<String, Value>) -> Result<()> {
-        let encoded = Value::Object(metadata.clone()).to_string();
-        self.set_field(key, "metadata", encoded).await
-    }
-
-    /// Records archive progress (`last_consolidated`).
-    pub async fn set_last_consolidated(&self, key: &str, index: usize) -> Result<()> {
-        self.set_field(key, "last_consolidated", index.to_string())
-            .await
-    }
-
-    async fn set_field(&self, key: &str, field: &str, value: String) -> Result<()> {
-        let (fence, token) = self.token(key);
-        let mut inv = scripts::SET_FIELD.prepare_invoke();
-        inv.key(fence)
-            .key(keys::session_meta(&self.bot, key))
-            .arg(token)
-            .arg(field)
-            .arg(value);
-        self.run("set field", key, inv).await
-    }
-
-    /// Clears a session (`/new`): no messages, `last_consolidated` 0, metadata kept minus
-    /// `_last_summary`.
-    pub async fn clear(&self, key: &str) -> Result<()> {
-        let (fence, token) = self.token(key);
-        let mut inv = scripts::CLEAR.prepare_invoke();
-        inv.key(fence)
-            .key(keys::session_messages(&self.bot, key))
-            .key(keys::session_meta(&self.bot, key))
-            .arg(token)
-            .arg(now_iso());
-        self.run("clear", key, inv).await
-    }
-
-    /// Ends a turn in one atomic, fenced write: `commit.rows` appended, the metadata written,
-    /// the mailbox cursor moved forward, the reply put in the outbox, the answered messages
-    /// marked seen.
-    pub async fn commit(&self, key: &str, commit: &Commit) -> Result<()> {
-        if !commit.rows.is_empty() || commit.metadata.is_some() {
-            self.index(key).await?;
-        }
-        let (fence, token) = self.token(key);
-        let mut inv = scripts::COMMIT.prepare_invoke();
-        inv.key(fence)
-            .key(keys::session_messages(&self.bot, key))
-            .key(keys::session_meta(&self.bot, key))
-            .key(keys::session_cursor(&self.bot, key))
-            .key(keys::session_outbox(&self.bot, key));
-        for id in &commit.seen {
-            inv.key(keys::inbound_seen(&self.bot, key, id));
-        }
-        inv.arg(token)
-            .arg(now_iso())
-            .arg(
-                commit
-                    .metadata
-                    .as_ref()
-                    .map(|m| Value::Object(m.clone()).to_string())
-                    .unwrap_or_default(),
-            )
-            .arg(commit.cursor.map(|c| c.to_string()).unwrap_or_default())
-            .arg(commit.outbox.clone().unwrap_or_default())
-            .arg(SEEN_TTL_SECS)
-            .arg(commit.rows.len())
-            .arg(uuid::Uuid::new_v4().to_string());
-        for row in &commit.rows {
-            inv.arg(row.to_string());
-        }
-        self.run("commit", key, inv).await
     }
 
     /// Returns the session's mailbox cursor (the stream sequence of the last answered inbound
@@ -354,18 +250,6 @@ impl SessionStore {
         conn.get(keys::session_outbox(&self.bot, key))
             .await
             .map_err(Self::err("read outbox", key))
-    }
-
-    /// Empties the outbox once `payload` is published (unless it was replaced meanwhile).
-    pub async fn clear_outbox(&self, key: &str, payload: &[u8]) -> Result<()> {
-        let mut conn = self.redis.clone();
-        nanobot_runtime::lease::DELETE_IF
-            .key(keys::session_outbox(&self.bot, key))
-            .arg(payload)
-            .invoke_async::<i64>(&mut conn)
-            .await
-            .map(|_| ())
-            .map_err(Self::err("clear outbox", key))
     }
 
     /// Returns what AutoCompact needs to know about a session, without loading its rows.
@@ -404,17 +288,172 @@ impl SessionStore {
     }
 }
 
+impl SessionWriter {
+    /// The fence key and token a write checks.
+    fn token(&self) -> (&str, &str) {
+        (&self.fence.key, &self.fence.token)
+    }
+
+    /// Adds `key` to the bot's session index (before its first write, so a crash in between
+    /// leaves at most an index entry of an empty session; idempotent).
+    async fn index(&self, key: &str) -> Result<()> {
+        let mut conn = self.store.redis.clone();
+        conn.sadd::<_, _, ()>(keys::sessions(&self.store.bot), key)
+            .await
+            .map_err(SessionStore::err("index", key))
+    }
+
+    async fn run(
+        &self,
+        op: &'static str,
+        session: &str,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<()> {
+        let mut conn = self.store.redis.clone();
+        match invocation.invoke_async::<()>(&mut conn).await {
+            Ok(()) => {
+                self.store
+                    .redis
+                    .replicate(&keys::session_meta(&self.store.bot, session))
+                    .await;
+                Ok(())
+            }
+            Err(e) if e.code() == Some(scripts::FENCED) => Err(SessionError::Fenced {
+                session: session.to_string(),
+            }),
+            Err(e) => Err(SessionStore::err(op, session)(e)),
+        }
+    }
+
+    /// Appends message rows and touches `updated_at` (creating the session if needed).
+    pub async fn append(&self, key: &str, rows: &[Value]) -> Result<()> {
+        self.index(key).await?;
+        let (fence, token) = self.token();
+        let mut inv = scripts::APPEND.prepare_invoke();
+        inv.key(fence)
+            .key(keys::session_messages(&self.store.bot, key))
+            .key(keys::session_meta(&self.store.bot, key))
+            .arg(token)
+            .arg(now_iso())
+            .arg(uuid::Uuid::new_v4().to_string());
+        for row in rows {
+            inv.arg(row.to_string());
+        }
+        self.run("append", key, inv).await
+    }
+
+    /// Writes the metadata map.
+    pub async fn set_metadata(&self, key: &str, metadata: &Map<String, Value>) -> Result<()> {
+        let encoded = Value::Object(metadata.clone()).to_string();
+        self.set_field(key, "metadata", encoded).await
+    }
+
+    /// Records archive progress (`last_consolidated`).
+    pub async fn set_last_consolidated(&self, key: &str, index: usize) -> Result<()> {
+        self.set_field(key, "last_consolidated", index.to_string())
+            .await
+    }
+
+    async fn set_field(&self, key: &str, field: &str, value: String) -> Result<()> {
+        let (fence, token) = self.token();
+        let mut inv = scripts::SET_FIELD.prepare_invoke();
+        inv.key(fence)
+            .key(keys::session_meta(&self.store.bot, key))
+            .arg(token)
+            .arg(field)
+            .arg(value);
+        self.run("set field", key, inv).await
+    }
+
+    /// Clears a session (`/new`): no messages, `last_consolidated` 0, metadata kept minus
+    /// `_last_summary`.
+    pub async fn clear(&self, key: &str) -> Result<()> {
+        let (fence, token) = self.token();
+        let mut inv = scripts::CLEAR.prepare_invoke();
+        inv.key(fence)
+            .key(keys::session_messages(&self.store.bot, key))
+            .key(keys::session_meta(&self.store.bot, key))
+            .arg(token)
+            .arg(now_iso());
+        self.run("clear", key, inv).await
+    }
+
+    /// Ends a turn in one atomic, fenced write: `commit.rows` appended, the metadata written,
+    /// the mailbox cursor moved forward, the reply put in the outbox, the answered messages
+    /// marked seen.
+    pub async fn commit(&self, key: &str, commit: &Commit) -> Result<()> {
+        if !commit.rows.is_empty() || commit.metadata.is_some() {
+            self.index(key).await?;
+        }
+        let (fence, token) = self.token();
+        let mut inv = scripts::COMMIT.prepare_invoke();
+        inv.key(fence)
+            .key(keys::session_messages(&self.store.bot, key))
+            .key(keys::session_meta(&self.store.bot, key))
+            .key(keys::session_cursor(&self.store.bot, key))
+            .key(keys::session_outbox(&self.store.bot, key));
+        for id in &commit.seen {
+            inv.key(keys::inbound_seen(&self.store.bot, key, id));
+        }
+        inv.arg(token)
+            .arg(now_iso())
+            .arg(
+                commit
+                    .metadata
+                    .as_ref()
+                    .map(|m| Value::Object(m.clone()).to_string())
+                    .unwrap_or_default(),
+            )
+            .arg(commit.cursor.map(|c| c.to_string()).unwrap_or_default())
+            .arg(commit.outbox.clone().unwrap_or_default())
+            .arg(SEEN_TTL_SECS)
+            .arg(commit.rows.len())
+            .arg(uuid::Uuid::new_v4().to_string());
+        for row in &commit.rows {
+            inv.arg(row.to_string());
+        }
+        self.run("commit", key, inv).await
+    }
+
+    /// Empties the outbox once `payload` is published (unless it was replaced meanwhile).
+    pub async fn clear_outbox(&self, key: &str, payload: &[u8]) -> Result<()> {
+        let mut conn = self.store.redis.clone();
+        nanobot_runtime::lease::DELETE_IF
+            .key(keys::session_outbox(&self.store.bot, key))
+            .arg(payload)
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .map(|_| ())
+            .map_err(SessionStore::err("clear outbox", key))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use nanobot_runtime::testsuite::Redis;
 
     use super::*;
 
+    /// Takes the lease of session `key` of bot `b`.
+    async fn lease(redis: &Store, key: &str) -> nanobot_runtime::lease::Lease {
+        nanobot_runtime::lease::Leases::new(
+            redis.clone(),
+            "test",
+            std::time::Duration::from_secs(30),
+        )
+        .try_acquire(keys::session_lease("b", key), keys::session_fence("b", key))
+        .await
+        .unwrap()
+        .expect("free")
+    }
+
     #[tokio::test]
     async fn a_recent_load_reads_only_the_replayable_tail_and_replays_like_a_full_load() {
         let redis = Redis::start().await.unwrap();
-        let store = SessionStore::new(redis.conn().await.unwrap(), "b");
+        let conn = redis.conn().await.unwrap();
         let key = "cli:long";
+        let lease = lease(&conn, key).await;
+        let store = SessionStore::new(conn, "b").fenced(lease.fence());
         let rows: Vec<Value> = (0..500)
             .map(|i| {
                 let role = if i % 2 == 0 { "user" } else { "assistant" };
@@ -453,6 +492,47 @@ mod tests {
         assert_eq!((whole.first_index, whole.messages.len()), (0, 500));
     }
 
+    /// Writes go through a writer, and the scripts check its token whatever it is: a writer
+    /// whose fence was never issued, or is no longer current, changes nothing.
+    #[tokio::test]
+    async fn only_the_current_fence_holder_writes_a_session() {
+        let redis = Redis::start().await.unwrap();
+        let conn = redis.conn().await.unwrap();
+        let key = "cli:fenced";
+        let reader = SessionStore::new(conn.clone(), "b");
+        let row = serde_json::json!({"role": "user", "content": "hi"});
+        let forged = reader.fenced(Fence {
+            key: keys::session_fence("b", key),
+            token: String::new(),
+        });
+        let refused = forged.append(key, std::slice::from_ref(&row)).await;
+        assert!(
+            matches!(refused, Err(SessionError::Fenced { .. })),
+            "{refused:?}"
+        );
+        let old = lease(&conn, key).await;
+        let stale = reader.fenced(old.fence());
+        stale.append(key, std::slice::from_ref(&row)).await.unwrap();
+        old.release().await;
+        let current = reader.fenced(lease(&conn, key).await.fence());
+        let refused = stale
+            .commit(
+                key,
+                &Commit {
+                    rows: vec![row.clone()],
+                    ..Default::default()
+                },
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(SessionError::Fenced { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(reader.load(key).await.unwrap().messages.len(), 1);
+        current.append(key, &[row]).await.unwrap();
+        assert_eq!(reader.load(key).await.unwrap().messages.len(), 2);
+    }
+
     /// A client that lost the reply sends the same invocation again (redis-rs retries on the
     /// new primary after a failover): the session must change once.
     #[tokio::test]
@@ -460,12 +540,18 @@ mod tests {
         let redis = Redis::start().await.unwrap();
         let mut conn = redis.conn().await.unwrap();
         let (bot, key) = ("b", "cli:retry");
+        let _lease = lease(&conn, key).await;
+        let token: String = conn
+            .clone()
+            .get(keys::session_fence(bot, key))
+            .await
+            .unwrap();
         let append = |write_id: &str| {
             let mut inv = scripts::APPEND.prepare_invoke();
             inv.key(keys::session_fence(bot, key))
                 .key(keys::session_messages(bot, key))
                 .key(keys::session_meta(bot, key))
-                .arg("")
+                .arg(&token)
                 .arg(now_iso())
                 .arg(write_id)
                 .arg(r#"{"role":"user","content":"hi"}"#);
@@ -481,7 +567,7 @@ mod tests {
                 .key(keys::session_meta(bot, key))
                 .key(keys::session_cursor(bot, key))
                 .key(keys::session_outbox(bot, key))
-                .arg("")
+                .arg(&token)
                 .arg(now_iso())
                 .arg("")
                 .arg("")

@@ -7,7 +7,7 @@ use sha2::{Digest as _, Sha256};
 
 use nanobot_proto::ToolSpec;
 
-use crate::runner::RunResult;
+use crate::runner::{RunResult, StopReason};
 
 /// The tool's name.
 pub const NAME: &str = "spawn";
@@ -142,7 +142,7 @@ pub fn limit_reached(running: u64, limit: u32) -> String {
 
 /// How a subagent ended: whether it succeeded, and its result text.
 pub fn outcome(result: &RunResult) -> (bool, String) {
-    if result.stop_reason == "error" {
+    if result.stop_reason == StopReason::Error {
         let text = result
             .error
             .clone()
@@ -265,18 +265,18 @@ mod tests {
     #[test]
     fn outcomes_report_errors_as_failures_and_empty_answers_with_upstreams_text() {
         let failed = RunResult {
-            stop_reason: "error",
+            stop_reason: StopReason::Error,
             error: Some("provider down".into()),
             ..Default::default()
         };
         assert_eq!(outcome(&failed), (false, "Error: provider down".into()));
         let empty = RunResult {
-            stop_reason: "max_iterations",
+            stop_reason: StopReason::MaxIterations,
             ..Default::default()
         };
         assert_eq!(outcome(&empty), (true, NO_FINAL_RESPONSE.into()));
         let done = RunResult {
-            stop_reason: "completed",
+            stop_reason: StopReason::Completed,
             content: " 42 lines\n".into(),
             ..Default::default()
         };

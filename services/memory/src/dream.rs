@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use nanobot_core::hooks::NoopHook;
 use nanobot_core::memory::{Entry, MAX_HISTORY_ENTRIES, write_atomic};
-use nanobot_core::runner::{self, RunDeps, RunSpec};
+use nanobot_core::runner::{self, RunDeps, RunSpec, StopReason};
 use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
 
 use crate::bots::MemoryBot;
@@ -283,7 +283,7 @@ pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
         ),
     )
     .await;
-    if analysis.stop_reason != "completed" {
+    if analysis.stop_reason != StopReason::Completed {
         return Err(Error::Incomplete(analysis.error.unwrap_or_default()));
     }
 
@@ -322,7 +322,7 @@ pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
         ),
     )
     .await;
-    if edit.stop_reason != "completed" {
+    if edit.stop_reason != StopReason::Completed {
         return Err(Error::Incomplete(
             edit.error.unwrap_or_else(|| edit.stop_reason.to_string()),
         ));

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use futures::StreamExt as _;
 use nanobot_proto::{
-    ERROR_CODE_HEADER, ErrorCode, ToolCallRequest, ToolCallResult, ToolListRequest, subjects,
+    CallState, ERROR_CODE_HEADER, ErrorCode, ToolCallRequest, ToolCallResult, ToolListRequest,
+    subjects,
 };
 use nanobot_runtime::bus::{self, RpcError};
 
@@ -169,19 +171,39 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
     .unwrap();
     assert_eq!(again.content, "2| beta\n\n(End of file — 2 lines total)");
 
-    // A call in flight when shutdown starts still gets its answer; then run returns Ok.
-    let slow_client = client.clone();
-    let slow = tokio::spawn(async move {
-        request(
-            &slow_client,
-            &call("exec", serde_json::json!({"command": "sleep 1; echo done"})),
+    // A call in flight when shutdown starts still gets its answer; then run returns Ok. The
+    // call is in flight once the executor sent its ACCEPTED beat.
+    let inbox = client.new_inbox();
+    let mut replies = client.subscribe(inbox.clone()).await.unwrap();
+    let slow = ToolCallRequest {
+        heartbeat_ms: 1000,
+        ..call("exec", serde_json::json!({"command": "sleep 1; echo done"}))
+    };
+    client
+        .publish_with_reply(
+            subjects::tool_call("default", "exec"),
+            inbox,
+            prost::Message::encode_to_vec(&slow).into(),
         )
         .await
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+        .unwrap();
+    let mut next_reply = async || {
+        let msg = tokio::time::timeout(Duration::from_secs(10), replies.next())
+            .await
+            .expect("the executor answers")
+            .expect("the inbox stays subscribed");
+        <ToolCallResult as prost::Message>::decode(msg.payload).unwrap()
+    };
+    let accepted = next_reply().await;
+    assert_eq!(accepted.state(), CallState::Accepted);
     let shutdown_at = Instant::now();
     stop.send(()).unwrap();
-    let slow = slow.await.unwrap().unwrap();
+    let slow = loop {
+        let reply = next_reply().await;
+        if reply.state() == CallState::Final {
+            break reply;
+        }
+    };
     assert_eq!(slow.content, "done\n\n\nExit code: 0");
     let result = tokio::time::timeout(Duration::from_secs(5), executor).await;
     let outcome = result

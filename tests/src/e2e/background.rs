@@ -26,9 +26,25 @@ async fn memory_archives_old_messages_into_history_jsonl() {
         ask(&mut fleet, &format!("turn {i}: {filler}"), Some("cli:mem")).await;
     }
     let history = fleet.workspace().join("memory/history.jsonl");
-    wait_until(|| async { history.exists() }, TURN)
-        .await
-        .unwrap_or_else(|_| panic!("memory log: {}", fleet.service("memory").logs()));
+    let conn = fleet.redis_conn().await.unwrap();
+    // The archive is appended to history.jsonl, then `last_consolidated` moves.
+    let last_consolidated = || {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("HGET")
+                .arg(nanobot_proto::keys::session_meta("default", "cli:mem"))
+                .arg("last_consolidated")
+                .query_async::<Option<usize>>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    wait_until(
+        || async { history.exists() && last_consolidated().await.is_some() },
+        TURN,
+    )
+    .await
+    .unwrap_or_else(|_| panic!("memory log: {}", fleet.service("memory").logs()));
     let text = std::fs::read_to_string(&history).unwrap();
     let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(first["cursor"], 1);
@@ -38,13 +54,7 @@ async fn memory_archives_old_messages_into_history_jsonl() {
         "{first}"
     );
     assert!(first["content"].as_str().unwrap().contains("USER: turn 0"));
-    let mut conn = fleet.redis_conn().await.unwrap();
-    let last: usize = redis::cmd("HGET")
-        .arg(nanobot_proto::keys::session_meta("default", "cli:mem"))
-        .arg("last_consolidated")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let last = last_consolidated().await.unwrap();
     assert!(
         last >= 2,
         "last_consolidated advanced to a user boundary: {last}"

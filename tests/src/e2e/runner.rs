@@ -320,3 +320,60 @@ async fn rate_limits_are_retried_after_the_retry_after_delay() {
         "waited 1 s (Retry-After) then 1 s"
     );
 }
+
+/// A message naming a reply channel and chat (a subagent's announcement does) is answered
+/// there, whether a turn answers it or its receiver answers a priority command at once.
+#[tokio::test]
+async fn a_priority_command_is_answered_on_the_reply_channel_and_chat_the_message_names() {
+    let fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    let nats = fleet.nats_client().await.unwrap();
+    let mut replies = nats
+        .subscribe(nanobot_proto::subjects::outbound(
+            "default", "telegram", "42",
+        ))
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(nats);
+    fleet.llm.push(Reply::text("answered elsewhere"));
+    for (id, text) in [("m-text", "hello"), ("m-status", "/status")] {
+        let msg = InboundMessage {
+            id: id.into(),
+            bot: "default".into(),
+            channel: "cli".into(),
+            chat_id: "direct".into(),
+            content: text.into(),
+            session_key: "cli:routed".into(),
+            reply_channel: "telegram".into(),
+            reply_chat_id: "42".into(),
+            ..Default::default()
+        };
+        js.publish(msg.subject(), msg.encode_to_vec().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let reply = tokio::time::timeout(super::TURN, futures::StreamExt::next(&mut replies))
+            .await
+            .unwrap_or_else(|_| panic!("no reply to {text} on telegram:42"))
+            .unwrap();
+        let reply = nanobot_proto::OutboundMessage::decode(reply.payload).unwrap();
+        assert_eq!(reply.reply_to, id);
+        assert_eq!(
+            (reply.channel.as_str(), reply.chat_id.as_str()),
+            ("telegram", "42")
+        );
+        if id == "m-status" {
+            assert!(
+                reply.content.starts_with("🐈 nanobot v"),
+                "{}",
+                reply.content
+            );
+        } else {
+            assert_eq!(reply.content, "answered elsewhere");
+        }
+    }
+}

@@ -17,7 +17,7 @@ use async_nats::jetstream;
 use prost::Message as _;
 use tracing::Instrument as _;
 
-use nanobot_core::session::SessionStore;
+use nanobot_core::session::SessionWriter;
 use nanobot_cron::store::{self as cron_store, Run};
 use nanobot_proto::{CronFire, CronFireKind, keys};
 use nanobot_runtime::telemetry;
@@ -48,16 +48,13 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     let span = tracing::info_span!("cron_turn", session_id = %session_key, job_id = %fire.job_id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
-        let input = TurnInput {
-            id: fire.id.clone(),
-            channel: route.channel.clone(),
-            chat_id: route.chat_id.clone(),
-            content: reminder_note(&fire),
-            media: Vec::new(),
-            session_key: session_key.clone(),
-            stream: false,
-            in_cron: true,
-        };
+        let input = TurnInput::automation(
+            &fire.id,
+            &route.channel,
+            &route.chat_id,
+            reminder_note(&fire),
+            &session_key,
+        );
         let outbox = Outbox {
             js: deps.js.clone(),
             bot: fire.bot.clone(),
@@ -150,7 +147,7 @@ pub(super) async fn run_once(
 }
 
 /// Keeps the last `keep` rows of a session (starting at a user row).
-async fn trim(sessions: &SessionStore, key: &str, keep: usize) -> anyhow::Result<()> {
+async fn trim(sessions: &SessionWriter, key: &str, keep: usize) -> anyhow::Result<()> {
     let session = sessions.load(key).await?;
     let from = nanobot_core::heartbeat::retain_from(&session.messages, keep);
     if from > 0 {

@@ -7,7 +7,8 @@
 //! Across runners: the turn runs once per fire (the session's lease and its seen-marker); a
 //! runner that dies after it leaves the fire unacknowledged, and the next runner asks the
 //! gate again about the answer already in the session. The delivery is a JetStream message
-//! with an id derived from the fire, and its session row is written once (its own marker).
+//! with an id derived from the fire, and its session row is written once (its own marker),
+//! under the chat session's lease like any write of that session.
 
 use async_nats::jetstream;
 use redis::AsyncCommands as _;
@@ -16,10 +17,11 @@ use tracing::Instrument as _;
 
 use nanobot_core::heartbeat::{self, SESSION};
 use nanobot_core::provider::ChatRequest;
-use nanobot_core::session::now_iso;
+use nanobot_core::session::{Commit, now_iso};
 use nanobot_proto::{CronFire, OutboundKind, keys};
 
-use super::{Deps, keep_alive, session};
+use super::session::{self, Until};
+use super::{Deps, keep_alive};
 use crate::bots::Bot;
 use crate::outbox::Outbox;
 use crate::turn::TurnInput;
@@ -55,16 +57,7 @@ async fn beat(deps: &Deps, bot: &Bot, fire: &CronFire) -> anyhow::Result<()> {
         return Ok(());
     };
     let prompt = heartbeat::prompt(&content);
-    let input = TurnInput {
-        id: fire.id.clone(),
-        channel: channel.clone(),
-        chat_id: chat_id.clone(),
-        content: prompt.clone(),
-        media: Vec::new(),
-        session_key: SESSION.into(),
-        stream: false,
-        in_cron: true,
-    };
+    let input = TurnInput::automation(&fire.id, &channel, &chat_id, prompt.clone(), SESSION);
     // The turn's own reply goes to no chat: only the gate may let it through.
     let nowhere = Outbox {
         js: deps.js.clone(),
@@ -88,10 +81,25 @@ async fn beat(deps: &Deps, bot: &Bot, fire: &CronFire) -> anyhow::Result<()> {
     let delivery = format!("{}:notify", fire.id);
     let target_key = format!("{channel}:{chat_id}");
     let recorded = keys::inbound_seen(&bot.spec.id, &target_key, &delivery);
-    if !deps.seen(&recorded).await {
+    // The row goes into the chat's session under its lease, like a turn's rows, and in one
+    // write with its marker.
+    if let Some((lease, permit)) =
+        session::acquire(deps, bot, &target_key, Until::Seen(&recorded)).await?
+    {
         let row = json!({"role": "assistant", "content": response, "timestamp": now_iso(), "_channel_delivery": true});
-        bot.sessions.append(&target_key, &[row]).await?;
-        deps.mark_seen(&recorded).await;
+        let commit = Commit {
+            rows: vec![row],
+            seen: vec![delivery.clone()],
+            ..Default::default()
+        };
+        let written = bot
+            .sessions
+            .fenced(lease.fence())
+            .commit(&target_key, &commit)
+            .await;
+        lease.release().await;
+        drop(permit);
+        written?;
     }
     let outbox = Outbox {
         js: deps.js.clone(),

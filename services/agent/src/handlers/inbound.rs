@@ -4,23 +4,24 @@
 //! acknowledged only then, so a runner dying at any point loses nothing.
 
 use async_nats::jetstream;
-use prost::Message as _;
 use tracing::Instrument as _;
 
-use nanobot_proto::{InboundMessage, OutboundKind, keys};
+use nanobot_proto::{OutboundKind, keys};
 use nanobot_runtime::telemetry;
 
 use super::session::{self, Until};
 use super::{Deps, keep_alive, terminate};
+use crate::commands::{self, Kind};
+use crate::mailbox::Incoming;
 use crate::outbox::Outbox;
-use crate::turn::{self, TurnInput};
 
 /// Handles one inbound message.
 pub async fn handle(deps: &Deps, msg: jetstream::Message) {
-    let inbound = match InboundMessage::decode(msg.payload.clone()) {
+    let incoming = match Incoming::decode(msg.payload.clone()) {
         Ok(m) => m,
         Err(e) => return terminate(&msg, &format!("undecodable inbound message: {e}")).await,
     };
+    let inbound = &incoming.message;
     let Some(bot) = super::bot(deps, &inbound.bot).cloned() else {
         return terminate(&msg, &format!("unknown bot {:?}", inbound.bot)).await;
     };
@@ -40,37 +41,21 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     let span = tracing::info_span!("turn", session_id = %session_key, channel = %inbound.channel, message_id = %inbound.id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
-        let input = TurnInput {
-            id: inbound.id.clone(),
-            channel: inbound.channel.clone(),
-            chat_id: inbound.chat_id.clone(),
-            content: inbound.content.clone(),
-            media: inbound.media.clone(),
-            session_key: session_key.clone(),
-            stream: inbound.stream,
-            in_cron: false,
-        };
         // Priority commands bypass the session (upstream's router tier); drainers skip them.
-        match turn::priority_command(deps, &bot, &input).await {
-            Ok(Some(reply)) => {
-                let outbox = Outbox {
-                    js: deps.js.clone(),
-                    bot: inbound.bot.clone(),
-                    channel: inbound.channel.clone(),
-                    chat_id: inbound.chat_id.clone(),
-                    reply_to: inbound.id.clone(),
-                    session_key: session_key.clone(),
-                };
-                if let Err(e) = outbox.send(OutboundKind::Final, &reply, 0).await {
-                    tracing::warn!(error = %e, "failed to publish command reply");
+        if let Kind::Priority(cmd) = &incoming.kind {
+            match commands::priority_command(deps, &bot, cmd, &session_key).await {
+                Ok(reply) => {
+                    let outbox = Outbox::for_message(&deps.js, inbound);
+                    if let Err(e) = outbox.send(OutboundKind::Final, &reply, 0).await {
+                        tracing::warn!(error = %e, "failed to publish command reply");
+                    }
+                    deps.mark_seen(&keys::inbound_seen(&inbound.bot, &session_key, &inbound.id))
+                        .await;
+                    let _ = msg.ack().await;
+                    return;
                 }
-                deps.mark_seen(&keys::inbound_seen(&inbound.bot, &session_key, &inbound.id))
-                    .await;
-                let _ = msg.ack().await;
-                return;
+                Err(e) => tracing::warn!("failed to run priority command: {e:#}"),
             }
-            Ok(None) => {}
-            Err(e) => tracing::warn!("failed to run priority command: {e:#}"),
         }
         let alive = keep_alive(&msg, deps.ack_wait());
         let outcome = answer(deps, &bot, &session_key, &subject, seq).await;

@@ -13,17 +13,22 @@ use redis::AsyncCommands as _;
 use tokio::sync::OwnedSemaphorePermit;
 
 use nanobot_core::checkpoint::Restore;
-use nanobot_core::session::{Commit, SessionStore};
-use nanobot_proto::{InboundMessage, OutboundKind, keys};
+use nanobot_core::history::MAX_REPLAY_MESSAGES;
+use nanobot_core::session::{Commit, SessionWriter};
+use nanobot_proto::{OutboundKind, keys};
 use nanobot_runtime::metrics;
 
 use super::Deps;
 use crate::bots::Bot;
+use crate::commands::Kind;
+use crate::commit::{self, Reply};
+use crate::error::{Error, Result};
 use crate::lease::Lease;
-use crate::mailbox::{self, FollowUps};
+use crate::mailbox::{FollowUps, Incoming};
 use crate::memory_jobs;
 use crate::outbox::{self, Outbox};
-use crate::turn::{self, Reply, TurnCtx, TurnInput};
+use crate::turn::{TurnCtx, TurnInput};
+use crate::{pipeline, recovery};
 
 /// Upstream's reply when a turn fails.
 pub const ERROR_REPLY: &str = "Sorry, I encountered an error.";
@@ -69,7 +74,7 @@ pub async fn acquire(
     bot: &Bot,
     session_key: &str,
     until: Until<'_>,
-) -> anyhow::Result<Option<(Lease, OwnedSemaphorePermit)>> {
+) -> Result<Option<(Lease, OwnedSemaphorePermit)>> {
     let mut backoff = BACKOFF.0;
     let _waiting = Waiting::new(deps);
     loop {
@@ -87,7 +92,7 @@ pub async fn acquire(
             return Ok(None);
         }
         let permit = tokio::select! {
-            _ = deps.cancel.cancelled() => anyhow::bail!("runner shutting down"),
+            _ = deps.cancel.cancelled() => return Err(Error::Shutdown),
             p = deps.turns.clone().acquire_owned() => p?,
         };
         if let Some(lease) = deps.leases.try_acquire(&bot.spec.id, session_key).await? {
@@ -103,7 +108,7 @@ pub async fn acquire(
         drop(permit);
         let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 2);
         tokio::select! {
-            _ = deps.cancel.cancelled() => anyhow::bail!("runner shutting down"),
+            _ = deps.cancel.cancelled() => return Err(Error::Shutdown),
             _ = tokio::time::sleep(backoff + Duration::from_millis(jitter)) => {}
         }
         backoff = (backoff * 2).min(BACKOFF.1);
@@ -118,13 +123,13 @@ pub async fn drain(
     session_key: &str,
     subject: &str,
     lease: &Lease,
-) -> anyhow::Result<usize> {
+) -> Result<usize> {
     let sessions = bot.sessions.fenced(lease.fence());
     outbox::flush(&deps.js, &sessions, session_key).await?;
     let mut entries = 0;
     loop {
         if lease.lost().is_cancelled() {
-            anyhow::bail!("session lease lost");
+            return Err(Error::LeaseLost);
         }
         if deps.cancel.is_cancelled() {
             return Ok(entries);
@@ -134,22 +139,23 @@ pub async fn drain(
             return Ok(entries);
         };
         entries += 1;
-        let message = entry
-            .message
-            .clone()
-            .filter(|_| mailbox::needs_turn(&entry));
-        let answered = match &message {
-            Some(m) => {
-                deps.seen(&keys::inbound_seen(&bot.spec.id, session_key, &m.id))
-                    .await
+        let turn = match entry.incoming {
+            // A priority command was answered by its receiver.
+            Some(Incoming {
+                kind: Kind::Priority(_),
+                ..
+            })
+            | None => None,
+            Some(incoming) => {
+                let marker = keys::inbound_seen(&bot.spec.id, session_key, &incoming.message.id);
+                (!deps.seen(&marker).await).then_some(incoming)
             }
-            None => true,
         };
-        match message {
-            Some(m) if !answered => {
-                run_one(deps, bot, &sessions, lease, subject, entry.seq, &m).await?;
+        match turn {
+            Some(incoming) => {
+                run_one(deps, bot, &sessions, lease, subject, entry.seq, &incoming).await?;
             }
-            _ => {
+            None => {
                 let skip = Commit {
                     cursor: Some(entry.seq),
                     ..Default::default()
@@ -164,36 +170,16 @@ pub async fn drain(
 async fn run_one(
     deps: &Deps,
     bot: &Bot,
-    sessions: &SessionStore,
+    sessions: &SessionWriter,
     lease: &Lease,
     subject: &str,
     seq: u64,
-    msg: &InboundMessage,
-) -> anyhow::Result<()> {
-    let session_key = msg.effective_session_key();
-    let input = TurnInput {
-        id: msg.id.clone(),
-        channel: msg.channel.clone(),
-        chat_id: msg.chat_id.clone(),
-        content: msg.content.clone(),
-        media: msg.media.clone(),
-        session_key: session_key.clone(),
-        stream: msg.stream,
-        in_cron: false,
-    };
-    let (channel, chat_id) = if msg.reply_channel.is_empty() {
-        (msg.channel.clone(), msg.chat_id.clone())
-    } else {
-        (msg.reply_channel.clone(), msg.reply_chat_id.clone())
-    };
-    let outbox = Outbox {
-        js: deps.js.clone(),
-        bot: msg.bot.clone(),
-        channel,
-        chat_id,
-        reply_to: msg.id.clone(),
-        session_key: session_key.clone(),
-    };
+    incoming: &Incoming,
+) -> Result<()> {
+    let msg = &incoming.message;
+    let input = TurnInput::chat(incoming);
+    let session_key = input.session_key.clone();
+    let outbox = Outbox::for_message(&deps.js, msg);
     let follow_ups = FollowUps::new(
         deps.mailbox.clone(),
         deps.redis.clone(),
@@ -221,7 +207,7 @@ pub async fn guarded(
     lease: &Lease,
     input: &TurnInput,
     outbox: &Outbox,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let attempts_key = keys::inbound_attempts(&bot.spec.id, &input.session_key, &input.id);
     let mut conn = deps.redis.clone();
     let (attempts,): (i64,) = redis::pipe()
@@ -236,37 +222,43 @@ pub async fn guarded(
             "turn started too often without finishing (its runners died), answering with an error"
         );
         metrics::get().turn("error_reply", Duration::ZERO);
-        return turn::finish(deps, ctx, input, outbox, error_reply()).await;
+        return commit::finish(deps, ctx, input, outbox, error_reply()).await;
     }
     let started = Instant::now();
     let registration = deps.active.register(&bot.spec.id, &input.session_key);
     let outcome = tokio::select! {
-        r = turn::run(deps, bot, ctx, input, outbox) => Some(r),
+        r = pipeline::run(deps, bot, ctx, input, outbox) => Some(r.map_err(Error::from)),
         _ = registration.token.cancelled() => None,
-        _ = lease.lost().cancelled() => Some(Err(anyhow::anyhow!("session lease lost mid-turn"))),
+        _ = lease.lost().cancelled() => Some(Err(Error::LeaseLost)),
     };
     drop(registration);
     let label = match &outcome {
-        Some(Ok(())) => "answered",
+        Some(Ok(_)) => "answered",
         None => "stopped",
         Some(Err(_)) if attempts < MAX_ATTEMPTS => "failed",
         Some(Err(_)) => "error_reply",
     };
     metrics::get().turn(label, started.elapsed());
     match outcome {
-        Some(Ok(())) => {
+        Some(Ok(measured)) => {
             // Still under the lease, but no longer an active turn (`/status`, `/stop`).
-            memory_jobs::maybe_consolidate(deps, bot, &input.session_key, &input.channel).await;
+            if let Some(measured) = measured {
+                memory_jobs::maybe_consolidate(deps, bot, &input.session_key, measured).await;
+            }
             Ok(())
         }
         None => {
             tracing::info!("turn stopped by /stop");
-            turn::recover(deps, bot, ctx.sessions, &input.session_key, Restore::Close).await?;
+            let mut session = ctx
+                .sessions
+                .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
+                .await?;
+            recovery::recover(deps, bot, ctx.sessions, &mut session, Restore::Close).await?;
             let stopped = Reply {
                 text: None,
                 ..Default::default()
             };
-            turn::finish(deps, ctx, input, outbox, stopped).await
+            commit::finish(deps, ctx, input, outbox, stopped).await
         }
         Some(Err(e)) => {
             let committed = match ctx.seq {
@@ -280,9 +272,10 @@ pub async fn guarded(
                     .await
                 }
             };
-            if committed || lease.lost().is_cancelled() || deps.cancel.is_cancelled() {
+            if committed || e.is_interruption() || deps.cancel.is_cancelled() {
                 // The reply waits in the outbox for the next holder, another runner holds the
-                // session now, or this runner is stopping: not the message's fault.
+                // session now (lease lost, a write fenced), or this runner is stopping: not
+                // the message's fault.
                 let _: Result<i64, _> = conn.decr(&attempts_key, 1).await;
                 return Err(e);
             }
@@ -291,7 +284,7 @@ pub async fn guarded(
                 return Err(e);
             }
             tracing::error!(attempts, "turn failed, answering with an error: {e:#}");
-            turn::finish(deps, ctx, input, outbox, error_reply()).await
+            commit::finish(deps, ctx, input, outbox, error_reply()).await
         }
     }
 }

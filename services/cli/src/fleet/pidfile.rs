@@ -236,9 +236,15 @@ mod tests {
             program: Some("nats-server".into())
         }));
         child.kill().unwrap();
-        // Dead but not yet reaped (a zombie) already counts as dead.
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(!is_alive(&rec));
+        // Dead but not yet reaped (a zombie) already counts as dead, once the signal landed.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while is_alive(&rec) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a killed, unreaped child still counts as alive"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         child.wait().unwrap();
         assert!(!is_alive(&rec));
     }

@@ -9,6 +9,7 @@ use sha2::{Digest as _, Sha256};
 use super::budget::{estimate_message, estimate_messages, estimate_tools};
 use crate::history;
 use crate::provider::{ChatRequest, ChatResponse};
+use crate::session::meta;
 
 /// Cap of an LLM summary entry (upstream).
 pub const SUMMARY_CHARS: usize = 8000;
@@ -16,8 +17,6 @@ pub const SUMMARY_CHARS: usize = 8000;
 pub const RAW_ARCHIVE_CHARS: usize = 16_000;
 /// Archive rounds per request (upstream `_MAX_CONSOLIDATION_ROUNDS`).
 pub const MAX_ROUNDS: usize = 5;
-/// Session metadata key of the last summary (`{"text", "last_active"}`).
-pub const LAST_SUMMARY_KEY: &str = "_last_summary";
 /// Header of the summary section of the system prompt.
 pub const SUMMARY_HEADER: &str = "[Archived Context Summary]";
 /// The archive instruction (`{n}`: how many final messages to summarise).
@@ -221,14 +220,14 @@ fn text_of(content: Option<&Value>) -> String {
 /// Records `text` as the session's last summary (injected on its next turns).
 pub fn remember_summary(metadata: &mut Map<String, Value>, text: &str) {
     metadata.insert(
-        LAST_SUMMARY_KEY.into(),
+        meta::LAST_SUMMARY.into(),
         json!({"text": text, "last_active": crate::session::now_iso()}),
     );
 }
 
 /// Returns the `[Archived Context Summary]` section for a session's metadata, if it has one.
 pub fn summary_section(metadata: &Map<String, Value>) -> Option<String> {
-    let summary = metadata.get(LAST_SUMMARY_KEY)?;
+    let summary = metadata.get(meta::LAST_SUMMARY)?;
     let text = summary
         .get("text")
         .and_then(Value::as_str)

@@ -128,6 +128,38 @@ pub struct RunDeps<'a> {
     pub injections: Option<&'a dyn Injections>,
 }
 
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model gave its final answer.
+    #[default]
+    Completed,
+    /// The tool-iteration budget ran out.
+    MaxIterations,
+    /// The model call failed.
+    Error,
+    /// The model answered with nothing (upstream's placeholder was used).
+    EmptyFinalResponse,
+}
+
+impl StopReason {
+    /// Upstream's name of the reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::MaxIterations => "max_iterations",
+            Self::Error => "error",
+            Self::EmptyFinalResponse => "empty_final_response",
+        }
+    }
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a run produced.
 #[derive(Debug, Clone, Default)]
 pub struct RunResult {
@@ -135,8 +167,8 @@ pub struct RunResult {
     pub content: String,
     /// Messages appended during the run (assistant and tool rows, final placeholders).
     pub new_messages: Vec<Value>,
-    /// `completed`, `max_iterations`, `error` or `empty_final_response`.
-    pub stop_reason: &'static str,
+    /// Why the run ended.
+    pub stop_reason: StopReason,
     /// The error text, when the run ended with one.
     pub error: Option<String>,
     /// Accumulated usage.
@@ -269,7 +301,7 @@ impl Run<'_> {
     }
 
     async fn finish_budget_exhausted(&mut self, parts: &[String]) {
-        self.result.stop_reason = "max_iterations";
+        self.result.stop_reason = StopReason::MaxIterations;
         let (response, cost) = self
             .requester
             .finalize(
@@ -404,7 +436,7 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
             } else {
                 clean
             };
-            run.result.stop_reason = "error";
+            run.result.stop_reason = StopReason::Error;
             run.result.error = Some(text.clone());
             run.result.content = text;
             let ends_with_reply = run.messages.len() > run.initial
@@ -418,7 +450,7 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
                 );
             }
         } else if is_blank(&clean) && parts.is_empty() {
-            run.result.stop_reason = "empty_final_response";
+            run.result.stop_reason = StopReason::EmptyFinalResponse;
             run.result.error = Some(EMPTY_FINAL_RESPONSE_MESSAGE.into());
             run.result.content = EMPTY_FINAL_RESPONSE_MESSAGE.into();
             run.append_final(EMPTY_FINAL_RESPONSE_MESSAGE);
@@ -440,7 +472,7 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
                 let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
                 continue;
             }
-            run.result.stop_reason = "completed";
+            run.result.stop_reason = StopReason::Completed;
             run.result.content = if parts.is_empty() {
                 clean
             } else {
@@ -457,7 +489,7 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
     if !finished {
         match options.on_budget_exhausted {
             OnBudgetExhausted::Finalize => run.finish_budget_exhausted(&parts).await,
-            OnBudgetExhausted::Stop => run.result.stop_reason = "max_iterations",
+            OnBudgetExhausted::Stop => run.result.stop_reason = StopReason::MaxIterations,
         }
     }
     if let Some(error) = &run.result.error {

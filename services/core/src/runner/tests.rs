@@ -161,7 +161,7 @@ async fn blank_replies_are_retried_then_finalized_without_tools() {
     let model = Model::new(vec![text(""), text("  "), text("Final answer.")]);
     let r = go(&model, 10, None).await;
     assert_eq!(r.content, "Final answer.");
-    assert_eq!(r.stop_reason, "completed");
+    assert_eq!(r.stop_reason, StopReason::Completed);
     let reqs = model.requests();
     assert_eq!(reqs.len(), 3);
     assert!(!reqs[1].tools.is_empty());
@@ -176,7 +176,7 @@ async fn still_blank_after_finalization_ends_with_the_empty_final_message() {
     let model = Model::new(vec![text(""), text(""), text("")]);
     let r = go(&model, 10, None).await;
     assert_eq!(r.content, EMPTY_FINAL_RESPONSE_MESSAGE);
-    assert_eq!(r.stop_reason, "empty_final_response");
+    assert_eq!(r.stop_reason, StopReason::EmptyFinalResponse);
     assert_eq!(
         r.new_messages.last().unwrap()["content"],
         EMPTY_FINAL_RESPONSE_MESSAGE
@@ -228,7 +228,7 @@ async fn a_capped_provider_s_truncated_reply_is_final_without_continuations() {
     assert_eq!(r.content, "Hello, I am a small ");
     assert_eq!(r.llm_calls, 1);
     assert_eq!(model.requests().len(), 1);
-    assert_eq!(r.stop_reason, "completed");
+    assert_eq!(r.stop_reason, StopReason::Completed);
 }
 
 #[tokio::test]
@@ -281,7 +281,7 @@ async fn a_slow_model_hits_the_wall_timeout() {
     )
     .await;
     assert_eq!(r.content, "Error calling LLM: timed out after 1s");
-    assert_eq!(r.stop_reason, "error");
+    assert_eq!(r.stop_reason, StopReason::Error);
     assert_eq!(
         r.new_messages,
         vec![json!({"role": "assistant", "content": prompts::MODEL_ERROR_PLACEHOLDER})]
@@ -326,7 +326,7 @@ async fn an_exhausted_budget_is_finalized_without_tools_or_with_the_template() {
         text("Did two steps; one remains."),
     ]);
     let r = go(&model, 2, None).await;
-    assert_eq!(r.stop_reason, "max_iterations");
+    assert_eq!(r.stop_reason, StopReason::MaxIterations);
     assert_eq!(r.content, "Did two steps; one remains.");
     let reqs = model.requests();
     assert_eq!(reqs.len(), 3);
@@ -361,7 +361,7 @@ async fn a_run_told_to_stop_at_its_budget_makes_no_finalization_request_and_has_
         on_budget_exhausted: OnBudgetExhausted::Stop,
     };
     let r = run_with(deps, spec(2), options).await;
-    assert_eq!(r.stop_reason, "max_iterations");
+    assert_eq!(r.stop_reason, StopReason::MaxIterations);
     assert_eq!(r.content, "");
     assert_eq!(model.requests().len(), 2, "no finalization request");
     assert_eq!(

@@ -12,5 +12,37 @@ pub const PENDING_TURN_ID: &str = "pending_turn_id";
 pub const INJECTED_IDS: &str = "_injected_ids";
 /// Stream sequence of the last follow-up saved with the running turn.
 pub const INJECTED_SEQ: &str = "_injected_seq";
-/// The last turn's token usage (for `/status`).
+/// The last turn's token usage (for `/status`), a [`Usage`].
 pub const LAST_USAGE: &str = "last_usage";
+/// The last archive summary (`{"text", "last_active"}`), written by memory, read into the
+/// next turn's prompt and removed by `/new`.
+pub const LAST_SUMMARY: &str = "_last_summary";
+
+/// The value of [`LAST_USAGE`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Usage {
+    /// Prompt tokens of the turn.
+    pub prompt_tokens: u64,
+    /// Completion tokens of the turn.
+    pub completion_tokens: u64,
+    /// Prompt tokens served from the provider's cache.
+    pub cached_tokens: u64,
+}
+
+impl Usage {
+    /// Reads it from session `metadata` (zeros when absent or malformed).
+    pub fn read(metadata: &serde_json::Map<String, serde_json::Value>) -> Self {
+        metadata
+            .get(LAST_USAGE)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default()
+    }
+
+    /// Writes it into session `metadata`.
+    pub fn write(self, metadata: &mut serde_json::Map<String, serde_json::Value>) {
+        if let Ok(v) = serde_json::to_value(self) {
+            metadata.insert(LAST_USAGE.into(), v);
+        }
+    }
+}

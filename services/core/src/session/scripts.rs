@@ -1,5 +1,5 @@
-//! Lua scripts behind every session write. Each first checks the session's fencing token when
-//! one is given (`ARGV[1]` non-empty): a runner whose lease was taken over gets `FENCED` and
+//! Lua scripts behind every session write. Each first checks the session's fencing token
+//! (`ARGV[1]`): a runner whose lease was taken over, or that never held it, gets `FENCED` and
 //! changes nothing, so only the current lease holder can write a session. Every key a script
 //! touches belongs to one session (one hash tag, one Redis Cluster slot); the bot's session
 //! index is written apart (see `SessionStore::index`).
@@ -8,11 +8,14 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// The error code a script answers a stale (or absent) fencing token with.
+pub(super) const FENCED: &str = "FENCED";
+
 /// The fence check every script starts with (`KEYS[1]` is the fence counter).
 macro_rules! fenced {
     ($body:expr) => {
         concat!(
-            "if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then ",
+            "if redis.call('GET', KEYS[1]) ~= ARGV[1] then ",
             "return redis.error_reply('FENCED session lease lost') end\n",
             $body
         )

@@ -1,6 +1,7 @@
 //! A runner frozen mid-turn (SIGSTOP) past its lease: another runner takes the session over
 //! and answers; when the frozen runner wakes up with its late model reply, its fencing token
-//! is stale, so it neither writes the session nor sends a second reply.
+//! is stale, so it neither writes the session nor sends a second reply. A turn cut short by
+//! a lost lease is retried without counting against its message.
 
 use rustix::process::{Pid, Signal, kill_process};
 
@@ -85,4 +86,58 @@ async fn a_runner_frozen_past_its_lease_neither_writes_the_session_nor_replies_o
         .map(|(r, t)| (r.to_string(), t.to_string()));
     assert_eq!(rows, expected);
     assert_eq!(fleet.llm.request_count(), 2);
+}
+
+/// An attempt cut short by a lost lease is not the message's fault: it is taken back, so only
+/// the attempt that answered counts against the message's attempt budget.
+#[tokio::test]
+async fn an_attempt_interrupted_by_a_lost_lease_is_taken_back_and_the_turn_is_retried() {
+    const SESSION: &str = "cli:interrupted";
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    fleet
+        .llm
+        .push(Reply::text("late answer").with_delay(std::time::Duration::from_secs(5)));
+    fleet.llm.push(Reply::text("fresh answer"));
+    publish_inbound(&fleet, "cut-1", SESSION, "hello there").await;
+    fleet.llm.wait_for_requests(1, TURN).await.unwrap();
+
+    // Another holder takes the session for a moment: the runner's renewal notices, its turn
+    // stops, and once the thief's lease expires it takes the session back and retries.
+    let mut conn = fleet.redis_conn().await.unwrap();
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(keys::session_lease("default", SESSION))
+        .arg("thief|999999:thief")
+        .arg("PX")
+        .arg(1500)
+        .ignore()
+        .cmd("SET")
+        .arg(keys::session_fence("default", SESSION))
+        .arg("999999:thief")
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let answered = || async { !replies_to(&outbound_messages(&fleet).await, "cut-1").is_empty() };
+    let retried = wait_until(answered, TURN).await;
+    retried.unwrap_or_else(|_| panic!("retried:\n{}", fleet.service("agent").log_tail(30)));
+    let outbound = outbound_messages(&fleet).await;
+    let replies = replies_to(&outbound, "cut-1");
+    assert_eq!(replies[0].content, "fresh answer");
+    assert_eq!(fleet.llm.request_count(), 2, "the turn ran again");
+    let attempts: Option<i64> = redis::cmd("GET")
+        .arg(keys::inbound_attempts("default", SESSION, "cut-1"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(attempts, Some(1), "only the attempt that answered counts");
+    let rows = session_rows(&fleet, "default", SESSION).await;
+    assert!(
+        rows.iter().all(|r| r["content"] != "late answer"),
+        "{rows:#?}"
+    );
 }

@@ -1,0 +1,82 @@
+//! The end of a turn: commit, then publish. One fenced write saves the turn (rows, metadata,
+//! the mailbox cursor, "seen" markers, the reply kept in the session's outbox); only then is
+//! the reply published and the outbox cleared, so a runner dying in between leaves the reply
+//! for the next lease holder ([`crate::outbox::flush`]).
+
+use serde_json::Value;
+
+use nanobot_core::session::Commit;
+use nanobot_proto::OutboundKind;
+
+use crate::error::Result;
+use crate::handlers::Deps;
+use crate::mailbox::FollowUps;
+use crate::outbox::{self, Outbox};
+use crate::turn::{TurnCtx, TurnInput};
+
+/// How a turn ends.
+#[derive(Debug, Default)]
+pub struct Reply {
+    /// Rows still to save.
+    pub rows: Vec<Value>,
+    /// The session metadata to write.
+    pub metadata: Option<serde_json::Map<String, Value>>,
+    /// The reply text and its kind; `None` sends nothing (a stopped turn).
+    pub text: Option<(OutboundKind, String)>,
+    /// Stream deltas sent (a stream end follows them).
+    pub streamed: u32,
+    /// The turn's token usage, carried on its final reply.
+    pub usage: Option<nanobot_proto::Usage>,
+}
+
+impl Reply {
+    /// A final reply with nothing else to save.
+    pub fn text(text: &str) -> Self {
+        Self {
+            text: Some((OutboundKind::Final, text.to_string())),
+            ..Default::default()
+        }
+    }
+}
+
+/// Ends a turn: one fenced commit of its rows, metadata, the mailbox cursor past the message
+/// and the follow-ups it took, their "seen" markers and the reply (kept in the session's
+/// outbox); then the reply is published and the outbox cleared.
+pub async fn finish(
+    deps: &Deps,
+    ctx: TurnCtx<'_>,
+    input: &TurnInput,
+    outbox: &Outbox,
+    reply: Reply,
+) -> Result<()> {
+    let taken = ctx.follow_ups.map(FollowUps::taken).unwrap_or_default();
+    let mut answers = vec![input.id.clone()];
+    answers.extend(taken.ids.iter().cloned());
+    let message = reply.text.as_ref().map(|(kind, text)| {
+        let mut m = outbox.message(*kind, text, 0);
+        m.answers = answers.clone();
+        m.usage = reply.usage;
+        m
+    });
+    let encoded = message.as_ref().map(outbox::encode);
+    let commit = Commit {
+        rows: reply.rows,
+        metadata: reply.metadata,
+        cursor: ctx.seq.map(|s| s.max(taken.last_seq)),
+        outbox: encoded.clone(),
+        seen: answers,
+    };
+    ctx.sessions.commit(&input.session_key, &commit).await?;
+    if reply.streamed > 0 {
+        outbox
+            .send(OutboundKind::StreamEnd, "", reply.streamed + 1)
+            .await?;
+    }
+    if let (Some(message), Some(encoded)) = (message, encoded) {
+        outbox::publish(&deps.js, &message).await?;
+        ctx.sessions
+            .clear_outbox(&input.session_key, &encoded)
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! The agent's errors: what ends a turn, typed, so the code around a turn tells an
+//! interruption (not the message's fault: the attempt is taken back) from a failure (counted,
+//! retried, then answered with upstream's error). `anyhow` stays at the edges (handlers, the
+//! model run's internals).
+
+use nanobot_core::session::SessionError;
+use nanobot_runtime::bus::BusError;
+
+/// Why a turn, a drain or a wait for a session ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The session's lease was taken by another runner mid-way.
+    #[error("session lease lost")]
+    LeaseLost,
+    /// A session write carried a fencing token that is no longer current.
+    #[error("session {0} is held by another runner (lease lost); write refused")]
+    Fenced(String),
+    /// This runner is shutting down.
+    #[error("runner shutting down")]
+    Shutdown,
+    /// Redis failed.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A session read or write failed.
+    #[error(transparent)]
+    Session(SessionError),
+    /// Publishing to NATS failed.
+    #[error("bus: {0}")]
+    Bus(#[from] BusError),
+    /// Anything else (the model run, a tool, a memory job).
+    #[error("{0:#}")]
+    Other(anyhow::Error),
+}
+
+impl Error {
+    /// Whether the work was only interrupted (another runner holds the session, or this one
+    /// stops): not the message's fault.
+    pub fn is_interruption(&self) -> bool {
+        matches!(self, Self::LeaseLost | Self::Fenced(_) | Self::Shutdown)
+    }
+}
+
+impl From<SessionError> for Error {
+    fn from(e: SessionError) -> Self {
+        match e {
+            SessionError::Fenced { session } => Self::Fenced(session),
+            e => Self::Session(e),
+        }
+    }
+}
+
+impl From<anyhow::Error> for Error {
+    fn from(e: anyhow::Error) -> Self {
+        let e = match e.downcast::<Self>() {
+            Ok(e) => return e,
+            Err(e) => e,
+        };
+        match e.downcast::<SessionError>() {
+            Ok(e) => e.into(),
+            Err(e) => Self::Other(e),
+        }
+    }
+}
+
+impl From<tokio::sync::AcquireError> for Error {
+    fn from(_: tokio::sync::AcquireError) -> Self {
+        Self::Shutdown
+    }
+}
+
+/// Result alias of the agent's turn code.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fenced_write_inside_a_turn_reads_as_an_interruption_and_a_model_failure_does_not() {
+        let fenced = anyhow::Error::new(SessionError::Fenced {
+            session: "cli:x".into(),
+        })
+        .context("commit turn");
+        assert!(Error::from(fenced).is_interruption());
+        assert!(Error::from(anyhow::Error::new(Error::LeaseLost)).is_interruption());
+        assert!(!Error::from(anyhow::anyhow!("provider down")).is_interruption());
+    }
+}

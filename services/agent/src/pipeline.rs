@@ -1,0 +1,42 @@
+//! One chat or automation turn, top to bottom. The message was decoded and classified when
+//! it was read ([`crate::mailbox::Incoming`]); the caller holds the session's lease
+//! ([`crate::handlers::session`]). Then:
+//!
+//! 1. **classify**: a command is answered without the model ([`commands::answer`]);
+//! 2. **load**: the session's replayable tail, read once;
+//! 3. **recover**: an interrupted turn's rows are restored, or resumed ([`recovery`]);
+//! 4. **run**: the model, with tools, hooks and checkpoints ([`turn::run`]);
+//! 5. **commit** and 6. **publish**: one fenced write, then the reply ([`commit::finish`]).
+
+use nanobot_core::history::MAX_REPLAY_MESSAGES;
+
+use crate::bots::Bot;
+use crate::commands;
+use crate::commit::{self, Reply};
+use crate::handlers::Deps;
+use crate::outbox::Outbox;
+use crate::recovery;
+use crate::turn::{self, Measured, TurnCtx, TurnInput};
+
+/// Runs the turn of `input` and publishes its reply to `outbox`; returns what it measured of
+/// the session's prompt (`None` for a command).
+pub async fn run(
+    deps: &Deps,
+    bot: &Bot,
+    ctx: TurnCtx<'_>,
+    input: &TurnInput,
+    outbox: &Outbox,
+) -> anyhow::Result<Option<Measured>> {
+    if let Some(reply) = commands::answer(deps, bot, ctx.sessions, input).await? {
+        commit::finish(deps, ctx, input, outbox, Reply::text(&reply)).await?;
+        return Ok(None);
+    }
+    let mut session = ctx
+        .sessions
+        .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
+        .await?;
+    let resume = recovery::prepare(deps, bot, ctx, input, &mut session).await?;
+    let (reply, measured) = turn::run(deps, bot, ctx, input, outbox, session, resume).await?;
+    commit::finish(deps, ctx, input, outbox, reply).await?;
+    Ok(Some(measured))
+}
