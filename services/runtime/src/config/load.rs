@@ -88,6 +88,10 @@ pub fn load_str(
     migrate(&mut root);
     let mut unknown = Vec::new();
     let mut config = typed(&root, &mut problems, &mut unknown);
+    let zone = &mut config.agents.defaults.timezone;
+    if zone.trim().is_empty() {
+        *zone = host_zone();
+    }
     if let Some(secrets) = super::secrets::read(&super::secrets::path_for(path)) {
         secrets.apply_to(&mut config);
     }
@@ -105,6 +109,14 @@ pub fn load_str(
     } else {
         Err(fail(problems))
     }
+}
+
+/// Returns the host's IANA zone name, `UTC` when it has none chrono-tz knows.
+fn host_zone() -> String {
+    iana_time_zone::get_timezone()
+        .ok()
+        .filter(|name| name.parse::<chrono_tz::Tz>().is_ok())
+        .unwrap_or_else(|| "UTC".into())
 }
 
 /// Replaces `${VAR}` in every string with the variable's value; a missing one is a problem.

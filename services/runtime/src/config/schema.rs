@@ -83,7 +83,7 @@ pub struct AgentDefaults {
     /// Reasoning effort hint passed to reasoning models.
     #[serde(alias = "reasoning_effort")]
     pub reasoning_effort: Option<String>,
-    /// IANA time zone. Default `UTC`.
+    /// IANA time zone. Default `UTC`; `""` is replaced at load by the host's zone.
     pub timezone: String,
     /// Bot display name. Default `nanobot`.
     #[serde(alias = "bot_name")]

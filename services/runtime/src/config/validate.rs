@@ -105,12 +105,7 @@ pub(crate) fn unknown_extras(
     }
     check_extras("gateway", &config.gateway.extra, GATEWAY_EXTRAS, unknown);
     check_extras("tools", &config.tools.extra, TOOLS_EXTRAS, unknown);
-    check_extras(
-        "tools.exec",
-        &config.tools.exec.extra,
-        EXEC_EXTRAS,
-        unknown,
-    );
+    check_extras("tools.exec", &config.tools.exec.extra, EXEC_EXTRAS, unknown);
 }
 
 fn is_url(url: &str, schemes: &[&str]) -> bool {
