@@ -129,15 +129,9 @@ impl ContextBuilder {
         parts.join(SEPARATOR)
     }
 
-    /// Returns the current time as the prompts show it: `2026-11-24 23:41 (Tuesday) (UTC)`.
+    /// Returns the current time as the prompts show it, in the agent's zone.
     pub fn current_time(&self) -> String {
-        let now = chrono::Local::now();
-        format!(
-            "{} ({}) ({})",
-            now.format("%Y-%m-%d %H:%M"),
-            now.format("%A"),
-            self.timezone
-        )
+        format_time(chrono::Utc::now(), &self.timezone)
     }
 
     /// Returns the runtime-context block for the current message.
@@ -195,6 +189,34 @@ impl ContextBuilder {
         }
         messages
     }
+}
+
+/// Returns `now` as upstream's `current_time_str` shows it, in the IANA zone `timezone`:
+/// `2026-04-01 10:30 (Wednesday) (UTC, UTC+00:00)`. An empty name means the host's zone
+/// (labelled with its IANA name when the host has one); the config loader refuses unknown names.
+pub fn format_time(now: chrono::DateTime<chrono::Utc>, timezone: &str) -> String {
+    let host;
+    let name = if timezone.trim().is_empty() {
+        host = iana_time_zone::get_timezone().unwrap_or_default();
+        host.as_str()
+    } else {
+        timezone.trim()
+    };
+    match name.parse::<chrono_tz::Tz>() {
+        Ok(tz) => stamp(now.with_timezone(&tz), name),
+        Err(_) => stamp(now.with_timezone(&chrono::Local), "local"),
+    }
+}
+
+fn stamp<Tz: chrono::TimeZone>(at: chrono::DateTime<Tz>, name: &str) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    format!(
+        "{} ({name}, UTC{})",
+        at.format("%Y-%m-%d %H:%M (%A)"),
+        at.format("%:z")
+    )
 }
 
 /// Appends a session's `[Archived Context Summary]` section (see
@@ -271,6 +293,26 @@ mod tests {
         assert_eq!(parts[2], "# Memory\n\n## Long-term Memory\nUser likes tea.");
         assert_eq!(parts[3], "# Recent History\n\n- [2026-01-02 10:00] new");
         assert_eq!(prompt, b.system_prompt("cli"));
+    }
+
+    #[test]
+    fn current_time_is_computed_in_the_configured_zone_in_upstream_format() {
+        use chrono::TimeZone as _;
+        let instant = chrono::Utc.with_ymd_and_hms(2026, 4, 1, 23, 30, 0).unwrap();
+        assert_eq!(
+            format_time(instant, "Asia/Tokyo"),
+            "2026-04-02 08:30 (Thursday) (Asia/Tokyo, UTC+09:00)"
+        );
+        assert_eq!(
+            format_time(instant, "America/New_York"),
+            "2026-04-01 19:30 (Wednesday) (America/New_York, UTC-04:00)"
+        );
+        assert_eq!(
+            format_time(instant, "UTC"),
+            "2026-04-01 23:30 (Wednesday) (UTC, UTC+00:00)"
+        );
+        let host = format_time(instant, "");
+        assert!(host.contains(" (") && host.contains(", UTC"), "{host}");
     }
 
     #[test]

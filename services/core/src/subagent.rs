@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn the_system_prompt_names_the_workspace_and_time() {
-        let p = system_prompt("2026-11-24 10:00 (Tuesday) (UTC)", "/ws");
+        let p = system_prompt("2026-11-24 10:00 (Tuesday) (UTC, UTC+00:00)", "/ws");
         assert!(
             p.contains("2026-11-24 10:00") && p.contains("/ws/skills/"),
             "{p}"

@@ -55,6 +55,12 @@ where
             return 70;
         }
     };
+    if !cfg.unknown_keys.is_empty() {
+        tracing::warn!(
+            keys = %cfg.unknown_keys.join(", "),
+            "config keys unknown to the fleet are ignored (NANOBOT_STRICT_CONFIG=1 refuses them)"
+        );
+    }
     let code = match run(cfg, args).await {
         Ok(()) => 0,
         Err(e) => {

@@ -2,6 +2,11 @@
 //! parallel, anything else alone; results come back in call order. Argument text is repaired
 //! when it is almost JSON; an empty result becomes upstream's "completed with no output".
 //!
+//! Repeated external lookups (upstream `repeated_external_lookup_error`): from the third
+//! `web_fetch` of one URL or `web_search` of one query in a turn, the call is not run and the
+//! model gets upstream's refusal. The counts live in the turn's memory: a turn resumed after a
+//! crash starts them again.
+//!
 //! Fairness: one reply runs at most [`MAX_CALLS_PER_REPLY`] calls (the rest get an error
 //! result telling the model to call them in a later step) and at most [`MAX_IN_FLIGHT`] of
 //! them at once, so one session holds at most that many executor slots whatever the model asks.
@@ -45,11 +50,23 @@ impl Run<'_> {
         })
         .await;
         let _ = hook.before_execute_tools(response);
+        let blocked: Vec<bool> = calls
+            .iter()
+            .take(MAX_CALLS_PER_REPLY)
+            .map(|c| {
+                lookup_signature(c).is_some_and(|key| {
+                    let seen = self.lookups.entry(key).or_default();
+                    *seen += 1;
+                    *seen > MAX_REPEAT_EXTERNAL_LOOKUPS
+                })
+            })
+            .collect();
         let outcomes = run_calls(
             self.deps.tools,
             &self.spec.scope,
             &self.read_only,
             calls,
+            &blocked,
             hook,
         )
         .await;
@@ -81,13 +98,40 @@ pub const MAX_CALLS_PER_REPLY: usize = 64;
 /// Most tool calls of one session in flight at once.
 pub const MAX_IN_FLIGHT: usize = 8;
 
+/// Times one URL or query may be looked up in a turn (upstream `_MAX_REPEAT_EXTERNAL_LOOKUPS`).
+pub const MAX_REPEAT_EXTERNAL_LOOKUPS: u32 = 2;
+/// Upstream's result for a lookup past [`MAX_REPEAT_EXTERNAL_LOOKUPS`].
+pub const REPEATED_LOOKUP_ERROR: &str = "Error: repeated external lookup blocked. Use the results \
+     you already have to answer, or try a meaningfully different source.";
+
+/// Returns what a `web_fetch` / `web_search` call looks up (trimmed, lowercased), else `None`.
+fn lookup_signature(c: &ToolCall) -> Option<String> {
+    let field = match c.name.as_str() {
+        "web_fetch" => "url",
+        "web_search" => "query",
+        _ => return None,
+    };
+    let args: Value = serde_json::from_str(&args::repaired_text(&c.arguments)).ok()?;
+    let target = args.get(field)?.as_str()?.trim().to_lowercase();
+    (!target.is_empty()).then(|| format!("{}:{target}", c.name))
+}
+
 /// Runs one call: repaired arguments, upstream's text for an empty result, the hook after.
 async fn run_one(
     tools: &dyn ToolExecutor,
     scope: &ToolScope,
     hook: &dyn AgentHook,
     c: &ToolCall,
+    blocked: bool,
 ) -> ToolOutcome {
+    if blocked {
+        let outcome = ToolOutcome {
+            content: Value::String(format!("{REPEATED_LOOKUP_ERROR}{RETRY_HINT}")),
+            is_error: true,
+        };
+        let _ = hook.after_execute_tool(c, &outcome);
+        return outcome;
+    }
     let arguments = args::repaired_text(&c.arguments);
     let span = tracing::info_span!(
         "execute_tool",
@@ -131,12 +175,14 @@ fn over_cap(requested: usize) -> ToolOutcome {
     }
 }
 
-/// Runs `calls` in batches and returns one outcome per call, in order.
+/// Runs `calls` in batches and returns one outcome per call, in order; a call whose index is
+/// `true` in `blocked` gets [`REPEATED_LOOKUP_ERROR`] instead of running.
 pub(crate) async fn run_calls(
     tools: &dyn ToolExecutor,
     scope: &ToolScope,
     read_only: &HashSet<String>,
     calls: &[ToolCall],
+    blocked: &[bool],
     hook: &dyn AgentHook,
 ) -> Vec<ToolOutcome> {
     let mut out = Vec::with_capacity(calls.len());
@@ -150,12 +196,10 @@ pub(crate) async fn run_calls(
                 end += 1;
             }
         }
-        let batch = &calls[i..end];
         // Collected first: a lazily mapped iterator inside `buffered` hides the futures'
         // lifetimes from the `Send` check of the spawned turn.
-        let calls_run: Vec<_> = batch
-            .iter()
-            .map(|c| run_one(tools, scope, hook, c))
+        let calls_run: Vec<_> = (i..end)
+            .map(|j| run_one(tools, scope, hook, &calls[j], blocked.get(j) == Some(&true)))
             .collect();
         let results = futures::stream::iter(calls_run)
             .buffered(MAX_IN_FLIGHT)

@@ -217,6 +217,8 @@ struct Run<'a> {
     requester: Requester<'a>,
     definitions: Vec<Value>,
     read_only: HashSet<String>,
+    /// `web_fetch` URLs / `web_search` queries looked up this turn, with their counts.
+    lookups: std::collections::HashMap<String, u32>,
     messages: Vec<Value>,
     initial: usize,
     result: RunResult,
@@ -358,6 +360,7 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
             .filter(|s| s.read_only)
             .map(|s| s.name.clone())
             .collect(),
+        lookups: Default::default(),
         initial: messages.len(),
         messages,
         result: RunResult::default(),

@@ -517,6 +517,7 @@ async fn a_reply_with_thousands_of_calls_runs_the_capped_number_a_few_at_a_time(
         &ToolScope::default(),
         &read_only,
         &response.tool_calls,
+        &[],
         &NoopHook,
     )
     .await;
@@ -541,4 +542,84 @@ async fn a_reply_with_thousands_of_calls_runs_the_capped_number_a_few_at_a_time(
         capped.content
     );
     assert!(!outcomes[execute::MAX_CALLS_PER_REPLY - 1].is_error);
+}
+
+/// Records every call it runs.
+#[derive(Default)]
+struct Recording(Mutex<Vec<(String, String)>>);
+
+#[async_trait::async_trait]
+impl ToolExecutor for Recording {
+    async fn execute(&self, _: &ToolScope, _: &str, name: &str, arguments: &str) -> ToolOutcome {
+        self.0.lock().unwrap().push((name.into(), arguments.into()));
+        ToolOutcome {
+            content: json!(format!("{name} ok")),
+            is_error: false,
+        }
+    }
+}
+
+fn call(id: &str, name: &str, arguments: Value) -> ChatResponse {
+    ChatResponse {
+        content: None,
+        tool_calls: vec![ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.to_string(),
+        }],
+        finish_reason: "tool_calls".into(),
+        ..text("")
+    }
+}
+
+#[tokio::test]
+async fn a_third_identical_web_lookup_in_a_turn_is_refused_with_upstream_text() {
+    let url = json!({"url": "https://example.com/a"});
+    let query = json!({"query": "rust news"});
+    let model = Model::new(vec![
+        call("f1", "web_fetch", url.clone()),
+        call("f2", "web_fetch", json!({"url": " https://EXAMPLE.com/a "})),
+        call("f3", "web_fetch", url.clone()),
+        call("o1", "web_fetch", json!({"url": "https://example.com/b"})),
+        call("s1", "web_search", query.clone()),
+        call("s2", "web_search", query.clone()),
+        call("s3", "web_search", query.clone()),
+        text("done"),
+    ]);
+    let specs = [tool_spec("web_fetch"), tool_spec("web_search")];
+    let tools = Recording::default();
+    let deps = RunDeps {
+        model: &model,
+        tools: &tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    let r = run(deps, spec(20)).await;
+    assert_eq!(r.content, "done");
+    let results: Vec<(String, String)> = r
+        .new_messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            let id = m["tool_call_id"].as_str().unwrap().to_string();
+            (id, m["content"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let refused = "Error: repeated external lookup blocked. Use the results you already have \
+                   to answer, or try a meaningfully different source.\n\n\
+                   [Analyze the error above and try a different approach.]";
+    for (id, content) in &results {
+        if id == "f3" || id == "s3" {
+            assert_eq!(content, refused, "{id}");
+        } else {
+            assert!(content.ends_with(" ok"), "{id} ran: {content}");
+        }
+    }
+    assert_eq!(results.len(), 7);
+    let ran = tools.0.lock().unwrap().clone();
+    let count = |name: &str| ran.iter().filter(|(n, _)| n == name).count();
+    assert_eq!(count("web_fetch"), 3, "two of /a and one of /b: {ran:?}");
+    assert_eq!(count("web_search"), 2, "{ran:?}");
 }

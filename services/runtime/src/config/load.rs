@@ -14,6 +14,9 @@ use super::schema::Config;
 pub const ENV_PREFIX: &str = "NANOBOT_";
 /// Env var naming the config file.
 pub const CONFIG_ENV: &str = "NANOBOT_CONFIG";
+/// Env var of strict mode: when `1`/`true`/`yes`, unknown keys are load errors instead of a
+/// warning.
+pub const STRICT_ENV: &str = "NANOBOT_STRICT_CONFIG";
 
 /// A config that could not be loaded, with every problem found.
 #[derive(Debug, thiserror::Error)]
@@ -83,16 +86,37 @@ pub fn load_str(
     interpolate(&mut root, "", env, &mut problems);
     apply_env(&mut root, env);
     migrate(&mut root);
-    let mut config = typed(&root, &mut problems);
+    let mut unknown = Vec::new();
+    let mut config = typed(&root, &mut problems, &mut unknown);
+    let zone = &mut config.agents.defaults.timezone;
+    if zone.trim().is_empty() {
+        *zone = host_zone();
+    }
     if let Some(secrets) = super::secrets::read(&super::secrets::path_for(path)) {
         secrets.apply_to(&mut config);
     }
-    problems.extend(super::validate::validate(&config));
+    problems.extend(super::validate::validate(&config, &mut unknown));
+    let strict = env
+        .get(STRICT_ENV)
+        .is_some_and(|v| matches!(v.trim().to_lowercase().as_str(), "1" | "true" | "yes"));
+    if strict {
+        problems.extend(unknown.iter().map(|k| format!("{k}: unknown key")));
+    } else {
+        config.unknown_keys = unknown;
+    }
     if problems.is_empty() {
         Ok(config)
     } else {
         Err(fail(problems))
     }
+}
+
+/// Returns the host's IANA zone name, `UTC` when it has none chrono-tz knows.
+fn host_zone() -> String {
+    iana_time_zone::get_timezone()
+        .ok()
+        .filter(|name| name.parse::<chrono_tz::Tz>().is_ok())
+        .unwrap_or_else(|| "UTC".into())
 }
 
 /// Replaces `${VAR}` in every string with the variable's value; a missing one is a problem.
@@ -241,20 +265,20 @@ fn migrate(root: &mut Value) {
 }
 
 /// Deserialises each top-level section on its own so that problems in several sections are
-/// all reported; unknown keys anywhere in typed sections are problems too.
-fn typed(root: &Value, problems: &mut Vec<String>) -> Config {
+/// all reported; unknown keys anywhere in typed sections go to `unknown` (dotted paths).
+fn typed(root: &Value, problems: &mut Vec<String>, unknown: &mut Vec<String>) -> Config {
     let mut config = Config::default();
     let Value::Object(map) = root else {
         return config;
     };
     for (key, value) in map {
         let ok = match norm(key).as_str() {
-            "agents" => section(key, value, problems).map(|v| config.agents = v),
-            "channels" => section(key, value, problems).map(|v| config.channels = v),
-            "providers" => section(key, value, problems).map(|v| config.providers = v),
-            "api" => section(key, value, problems).map(|v| config.api = v),
-            "gateway" => section(key, value, problems).map(|v| config.gateway = v),
-            "tools" => section(key, value, problems).map(|v| config.tools = v),
+            "agents" => section(key, value, problems, unknown).map(|v| config.agents = v),
+            "channels" => section(key, value, problems, unknown).map(|v| config.channels = v),
+            "providers" => section(key, value, problems, unknown).map(|v| config.providers = v),
+            "api" => section(key, value, problems, unknown).map(|v| config.api = v),
+            "gateway" => section(key, value, problems, unknown).map(|v| config.gateway = v),
+            "tools" => section(key, value, problems, unknown).map(|v| config.tools = v),
             "transcription" => {
                 config.transcription = value.clone();
                 Some(())
@@ -263,30 +287,33 @@ fn typed(root: &Value, problems: &mut Vec<String>) -> Config {
                 config.model_presets = value.clone();
                 Some(())
             }
-            "bus" => section(key, value, problems).map(|v| config.bus = v),
-            "store" => section(key, value, problems).map(|v| config.store = v),
-            "telemetry" => section(key, value, problems).map(|v| config.telemetry = v),
-            "runner" => section(key, value, problems).map(|v| config.runner = v),
-            "bots" => section(key, value, problems).map(|v| config.bots = v),
+            "bus" => section(key, value, problems, unknown).map(|v| config.bus = v),
+            "store" => section(key, value, problems, unknown).map(|v| config.store = v),
+            "telemetry" => section(key, value, problems, unknown).map(|v| config.telemetry = v),
+            "runner" => section(key, value, problems, unknown).map(|v| config.runner = v),
+            "bots" => section(key, value, problems, unknown).map(|v| config.bots = v),
             _ => {
-                problems.push(format!("{key}: unknown key"));
+                unknown.push(key.clone());
                 Some(())
             }
         };
         let _ = ok;
     }
-    super::validate::unknown_extras(&config, problems);
+    super::validate::unknown_extras(&config, problems, unknown);
     config
 }
 
-fn section<T: DeserializeOwned>(key: &str, value: &Value, problems: &mut Vec<String>) -> Option<T> {
-    let mut unknown = Vec::new();
-    let mut on_unknown = |p: serde_ignored::Path<'_>| unknown.push(p.to_string());
+fn section<T: DeserializeOwned>(
+    key: &str,
+    value: &Value,
+    problems: &mut Vec<String>,
+    unknown: &mut Vec<String>,
+) -> Option<T> {
+    let mut ignored = Vec::new();
+    let mut on_unknown = |p: serde_ignored::Path<'_>| ignored.push(p.to_string());
     let de = serde_ignored::Deserializer::new(value, &mut on_unknown);
     let parsed: Result<T, _> = serde_path_to_error::deserialize(de);
-    for p in unknown {
-        problems.push(format!("{key}.{p}: unknown key"));
-    }
+    unknown.extend(ignored.into_iter().map(|p| format!("{key}.{p}")));
     match parsed {
         Ok(v) => Some(v),
         Err(e) => {

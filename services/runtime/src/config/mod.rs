@@ -235,7 +235,7 @@ mod tests {
             r#"{"agents":{"defaults":{"maxTokns":1,"temperature":9,"maxConcurrentSubagents":0}},
                 "bus":{"url":"http://nope"},"store":{"url":"x"},"bogus":1,
                 "api":{"port":"eighty"}}"#,
-            &[],
+            &[("NANOBOT_STRICT_CONFIG", "1")],
         )
         .unwrap_err();
         let text = err.to_string();
@@ -251,6 +251,72 @@ mod tests {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
         }
         assert!(err.problems.len() >= 6, "{text}");
+    }
+
+    #[test]
+    fn timezone_must_be_an_iana_name_or_empty_for_the_host_zone() {
+        for ok in ["Asia/Tokyo", "UTC"] {
+            let json = format!(r#"{{"agents":{{"defaults":{{"timezone":"{ok}"}}}}}}"#);
+            assert_eq!(parse(&json, &[]).unwrap().agents.defaults.timezone, ok);
+        }
+        let host = parse(r#"{"agents":{"defaults":{"timezone":""}}}"#, &[])
+            .unwrap()
+            .agents
+            .defaults
+            .timezone;
+        assert!(
+            host.parse::<chrono_tz::Tz>().is_ok(),
+            "the host's zone by name: {host:?}"
+        );
+        let err = parse(
+            r#"{"agents":{"defaults":{"timezone":"Mars/Olympus"}}}"#,
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("agents.defaults.timezone: unknown timezone 'Mars/Olympus'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_load_and_are_reported_while_bad_values_of_known_keys_stay_errors() {
+        let json = r#"{"agents":{"defaults":{"maxTokns":1,"fallbackModels":[],"newKnob":{"a":1}}},
+            "bogus":1,"tools":{"web":{"enable":true},"futureTool":{}},
+            "providers":{"custom":{"apiKey":"k","newFlag":true}},
+            "channels":{"telegram":{"enabled":false,"tokn":"x"}}}"#;
+        let c = parse(json, &[]).unwrap();
+        let mut keys = c.unknown_keys.clone();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "agents.defaults.maxTokns",
+                "agents.defaults.newKnob",
+                "bogus",
+                "channels.telegram.tokn",
+                "providers.custom.newFlag",
+                "tools.futureTool",
+            ],
+            "upstream keys the fleet accepts (fallbackModels) are not listed"
+        );
+        assert_eq!(c.agents.defaults.max_tokens, 8192, "the typo is ignored");
+        let err = parse(
+            r#"{"bogus":1,"agents":{"defaults":{"maxTokens":"many"}}}"#,
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(err.problems.len(), 1, "{err}");
+        assert!(
+            err.problems[0].starts_with("agents.defaults.maxTokens:"),
+            "{err}"
+        );
+        for strict in ["1", "true"] {
+            let err = parse(json, &[("NANOBOT_STRICT_CONFIG", strict)]).unwrap_err();
+            assert_eq!(err.problems.len(), 6, "{err}");
+            assert!(err.to_string().contains("bogus: unknown key"), "{err}");
+        }
     }
 
     #[test]

@@ -42,6 +42,10 @@ pub struct Config {
     pub runner: RunnerConfig,
     /// Bots served by this fleet, by id. Empty means one bot, `default`, using `agents.defaults`.
     pub bots: BTreeMap<String, BotConfig>,
+    /// Keys of the file the fleet does not know (`agents.defaults.foo`), ignored; every role
+    /// logs them once at start. Empty in strict mode, where they are load errors.
+    #[serde(skip)]
+    pub unknown_keys: Vec<String>,
 }
 
 /// `agents` section.
@@ -79,7 +83,7 @@ pub struct AgentDefaults {
     /// Reasoning effort hint passed to reasoning models.
     #[serde(alias = "reasoning_effort")]
     pub reasoning_effort: Option<String>,
-    /// IANA time zone. Default `UTC`.
+    /// IANA time zone. Default `UTC`; `""` is replaced at load by the host's zone.
     pub timezone: String,
     /// Bot display name. Default `nanobot`.
     #[serde(alias = "bot_name")]

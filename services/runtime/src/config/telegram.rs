@@ -196,11 +196,12 @@ fn is_secret_token(secret: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// Reports every problem of the Telegram sections (typos, values, tokens shared by bots).
-pub(crate) fn validate(config: &Config, problems: &mut Vec<String>) {
+/// Reports every problem of the Telegram sections (values, tokens shared by bots) and lists
+/// their unknown keys (typos) in `unknown`.
+pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
     let bots = resolve(config, problems);
     if let Some(global) = &config.channels.telegram {
-        check_extras("channels.telegram", global, problems);
+        check_extras("channels.telegram", global, unknown);
     }
     let mut tokens: BTreeMap<&str, &str> = BTreeMap::new();
     for tg in &bots {
@@ -211,7 +212,7 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>) {
         };
         let c = &tg.config;
         if !config.bots.is_empty() {
-            check_extras(&at, c, problems);
+            check_extras(&at, c, unknown);
         }
         if c.token.trim().is_empty() {
             problems.push(format!("{at}.token: required when the channel is enabled"));
@@ -269,10 +270,10 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>) {
     }
 }
 
-fn check_extras(at: &str, c: &TelegramConfig, problems: &mut Vec<String>) {
+fn check_extras(at: &str, c: &TelegramConfig, unknown: &mut Vec<String>) {
     for key in c.extra.keys() {
         if !TELEGRAM_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
-            problems.push(format!("{at}.{key}: unknown key"));
+            unknown.push(format!("{at}.{key}"));
         }
     }
 }
@@ -293,7 +294,8 @@ mod tests {
     use super::*;
 
     fn parse(json: &str) -> Result<Config, super::super::ConfigError> {
-        load_str(Some(json), Path::new("config.json"), &HashMap::new())
+        let strict = HashMap::from([("NANOBOT_STRICT_CONFIG".to_string(), "1".to_string())]);
+        load_str(Some(json), Path::new("config.json"), &strict)
     }
 
     #[test]

@@ -62,23 +62,28 @@ fn check_extras(
     at: &str,
     extras: &BTreeMap<String, Value>,
     known: &[&str],
-    problems: &mut Vec<String>,
+    unknown: &mut Vec<String>,
 ) {
     for key in extras.keys() {
         let k = normalise_key(key);
         if !known.iter().any(|n| normalise_key(n) == k) {
-            problems.push(format!("{at}.{key}: unknown key"));
+            unknown.push(format!("{at}.{key}"));
         }
     }
 }
 
-/// Reports keys that landed in a section's catch-all map but are not upstream keys (typos).
-pub(crate) fn unknown_extras(config: &Config, problems: &mut Vec<String>) {
+/// Lists in `unknown` the keys that landed in a section's catch-all map but are not upstream
+/// keys (typos, newer upstream keys); a non-object channel entry is a problem.
+pub(crate) fn unknown_extras(
+    config: &Config,
+    problems: &mut Vec<String>,
+    unknown: &mut Vec<String>,
+) {
     check_extras(
         "agents.defaults",
         &config.agents.defaults.extra,
         AGENT_EXTRAS,
-        problems,
+        unknown,
     );
     for (key, value) in &config.channels.extra {
         let known = CHANNEL_EXTRAS
@@ -95,17 +100,12 @@ pub(crate) fn unknown_extras(config: &Config, problems: &mut Vec<String>) {
             &format!("providers.{name}"),
             &provider.extra,
             PROVIDER_EXTRAS,
-            problems,
+            unknown,
         );
     }
-    check_extras("gateway", &config.gateway.extra, GATEWAY_EXTRAS, problems);
-    check_extras("tools", &config.tools.extra, TOOLS_EXTRAS, problems);
-    check_extras(
-        "tools.exec",
-        &config.tools.exec.extra,
-        EXEC_EXTRAS,
-        problems,
-    );
+    check_extras("gateway", &config.gateway.extra, GATEWAY_EXTRAS, unknown);
+    check_extras("tools", &config.tools.extra, TOOLS_EXTRAS, unknown);
+    check_extras("tools.exec", &config.tools.exec.extra, EXEC_EXTRAS, unknown);
 }
 
 fn is_url(url: &str, schemes: &[&str]) -> bool {
@@ -114,8 +114,8 @@ fn is_url(url: &str, schemes: &[&str]) -> bool {
         .any(|s| url.starts_with(&format!("{s}://")) && url.len() > s.len() + 3)
 }
 
-/// Returns every semantic problem of a parsed config.
-pub(crate) fn validate(config: &Config) -> Vec<String> {
+/// Returns every semantic problem of a parsed config; unknown keys go to `unknown`.
+pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String> {
     let mut problems = Vec::new();
     let d = &config.agents.defaults;
     if d.model.trim().is_empty() {
@@ -146,6 +146,12 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
         problems.push(format!(
             "agents.defaults.temperature: {} is outside 0..=2",
             d.temperature
+        ));
+    }
+    if !d.timezone.trim().is_empty() && d.timezone.trim().parse::<chrono_tz::Tz>().is_err() {
+        problems.push(format!(
+            "agents.defaults.timezone: unknown timezone '{}' (an IANA name such as \"Europe/Berlin\", or \"\" for the host's zone)",
+            d.timezone
         ));
     }
     if !(0.0..=1.0).contains(&d.consolidation_ratio) {
@@ -233,7 +239,7 @@ pub(crate) fn validate(config: &Config) -> Vec<String> {
             ));
         }
     }
-    super::telegram::validate(config, &mut problems);
+    super::telegram::validate(config, &mut problems, unknown);
     for id in config.bots.keys() {
         let ok = !id.is_empty()
             && id
