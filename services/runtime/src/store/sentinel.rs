@@ -214,10 +214,10 @@ mod tests {
         let plain = parse("127.0.0.1:26379");
         assert_eq!(plain.master, DEFAULT_MASTER);
         assert_eq!((plain.username, plain.password), (None, None));
-        let user = parse("nanobot:pw@h:1/m");
+        let user = parse("fleet:pw@h:1/m");
         assert_eq!(
             (user.username.as_deref(), user.password.as_deref()),
-            (Some("nanobot"), Some("pw"))
+            (Some("fleet"), Some("pw"))
         );
     }
 }

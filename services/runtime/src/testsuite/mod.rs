@@ -33,10 +33,32 @@ pub use service::{ServiceProc, bin_path};
 /// How often [`wait_until`] re-checks its condition.
 const POLL: Duration = Duration::from_millis(25);
 
-/// Returns a TCP port on 127.0.0.1 that was free a moment ago.
+/// Returns a TCP port on 127.0.0.1 that was free a moment ago and that this process has not
+/// handed out before (the kernel may offer a just-released port again, and two ports picked
+/// one after the other for one fleet must differ). A suite that opens many short connections
+/// can briefly use up the ephemeral range (`EADDRINUSE` even for port 0, while closed
+/// connections wait out TIME_WAIT): the bind is retried for a few seconds then.
 pub fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).context("bind a free port")?;
-    Ok(listener.local_addr().context("read the free port")?.port())
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    const ATTEMPTS: u32 = 100;
+    let mut attempt = 0;
+    loop {
+        match std::net::TcpListener::bind(("127.0.0.1", 0)) {
+            Ok(listener) => {
+                let port = listener.local_addr().context("read the free port")?.port();
+                let mut taken = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+                if taken.insert(port) {
+                    return Ok(port);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && attempt < ATTEMPTS => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e).context("bind a free port"),
+        }
+    }
 }
 
 /// Polls `check` until it returns true; fails after `timeout`.
