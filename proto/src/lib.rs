@@ -20,19 +20,40 @@ pub mod v1 {
 
 pub use v1::*;
 
+/// Channel of messages the fleet sends itself (upstream's `"system"`: a subagent's result).
+/// Their `chat_id` names the origin chat as `"<channel>:<chat_id>"`.
+pub const SYSTEM_CHANNEL: &str = "system";
+
 impl InboundMessage {
-    /// The session this message belongs to: `session_key` when set, else `<channel>:<chat_id>`.
+    /// The channel and chat the message belongs to: its own, or for a [`SYSTEM_CHANNEL`]
+    /// message the origin named by its `chat_id` (`"<channel>:<chat_id>"`, as upstream: `cli`
+    /// when it has no `:`).
+    pub fn origin(&self) -> (String, String) {
+        if self.channel != SYSTEM_CHANNEL {
+            return (self.channel.clone(), self.chat_id.clone());
+        }
+        match self.chat_id.split_once(':') {
+            Some((channel, chat)) => (channel.to_string(), chat.to_string()),
+            None => ("cli".to_string(), self.chat_id.clone()),
+        }
+    }
+
+    /// The session this message belongs to: `session_key` when set, else
+    /// `<channel>:<chat_id>` of its [`origin`](Self::origin).
     pub fn effective_session_key(&self) -> String {
         if self.session_key.is_empty() {
-            format!("{}:{}", self.channel, self.chat_id)
+            let (channel, chat_id) = self.origin();
+            format!("{channel}:{chat_id}")
         } else {
             self.session_key.clone()
         }
     }
 
-    /// The subject this message is published on (its session's mailbox).
+    /// The subject this message is published on: its session's mailbox, under its origin's
+    /// channel (a system message joins its origin session's mailbox, in order with the
+    /// session's other messages).
     pub fn subject(&self) -> String {
-        subjects::inbound(&self.bot, &self.channel, &self.effective_session_key())
+        subjects::inbound(&self.bot, &self.origin().0, &self.effective_session_key())
     }
 }
 
@@ -111,6 +132,30 @@ mod tests {
     use prost::Message;
 
     use super::*;
+
+    #[test]
+    fn a_system_message_belongs_to_its_origin_chat_and_its_sessions_mailbox() {
+        let chat = InboundMessage {
+            bot: "b".into(),
+            channel: "telegram".into(),
+            chat_id: "42".into(),
+            ..Default::default()
+        };
+        let system = InboundMessage {
+            channel: SYSTEM_CHANNEL.into(),
+            chat_id: "telegram:42".into(),
+            ..chat.clone()
+        };
+        assert_eq!(system.origin(), ("telegram".to_string(), "42".to_string()));
+        assert_eq!(system.effective_session_key(), "telegram:42");
+        assert_eq!(system.subject(), chat.subject());
+        let bare = InboundMessage {
+            chat_id: "direct".into(),
+            ..system
+        };
+        assert_eq!(bare.origin(), ("cli".to_string(), "direct".to_string()));
+        assert_eq!(chat.origin(), ("telegram".to_string(), "42".to_string()));
+    }
 
     #[test]
     fn inbound_round_trips_and_garbage_is_an_error() {

@@ -10,6 +10,7 @@ use prost::Message as _;
 use serde_json::{Value, json};
 
 use nanobot_core::runner::Injections;
+use nanobot_core::subagent;
 use nanobot_proto::{InboundMessage, keys, subjects};
 use nanobot_runtime::store::Store;
 use redis::AsyncCommands as _;
@@ -191,7 +192,15 @@ impl Injections for FollowUps {
             taken.last_seq = entry.seq;
             after = entry.seq;
             let Some(msg) = text else { continue };
-            let mut row = json!({"role": "user", "content": msg.content});
+            // A subagent's announcement is read as the user's, stored as upstream's assistant
+            // row (`history::rows_to_save`).
+            let announced = (msg.channel == nanobot_proto::SYSTEM_CHANNEL)
+                .then(|| subagent::announced_task(&msg.metadata_json))
+                .flatten();
+            let mut row = match announced {
+                Some(task) => subagent::injected_row(&msg.content, &task),
+                None => json!({"role": "user", "content": msg.content}),
+            };
             if !msg.media.is_empty() {
                 row["media"] = json!(msg.media);
             }

@@ -33,18 +33,19 @@ pub struct Outbox {
 
 impl Outbox {
     /// Where the replies to `msg` go: its reply channel and chat when it names them (a
-    /// subagent's announcement answers the chat that spawned it), otherwise its own.
+    /// subagent's announcement answers the chat that spawned it), otherwise its origin's
+    /// ([`InboundMessage::origin`]: a `system` message's reply goes to its origin chat).
     pub fn for_message(js: &jetstream::Context, msg: &InboundMessage) -> Self {
         let (channel, chat_id) = if msg.reply_channel.is_empty() {
-            (&msg.channel, &msg.chat_id)
+            msg.origin()
         } else {
-            (&msg.reply_channel, &msg.reply_chat_id)
+            (msg.reply_channel.clone(), msg.reply_chat_id.clone())
         };
         Self {
             js: js.clone(),
             bot: msg.bot.clone(),
-            channel: channel.clone(),
-            chat_id: chat_id.clone(),
+            channel,
+            chat_id,
             reply_to: msg.id.clone(),
             session_key: msg.effective_session_key(),
         }

@@ -324,15 +324,18 @@ pub async fn keep(
     Ok(())
 }
 
-/// The inbound message announcing a finished task in its origin session.
+/// The inbound message announcing a finished task in its origin session, as upstream: a
+/// `system` message from `subagent` whose `chat_id` names the origin chat
+/// (`"<channel>:<chat_id>"`), with the origin session as its session and the task in its
+/// metadata. Its subject is the origin session's mailbox ([`InboundMessage::subject`]).
 pub fn announcement(task: &SubagentTask, ok: bool, result: &str) -> InboundMessage {
     let metadata = subagent::announcement_metadata(&task.id, &task.origin_message_id);
     InboundMessage {
         id: format!("subagent:{}", task.id),
         bot: task.bot.clone(),
-        channel: task.origin_channel.clone(),
+        channel: nanobot_proto::SYSTEM_CHANNEL.into(),
         sender_id: subagent::SENDER.into(),
-        chat_id: task.origin_chat_id.clone(),
+        chat_id: format!("{}:{}", task.origin_channel, task.origin_chat_id),
         content: subagent::announcement(&task.label, &task.task, result, ok),
         timestamp_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -364,7 +367,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_announcement_goes_to_the_origin_sessions_mailbox_and_answers_its_chat() {
+    fn the_announcement_is_upstreams_system_message_in_the_origin_sessions_mailbox() {
         let task = SubagentTask {
             id: "ab12cd34".into(),
             bot: "b".into(),
@@ -380,11 +383,20 @@ mod tests {
         };
         let msg = announcement(&task, true, "42 lines");
         assert_eq!(
+            (msg.channel.as_str(), msg.chat_id.as_str()),
+            ("system", "telegram:42")
+        );
+        assert_eq!(msg.session_key, "telegram:42");
+        assert_eq!(
             msg.subject(),
             subjects::inbound("b", "telegram", "telegram:42")
         );
         assert_eq!(msg.effective_session_key(), "telegram:42");
         assert_eq!(msg.sender_id, "subagent");
+        assert_eq!(
+            (msg.reply_channel.as_str(), msg.reply_chat_id.as_str()),
+            ("telegram", "42")
+        );
         assert_eq!(msg.id, "subagent:ab12cd34");
         assert!(
             msg.content

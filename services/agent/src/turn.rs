@@ -12,6 +12,7 @@ use nanobot_core::memory as core_memory;
 use nanobot_core::resolve;
 use nanobot_core::runner::{self, Injections, RunDeps, RunSpec};
 use nanobot_core::session::{Commit, Session, SessionWriter, meta, now_iso};
+use nanobot_core::subagent;
 use nanobot_core::tools::{ToolClient, ToolScope};
 
 use crate::message_tool::{self, TurnTools};
@@ -56,18 +57,27 @@ pub struct TurnInput {
     pub stream: bool,
     /// The turn runs a cron job.
     pub in_cron: bool,
+    /// The task whose result the message announces (a subagent's `system` message): stored
+    /// as upstream's assistant row instead of a user row.
+    pub announced: Option<String>,
     /// What the message is (classified when it was decoded).
     pub kind: Kind,
 }
 
 impl TurnInput {
-    /// The turn of a chat message.
+    /// The turn of a chat message; a `system` message's turn is its origin chat's (upstream:
+    /// channel and chat from its `chat_id`), so the prompt and tools never see `system`.
     pub fn chat(incoming: &Incoming) -> Self {
         let m = &incoming.message;
+        let (channel, chat_id) = m.origin();
+        let announced = (m.channel == nanobot_proto::SYSTEM_CHANNEL)
+            .then(|| subagent::announced_task(&m.metadata_json))
+            .flatten();
         Self {
             id: m.id.clone(),
-            channel: m.channel.clone(),
-            chat_id: m.chat_id.clone(),
+            channel,
+            chat_id,
+            announced,
             content: m.content.clone(),
             media: m.media.clone(),
             session_key: m.effective_session_key(),
@@ -96,6 +106,7 @@ impl TurnInput {
             session_key: session_key.to_string(),
             stream: false,
             in_cron: true,
+            announced: None,
         }
     }
 }
@@ -141,20 +152,52 @@ pub async fn run(
     metadata.insert(meta::PENDING_USER_TURN.into(), json!(true));
     metadata.insert(meta::PENDING_TURN_ID.into(), json!(input.id));
     let mut after = replay.clone();
+    // An announcement is stored once per task (upstream de-duplicates by task id): a turn
+    // redone after its row was stored does not store it again.
+    let stored_announcement = input.announced.as_ref().is_some_and(|task| {
+        session
+            .messages
+            .iter()
+            .any(|m| subagent::is_result_row(m, task))
+    });
+    // Its row replayed last: the turn (resumed or redone) starts over from it, so the model
+    // reads the announcement as the turn's input, never as a trailing assistant row.
+    let announcement_last = stored_announcement
+        && replay
+            .last()
+            .is_some_and(|r| r["role"] == "assistant" && r["content"] == input.content.as_str());
+    let resume = resume && !announcement_last;
     let mut messages = if resume {
         // A redelivered message whose turn was interrupted: continue from its saved rows.
         sessions.set_metadata(&input.session_key, &metadata).await?;
         bot.context.resumed_messages(replay, &input.channel)
     } else {
-        // The user message is persisted before the first LLM call (crash recovery).
-        let mut user_row =
-            json!({"role": "user", "content": input.content, "timestamp": now_iso()});
-        if !input.media.is_empty() {
-            user_row["media"] = json!(input.media);
+        // The message is persisted before the first LLM call (crash recovery): a user row, or
+        // for a subagent's announcement upstream's assistant row tagged with its task.
+        let row = match &input.announced {
+            Some(task) => {
+                let mut row = subagent::result_row(&input.content, task);
+                row["timestamp"] = json!(now_iso());
+                row
+            }
+            None => {
+                let mut row =
+                    json!({"role": "user", "content": input.content, "timestamp": now_iso()});
+                if !input.media.is_empty() {
+                    row["media"] = json!(input.media);
+                }
+                row
+            }
+        };
+        let mut replay = replay;
+        if announcement_last {
+            replay.pop();
         }
-        after.push(user_row.clone());
+        if !stored_announcement {
+            after.push(row.clone());
+        }
         let first = Commit {
-            rows: vec![user_row],
+            rows: if stored_announcement { Vec::new() } else { vec![row] },
             metadata: Some(metadata.clone()),
             ..Default::default()
         };

@@ -2,11 +2,18 @@
 //! subagent runs on any runner with its own prompt and tools, and its result comes back to the
 //! origin session as one announcement whose reply reaches the origin chat, even when the
 //! runner running it is SIGKILLed mid-run; the fleet-wide limit and `/stop` hold across
-//! runners, and `wait: true` runs inline.
+//! runners, and `wait: true` runs inline. The announcement is upstream's `system` message
+//! (`chat_id` `"<channel>:<chat>"`, sender `subagent`) published in the origin session's
+//! mailbox, stored once as an assistant row tagged with its task, whether it starts a turn or
+//! joins the running one.
 
 use std::time::Duration;
 
+use futures::StreamExt as _;
+use prost::Message as _;
 use serde_json::{Value, json};
+
+use nanobot_proto::{InboundMessage, subjects};
 
 use super::{TURN, outbound_messages, replies_to, session_rows};
 use crate::harness::{Fleet, wait_until};
@@ -62,6 +69,92 @@ fn subagent_requests(fleet: &Fleet) -> usize {
         .count()
 }
 
+/// A subscription to the mailbox subject of API session `session_id` (it sees every message
+/// published there, the announcement included).
+async fn mailbox(fleet: &Fleet, session_id: &str) -> (async_nats::Client, async_nats::Subscriber) {
+    let client = fleet.nats_client().await.unwrap();
+    let subject = subjects::inbound("default", "api", &format!("api:{session_id}"));
+    let subscriber = client.subscribe(subject).await.unwrap();
+    client.flush().await.unwrap();
+    (client, subscriber)
+}
+
+/// The first message with id `id` published on `mailbox`.
+async fn published(mailbox: &mut async_nats::Subscriber, id: &str) -> InboundMessage {
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(60), mailbox.next())
+            .await
+            .unwrap_or_else(|_| panic!("{id} never published in the session's mailbox"))
+            .expect("subscribed");
+        let msg = InboundMessage::decode(next.payload).expect("an inbound message");
+        if msg.id == id {
+            return msg;
+        }
+    }
+}
+
+/// The task id in `spawn`'s "started" text.
+fn started_id(started: &str) -> String {
+    started
+        .split("(id: ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap()
+        .to_string()
+}
+
+/// Checks the announcement of task `id` is upstream's: a `system` message from `subagent`
+/// naming the origin chat, in the origin session, with the task in its metadata.
+fn assert_upstream_announcement(msg: &InboundMessage, id: &str) {
+    assert_eq!(
+        (msg.channel.as_str(), msg.chat_id.as_str(), msg.sender_id.as_str()),
+        ("system", "api:sky", "subagent")
+    );
+    assert_eq!(msg.session_key, "api:sky");
+    let meta: Value = serde_json::from_str(&msg.metadata_json).unwrap();
+    assert_eq!(meta["injected_event"], "subagent_result");
+    assert_eq!(meta["subagent_task_id"], id);
+    assert!(msg.content.starts_with(ANNOUNCED), "{}", msg.content);
+}
+
+/// Checks `rows` hold the announcement of task `id` exactly once, as upstream's assistant row
+/// tagged with its task (never a user row); returns it.
+fn assert_one_announcement_row<'a>(rows: &'a [Value], id: &str) -> &'a Value {
+    let announced: Vec<&Value> = rows
+        .iter()
+        .filter(|r| {
+            r["content"]
+                .as_str()
+                .is_some_and(|c| c.contains(ANNOUNCED))
+        })
+        .collect();
+    assert_eq!(announced.len(), 1, "{rows:#?}");
+    let row = announced[0];
+    assert_eq!(row["role"], "assistant", "{row:#}");
+    assert_eq!(row["injected_event"], "subagent_result", "{row:#}");
+    assert_eq!(row["subagent_task_id"], id, "{row:#}");
+    assert_eq!(row["sender_id"], "subagent", "{row:#}");
+    row
+}
+
+/// Checks the model read the announcement as its turn's input, in the origin chat's runtime
+/// context (never `system`).
+fn assert_read_in_origin_chat(fleet: &Fleet) {
+    let requests = fleet.llm.requests();
+    let read: Vec<String> = requests
+        .iter()
+        .filter_map(Recorded::last_user_text)
+        .filter(|t| t.contains(ANNOUNCED))
+        .collect();
+    assert!(!read.is_empty(), "the model never read the announcement");
+    for text in read {
+        assert!(
+            text.contains("Channel: api\nChat ID: sky") && !text.contains("Channel: system"),
+            "{text}"
+        );
+    }
+}
+
 fn spawn_stars() -> Reply {
     Reply::tool_calls([("spawn", json!({"task": TASK, "label": "stars"}))])
 }
@@ -90,6 +183,7 @@ async fn a_subagent_whose_runner_is_sigkilled_mid_run_is_redone_elsewhere_and_an
         .llm
         .when_last_user_contains("another one", spawn_stars());
 
+    let (_client, mut sky_mailbox) = mailbox(&fleet, "sky").await;
     assert_eq!(
         chat(&fleet, "sky", "look at the sky please").await,
         "I started a helper on it."
@@ -100,12 +194,7 @@ async fn a_subagent_whose_runner_is_sigkilled_mid_run_is_redone_elsewhere_and_an
             && started.ends_with("). I'll notify you when it completes."),
         "{started}"
     );
-    let id = started
-        .split("(id: ")
-        .nth(1)
-        .and_then(|s| s.split(')').next())
-        .unwrap()
-        .to_string();
+    let id = started_id(&started);
     assert_eq!(id.len(), 8, "{started}");
 
     // The subagent's first model call: its own prompt, the task, and no message/spawn/cron.
@@ -159,23 +248,20 @@ async fn a_subagent_whose_runner_is_sigkilled_mid_run_is_redone_elsewhere_and_an
         ("api", "sky")
     );
     assert_eq!(replies[0].content, "Your helper counted 42 stars.");
+    // Upstream's announcement, in the origin session's mailbox; stored once as upstream's
+    // assistant row; read by the model in the origin chat.
+    assert_upstream_announcement(&published(&mut sky_mailbox, &announcement_id).await, &id);
     let rows = session_rows(&fleet, "default", "api:sky").await;
-    let announced: Vec<&Value> = rows
-        .iter()
-        .filter(|r| {
-            r["content"]
-                .as_str()
-                .is_some_and(|c| c.starts_with(ANNOUNCED))
-        })
-        .collect();
-    assert_eq!(announced.len(), 1, "{rows:#?}");
-    let text = announced[0]["content"].as_str().unwrap();
+    let text = assert_one_announcement_row(&rows, &id)["content"]
+        .as_str()
+        .unwrap();
     assert!(
         text.contains(&format!("Task: {TASK}"))
             && text.contains("Result:\nThere are 42 stars in the catalogue.")
             && text.ends_with("Do not mention technical details like \"subagent\" or task IDs."),
         "{text}"
     );
+    assert_read_in_origin_chat(&fleet);
     let announcement_turns = fleet
         .llm
         .requests()
@@ -264,4 +350,68 @@ async fn stop_cancels_a_sessions_subagent_on_another_runner_and_wait_runs_one_in
             .all(|m| !m.reply_to.starts_with("subagent:")),
         "a stopped subagent announced"
     );
+}
+
+#[tokio::test]
+async fn an_announcement_arriving_while_its_session_runs_joins_the_turn_and_is_stored_as_an_assistant_row()
+ {
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    // The origin turn's reply waits until the subagent's result is in the mailbox: the
+    // announcement then joins that turn instead of starting one.
+    let gate = Gate::new();
+    fleet.llm.when_last_user_contains_seq(
+        "look at the sky",
+        vec![spawn_stars(), Reply::text("I started a helper on it.").held_by(&gate)],
+    );
+    fleet
+        .llm
+        .when_last_user_contains(ANNOUNCED, Reply::text("Your helper counted 42 stars."));
+    fleet.llm.when_last_user_contains(
+        TASK,
+        Reply::text("There are 42 stars in the catalogue."),
+    );
+    let (_client, mut sky_mailbox) = mailbox(&fleet, "sky").await;
+    let release = async {
+        let started = || async {
+            fleet.llm.requests().iter().flat_map(|r| r.messages()).any(|m| {
+                m["role"] == "tool" && m["content"].as_str().is_some_and(|c| c.contains("started"))
+            })
+        };
+        wait_until(started, TURN).await.expect("spawn answered");
+        let id = started_id(&spawn_result(&fleet, "started"));
+        let announcement = published(&mut sky_mailbox, &format!("subagent:{id}")).await;
+        gate.open();
+        (id, announcement)
+    };
+    let (reply, (id, announcement)) = tokio::join!(chat(&fleet, "sky", "look at the sky"), release);
+    assert_upstream_announcement(&announcement, &id);
+    assert_eq!(reply, "Your helper counted 42 stars.", "the running turn read it");
+
+    let announcement_id = format!("subagent:{id}");
+    let outbound = outbound_messages(&fleet).await;
+    let replies = replies_to(&outbound, &announcement_id);
+    assert_eq!(replies.len(), 1, "answered by the turn it joined: {replies:?}");
+    assert_eq!(
+        (replies[0].channel.as_str(), replies[0].chat_id.as_str()),
+        ("api", "sky")
+    );
+    let rows = session_rows(&fleet, "default", "api:sky").await;
+    let row = assert_one_announcement_row(&rows, &id);
+    let position = rows.iter().position(|r| r == row).unwrap();
+    assert_eq!(
+        rows[position + 1]["content"], "Your helper counted 42 stars.",
+        "{rows:#?}"
+    );
+    assert_read_in_origin_chat(&fleet);
+    let announcement_turns = fleet
+        .llm
+        .requests()
+        .iter()
+        .filter(|r| r.last_user_text().is_some_and(|t| t.contains(ANNOUNCED)))
+        .count();
+    assert_eq!(announcement_turns, 1, "no turn of its own");
 }

@@ -38,7 +38,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         Err(e) => return terminate(&msg, &format!("no stream sequence: {e}")).await,
     };
     let session_key = inbound.effective_session_key();
-    let span = tracing::info_span!("turn", session_id = %session_key, channel = %inbound.channel, message_id = %inbound.id);
+    let span = tracing::info_span!("turn", session_id = %session_key, channel = %inbound.origin().0, message_id = %inbound.id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
         // Priority commands bypass the session (upstream's router tier); drainers skip them.

@@ -16,7 +16,7 @@ pub struct OpenAiProvider {
 }
 
 /// Returns messages without fleet-private keys (`_meta` on content blocks, Anthropic
-/// `thinking_blocks`).
+/// `thinking_blocks`, an injected announcement's marks).
 fn wire_messages(messages: &[Value]) -> Vec<Value> {
     messages
         .iter()
@@ -24,6 +24,8 @@ fn wire_messages(messages: &[Value]) -> Vec<Value> {
             let mut m = m.clone();
             if let Some(obj) = m.as_object_mut() {
                 obj.remove("thinking_blocks");
+                obj.remove(crate::subagent::INJECTED_EVENT_KEY);
+                obj.remove(crate::subagent::TASK_ID_KEY);
             }
             if let Some(blocks) = m.get_mut("content").and_then(Value::as_array_mut) {
                 for b in blocks {
