@@ -426,3 +426,80 @@ async fn an_announcement_arriving_while_its_session_runs_joins_the_turn_and_is_s
         .count();
     assert_eq!(announcement_turns, 1, "no turn of its own");
 }
+
+#[tokio::test]
+async fn an_announcement_turn_whose_runner_is_sigkilled_is_redone_from_its_stored_row_once() {
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    let gate = Gate::new();
+    fleet.llm.when_last_user_contains_seq(
+        "look at the sky",
+        vec![spawn_stars(), Reply::text("I started a helper on it.")],
+    );
+    fleet.llm.when_last_user_contains(
+        ANNOUNCED,
+        Reply::text("Your helper counted 42 stars.").held_by(&gate),
+    );
+    // The subagent answers once the spawning turn is over: the announcement gets its own turn.
+    let subagent = Gate::new();
+    fleet.llm.when_last_user_contains(
+        TASK,
+        Reply::text("There are 42 stars in the catalogue.").held_by(&subagent),
+    );
+    chat(&fleet, "sky", "look at the sky please").await;
+    subagent.open();
+    let id = started_id(&spawn_result(&fleet, "started"));
+    let announcement_id = format!("subagent:{id}");
+
+    // The announcement's turn stored its row and waits for the model: kill its runner.
+    let reading = || async {
+        fleet
+            .llm
+            .requests()
+            .iter()
+            .any(|r| r.last_user_text().is_some_and(|t| t.contains(ANNOUNCED)))
+    };
+    wait_until(reading, TURN).await.expect("the announcement's turn runs");
+    let rows = session_rows(&fleet, "default", "api:sky").await;
+    assert_one_announcement_row(&rows, &id);
+    let mut conn = fleet.redis_conn().await.unwrap();
+    let lease: String = redis::cmd("GET")
+        .arg(nanobot_proto::keys::session_lease("default", "api:sky"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let holder = format!("instance={}", lease.split('|').next().unwrap());
+    let runner = fleet
+        .replicas("agent")
+        .into_iter()
+        .find(|r| r.logs().contains(&holder))
+        .expect("a runner holds the session for the announcement's turn");
+    runner.sigkill().unwrap();
+    gate.open();
+
+    // Redone elsewhere from the stored row: the model reads the announcement again as the
+    // turn's input, the row is not stored twice, the reply reaches the origin chat once.
+    let answered =
+        || async { !replies_to(&outbound_messages(&fleet).await, &announcement_id).is_empty() };
+    wait_until(answered, Duration::from_secs(60))
+        .await
+        .expect("the announcement is answered after the takeover");
+    let outbound = outbound_messages(&fleet).await;
+    let replies = replies_to(&outbound, &announcement_id);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(
+        (
+            replies[0].channel.as_str(),
+            replies[0].chat_id.as_str(),
+            replies[0].content.as_str()
+        ),
+        ("api", "sky", "Your helper counted 42 stars.")
+    );
+    let rows = session_rows(&fleet, "default", "api:sky").await;
+    assert_one_announcement_row(&rows, &id);
+    assert_eq!(rows.last().unwrap()["content"], "Your helper counted 42 stars.", "{rows:#?}");
+    assert_read_in_origin_chat(&fleet);
+}
