@@ -197,7 +197,11 @@ pub async fn run(
             after.push(row.clone());
         }
         let first = Commit {
-            rows: if stored_announcement { Vec::new() } else { vec![row] },
+            rows: if stored_announcement {
+                Vec::new()
+            } else {
+                vec![row]
+            },
             metadata: Some(metadata.clone()),
             ..Default::default()
         };

@@ -107,7 +107,11 @@ fn started_id(started: &str) -> String {
 /// naming the origin chat, in the origin session, with the task in its metadata.
 fn assert_upstream_announcement(msg: &InboundMessage, id: &str) {
     assert_eq!(
-        (msg.channel.as_str(), msg.chat_id.as_str(), msg.sender_id.as_str()),
+        (
+            msg.channel.as_str(),
+            msg.chat_id.as_str(),
+            msg.sender_id.as_str()
+        ),
         ("system", "api:sky", "subagent")
     );
     assert_eq!(msg.session_key, "api:sky");
@@ -122,11 +126,7 @@ fn assert_upstream_announcement(msg: &InboundMessage, id: &str) {
 fn assert_one_announcement_row<'a>(rows: &'a [Value], id: &str) -> &'a Value {
     let announced: Vec<&Value> = rows
         .iter()
-        .filter(|r| {
-            r["content"]
-                .as_str()
-                .is_some_and(|c| c.contains(ANNOUNCED))
-        })
+        .filter(|r| r["content"].as_str().is_some_and(|c| c.contains(ANNOUNCED)))
         .collect();
     assert_eq!(announced.len(), 1, "{rows:#?}");
     let row = announced[0];
@@ -365,21 +365,29 @@ async fn an_announcement_arriving_while_its_session_runs_joins_the_turn_and_is_s
     let gate = Gate::new();
     fleet.llm.when_last_user_contains_seq(
         "look at the sky",
-        vec![spawn_stars(), Reply::text("I started a helper on it.").held_by(&gate)],
+        vec![
+            spawn_stars(),
+            Reply::text("I started a helper on it.").held_by(&gate),
+        ],
     );
     fleet
         .llm
         .when_last_user_contains(ANNOUNCED, Reply::text("Your helper counted 42 stars."));
-    fleet.llm.when_last_user_contains(
-        TASK,
-        Reply::text("There are 42 stars in the catalogue."),
-    );
+    fleet
+        .llm
+        .when_last_user_contains(TASK, Reply::text("There are 42 stars in the catalogue."));
     let (_client, mut sky_mailbox) = mailbox(&fleet, "sky").await;
     let release = async {
         let started = || async {
-            fleet.llm.requests().iter().flat_map(|r| r.messages()).any(|m| {
-                m["role"] == "tool" && m["content"].as_str().is_some_and(|c| c.contains("started"))
-            })
+            fleet
+                .llm
+                .requests()
+                .iter()
+                .flat_map(|r| r.messages())
+                .any(|m| {
+                    m["role"] == "tool"
+                        && m["content"].as_str().is_some_and(|c| c.contains("started"))
+                })
         };
         wait_until(started, TURN).await.expect("spawn answered");
         let id = started_id(&spawn_result(&fleet, "started"));
@@ -395,18 +403,27 @@ async fn an_announcement_arriving_while_its_session_runs_joins_the_turn_and_is_s
                     InboundMessage::decode(m.payload).is_ok_and(|i| i.id == announcement.id)
                 })
         };
-        wait_until(stored, TURN).await.expect("the announcement is stored");
+        wait_until(stored, TURN)
+            .await
+            .expect("the announcement is stored");
         gate.open();
         (id, announcement)
     };
     let (reply, (id, announcement)) = tokio::join!(chat(&fleet, "sky", "look at the sky"), release);
     assert_upstream_announcement(&announcement, &id);
-    assert_eq!(reply, "Your helper counted 42 stars.", "the running turn read it");
+    assert_eq!(
+        reply, "Your helper counted 42 stars.",
+        "the running turn read it"
+    );
 
     let announcement_id = format!("subagent:{id}");
     let outbound = outbound_messages(&fleet).await;
     let replies = replies_to(&outbound, &announcement_id);
-    assert_eq!(replies.len(), 1, "answered by the turn it joined: {replies:?}");
+    assert_eq!(
+        replies.len(),
+        1,
+        "answered by the turn it joined: {replies:?}"
+    );
     assert_eq!(
         (replies[0].channel.as_str(), replies[0].chat_id.as_str()),
         ("api", "sky")
@@ -415,7 +432,8 @@ async fn an_announcement_arriving_while_its_session_runs_joins_the_turn_and_is_s
     let row = assert_one_announcement_row(&rows, &id);
     let position = rows.iter().position(|r| r == row).unwrap();
     assert_eq!(
-        rows[position + 1]["content"], "Your helper counted 42 stars.",
+        rows[position + 1]["content"],
+        "Your helper counted 42 stars.",
         "{rows:#?}"
     );
     let announcement_turns = fleet
@@ -462,7 +480,9 @@ async fn an_announcement_turn_whose_runner_is_sigkilled_is_redone_from_its_store
             .iter()
             .any(|r| r.last_user_text().is_some_and(|t| t.contains(ANNOUNCED)))
     };
-    wait_until(reading, TURN).await.expect("the announcement's turn runs");
+    wait_until(reading, TURN)
+        .await
+        .expect("the announcement's turn runs");
     let rows = session_rows(&fleet, "default", "api:sky").await;
     assert_one_announcement_row(&rows, &id);
     let mut conn = fleet.redis_conn().await.unwrap();
@@ -500,6 +520,10 @@ async fn an_announcement_turn_whose_runner_is_sigkilled_is_redone_from_its_store
     );
     let rows = session_rows(&fleet, "default", "api:sky").await;
     assert_one_announcement_row(&rows, &id);
-    assert_eq!(rows.last().unwrap()["content"], "Your helper counted 42 stars.", "{rows:#?}");
+    assert_eq!(
+        rows.last().unwrap()["content"],
+        "Your helper counted 42 stars.",
+        "{rows:#?}"
+    );
     assert_read_in_origin_chat(&fleet);
 }
