@@ -17,6 +17,23 @@ use crate::scripted_llm::Reply;
 const ANALYSIS: &str = "ADD USER.md: the user drinks green tea\nSKILL brew: brewing green tea";
 
 /// Writes two history entries Dream has not seen yet.
+/// A fleet with a runner, the executors and a memory worker.
+async fn memory_fleet() -> Fleet {
+    Fleet::builder()
+        .roles(&["agent", "tools", "memory"])
+        .start()
+        .await
+        .unwrap()
+}
+
+/// The workspace's `memory/.dream_cursor`, trimmed.
+fn dream_cursor(ws: &std::path::Path) -> String {
+    std::fs::read_to_string(ws.join("memory/.dream_cursor"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
 fn seed_history(fleet: &Fleet) {
     let ws = fleet.workspace();
     std::fs::create_dir_all(ws.join("memory")).unwrap();
@@ -31,11 +48,7 @@ fn seed_history(fleet: &Fleet) {
 
 #[tokio::test]
 async fn dream_edits_memory_and_a_skill_commits_them_and_restore_reverts_the_commit() {
-    let mut fleet = Fleet::builder()
-        .roles(&["agent", "tools", "memory"])
-        .start()
-        .await
-        .unwrap();
+    let mut fleet = memory_fleet().await;
     seed_history(&fleet);
     let agents_md = std::fs::read_to_string(fleet.workspace().join("AGENTS.md")).ok();
     fleet.llm.push(Reply::text(ANALYSIS));
@@ -62,12 +75,7 @@ async fn dream_edits_memory_and_a_skill_commits_them_and_restore_reverts_the_com
         agents_md,
         "writes outside the memory files are refused"
     );
-    assert_eq!(
-        std::fs::read_to_string(ws.join("memory/.dream_cursor"))
-            .unwrap()
-            .trim(),
-        "2"
-    );
+    assert_eq!(dream_cursor(&ws), "2");
 
     // The model saw the material in upstream's layout, then the analysis in the edit phase.
     let requests = fleet.llm.requests();
@@ -251,11 +259,7 @@ fn upstream_workspace(ws: &std::path::Path) -> git2::Oid {
 
 #[tokio::test]
 async fn dream_on_an_upstream_workspace_continues_its_history_cursors_and_git_log() {
-    let mut fleet = Fleet::builder()
-        .roles(&["agent", "tools", "memory"])
-        .start()
-        .await
-        .unwrap();
+    let mut fleet = memory_fleet().await;
     let ws = fleet.workspace().to_path_buf();
     let earlier = upstream_workspace(&ws);
     fleet.llm.push(Reply::text(
@@ -284,12 +288,7 @@ async fn dream_on_an_upstream_workspace_continues_its_history_cursors_and_git_lo
         material.contains("- Lives in Lisbon."),
         "current MEMORY.md shown: {material}"
     );
-    assert_eq!(
-        std::fs::read_to_string(ws.join("memory/.dream_cursor"))
-            .unwrap()
-            .trim(),
-        "5"
-    );
+    assert_eq!(dream_cursor(&ws), "5");
     assert_eq!(
         std::fs::read_to_string(ws.join("memory/.cursor"))
             .unwrap()
@@ -364,11 +363,7 @@ fn cursors(ws: &std::path::Path) -> Vec<u64> {
 
 #[tokio::test]
 async fn a_dream_run_compacts_history_to_a_thousand_entries_but_keeps_what_dream_has_not_read() {
-    let mut fleet = Fleet::builder()
-        .roles(&["agent", "tools", "memory"])
-        .start()
-        .await
-        .unwrap();
+    let mut fleet = memory_fleet().await;
     let ws = fleet.workspace().to_path_buf();
     seed_many(&ws, 1050);
     for _ in 0..2 {
@@ -394,21 +389,12 @@ async fn a_dream_run_compacts_history_to_a_thousand_entries_but_keeps_what_dream
         (51..=1050).collect::<Vec<_>>(),
         "the newest 1,000"
     );
-    assert_eq!(
-        std::fs::read_to_string(ws.join("memory/.dream_cursor"))
-            .unwrap()
-            .trim(),
-        "1050"
-    );
+    assert_eq!(dream_cursor(&ws), "1050");
 }
 
 #[tokio::test]
 async fn a_worker_that_lost_the_memory_lease_neither_commits_nor_moves_the_dream_cursor() {
-    let mut fleet = Fleet::builder()
-        .roles(&["agent", "tools", "memory"])
-        .start()
-        .await
-        .unwrap();
+    let mut fleet = memory_fleet().await;
     seed_history(&fleet);
     let ws = fleet.workspace().to_path_buf();
     // First delivery: its analysis is slow; meanwhile another worker takes the lease over.
@@ -471,21 +457,12 @@ async fn a_worker_that_lost_the_memory_lease_neither_commits_nor_moves_the_dream
             "init: nanobot memory store"
         ]
     );
-    assert_eq!(
-        std::fs::read_to_string(ws.join("memory/.dream_cursor"))
-            .unwrap()
-            .trim(),
-        "2"
-    );
+    assert_eq!(dream_cursor(&ws), "2");
 }
 
 #[tokio::test]
 async fn dream_on_a_workspace_with_only_a_legacy_history_md_migrates_it_first() {
-    let mut fleet = Fleet::builder()
-        .roles(&["agent", "tools", "memory"])
-        .start()
-        .await
-        .unwrap();
+    let mut fleet = memory_fleet().await;
     let ws = fleet.workspace().to_path_buf();
     std::fs::create_dir_all(ws.join("memory")).unwrap();
     std::fs::write(
