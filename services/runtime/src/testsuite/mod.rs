@@ -34,31 +34,41 @@ pub use service::{ServiceProc, bin_path};
 const POLL: Duration = Duration::from_millis(25);
 
 /// Returns a TCP port on 127.0.0.1 that was free a moment ago and that this process has not
-/// handed out before (the kernel may offer a just-released port again, and two ports picked
-/// one after the other for one fleet must differ). A suite that opens many short connections
-/// can briefly use up the ephemeral range (`EADDRINUSE` even for port 0, while closed
-/// connections wait out TIME_WAIT): the bind is retried for a few seconds then.
+/// handed out before. Ports come from below the kernel's ephemeral range
+/// (`ip_local_port_range`), where no `bind(0)` and no outgoing connection, of this process or
+/// another test process, can take the port before the server it is meant for binds it; a
+/// port picked inside that range was seen taken by a fake's listener in between.
 pub fn free_port() -> anyhow::Result<u16> {
     static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
-    const ATTEMPTS: u32 = 100;
-    let mut attempt = 0;
-    loop {
-        match std::net::TcpListener::bind(("127.0.0.1", 0)) {
-            Ok(listener) => {
-                let port = listener.local_addr().context("read the free port")?.port();
-                let mut taken = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-                if taken.insert(port) {
-                    return Ok(port);
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && attempt < ATTEMPTS => {
-                attempt += 1;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => return Err(e).context("bind a free port"),
+    const LOWEST: u32 = 10_000;
+    let below = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    anyhow::ensure!(
+        below > LOWEST + 1_000,
+        "ephemeral range starts too low: {below}"
+    );
+    let span = below - LOWEST;
+    // Spread the processes of one suite apart: pid and clock pick the starting point.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut next = (std::process::id().wrapping_mul(7_919) ^ nanos) % span;
+    for _ in 0..span {
+        next = (next + 7_919) % span;
+        let port = u16::try_from(LOWEST + next).context("port in range")?;
+        let mut taken = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if taken.contains(&port) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            taken.insert(port);
+            return Ok(port);
         }
     }
+    anyhow::bail!("no free port between {LOWEST} and {below}")
 }
 
 /// Polls `check` until it returns true; fails after `timeout`.
