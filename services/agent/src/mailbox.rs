@@ -131,15 +131,14 @@ impl FollowUps {
     }
 
     /// Whether `id` is a copy of this turn's message, of a follow-up already taken, or of a
-    /// message answered before (a channel resending it).
-    async fn answered(&self, id: &str) -> bool {
+    /// message answered before (a channel resending it). Fails when Redis cannot say.
+    async fn answered(&self, id: &str) -> redis::RedisResult<bool> {
         if id == self.turn_id || self.taken().ids.iter().any(|t| t == id) {
-            return true;
+            return Ok(true);
         }
         let mut conn = self.redis.clone();
         conn.exists(keys::inbound_seen(&self.bot, &self.session_key, id))
             .await
-            .unwrap_or(false)
     }
 
     /// Continues from what a previous attempt at this turn took and saved.
@@ -171,7 +170,17 @@ impl Injections for FollowUps {
                 }
             };
             let duplicate = match &entry.incoming {
-                Some(i) => self.answered(&i.message.id).await,
+                Some(i) => match self.answered(&i.message.id).await {
+                    Ok(answered) => answered,
+                    // Left in the mailbox: taken by a later drain, or by the next turn, once
+                    // Redis can tell whether it was answered.
+                    Err(e) => {
+                        tracing::warn!(
+                            "failed to check a follow-up against answered messages: {e:#}"
+                        );
+                        break;
+                    }
+                },
                 None => false,
             };
             let text = match entry.incoming {
@@ -354,5 +363,40 @@ mod tests {
             follow_ups.drain(3).await.is_empty(),
             "still stopped at the command"
         );
+    }
+
+    #[tokio::test]
+    async fn a_copy_of_an_answered_message_is_not_injected_while_redis_cannot_say_it_was_answered()
+    {
+        let (_nats, mut redis, js, mailbox, store) = servers().await;
+        let (subject, seqs) = publish(
+            &js,
+            &[
+                ("m2", Some("turn")),
+                ("m1", Some("answered before")),
+                ("m3", Some("new")),
+            ],
+        )
+        .await;
+        store
+            .clone()
+            .set::<_, _, ()>(keys::inbound_seen("b", SESSION, "m1"), 1)
+            .await
+            .unwrap();
+        let follow_ups = FollowUps::new(mailbox, store, "b", SESSION, "m2", &subject, seqs[0]);
+        redis.kill().unwrap();
+        assert!(
+            follow_ups.drain(3).await.is_empty(),
+            "nothing is taken while Redis is down"
+        );
+        assert_eq!(
+            follow_ups.taken().last_seq,
+            seqs[0],
+            "the copy stays in the mailbox"
+        );
+        redis.restart().await.unwrap();
+        let rows = follow_ups.drain(3).await;
+        assert_eq!(rows, [json!({"role": "user", "content": "new"})]);
+        assert_eq!(follow_ups.taken().ids, ["m3"]);
     }
 }

@@ -59,10 +59,11 @@ pub struct Deps {
 }
 
 impl Deps {
-    /// Returns whether `marker` was already recorded (Redis errors count as "not seen").
-    pub async fn seen(&self, marker: &str) -> bool {
+    /// Returns whether `marker` was already recorded. A Redis error is an error, never "not
+    /// seen": during a failover that would run an answered message a second time.
+    pub async fn seen(&self, marker: &str) -> redis::RedisResult<bool> {
         let mut conn = self.redis.clone();
-        conn.exists(marker).await.unwrap_or(false)
+        conn.exists(marker).await
     }
 
     /// Records `marker` as processed.

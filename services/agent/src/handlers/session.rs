@@ -148,7 +148,7 @@ pub async fn drain(
             | None => None,
             Some(incoming) => {
                 let marker = keys::inbound_seen(&bot.spec.id, session_key, &incoming.message.id);
-                (!deps.seen(&marker).await).then_some(incoming)
+                (!deps.seen(&marker).await?).then_some(incoming)
             }
         };
         match turn {
@@ -263,14 +263,15 @@ pub async fn guarded(
         Some(Err(e)) => {
             let committed = match ctx.seq {
                 Some(seq) => ctx.sessions.cursor(&input.session_key).await? >= seq,
-                None => {
-                    deps.seen(&keys::inbound_seen(
+                // Unknown while Redis fails: not counted against the message.
+                None => deps
+                    .seen(&keys::inbound_seen(
                         &bot.spec.id,
                         &input.session_key,
                         &input.id,
                     ))
                     .await
-                }
+                    .unwrap_or(true),
             };
             if committed || e.is_interruption() || deps.cancel.is_cancelled() {
                 // The reply waits in the outbox for the next holder, another runner holds the
