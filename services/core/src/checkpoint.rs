@@ -119,10 +119,15 @@ pub enum Restore {
 }
 
 /// Returns the rows that restore an interrupted turn onto `history`, and clears the
-/// checkpoint and pending markers in `metadata`. Rows already at the end of `history` (a
-/// batch the runner persisted before dying) are not repeated.
+/// checkpoint in `metadata`, and the pending markers when the turn is closed. A resumed turn
+/// stays pending: an attempt that fails after this restore is written leaves the turn still
+/// marked as its message's, so the next attempt resumes it too instead of storing the user
+/// message again. Rows already at the end of `history` (a batch the runner persisted before
+/// dying) are not repeated.
 pub fn restore(history: &[Value], metadata: &mut Map<String, Value>, how: Restore) -> Vec<Value> {
-    metadata.remove(meta::PENDING_TURN_ID);
+    if how == Restore::Close {
+        metadata.remove(meta::PENDING_TURN_ID);
+    }
     let mut rows = Vec::new();
     if let Some(Value::Object(cp)) = metadata.remove(meta::RUNTIME_CHECKPOINT) {
         let mut restored = Vec::new();
@@ -160,9 +165,10 @@ pub fn restore(history: &[Value], metadata: &mut Map<String, Value>, how: Restor
         let overlap = overlap(history, &restored);
         rows.extend(restored.into_iter().skip(overlap));
     }
-    let pending_user = metadata
-        .remove(meta::PENDING_USER_TURN)
-        .is_some_and(|v| v.as_bool().unwrap_or(false));
+    let pending_user = how == Restore::Close
+        && metadata
+            .remove(meta::PENDING_USER_TURN)
+            .is_some_and(|v| v.as_bool().unwrap_or(false));
     let last_role = rows
         .last()
         .or(history.last())
@@ -260,6 +266,26 @@ mod tests {
             restore(&history, &mut meta, Restore::Close).is_empty(),
             "nothing to add; last row is not a user row"
         );
+    }
+
+    #[test]
+    fn a_resumed_turn_stays_pending_and_a_closed_one_does_not() {
+        let mut pending = Map::new();
+        pending.insert(meta::PENDING_USER_TURN.into(), json!(true));
+        pending.insert(meta::PENDING_TURN_ID.into(), json!("m1"));
+        pending.insert(
+            meta::RUNTIME_CHECKPOINT.into(),
+            json!({"assistant_message": null}),
+        );
+        let history = [json!({"role": "user", "content": "hi"})];
+        let mut resumed = pending.clone();
+        restore(&history, &mut resumed, Restore::Resume);
+        assert_eq!(resumed.get(meta::PENDING_TURN_ID), Some(&json!("m1")));
+        assert_eq!(resumed.get(meta::PENDING_USER_TURN), Some(&json!(true)));
+        assert!(!resumed.contains_key(meta::RUNTIME_CHECKPOINT));
+        let mut closed = pending;
+        restore(&history, &mut closed, Restore::Close);
+        assert!(closed.is_empty(), "{closed:?}");
     }
 
     #[test]
