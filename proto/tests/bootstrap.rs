@@ -6,7 +6,7 @@ use std::process::Command;
 
 #[test]
 fn generated_code_is_up_to_date() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = PathBuf::from(manifest_dir());
     let protos =
         ["bus", "tools", "jobs", "fleet"].map(|name| root.join(format!("nanobot/v1/{name}.proto")));
     let fds = protox::compile(&protos, [root.clone()]).expect("compile .proto files");
@@ -25,4 +25,11 @@ fn generated_code_is_up_to_date() {
         status.success(),
         "generated code in proto/src/gen was stale and has been regenerated: commit it"
     );
+}
+
+/// The package directory of the checkout the tests run from (read when they run: build
+/// artifacts are shared between checkouts through the target dir, so the compile-time path may
+/// name another, or a deleted, checkout).
+fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests")
 }

@@ -141,8 +141,13 @@ async fn attachments_naming_a_device_or_a_host_file_are_refused_and_the_turn_is_
 #[tokio::test]
 async fn a_reply_with_twenty_thousand_tool_calls_runs_a_capped_number_and_other_sessions_are_served()
  {
+    // The product's lease time, not the harness's 2 s: a 20,000-call reply costs a debug-built
+    // runner seconds of CPU on a loaded machine, and a lease lost meanwhile makes the turn
+    // resume (correctly) with one model call more than this script has. This test is about
+    // the caps and fairness; takeovers have their own tests.
     let fleet = Fleet::builder()
         .roles(&["gateway", "agent", "tools"])
+        .config(json!({"runner": {"sessionLeaseSecs": 10}}))
         .start()
         .await
         .unwrap();

@@ -21,7 +21,7 @@ const ROLES: [&str; 5] = ["gateway", "agent", "tools", "memory", "cron"];
 const OPERATOR_SECRET: &str = "nanobot-secrets";
 
 fn overlay(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(manifest_dir())
         .parent()
         .expect("workspace root")
         .join("deploy/k8s/overlays")
@@ -346,4 +346,11 @@ fn the_production_overlay_runs_a_three_node_jetstream_cluster_with_r3_streams() 
             "{role} replicas"
         );
     }
+}
+
+/// The package directory of the checkout the tests run from (read when they run: build
+/// artifacts are shared between checkouts through the target dir, so the compile-time path may
+/// name another, or a deleted, checkout).
+fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests")
 }

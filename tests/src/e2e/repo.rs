@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(manifest_dir())
         .parent()
         .expect("workspace root")
         .to_path_buf()
@@ -178,4 +178,11 @@ fn compose_env_generates_private_passwords_once() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
     assert_eq!(run(), first, "kept on the next run");
+}
+
+/// The package directory of the checkout the tests run from (read when they run: build
+/// artifacts are shared between checkouts through the target dir, so the compile-time path may
+/// name another, or a deleted, checkout).
+fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests")
 }
