@@ -19,6 +19,7 @@
 //! - `subagent`: the `spawn` tool, subagent slots, runs and announcements.
 #![forbid(unsafe_code)]
 
+pub mod attempts;
 pub mod bots;
 pub mod checkpoints;
 pub mod commands;
@@ -274,12 +275,8 @@ async fn consume(
                     };
                     alive.abort();
                     let Some(permit) = permit else {
-                        handlers::session::settle(
-                            &deps,
-                            &msg,
-                            Err(anyhow::anyhow!("runner shutting down")),
-                        )
-                        .await;
+                        handlers::settle(&deps, &msg, Err(anyhow::anyhow!("runner shutting down")))
+                            .await;
                         return;
                     };
                     drop(held);

@@ -71,7 +71,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             record_run(&bot, &fire, ran, started.elapsed().as_millis()).await;
         }
         alive.abort();
-        session::settle(deps, &msg, outcome.map(|_| ())).await;
+        super::settle(deps, &msg, outcome.map(|_| ())).await;
     }
     .instrument(span)
     .await;
@@ -135,7 +135,7 @@ pub(super) async fn run_once(
                 seq: None,
                 follow_ups: None,
             };
-            session::guarded(deps, bot, ctx, &lease, input, outbox).await
+            crate::attempts::guarded(deps, bot, ctx, &lease, input, outbox).await
         }
         .await;
         lease.release().await;

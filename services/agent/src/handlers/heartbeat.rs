@@ -36,7 +36,7 @@ pub async fn handle(deps: &Deps, bot: &Bot, msg: &jetstream::Message, fire: &Cro
         let alive = keep_alive(msg, deps.ack_wait());
         let outcome = beat(deps, bot, fire).await;
         alive.abort();
-        session::settle(deps, msg, outcome).await;
+        super::settle(deps, msg, outcome).await;
     }
     .instrument(span)
     .await;

@@ -60,7 +60,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         let alive = keep_alive(&msg, deps.ack_wait());
         let outcome = answer(deps, &bot, &session_key, &subject, seq).await;
         alive.abort();
-        session::settle(deps, &msg, outcome).await;
+        super::settle(deps, &msg, outcome).await;
     }
     .instrument(span)
     .await;

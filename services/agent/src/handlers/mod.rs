@@ -1,5 +1,6 @@
 //! One handler per message type, dispatched by the consumer loops in `lib.rs`; `session`
-//! holds what both share: waiting for a session's lease and draining its mailbox.
+//! holds what they share: waiting for a session's lease and draining its mailbox. A handled
+//! message is acknowledged by [`settle`].
 
 pub mod cron_fire;
 pub mod heartbeat;
@@ -109,4 +110,24 @@ pub async fn terminate(msg: &jetstream::Message, why: &str) {
 /// Returns the bot for a bot id, if this fleet serves it.
 pub fn bot<'a>(deps: &'a Deps, id: &str) -> Option<&'a Arc<Bot>> {
     deps.bots.get(id)
+}
+
+/// Acknowledges `msg` after `outcome`: acked when answered, otherwise redelivered soon (on
+/// shutdown at once, to another runner).
+pub async fn settle(deps: &Deps, msg: &jetstream::Message, outcome: anyhow::Result<()>) {
+    let result = match outcome {
+        Ok(()) => msg.ack().await,
+        Err(e) => {
+            let delay = if deps.cancel.is_cancelled() {
+                Duration::ZERO
+            } else {
+                tracing::warn!("message not answered yet, redelivering later: {e:#}");
+                Duration::from_secs(1)
+            };
+            msg.ack_with(AckKind::Nak(Some(delay))).await
+        }
+    };
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "failed to acknowledge message");
+    }
 }

@@ -11,7 +11,7 @@ use tracing::Instrument as _;
 use nanobot_proto::SubagentTask;
 use nanobot_runtime::telemetry;
 
-use super::{Deps, keep_alive, session, terminate};
+use super::{Deps, keep_alive, terminate};
 use crate::bots::Bot;
 use crate::subagent::{self, Slot};
 
@@ -30,7 +30,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         let alive = keep_alive(&msg, deps.ack_wait());
         let outcome = run(deps, &bot, &task).await;
         alive.abort();
-        session::settle(deps, &msg, outcome).await;
+        super::settle(deps, &msg, outcome).await;
     }
     .instrument(span)
     .await;

@@ -1,0 +1,183 @@
+//! Attempts at a message's turn: each start is counted first (so a turn whose runner dies
+//! counts too), an interruption is taken back (lease lost, a write no replica confirmed,
+//! shutdown, or the turn was committed after all), a failure is retried by the next drain, and
+//! after [`MAX_ATTEMPTS`] the message is answered with upstream's [`ERROR_REPLY`] so one poison
+//! message cannot block its session.
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands as _;
+
+use nanobot_core::checkpoint::Restore;
+use nanobot_core::history::MAX_REPLAY_MESSAGES;
+use nanobot_proto::{OutboundKind, keys};
+use nanobot_runtime::metrics;
+
+use crate::bots::Bot;
+use crate::commit::{self, Reply};
+use crate::error::{Error, Result};
+use crate::handlers::Deps;
+use crate::lease::Lease;
+use crate::memory_jobs;
+use crate::outbox::Outbox;
+use crate::turn::{TurnCtx, TurnInput};
+use crate::{pipeline, recovery};
+
+/// Upstream's reply when a turn fails.
+pub const ERROR_REPLY: &str = "Sorry, I encountered an error.";
+/// Attempts at one message's turn before it is answered with [`ERROR_REPLY`]: turns that
+/// failed, and turns whose runner died mid-way (a message that kills its runner every time is
+/// answered instead of crashing runner after runner). Interrupted turns do not count.
+pub const MAX_ATTEMPTS: i64 = 5;
+/// How long an attempt count is kept.
+const ATTEMPTS_TTL_SECS: i64 = 24 * 3600;
+
+/// What follows an attempt that ended with an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterError {
+    /// Not the message's fault (interrupted, or committed after all): the attempt is taken
+    /// back and the message redelivered.
+    TakeBack,
+    /// Counted; the next drain tries again.
+    Retry,
+    /// The last attempt failed: the message is answered with [`ERROR_REPLY`].
+    ErrorReply,
+}
+
+/// Decides what follows attempt number `attempt` that ended with an error.
+pub fn after_error(attempt: i64, interrupted: bool, committed: bool) -> AfterError {
+    if interrupted || committed {
+        AfterError::TakeBack
+    } else if attempt < MAX_ATTEMPTS {
+        AfterError::Retry
+    } else {
+        AfterError::ErrorReply
+    }
+}
+
+/// Runs a turn under `/stop` and the lease, counting the attempt (see the module docs).
+pub async fn guarded(
+    deps: &Deps,
+    bot: &Bot,
+    ctx: TurnCtx<'_>,
+    lease: &Lease,
+    input: &TurnInput,
+    outbox: &Outbox,
+) -> Result<()> {
+    let attempts_key = keys::inbound_attempts(&bot.spec.id, &input.session_key, &input.id);
+    let mut conn = deps.redis.clone();
+    let (attempts,): (i64,) = redis::pipe()
+        .incr(&attempts_key, 1)
+        .expire(&attempts_key, ATTEMPTS_TTL_SECS)
+        .ignore()
+        .query_async(&mut conn)
+        .await?;
+    if attempts > MAX_ATTEMPTS {
+        tracing::error!(
+            attempts,
+            "turn started too often without finishing (its runners died), answering with an error"
+        );
+        metrics::get().turn("error_reply", Duration::ZERO);
+        return commit::finish(deps, ctx, input, outbox, error_reply()).await;
+    }
+    let started = Instant::now();
+    let registration = deps.active.register(&bot.spec.id, &input.session_key);
+    let outcome = tokio::select! {
+        r = pipeline::run(deps, bot, ctx, input, outbox) => Some(r.map_err(Error::from)),
+        _ = registration.token.cancelled() => None,
+        _ = lease.lost().cancelled() => Some(Err(Error::LeaseLost)),
+    };
+    drop(registration);
+    let label = match &outcome {
+        Some(Ok(_)) => "answered",
+        None => "stopped",
+        Some(Err(_)) if attempts < MAX_ATTEMPTS => "failed",
+        Some(Err(_)) => "error_reply",
+    };
+    metrics::get().turn(label, started.elapsed());
+    match outcome {
+        Some(Ok(measured)) => {
+            // Still under the lease, but no longer an active turn (`/status`, `/stop`).
+            if let Some(measured) = measured {
+                memory_jobs::maybe_consolidate(deps, bot, &input.session_key, measured).await;
+            }
+            Ok(())
+        }
+        None => {
+            tracing::info!("turn stopped by /stop");
+            let mut session = ctx
+                .sessions
+                .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
+                .await?;
+            recovery::recover(deps, bot, ctx.sessions, &mut session, Restore::Close).await?;
+            let stopped = Reply {
+                text: None,
+                ..Default::default()
+            };
+            commit::finish(deps, ctx, input, outbox, stopped).await
+        }
+        Some(Err(e)) => {
+            let committed = match ctx.seq {
+                Some(seq) => ctx.sessions.cursor(&input.session_key).await? >= seq,
+                // Unknown while Redis fails: not counted against the message.
+                None => deps
+                    .seen(&keys::inbound_seen(
+                        &bot.spec.id,
+                        &input.session_key,
+                        &input.id,
+                    ))
+                    .await
+                    .unwrap_or(true),
+            };
+            // Committed: the reply waits in the outbox for the next holder. Interrupted:
+            // another runner holds the session now, a write is unconfirmed, or this runner
+            // is stopping.
+            let interrupted = e.is_interruption() || deps.cancel.is_cancelled();
+            match after_error(attempts, interrupted, committed) {
+                AfterError::TakeBack => {
+                    let _: Result<i64, _> = conn.decr(&attempts_key, 1).await;
+                    Err(e)
+                }
+                AfterError::Retry => {
+                    tracing::warn!(attempts, "turn failed, will retry: {e:#}");
+                    Err(e)
+                }
+                AfterError::ErrorReply => {
+                    tracing::error!(attempts, "turn failed, answering with an error: {e:#}");
+                    commit::finish(deps, ctx, input, outbox, error_reply()).await
+                }
+            }
+        }
+    }
+}
+
+/// Upstream's error reply, as the answer to a message that cannot be processed.
+fn error_reply() -> Reply {
+    Reply {
+        text: Some((OutboundKind::Error, ERROR_REPLY.into())),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_attempt_is_retried_until_the_last_which_is_answered_with_an_error() {
+        let verdicts: Vec<AfterError> = (1..=MAX_ATTEMPTS)
+            .map(|attempt| after_error(attempt, false, false))
+            .collect();
+        let mut expected = vec![AfterError::Retry; MAX_ATTEMPTS as usize - 1];
+        expected.push(AfterError::ErrorReply);
+        assert_eq!(verdicts, expected);
+    }
+
+    #[test]
+    fn an_interrupted_or_committed_attempt_is_taken_back_even_when_it_was_the_last() {
+        for attempt in [1, MAX_ATTEMPTS] {
+            assert_eq!(after_error(attempt, true, false), AfterError::TakeBack);
+            assert_eq!(after_error(attempt, false, true), AfterError::TakeBack);
+        }
+    }
+}
