@@ -21,7 +21,8 @@ impl Leases {
     /// Returns the lease taker of runner `holder` with lease time `ttl`.
     pub fn new(redis: Store, holder: &str, ttl: Duration) -> Self {
         Self {
-            inner: nanobot_runtime::lease::Leases::new(redis, holder, ttl),
+            inner: nanobot_runtime::lease::Leases::new(redis, holder, ttl)
+                .counted_in(nanobot_runtime::metrics::get().sessions_leased.clone()),
         }
     }
 

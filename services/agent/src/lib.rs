@@ -130,6 +130,9 @@ pub async fn run(
         deps.ack_wait(),
     )
     .await?;
+    for c in [&inbound, &cron, &subagents] {
+        nanobot_runtime::metrics::watch_consumer(c.clone(), cancel.clone());
+    }
     let tracker = TaskTracker::new();
     let loops = [
         tokio::spawn(consume(

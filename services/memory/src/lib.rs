@@ -69,6 +69,7 @@ pub async fn run(
         })
         .await
         .context("create memory job consumer")?;
+    nanobot_runtime::metrics::watch_consumer(consumer.clone(), cancel.clone());
     let deps = std::sync::Arc::new(Deps::new(
         cfg,
         redis,

@@ -14,6 +14,7 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use crate::store::Store;
+use prometheus_client::metrics::gauge::Gauge;
 use redis::Script;
 use tokio_util::sync::CancellationToken;
 
@@ -111,6 +112,7 @@ pub struct Leases {
     redis: Store,
     holder: String,
     ttl: Duration,
+    held: Option<Gauge>,
 }
 
 impl std::fmt::Debug for Leases {
@@ -131,6 +133,7 @@ pub struct Lease {
     lost: CancellationToken,
     renewer: tokio::task::JoinHandle<()>,
     redis: Store,
+    held: Option<Gauge>,
 }
 
 impl Leases {
@@ -140,7 +143,14 @@ impl Leases {
             redis,
             holder: holder.to_string(),
             ttl: ttl.max(MIN_TTL),
+            held: None,
         }
+    }
+
+    /// Counts the leases this taker holds in `gauge` (up when taken, down when dropped).
+    pub fn counted_in(mut self, gauge: Gauge) -> Self {
+        self.held = Some(gauge);
+        self
     }
 
     /// Returns the lease time.
@@ -195,6 +205,9 @@ impl Leases {
             lost,
             renewer,
             redis: self.redis.clone(),
+            held: self.held.clone().inspect(|g| {
+                g.inc();
+            }),
         }))
     }
 
@@ -262,6 +275,9 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.renewer.abort();
+        if let Some(held) = &self.held {
+            held.dec();
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
@@ -89,6 +90,13 @@ pub struct DeliveryLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of a durable consumer's gauges.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsumerLabels {
+    /// The consumer's durable name.
+    pub consumer: String,
+}
+
 /// Every metric family of the fleet.
 #[derive(Debug)]
 pub struct Metrics {
@@ -113,6 +121,12 @@ pub struct Metrics {
     pub tool_retries: Family<ToolNameLabels, Counter>,
     /// `nanobot_session_leases_total`.
     pub session_leases: Counter,
+    /// `nanobot_sessions_leased`: session leases this runner holds now.
+    pub sessions_leased: Gauge,
+    /// `nanobot_queue_pending{consumer}`: messages of a durable consumer not delivered yet.
+    pub queue_pending: Family<ConsumerLabels, Gauge>,
+    /// `nanobot_queue_ack_pending{consumer}`: messages delivered and not acknowledged yet.
+    pub queue_ack_pending: Family<ConsumerLabels, Gauge>,
     /// `nanobot_session_lease_takeovers_total`.
     pub lease_takeovers: Counter,
     /// `nanobot_deliveries_total{channel,outcome}`.
@@ -139,6 +153,9 @@ impl Metrics {
             tool_retries: Family::default(),
             session_leases: Counter::default(),
             lease_takeovers: Counter::default(),
+            sessions_leased: Gauge::default(),
+            queue_pending: Family::default(),
+            queue_ack_pending: Family::default(),
             deliveries: Family::default(),
             registry: Registry::default(),
         };
@@ -192,6 +209,21 @@ impl Metrics {
             "session_lease_takeovers",
             "Turns picked up unfinished (checkpoint restored) after a runner lost its session lease",
             m.lease_takeovers.clone(),
+        );
+        r.register(
+            "sessions_leased",
+            "Session leases this runner holds now",
+            m.sessions_leased.clone(),
+        );
+        r.register(
+            "queue_pending",
+            "Messages of a durable consumer not delivered yet (queue lag), sampled every few seconds",
+            m.queue_pending.clone(),
+        );
+        r.register(
+            "queue_ack_pending",
+            "Messages of a durable consumer delivered and not acknowledged yet",
+            m.queue_ack_pending.clone(),
         );
         r.register(
             "deliveries",
@@ -320,4 +352,39 @@ mod tests {
             assert!(text.contains(line), "{line:?} missing from:\n{text}");
         }
     }
+}
+
+/// How often [`watch_consumer`] samples a consumer.
+pub const QUEUE_SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// Samples `consumer`'s pending and unacknowledged counts into the queue gauges every
+/// [`QUEUE_SAMPLE_EVERY`] until `cancel` (a failed sample keeps the last values).
+pub fn watch_consumer<C>(
+    mut consumer: async_nats::jetstream::consumer::Consumer<C>,
+    cancel: tokio_util::sync::CancellationToken,
+) where
+    C: async_nats::jetstream::consumer::IntoConsumerConfig + Send + Sync + 'static,
+{
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(QUEUE_SAMPLE_EVERY);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let Ok(info) = consumer.info().await else {
+                continue;
+            };
+            let labels = ConsumerLabels {
+                consumer: info.name.clone(),
+            };
+            let m = get();
+            m.queue_pending
+                .get_or_create(&labels)
+                .set(i64::try_from(info.num_pending).unwrap_or(i64::MAX));
+            m.queue_ack_pending
+                .get_or_create(&labels)
+                .set(i64::try_from(info.num_ack_pending).unwrap_or(i64::MAX));
+        }
+    });
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use fake_opentelemetry_collector::{ExportedSpan, FakeCollectorServer};
 use serde_json::{Value, json};
 
-use crate::harness::Fleet;
+use crate::harness::{Fleet, wait_until};
 use crate::scripted_llm::Reply;
 
 /// A user text no span may carry unless `telemetry.captureContent` is on.
@@ -289,4 +289,79 @@ async fn every_role_serves_prometheus_metrics_that_count_the_turn() {
         value("gateway", "nanobot_deliveries_total", &delivered),
         1.0
     );
+}
+
+/// Reads one sample of `metric` (labels `labels`) from a role's `/metrics`, if present.
+async fn sample(
+    http: &reqwest::Client,
+    base: &str,
+    metric: &str,
+    labels: &[(&str, &str)],
+) -> Option<f64> {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).ok()?;
+    scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .and_then(|s| match s.value {
+            prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => Some(v),
+            _ => None,
+        })
+}
+
+#[tokio::test]
+async fn the_agent_reports_the_sessions_it_leases_now_and_its_queue_lag() {
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    fleet
+        .llm
+        .push(Reply::text("slow").with_delay(Duration::from_secs(3)));
+    let base = fleet.health_base("agent").unwrap();
+    let http = reqwest::Client::new();
+    let leased = |want: f64| {
+        let (http, base) = (http.clone(), base.clone());
+        move || {
+            let (http, base) = (http.clone(), base.clone());
+            async move { sample(&http, &base, "nanobot_sessions_leased", &[]).await == Some(want) }
+        }
+    };
+    let turn = tokio::spawn({
+        let (http, api) = (http.clone(), fleet.api_base());
+        async move {
+            http.post(format!("{api}/v1/chat/completions"))
+                .json(&json!({"messages": [{"role": "user", "content": "take your time"}]}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    });
+    wait_until(leased(1.0), Duration::from_secs(10))
+        .await
+        .expect("one session leased while its turn runs");
+    assert_eq!(turn.await.unwrap(), 200);
+    wait_until(leased(0.0), Duration::from_secs(10))
+        .await
+        .expect("no session leased once the turn is answered");
+    let consumer = [("consumer", nanobot_proto::subjects::INBOUND_CONSUMER)];
+    wait_until(
+        || async {
+            sample(&http, &base, "nanobot_queue_pending", &consumer).await == Some(0.0)
+                && sample(&http, &base, "nanobot_queue_ack_pending", &consumer).await == Some(0.0)
+        },
+        Duration::from_secs(15),
+    )
+    .await
+    .expect("the inbound consumer's queue gauges are sampled and empty");
 }

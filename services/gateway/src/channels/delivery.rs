@@ -108,6 +108,7 @@ pub(super) async fn start(
             ..Default::default()
         })
         .await?;
+    nanobot_runtime::metrics::watch_consumer(consumer.clone(), cancel.clone());
     let mut messages = consumer.messages().await?;
     let bots = Arc::new(bots);
     let mut lanes = Vec::with_capacity(LANES);
