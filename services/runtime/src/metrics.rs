@@ -328,32 +328,6 @@ pub fn get() -> &'static Metrics {
     METRICS.get_or_init(Metrics::new)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn families_render_with_units_and_totals_in_their_names() {
-        let m = Metrics::new();
-        m.turn("completed", Duration::from_millis(30));
-        m.llm_call("custom", Duration::from_millis(10), (120, 7), None);
-        m.tool_call("list_dir", "runner", Duration::from_millis(2), false);
-        m.delivery("api", "delivered");
-        let text = m.render();
-        for line in [
-            "nanobot_turns_total{outcome=\"completed\"} 1",
-            "nanobot_turn_duration_seconds_count{outcome=\"completed\"} 1",
-            "nanobot_llm_tokens_total{provider=\"custom\",type=\"input\"} 120",
-            "nanobot_llm_tokens_total{provider=\"custom\",type=\"output\"} 7",
-            "nanobot_tool_calls_total{tool=\"list_dir\",side=\"runner\",outcome=\"ok\"} 1",
-            "nanobot_deliveries_total{channel=\"api\",outcome=\"delivered\"} 1",
-            "# TYPE nanobot_session_leases_total counter",
-        ] {
-            assert!(text.contains(line), "{line:?} missing from:\n{text}");
-        }
-    }
-}
-
 /// How often [`watch_consumer`] samples a consumer.
 pub const QUEUE_SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
@@ -387,4 +361,30 @@ pub fn watch_consumer<C>(
                 .set(i64::try_from(info.num_ack_pending).unwrap_or(i64::MAX));
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_render_with_units_and_totals_in_their_names() {
+        let m = Metrics::new();
+        m.turn("completed", Duration::from_millis(30));
+        m.llm_call("custom", Duration::from_millis(10), (120, 7), None);
+        m.tool_call("list_dir", "runner", Duration::from_millis(2), false);
+        m.delivery("api", "delivered");
+        let text = m.render();
+        for line in [
+            "nanobot_turns_total{outcome=\"completed\"} 1",
+            "nanobot_turn_duration_seconds_count{outcome=\"completed\"} 1",
+            "nanobot_llm_tokens_total{provider=\"custom\",type=\"input\"} 120",
+            "nanobot_llm_tokens_total{provider=\"custom\",type=\"output\"} 7",
+            "nanobot_tool_calls_total{tool=\"list_dir\",side=\"runner\",outcome=\"ok\"} 1",
+            "nanobot_deliveries_total{channel=\"api\",outcome=\"delivered\"} 1",
+            "# TYPE nanobot_session_leases_total counter",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from:\n{text}");
+        }
+    }
 }
