@@ -79,7 +79,10 @@ impl MailServers {
             .join("python");
         let dir = tempfile::Builder::new().prefix("mail-servers-").tempdir()?;
         // Dovecot's unprivileged processes walk through it to the maildirs and sockets.
-        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )?;
         let (imap_port, smtp_port) = (free_port()?, free_port()?);
         let mail = dir.path().join("mail");
         let sent = dir.path().join("sent");
@@ -96,6 +99,7 @@ impl MailServers {
                 &dovecot,
                 &["-F".into(), "-c".into(), conf.display().to_string()],
                 &dir.path().join("dovecot.out"),
+                None,
             )?,
             supervised(
                 &python,
@@ -106,6 +110,8 @@ impl MailServers {
                     PASSWORD.into(),
                 ],
                 &dir.path().join("smtp.out"),
+                // The directory outlives the static (never dropped): the last wrapper removes it.
+                Some(dir.path()),
             )?,
         ];
         let servers = Self {
@@ -116,7 +122,11 @@ impl MailServers {
         };
         for port in [imap_port, smtp_port] {
             let ready = wait_until(
-                || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() },
+                || async move {
+                    tokio::net::TcpStream::connect(("127.0.0.1", port))
+                        .await
+                        .is_ok()
+                },
                 Duration::from_secs(15),
             )
             .await;
@@ -194,7 +204,11 @@ impl MailServers {
             .collect();
         paths.sort_by_key(|p| {
             let name = p.file_name().unwrap_or_default().to_string_lossy();
-            name.split('-').next().unwrap_or("0").parse::<u128>().unwrap_or(0)
+            name.split('-')
+                .next()
+                .unwrap_or("0")
+                .parse::<u128>()
+                .unwrap_or(0)
         });
         paths
             .iter()
@@ -296,15 +310,22 @@ service anvil {{
 }
 
 /// Spawns `program args` under a `sh` that kills it once the `sh`'s stdin (kept by this
-/// process) closes.
-fn supervised(program: &Path, args: &[String], log: &Path) -> anyhow::Result<(Child, ChildStdin)> {
+/// process) closes, then removes `cleanup`.
+fn supervised(
+    program: &Path,
+    args: &[String],
+    log: &Path,
+    cleanup: Option<&Path>,
+) -> anyhow::Result<(Child, ChildStdin)> {
     let out = std::fs::File::create(log)?;
+    let cleanup = cleanup.map(|d| d.display().to_string()).unwrap_or_default();
     let mut child = Command::new("sh")
         .arg("-c")
-        .arg(r#""$@" </dev/null & pid=$!; read _; kill "$pid"; wait "$pid""#)
+        .arg(r#""$@" </dev/null & pid=$!; read _; kill "$pid"; wait "$pid"; [ -z "$CLEANUP" ] || rm -rf "$CLEANUP""#)
         .arg("sh")
         .arg(program)
         .args(args)
+        .env("CLEANUP", cleanup)
         .stdin(Stdio::piped())
         .stdout(out.try_clone()?)
         .stderr(out)

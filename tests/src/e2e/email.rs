@@ -72,7 +72,10 @@ async fn wait_log(fleet: &mut Fleet, needle: &str) {
     )
     .await;
     if let Err(e) = found {
-        panic!("{e}: {needle:?}; gateway log:\n{}", fleet.service("gateway").log_tail(30));
+        panic!(
+            "{e}: {needle:?}; gateway log:\n{}",
+            fleet.service("gateway").log_tail(30)
+        );
     }
 }
 
@@ -152,7 +155,14 @@ async fn a_mail_from_an_allowed_sender_gets_one_threaded_reply_with_its_attachme
 
     // A second mail of the same correspondent: its reply threads to it, and the first reply
     // was sent once.
-    let second = mail(&alice, &bot, "<trip-2@example.test>", "Re: Second thought", "", "Or the sea?");
+    let second = mail(
+        &alice,
+        &bot,
+        "<trip-2@example.test>",
+        "Re: Second thought",
+        "",
+        "Or the sea?",
+    );
     servers.deliver(&bot, &second).await.unwrap();
     let sent = wait_sent(servers, &alice, 2).await;
     assert_eq!(sent.len(), 2, "{sent:#?}");
@@ -176,17 +186,31 @@ async fn a_mail_from_a_sender_not_in_allow_from_gets_no_answer() {
     let fleet = email_fleet(servers, &bot, json!({"allowFrom": [alice]})).await;
     fleet.llm.set_fallback(Reply::text("answered"));
     servers
-        .deliver(&bot, &mail(&stranger, &bot, "<s-1@example.test>", "Hello", "", "hi"))
+        .deliver(
+            &bot,
+            &mail(&stranger, &bot, "<s-1@example.test>", "Hello", "", "hi"),
+        )
         .await
         .unwrap();
     // Mail is handled in UID order: once the marker is answered, the stranger's was handled.
     servers
-        .deliver(&bot, &mail(&alice, &bot, "<a-1@example.test>", "Marker", "", "hi"))
+        .deliver(
+            &bot,
+            &mail(&alice, &bot, "<a-1@example.test>", "Marker", "", "hi"),
+        )
         .await
         .unwrap();
     wait_sent(servers, &alice, 1).await;
-    assert!(servers.sent_to(&stranger).is_empty(), "{:#?}", servers.sent());
-    assert_eq!(fleet.llm.request_count(), 1, "only the allowed mail ran a turn");
+    assert!(
+        servers.sent_to(&stranger).is_empty(),
+        "{:#?}",
+        servers.sent()
+    );
+    assert_eq!(
+        fleet.llm.request_count(),
+        1,
+        "only the allowed mail ran a turn"
+    );
 }
 
 #[tokio::test]
@@ -200,26 +224,75 @@ async fn the_bots_own_mail_auto_replies_bounces_and_list_mail_get_no_answer_even
     // Upstream issue #3215: the bot's own reply landing in its mailbox was answered, forever.
     let own = format!("Bot <{}>", bot.to_uppercase());
     let machine = [
-        mail(&own, &alice, "<own@fleet.test>", "Re: Loop", "", "my own reply"),
-        mail(&alice, &bot, "<ooo@example.test>", "Out of office", "Auto-Submitted: auto-replied\r\n", "away"),
-        mail(&alice, &bot, "<bulk@example.test>", "News", "Precedence: bulk\r\n", "news"),
-        mail(&alice, &bot, "<ar@example.test>", "Away", "X-Autoreply: yes\r\n", "away"),
-        mail(&alice, &bot, "<list@example.test>", "List", "List-Id: <l.example.test>\r\n", "list"),
+        mail(
+            &own,
+            &alice,
+            "<own@fleet.test>",
+            "Re: Loop",
+            "",
+            "my own reply",
+        ),
+        mail(
+            &alice,
+            &bot,
+            "<ooo@example.test>",
+            "Out of office",
+            "Auto-Submitted: auto-replied\r\n",
+            "away",
+        ),
+        mail(
+            &alice,
+            &bot,
+            "<bulk@example.test>",
+            "News",
+            "Precedence: bulk\r\n",
+            "news",
+        ),
+        mail(
+            &alice,
+            &bot,
+            "<ar@example.test>",
+            "Away",
+            "X-Autoreply: yes\r\n",
+            "away",
+        ),
+        mail(
+            &alice,
+            &bot,
+            "<list@example.test>",
+            "List",
+            "List-Id: <l.example.test>\r\n",
+            "list",
+        ),
     ];
     let daemon = format!("mailer-daemon@{}", alice.split('@').nth(1).unwrap());
-    let bounce = mail(&daemon, &bot, "<bounce@example.test>", "Undelivered", "", "failed");
+    let bounce = mail(
+        &daemon,
+        &bot,
+        "<bounce@example.test>",
+        "Undelivered",
+        "",
+        "failed",
+    );
     for raw in machine.iter().chain([&bounce]) {
         servers.deliver(&bot, raw).await.unwrap();
     }
     servers
-        .deliver(&bot, &mail(&alice, &bot, "<a-1@example.test>", "Marker", "", "hi"))
+        .deliver(
+            &bot,
+            &mail(&alice, &bot, "<a-1@example.test>", "Marker", "", "hi"),
+        )
         .await
         .unwrap();
     let sent = wait_sent(servers, &alice, 1).await;
     assert_eq!(sent.len(), 1, "{sent:#?}");
     assert_eq!(sent[0].in_reply_to, "<a-1@example.test>");
     assert!(servers.sent_to(&bot).is_empty() && servers.sent_to(&daemon).is_empty());
-    assert_eq!(fleet.llm.request_count(), 1, "only the person's mail ran a turn");
+    assert_eq!(
+        fleet.llm.request_count(),
+        1,
+        "only the person's mail ran a turn"
+    );
     wait_until(
         || async { servers.unseen(&bot).await.is_ok_and(|u| u.is_empty()) },
         TURN,
@@ -238,7 +311,10 @@ async fn two_gateway_replicas_answer_each_mail_once_even_when_the_poller_is_sigk
     let people: Vec<String> = (0..6).map(|i| person(&format!("p{i}"))).collect();
     for (i, p) in people[..3].iter().enumerate() {
         let id = format!("<before-{i}@example.test>");
-        servers.deliver(&bot, &mail(p, &bot, &id, "Before", "", "hi")).await.unwrap();
+        servers
+            .deliver(&bot, &mail(p, &bot, &id, "Before", "", "hi"))
+            .await
+            .unwrap();
     }
     for p in &people[..3] {
         wait_sent(servers, p, 1).await;
@@ -251,7 +327,10 @@ async fn two_gateway_replicas_answer_each_mail_once_even_when_the_poller_is_sigk
     fleet.service_at("gateway", holder).sigkill().unwrap();
     for (i, p) in people[3..].iter().enumerate() {
         let id = format!("<after-{i}@example.test>");
-        servers.deliver(&bot, &mail(p, &bot, &id, "After", "", "hi")).await.unwrap();
+        servers
+            .deliver(&bot, &mail(p, &bot, &id, "After", "", "hi"))
+            .await
+            .unwrap();
     }
     for p in &people[3..] {
         wait_sent(servers, p, 1).await;
@@ -292,7 +371,12 @@ async fn bad_imap_credentials_are_a_clear_error_and_the_gateway_still_answers_it
         "email IMAP login refused; check channels.email.imapUsername and imapPassword",
     )
     .await;
-    assert!(!fleet.service("gateway").logs().contains("wrong-imap-secret"));
+    assert!(
+        !fleet
+            .service("gateway")
+            .logs()
+            .contains("wrong-imap-secret")
+    );
     fleet.llm.push(Reply::text("still here"));
     let response: Value = reqwest::Client::new()
         .post(format!("{}/v1/chat/completions", fleet.api_base()))

@@ -135,6 +135,11 @@ pub struct ChannelDeps {
     pub instance: String,
 }
 
+/// Returns whether any bot has a chat channel enabled.
+pub fn any_configured(cfg: &Config) -> bool {
+    !cfg.telegram_bots().is_empty() || !cfg.email_bots().is_empty()
+}
+
 /// Builds every configured channel of every bot, starts their receivers and the outbound
 /// delivery loops, and returns the running tasks (they stop on `cancel`).
 pub async fn start(

@@ -15,9 +15,9 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub use email::{EmailBot, EmailConfig};
 pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
-pub use email::{EmailBot, EmailConfig};
 pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
 pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
 

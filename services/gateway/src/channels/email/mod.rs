@@ -115,7 +115,11 @@ impl EmailChannel {
                 send_progress: false,
                 send_tool_hints: false,
             },
-            allow_from: cfg.allow_from.iter().map(|a| a.trim().to_lowercase()).collect(),
+            allow_from: cfg
+                .allow_from
+                .iter()
+                .map(|a| a.trim().to_lowercase())
+                .collect(),
             own_addresses,
             mailbox_id: mailbox_id(&cfg),
             leases: Leases::new(

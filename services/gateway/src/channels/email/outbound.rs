@@ -84,8 +84,7 @@ pub(super) async fn send(
         .thread(&msg.reply_to, &to_address)
         .await
         .map_err(|e| SendError::Transient(format!("read the mail's thread: {e}")))?;
-    let metadata: serde_json::Value =
-        serde_json::from_str(&msg.metadata_json).unwrap_or_default();
+    let metadata: serde_json::Value = serde_json::from_str(&msg.metadata_json).unwrap_or_default();
     let force_send = metadata["force_send"].as_bool().unwrap_or(false);
     if thread.is_some() && !ch.cfg.auto_reply_enabled && !force_send {
         tracing::info!(bot = %ch.bot_id, delivery_id = %msg.id, "automatic email reply skipped: autoReplyEnabled is false");

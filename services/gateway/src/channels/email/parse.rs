@@ -124,7 +124,10 @@ fn raw_headers(msg: &mail_parser::Message<'_>, name: &str) -> Vec<String> {
     root.headers
         .iter()
         .filter(|h| h.name.as_str().eq_ignore_ascii_case(name))
-        .filter_map(|h| msg.raw_message.get(h.offset_start as usize..h.offset_end as usize))
+        .filter_map(|h| {
+            msg.raw_message
+                .get(h.offset_start as usize..h.offset_end as usize)
+        })
         .map(|raw| String::from_utf8_lossy(raw).into_owned())
         .collect()
 }
@@ -211,7 +214,9 @@ mod tests {
     use super::*;
 
     fn mail(headers: &str, body: &str) -> Mail {
-        let raw = format!("{headers}\r\n\r\n{body}").replace('\n', "\r\n").replace("\r\r", "\r");
+        let raw = format!("{headers}\r\n\r\n{body}")
+            .replace('\n', "\r\n")
+            .replace("\r\r", "\r");
         parse(raw.as_bytes(), 12000).expect("a mail")
     }
 
@@ -242,8 +247,14 @@ mod tests {
     #[test]
     fn auto_replies_bounces_and_list_mail_are_machine_sent() {
         for (headers, why) in [
-            ("From: a@x\nAuto-Submitted: auto-replied; owner=a", "Auto-Submitted"),
-            ("From: a@x\nAuto-Submitted: auto-generated", "Auto-Submitted"),
+            (
+                "From: a@x\nAuto-Submitted: auto-replied; owner=a",
+                "Auto-Submitted",
+            ),
+            (
+                "From: a@x\nAuto-Submitted: auto-generated",
+                "Auto-Submitted",
+            ),
             ("From: a@x\nPrecedence: bulk", "Precedence"),
             ("From: a@x\nPrecedence: auto_reply", "Precedence"),
             ("From: a@x\nPrecedence: junk", "Precedence"),
@@ -257,7 +268,10 @@ mod tests {
             assert_eq!(mail(headers, "x").automated, Some(why), "{headers}");
         }
         assert_eq!(mail("From: a@x\nAuto-Submitted: no", "x").automated, None);
-        assert_eq!(mail("From: a@x\nPrecedence: first-class", "x").automated, None);
+        assert_eq!(
+            mail("From: a@x\nPrecedence: first-class", "x").automated,
+            None
+        );
     }
 
     #[test]

@@ -18,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 use nanobot_proto::keys;
 use nanobot_runtime::lease::Lease;
 
+use super::EmailChannel;
 use super::imap::{self, ImapError, Mailbox};
 use super::receive::{self, Handled};
-use super::EmailChannel;
 use crate::channels::Inbound;
 
 /// Longest wait after a failed session before logging in again.

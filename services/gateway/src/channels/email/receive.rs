@@ -88,7 +88,10 @@ pub(super) async fn handle(
     );
     for path in &saved {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
-        content.push_str(&format!("\n[attachment: {name} — saved to {}]", path.display()));
+        content.push_str(&format!(
+            "\n[attachment: {name} — saved to {}]",
+            path.display()
+        ));
     }
     let thread = Thread {
         subject: mail.subject.clone(),
@@ -215,7 +218,11 @@ mod tests {
     #[test]
     fn inbound_ids_follow_the_message_id_else_the_mailbox_position() {
         let a = inbound_id("m", 7, 1, "<x@y>");
-        assert_eq!(a, inbound_id("other", 9, 5, "<x@y>"), "a re-read is the same id");
+        assert_eq!(
+            a,
+            inbound_id("other", 9, 5, "<x@y>"),
+            "a re-read is the same id"
+        );
         assert_ne!(a, inbound_id("m", 7, 1, "<z@y>"));
         assert!(a.starts_with("email:") && !a.contains('<'));
         assert_eq!(inbound_id("m", 7, 1, ""), "email:m:7:1");
