@@ -4,7 +4,9 @@
 
 use serde_json::{Value, json};
 
-use super::TURN;
+use nanobot_proto::{OutboundKind, keys};
+
+use super::{TURN, outbound_messages};
 use crate::harness::{Fleet, wait_until};
 use crate::mail_servers::{MailServers, PASSWORD, SentMail};
 use crate::scripted_llm::Reply;
@@ -388,4 +390,50 @@ async fn bad_imap_credentials_are_a_clear_error_and_the_gateway_still_answers_it
         .await
         .unwrap();
     assert_eq!(response["choices"][0]["message"]["content"], "still here");
+}
+
+#[tokio::test]
+async fn with_auto_reply_disabled_a_mail_runs_its_turn_but_no_reply_is_mailed() {
+    let servers = MailServers::shared().await.expect("mail servers");
+    let bot = bot_address("bot");
+    let alice = person("alice");
+    let fleet = email_fleet(
+        servers,
+        &bot,
+        json!({"allowFrom": [alice], "autoReplyEnabled": false}),
+    )
+    .await;
+    fleet.llm.set_fallback(Reply::text("answered"));
+    let raw = mail(&alice, &bot, "<quiet@example.test>", "Quiet", "", "hi");
+    servers.deliver(&bot, &raw).await.unwrap();
+    // The turn's final reply reaches the channel, which skips it; the delivery is then
+    // recorded as done, so nothing can still be on its way.
+    let final_id = || async {
+        outbound_messages(&fleet)
+            .await
+            .into_iter()
+            .find(|m| m.chat_id == alice && m.kind == OutboundKind::Final as i32)
+            .map(|m| m.id)
+    };
+    wait_until(|| async { final_id().await.is_some() }, TURN)
+        .await
+        .expect("the mail's turn ran");
+    let key = keys::outbound_delivered("default", &final_id().await.unwrap());
+    let redis = fleet.redis_conn().await.unwrap();
+    wait_until(
+        || {
+            let mut redis = redis.clone();
+            let key = key.clone();
+            async move {
+                let record: Option<String> = redis::AsyncCommands::get(&mut redis, &key)
+                    .await
+                    .unwrap_or_default();
+                record.as_deref() == Some("done")
+            }
+        },
+        TURN,
+    )
+    .await
+    .expect("the reply's delivery is recorded");
+    assert!(servers.sent_to(&alice).is_empty(), "{:#?}", servers.sent());
 }
