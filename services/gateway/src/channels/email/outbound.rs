@@ -130,6 +130,15 @@ fn from_address(cfg: &EmailConfig) -> &str {
         .unwrap_or_default()
 }
 
+/// Returns the reply's Message-ID: the same for every attempt of one delivery, made of the
+/// characters a Message-ID allows whatever the delivery id holds (`:`, `@`).
+fn message_id(delivery_id: &str, domain: &str) -> String {
+    let digest = sha1_smol::Sha1::from(delivery_id.as_bytes())
+        .digest()
+        .to_string();
+    format!("<{}.nanobot@{domain}>", &digest[..32])
+}
+
 async fn build(
     ch: &EmailChannel,
     msg: &OutboundMessage,
@@ -140,12 +149,12 @@ async fn build(
     let from: Mailbox = from_address(&ch.cfg)
         .parse()
         .map_err(|e| SendError::Permanent(format!("channels.email.fromAddress: {e}")))?;
-    let domain = from.email.domain().to_string();
+    let message_id = message_id(&msg.id, from.email.domain());
     let mut builder = Message::builder()
         .from(from)
         .to(to)
         .subject(subject)
-        .message_id(Some(format!("<{}@{domain}>", msg.id)));
+        .message_id(Some(message_id));
     if !thread.message_id.is_empty() {
         let mut references = thread.references.clone();
         references.push(thread.message_id.clone());
@@ -234,5 +243,10 @@ mod tests {
             ..cfg
         };
         assert_eq!(from_address(&own), "Bot <bot@x>");
+        let id = message_id("email:a@b.c:3", "x.org");
+        assert_eq!(id, message_id("email:a@b.c:3", "x.org"));
+        assert_ne!(id, message_id("email:a@b.c:4", "x.org"));
+        assert_eq!(id.matches('@').count(), 1, "{id}");
+        assert!(id.starts_with('<') && id.ends_with(".nanobot@x.org>") && !id.contains(':'));
     }
 }
