@@ -437,3 +437,27 @@ async fn with_auto_reply_disabled_a_mail_runs_its_turn_but_no_reply_is_mailed() 
     .expect("the reply's delivery is recorded");
     assert!(servers.sent_to(&alice).is_empty(), "{:#?}", servers.sent());
 }
+
+#[tokio::test]
+async fn progress_and_tool_hints_are_never_mailed_only_the_final_reply() {
+    let servers = MailServers::shared().await.expect("mail servers");
+    let bot = bot_address("bot");
+    let alice = person("alice");
+    let fleet = email_fleet(
+        servers,
+        &bot,
+        json!({"allowFrom": [alice], "sendProgress": true, "sendToolHints": true}),
+    )
+    .await;
+    fleet.llm.push(
+        Reply::tool_calls([("list_dir", json!({"path": "."}))]).with_text("Let me look around."),
+    );
+    fleet.llm.push(Reply::text("Done looking."));
+    let raw = mail(&alice, &bot, "<look@example.test>", "Look", "", "look");
+    servers.deliver(&bot, &raw).await.unwrap();
+    // A chat's outbound messages are delivered in order: progress would arrive first.
+    let sent = wait_sent(servers, &alice, 1).await;
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    assert!(sent[0].body.contains("Done looking."), "{sent:#?}");
+    assert_eq!(fleet.llm.request_count(), 2, "the tool call ran");
+}
