@@ -6,7 +6,9 @@
 # With `k8s`: kubectl (for `kubectl kustomize`; Debian's kubernetes-client when none is installed)
 # and kubernetes-validate (PyPI, bundles the Kubernetes API schemas) to check deploy/k8s offline.
 #
-# Usage: scripts/deps.sh [core|mcp|model|compose|k8s|all]...   (default: core; core includes mcp:
+# With `email`: dovecot (apt dovecot-imapd) and aiosmtpd (PyPI) for the email channel's tests.
+#
+# Usage: scripts/deps.sh [core|mcp|model|compose|k8s|email|all]...   (default: core; core includes mcp:
 # the npm MCP servers the tools tests use). Several targets may be given: `deps.sh core model`.
 # Prints the directory holding the binaries (add it to PATH) on its last line.
 set -euo pipefail
@@ -109,6 +111,22 @@ ensure_k8s() {
   ln -sf "$venv/bin/kubernetes-validate" "$bin/kubernetes-validate"
 }
 
+ensure_email() {
+  # The email channel's tests run a real IMAP server (Debian's dovecot, started by the test with
+  # its own config, never as a system service) and an SMTP sink (PyPI aiosmtpd, in the venv).
+  if ! system_bin dovecot >/dev/null 2>&1 && [ ! -x /usr/sbin/dovecot ]; then
+    log "installing dovecot-imapd (apt, the email tests' IMAP server)"
+    apt_install dovecot-imapd
+  fi
+  ln -sf "$(PATH="$PATH:/usr/sbin" system_bin dovecot)" "$bin/dovecot"
+  if [ ! -x "$venv/bin/aiosmtpd" ]; then
+    ensure_venv
+    log "installing aiosmtpd (PyPI, the email tests' SMTP server)"
+    "$venv/bin/pip" install -q 'aiosmtpd>=1.4' >&2
+  fi
+  ln -sf "$venv/bin/aiosmtpd" "$bin/aiosmtpd"
+}
+
 ensure_mcp() {
   # MCP servers from npm used by the tools executor's tests (skipped when node/npm are absent).
   local prefix="$cache/npm"
@@ -132,8 +150,9 @@ for what in "$@"; do
     model) ensure_model ;;
     compose) ensure_compose ;;
     k8s) ensure_k8s ;;
-    all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose; ensure_k8s ;;
-    *) echo "usage: $0 [core|mcp|model|compose|k8s|all]..." >&2; exit 64 ;;
+    email) ensure_email ;;
+    all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose; ensure_k8s; ensure_email ;;
+    *) echo "usage: $0 [core|mcp|model|compose|k8s|email|all]..." >&2; exit 64 ;;
   esac
 done
 echo "$bin"

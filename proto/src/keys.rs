@@ -184,6 +184,29 @@ pub fn telegram_albums(bot: &str, token_id: &str) -> String {
     format!("nanobot:{}:telegram:{token_id}:albums", bot_tag(bot))
 }
 
+/// The email poller lease of one mailbox (`mailbox_id` is a hash of host, user and mailbox):
+/// exactly one gateway replica polls it.
+pub fn email_poller(bot: &str, mailbox_id: &str) -> String {
+    format!("nanobot:{}:email:{mailbox_id}:poller", bot_tag(bot))
+}
+
+/// Fence counter of [`email_poller`].
+pub fn email_poller_fence(bot: &str, mailbox_id: &str) -> String {
+    format!("nanobot:{}:email:{mailbox_id}:fence", bot_tag(bot))
+}
+
+/// The last processed message of one mailbox, `<uidvalidity>:<uid>` (written only under the
+/// poller's fence, after the mail's inbound message was accepted by JetStream).
+pub fn email_cursor(bot: &str, mailbox_id: &str) -> String {
+    format!("nanobot:{}:email:{mailbox_id}:cursor", bot_tag(bot))
+}
+
+/// The thread a reply continues (JSON: subject, Message-ID, References; with a TTL), by the
+/// inbound id it answers, or by the correspondent's address for its latest mail.
+pub fn email_thread(bot: &str, key: &str) -> String {
+    format!("nanobot:{}:email:thread:{key}", bot_tag(bot))
+}
+
 /// A pending pairing request of `bot` by its code (JSON, TTL 600 s).
 pub fn pairing_code(bot: &str, code: &str) -> String {
     format!("nanobot:{}:pairing:code:{code}", bot_tag(bot))
@@ -235,6 +258,10 @@ pub fn acl_patterns(role: crate::subjects::Role) -> Vec<String> {
             telegram_poller_fence(b, ID),
             telegram_offset(b, ID),
             telegram_stream(b, ID),
+            email_poller(b, ID),
+            email_poller_fence(b, ID),
+            email_cursor(b, ID),
+            email_thread(b, ID),
             pairing_code(b, ID),
             pairing_index(b),
             pairing_sender(b, ID, ID),
@@ -353,6 +380,10 @@ mod tests {
             telegram_album("b", "t", -100, "g"),
             telegram_album_claim("b", "t", -100, "g"),
             telegram_albums("b", "t"),
+            email_poller("b", "m"),
+            email_poller_fence("b", "m"),
+            email_cursor("b", "m"),
+            email_thread("b", "email:x"),
             pairing_code("b", "C"),
             pairing_index("b"),
             pairing_sender("b", "telegram", "42|alice"),

@@ -8,6 +8,8 @@
 //! - [`telegram_fake`]: a Telegram Bot API fake over real HTTP ([`telegram_fake::TelegramFake`],
 //!   [`telegram_fake::FakeBot`], [`telegram_fake::Incoming`]): several bots, long polling with
 //!   409 for a second poller, HTML checks, scripted 429s, recorded calls.
+//! - [`mail_servers`]: a real IMAP server (dovecot) and SMTP server (aiosmtpd) on loopback,
+//!   started once per test binary, for the email channel.
 //! - [`harness`]: real processes killed on drop ([`harness::Nats`], [`harness::Redis`],
 //!   [`harness::ServiceProc`], [`harness::Fleet`]) and waiting helpers.
 //! - `e2e` (tests only): end-to-end tests of the whole fleet.
@@ -15,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod harness;
+pub mod mail_servers;
 pub mod scripted_llm;
 pub mod telegram_fake;
 

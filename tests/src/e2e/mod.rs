@@ -9,6 +9,7 @@ mod chaos;
 mod cli;
 mod cron;
 mod dropin;
+mod email;
 mod executors;
 mod fleet_up;
 mod hardening;

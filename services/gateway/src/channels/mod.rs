@@ -9,9 +9,11 @@
 //! - [`delivery`]: the durable outbound consumer shared by the gateway replicas, with the
 //!   delivered-record that keeps a redelivery from sending twice.
 //! - [`telegram`]: Telegram through teloxide.
+//! - [`email`]: email, IMAP polling in and SMTP out.
 
 pub mod acl;
 pub mod delivery;
+pub mod email;
 pub mod telegram;
 
 use std::collections::BTreeMap;
@@ -133,6 +135,11 @@ pub struct ChannelDeps {
     pub instance: String,
 }
 
+/// Returns whether any bot has a chat channel enabled.
+pub fn any_configured(cfg: &Config) -> bool {
+    !cfg.telegram_bots().is_empty() || !cfg.email_bots().is_empty()
+}
+
 /// Builds every configured channel of every bot, starts their receivers and the outbound
 /// delivery loops, and returns the running tasks (they stop on `cancel`).
 pub async fn start(
@@ -146,6 +153,9 @@ pub async fn start(
         let channel = Arc::new(telegram::TelegramChannel::new(cfg, tg, deps)?);
         telegram.push(channel.clone());
         channels.add(channel);
+    }
+    for email in cfg.email_bots() {
+        channels.add(Arc::new(email::EmailChannel::new(email, deps)?));
     }
     let mut tasks = JoinSet::new();
     let inbound = Inbound::new(deps.js.clone());

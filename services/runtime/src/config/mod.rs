@@ -5,6 +5,7 @@
 //! - [`load`]: file, `${VAR}` interpolation, `NANOBOT_…__…` env overrides, per-section parsing.
 //! - `validate`: semantic checks; every problem is reported at once.
 
+pub mod email;
 pub mod load;
 pub mod schema;
 pub mod secrets;
@@ -14,6 +15,7 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub use email::{EmailBot, EmailConfig};
 pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
 pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};

@@ -176,7 +176,8 @@ fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<TelegramBot> {
     out
 }
 
-fn merge(base: &mut Value, extra: Value) {
+/// Lays `extra` over `base`, keys matched in any spelling (`groupPolicy`, `group_policy`).
+pub(super) fn merge(base: &mut Value, extra: Value) {
     match (base, extra) {
         (Value::Object(base), Value::Object(extra)) => {
             for (key, value) in extra {

@@ -1,0 +1,210 @@
+//! The IMAP connection: implicit TLS (`imapUseSsl`, rustls with the web PKI roots) or plain
+//! TCP, then LOGIN and SELECT, as upstream's `imaplib.IMAP4_SSL` / `IMAP4`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_imap::Session;
+use futures::TryStreamExt as _;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::rustls::{self, pki_types::ServerName};
+
+use nanobot_runtime::config::EmailConfig;
+
+/// Longest a connect, login or command may take.
+pub(super) const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a connection or command failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ImapError {
+    /// The server refused the credentials: an operator must fix the config.
+    #[error("login refused: {0}")]
+    LoginRefused(String),
+    /// Anything else (network, TLS, a command's NO/BAD): worth retrying.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<async_imap::error::Error> for ImapError {
+    fn from(e: async_imap::error::Error) -> Self {
+        Self::Failed(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for ImapError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Failed(e.to_string())
+    }
+}
+
+/// The byte stream under the IMAP session.
+#[derive(Debug)]
+pub(super) enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// A logged-in session with its mailbox selected.
+pub(super) struct Mailbox {
+    pub(super) session: Session<Stream>,
+    /// The mailbox's UIDVALIDITY (0 when the server sends none).
+    pub(super) validity: u32,
+}
+
+/// Connects, logs in and selects `cfg.imap_mailbox`.
+pub(super) async fn open(cfg: &EmailConfig) -> Result<Mailbox, ImapError> {
+    let connect = async {
+        let tcp = TcpStream::connect((cfg.imap_host.as_str(), cfg.imap_port)).await?;
+        let stream = if cfg.imap_use_ssl {
+            Stream::Tls(Box::new(tls(&cfg.imap_host, tcp).await?))
+        } else {
+            Stream::Plain(tcp)
+        };
+        let mut client = async_imap::Client::new(stream);
+        client
+            .read_response()
+            .await?
+            .ok_or_else(|| ImapError::Failed("connection closed before the greeting".into()))?;
+        let mut session = client
+            .login(&cfg.imap_username, &cfg.imap_password)
+            .await
+            .map_err(|(e, _)| match e {
+                async_imap::error::Error::No(text) => ImapError::LoginRefused(text),
+                other => ImapError::Failed(other.to_string()),
+            })?;
+        let selected = session.select(&cfg.imap_mailbox).await?;
+        Ok(Mailbox {
+            session,
+            validity: selected.uid_validity.unwrap_or(0),
+        })
+    };
+    tokio::time::timeout(TIMEOUT, connect)
+        .await
+        .map_err(|_| ImapError::Failed("timed out".into()))?
+}
+
+impl Mailbox {
+    /// Returns the UIDs above `last` of the unseen mail, ascending (all unseen when `last` is 0).
+    pub(super) async fn unseen_after(&mut self, last: u32) -> Result<Vec<u32>, ImapError> {
+        let query = match last {
+            0 => "UNSEEN".to_string(),
+            n => format!("UID {}:* UNSEEN", n.saturating_add(1)),
+        };
+        let found = timed(self.session.uid_search(&query)).await?;
+        // `n:*` always matches the highest UID, even below n.
+        let mut uids: Vec<u32> = found.into_iter().filter(|uid| *uid > last).collect();
+        uids.sort_unstable();
+        Ok(uids)
+    }
+
+    /// Returns the raw mail of `uid` without marking it seen; `None` when it is gone.
+    pub(super) async fn fetch(&mut self, uid: u32) -> Result<Option<Vec<u8>>, ImapError> {
+        let fetched = async {
+            let stream = self
+                .session
+                .uid_fetch(uid.to_string(), "(UID BODY.PEEK[])")
+                .await?;
+            stream.try_collect::<Vec<_>>().await
+        };
+        let fetched = timed(fetched).await?;
+        Ok(fetched
+            .iter()
+            .find(|f| f.uid == Some(uid))
+            .and_then(|f| f.body())
+            .map(<[u8]>::to_vec))
+    }
+
+    /// Marks `uid` `\Seen`.
+    pub(super) async fn mark_seen(&mut self, uid: u32) -> Result<(), ImapError> {
+        let stored = async {
+            let stream = self
+                .session
+                .uid_store(uid.to_string(), "+FLAGS (\\Seen)")
+                .await?;
+            stream.try_collect::<Vec<_>>().await
+        };
+        timed(stored).await?;
+        Ok(())
+    }
+
+    /// Checks the connection (and lets the server report new mail).
+    pub(super) async fn noop(&mut self) -> Result<(), ImapError> {
+        timed(self.session.noop()).await
+    }
+
+    /// Logs out (best effort).
+    pub(super) async fn logout(mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.session.logout()).await;
+    }
+}
+
+async fn timed<T>(
+    fut: impl Future<Output = Result<T, async_imap::error::Error>>,
+) -> Result<T, ImapError> {
+    match tokio::time::timeout(TIMEOUT, fut).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(ImapError::Failed("timed out".into())),
+    }
+}
+
+async fn tls(host: &str, tcp: TcpStream) -> Result<TlsStream<TcpStream>, ImapError> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ImapError::Failed(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|_| ImapError::Failed(format!("{host:?} is not a valid TLS server name")))?;
+    Ok(TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await?)
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}

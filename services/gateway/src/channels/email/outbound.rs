@@ -1,0 +1,252 @@
+//! Replies by SMTP (lettre, tokio + rustls), as upstream's `EmailChannel.send`: to the chat's
+//! address, from `fromAddress` (else `smtpUsername`, else `imapUsername`), subject `Re: ` + the
+//! mail's subject (or upstream's `nanobot reply`), In-Reply-To and References continuing the
+//! mail's thread, the reply's media attached within `maxAttachmentSize` and
+//! `maxAttachmentsPerEmail` (a file left out is named in the text, as upstream).
+//!
+//! One SMTP submission per reply: the delivery layer hands a reply to one replica at a time and
+//! records it once the server accepted it. A SIGKILL mid-send leaves the reply unacked; another
+//! replica sends it after the ack wait. If the server had already accepted it (the kill fell
+//! between the server's 250 and the record), the resend is a second copy with the same
+//! Message-ID (derived from the delivery id), which mail clients show as one message.
+
+use std::path::Path;
+use std::time::Duration;
+
+use lettre::message::header::ContentType;
+use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Tls, TlsParameters};
+use lettre::{AsyncSmtpTransport, AsyncTransport as _, Message, Tokio1Executor};
+
+use nanobot_proto::OutboundMessage;
+use nanobot_runtime::config::EmailConfig;
+
+use super::{EmailChannel, Thread};
+use crate::channels::{Progress, SendError};
+
+/// Upstream's subject when there is no mail to answer.
+const DEFAULT_SUBJECT: &str = "nanobot reply";
+/// Longest one SMTP conversation may take.
+const SMTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The SMTP transport of one channel.
+pub(super) struct Smtp {
+    transport: AsyncSmtpTransport<Tokio1Executor>,
+}
+
+impl Smtp {
+    /// Builds the transport (no connection yet): implicit TLS with `smtpUseSsl`, STARTTLS with
+    /// `smtpUseTls`, else plain; logs in when `smtpUsername` is set.
+    pub(super) fn new(cfg: &EmailConfig) -> anyhow::Result<Self> {
+        let host = cfg.smtp_host.trim();
+        let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
+            .port(cfg.smtp_port)
+            .timeout(Some(SMTP_TIMEOUT));
+        if cfg.smtp_use_ssl || cfg.smtp_use_tls {
+            let params = TlsParameters::new(host.to_string())
+                .map_err(|e| anyhow::anyhow!("channels.email.smtpHost: {e}"))?;
+            builder = builder.tls(match cfg.smtp_use_ssl {
+                true => Tls::Wrapper(params),
+                false => Tls::Required(params),
+            });
+        }
+        if !cfg.smtp_username.is_empty() {
+            builder = builder.credentials(Credentials::new(
+                cfg.smtp_username.clone(),
+                cfg.smtp_password.clone(),
+            ));
+        }
+        Ok(Self {
+            transport: builder.build(),
+        })
+    }
+}
+
+/// Sends one reply (one SMTP submission).
+pub(super) async fn send(
+    ch: &EmailChannel,
+    msg: &OutboundMessage,
+    progress: &mut Progress,
+) -> Result<(), SendError> {
+    if !ch.cfg.consent_granted {
+        tracing::warn!(bot = %ch.bot_id, delivery_id = %msg.id, "email reply not sent: consentGranted is false");
+        return Ok(());
+    }
+    if progress.done() > 0 {
+        return Ok(());
+    }
+    let to_address = msg.chat_id.trim().to_lowercase();
+    let to: Mailbox = to_address
+        .parse()
+        .map_err(|_| SendError::Permanent(format!("{to_address:?} is not an email address")))?;
+    let thread = ch
+        .thread(&msg.reply_to, &to_address)
+        .await
+        .map_err(|e| SendError::Transient(format!("read the mail's thread: {e}")))?;
+    let metadata: serde_json::Value = serde_json::from_str(&msg.metadata_json).unwrap_or_default();
+    let force_send = metadata["force_send"].as_bool().unwrap_or(false);
+    if thread.is_some() && !ch.cfg.auto_reply_enabled && !force_send {
+        tracing::info!(bot = %ch.bot_id, delivery_id = %msg.id, "automatic email reply skipped: autoReplyEnabled is false");
+        return Ok(());
+    }
+    let thread = thread.unwrap_or_default();
+    let subject = match metadata["subject"].as_str().map(str::trim) {
+        Some(subject) if !subject.is_empty() => subject.to_string(),
+        _ => reply_subject(&thread.subject, &ch.cfg.subject_prefix),
+    };
+    let email = build(ch, msg, to, &subject, &thread).await?;
+    match ch.smtp.transport.send(email).await {
+        Ok(_) => {
+            progress.part_done().await;
+            tracing::debug!(bot = %ch.bot_id, delivery_id = %msg.id, "email reply sent");
+            Ok(())
+        }
+        Err(e) if e.is_permanent() => Err(SendError::Permanent(e.to_string())),
+        Err(e) => Err(SendError::Transient(e.to_string())),
+    }
+}
+
+/// Returns upstream's reply subject: the subject as is when it starts with `Re:`, else the
+/// prefix before it (`nanobot reply` when there is none).
+pub(super) fn reply_subject(subject: &str, prefix: &str) -> String {
+    let subject = match subject.trim() {
+        "" => DEFAULT_SUBJECT,
+        s => s,
+    };
+    if subject.to_lowercase().starts_with("re:") {
+        return subject.to_string();
+    }
+    let prefix = if prefix.is_empty() { "Re: " } else { prefix };
+    format!("{prefix}{subject}")
+}
+
+/// Returns the reply's From: `fromAddress`, else `smtpUsername`, else `imapUsername`.
+fn from_address(cfg: &EmailConfig) -> &str {
+    [&cfg.from_address, &cfg.smtp_username, &cfg.imap_username]
+        .into_iter()
+        .map(|a| a.trim())
+        .find(|a| !a.is_empty())
+        .unwrap_or_default()
+}
+
+/// Returns the reply's Message-ID: the same for every attempt of one delivery, made of the
+/// characters a Message-ID allows whatever the delivery id holds (`:`, `@`).
+fn message_id(delivery_id: &str, domain: &str) -> String {
+    let digest = sha1_smol::Sha1::from(delivery_id.as_bytes())
+        .digest()
+        .to_string();
+    format!("<{}.nanobot@{domain}>", &digest[..32])
+}
+
+async fn build(
+    ch: &EmailChannel,
+    msg: &OutboundMessage,
+    to: Mailbox,
+    subject: &str,
+    thread: &Thread,
+) -> Result<Message, SendError> {
+    let from: Mailbox = from_address(&ch.cfg)
+        .parse()
+        .map_err(|e| SendError::Permanent(format!("channels.email.fromAddress: {e}")))?;
+    let message_id = message_id(&msg.id, from.email.domain());
+    let mut builder = Message::builder()
+        .from(from)
+        .to(to)
+        .subject(subject)
+        .message_id(Some(message_id));
+    if !thread.message_id.is_empty() {
+        let mut references = thread.references.clone();
+        references.push(thread.message_id.clone());
+        builder = builder
+            .in_reply_to(thread.message_id.clone())
+            .references(references.join(" "));
+    }
+    let (files, notes) = attachments(ch, &msg.media).await;
+    let mut text = msg.content.clone();
+    if !notes.is_empty() {
+        let notes = notes.join("\n");
+        text = match text.trim().is_empty() {
+            true => notes,
+            false => format!("{}\n\n{notes}", text.trim_end()),
+        };
+    }
+    let built = if files.is_empty() {
+        builder.singlepart(SinglePart::plain(text))
+    } else {
+        let mut parts = MultiPart::mixed().singlepart(SinglePart::plain(text));
+        for part in files {
+            parts = parts.singlepart(part);
+        }
+        builder.multipart(parts)
+    };
+    built.map_err(|e| SendError::Permanent(format!("build the mail: {e}")))
+}
+
+/// Reads the reply's media as attachments; returns them and upstream's notes for those left
+/// out (`[attachment: name - too large]`, `- too many attachments`, `- send failed`).
+async fn attachments(ch: &EmailChannel, media: &[String]) -> (Vec<SinglePart>, Vec<String>) {
+    let mut parts = Vec::new();
+    let mut notes = Vec::new();
+    for item in media {
+        let path = Path::new(item);
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "attachment".into());
+        if parts.len() >= ch.cfg.max_attachments_per_email {
+            notes.push(format!("[attachment: {name} - too many attachments]"));
+            continue;
+        }
+        let size = match tokio::fs::metadata(path).await {
+            Ok(meta) if meta.is_file() => meta.len(),
+            _ => {
+                notes.push(format!("[attachment: {name} - send failed]"));
+                continue;
+            }
+        };
+        if ch.cfg.max_attachment_size == 0 || size > ch.cfg.max_attachment_size {
+            notes.push(format!("[attachment: {name} - too large]"));
+            continue;
+        }
+        let Ok(data) = tokio::fs::read(path).await else {
+            notes.push(format!("[attachment: {name} - send failed]"));
+            continue;
+        };
+        let mime = mime_guess::from_path(path).first_or_octet_stream();
+        let content_type = ContentType::parse(mime.essence_str())
+            .unwrap_or_else(|_| ContentType::parse("application/octet-stream").expect("valid"));
+        parts.push(Attachment::new(name).body(data, content_type));
+    }
+    (parts, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_subjects_follow_upstream() {
+        assert_eq!(reply_subject("Plans", "Re: "), "Re: Plans");
+        assert_eq!(reply_subject("RE: Plans", "Re: "), "RE: Plans");
+        assert_eq!(reply_subject("  ", "Re: "), "Re: nanobot reply");
+        assert_eq!(reply_subject("Plans", "AW: "), "AW: Plans");
+        assert_eq!(reply_subject("Plans", ""), "Re: Plans");
+        let cfg = EmailConfig {
+            smtp_username: "smtp@x".into(),
+            imap_username: "imap@x".into(),
+            ..EmailConfig::default()
+        };
+        assert_eq!(from_address(&cfg), "smtp@x");
+        let own = EmailConfig {
+            from_address: "Bot <bot@x>".into(),
+            ..cfg
+        };
+        assert_eq!(from_address(&own), "Bot <bot@x>");
+        let id = message_id("email:a@b.c:3", "x.org");
+        assert_eq!(id, message_id("email:a@b.c:3", "x.org"));
+        assert_ne!(id, message_id("email:a@b.c:4", "x.org"));
+        assert_eq!(id.matches('@').count(), 1, "{id}");
+        assert!(id.starts_with('<') && id.ends_with(".nanobot@x.org>") && !id.contains(':'));
+    }
+}

@@ -1,0 +1,242 @@
+//! One mail → at most one inbound message, as upstream's `_fetch_messages_once`: the bot's own
+//! mail, machine-sent mail, SPF/DKIM failures and senders outside `allowFrom` are skipped; an
+//! allowed mail becomes upstream's `[EMAIL-CONTEXT]` text with its attachments saved.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use serde_json::json;
+
+use nanobot_proto::InboundMessage;
+
+use super::parse::{self, Attachment, Mail};
+use super::{CHANNEL, EmailChannel, Thread};
+use crate::channels::{Inbound, acl};
+
+/// What became of a mail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Handled {
+    /// Published as an inbound message.
+    Published,
+    /// Skipped, and marked seen as upstream does (own address, machine-sent, not allowed).
+    SkippedSeen,
+    /// Skipped and left unseen (unparsable, no sender, SPF/DKIM failed), as upstream.
+    SkippedUnseen,
+}
+
+/// Returns the inbound id of a mail: from its Message-ID (stable across mailboxes and
+/// re-reads), else from its place in the mailbox.
+pub(super) fn inbound_id(mailbox_id: &str, validity: u32, uid: u32, message_id: &str) -> String {
+    if message_id.is_empty() {
+        return format!("email:{mailbox_id}:{validity}:{uid}");
+    }
+    let digest = sha1_smol::Sha1::from(message_id.as_bytes())
+        .digest()
+        .to_string();
+    format!("email:{}", &digest[..24])
+}
+
+/// Handles the mail `uid` of the mailbox (`raw` bytes); an error means nothing was published
+/// and the mail must be handled again.
+pub(super) async fn handle(
+    ch: &EmailChannel,
+    inbound: &Inbound,
+    validity: u32,
+    uid: u32,
+    raw: &[u8],
+) -> anyhow::Result<Handled> {
+    let Some(mail) = parse::parse(raw, ch.cfg.max_body_chars) else {
+        tracing::warn!(bot = %ch.bot_id, uid, "unparsable mail skipped");
+        return Ok(Handled::SkippedUnseen);
+    };
+    if mail.sender.is_empty() {
+        tracing::warn!(bot = %ch.bot_id, uid, "mail without a sender skipped");
+        return Ok(Handled::SkippedUnseen);
+    }
+    if ch.is_own(&mail.sender) {
+        tracing::info!(bot = %ch.bot_id, uid, sender = %mail.sender, "mail from the bot's own address ignored");
+        return Ok(Handled::SkippedSeen);
+    }
+    if let Some(why) = mail.automated {
+        tracing::info!(bot = %ch.bot_id, uid, sender = %mail.sender, why, "machine-sent mail ignored");
+        return Ok(Handled::SkippedSeen);
+    }
+    if ch.cfg.verify_spf && !mail.spf_pass {
+        tracing::warn!(bot = %ch.bot_id, uid, sender = %mail.sender, "mail rejected: SPF verification failed (no spf=pass in Authentication-Results)");
+        return Ok(Handled::SkippedUnseen);
+    }
+    if ch.cfg.verify_dkim && !mail.dkim_pass {
+        tracing::warn!(bot = %ch.bot_id, uid, sender = %mail.sender, "mail rejected: DKIM verification failed (no dkim=pass in Authentication-Results)");
+        return Ok(Handled::SkippedUnseen);
+    }
+    let allowed = acl::allowed_by_list(&ch.allow_from, &mail.sender)
+        || ch
+            .pairing
+            .is_approved(CHANNEL, &mail.sender)
+            .await
+            .context("read pairing approvals")?;
+    if !allowed {
+        tracing::info!(bot = %ch.bot_id, uid, sender = %mail.sender, "mail from a sender not in allowFrom ignored");
+        return Ok(Handled::SkippedSeen);
+    }
+    let id = inbound_id(&ch.mailbox_id, validity, uid, &mail.message_id);
+    let saved = save_attachments(ch, &mail.attachments, uid).await;
+    let mut content = format!(
+        "[EMAIL-CONTEXT] Email received.\nFrom: {}\nSubject: {}\nDate: {}\n\n{}",
+        mail.sender, mail.subject, mail.date, mail.body
+    );
+    for path in &saved {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        content.push_str(&format!(
+            "\n[attachment: {name} — saved to {}]",
+            path.display()
+        ));
+    }
+    let thread = Thread {
+        subject: mail.subject.clone(),
+        message_id: mail.message_id.clone(),
+        references: mail.references.clone(),
+    };
+    ch.remember_thread(&id, &mail.sender, &thread)
+        .await
+        .context("store the mail's thread")?;
+    let msg = InboundMessage {
+        id,
+        bot: ch.bot_id.clone(),
+        channel: CHANNEL.into(),
+        sender_id: mail.sender.clone(),
+        chat_id: mail.sender.clone(),
+        content,
+        timestamp_ms: now_ms(),
+        media: saved.iter().map(|p| p.display().to_string()).collect(),
+        metadata_json: metadata(&mail, uid).to_string(),
+        session_key: String::new(),
+        stream: false,
+        reply_channel: String::new(),
+        reply_chat_id: String::new(),
+    };
+    inbound.publish(&msg).await.context("publish inbound")?;
+    tracing::debug!(bot = %ch.bot_id, uid, inbound_id = %msg.id, "mail published");
+    Ok(Handled::Published)
+}
+
+/// Upstream's metadata of an inbound mail.
+fn metadata(mail: &Mail, uid: u32) -> serde_json::Value {
+    json!({
+        "message_id": mail.message_id,
+        "subject": mail.subject,
+        "date": mail.date,
+        "sender_email": mail.sender,
+        "uid": uid.to_string(),
+    })
+}
+
+/// Saves the attachments `allowedAttachmentTypes` lets in (within the size and count limits)
+/// as `<media dir>/<uid>_<name>`; a failure is logged and the mail goes on without that file.
+async fn save_attachments(ch: &EmailChannel, attachments: &[Attachment], uid: u32) -> Vec<PathBuf> {
+    let mut saved = Vec::new();
+    if ch.cfg.allowed_attachment_types.is_empty() {
+        return saved;
+    }
+    for attachment in attachments {
+        if saved.len() >= ch.cfg.max_attachments_per_email {
+            break;
+        }
+        let wanted = ch
+            .cfg
+            .allowed_attachment_types
+            .iter()
+            .any(|pattern| type_matches(pattern, &attachment.content_type));
+        if !wanted {
+            tracing::debug!(bot = %ch.bot_id, content_type = %attachment.content_type, "attachment skipped: type not allowed");
+            continue;
+        }
+        if attachment.data.len() as u64 > ch.cfg.max_attachment_size {
+            tracing::warn!(bot = %ch.bot_id, size = attachment.data.len(), limit = ch.cfg.max_attachment_size, "attachment skipped: too large");
+            continue;
+        }
+        let path = ch
+            .media_dir
+            .join(format!("{uid}_{}", safe_filename(&attachment.name)));
+        let written = async {
+            tokio::fs::create_dir_all(&ch.media_dir).await?;
+            tokio::fs::write(&path, &attachment.data).await
+        };
+        match written.await {
+            Ok(()) => saved.push(path),
+            Err(e) => {
+                tracing::warn!(bot = %ch.bot_id, path = %path.display(), error = %e, "attachment not saved")
+            }
+        }
+    }
+    saved
+}
+
+/// Returns whether a MIME type matches an `allowedAttachmentTypes` pattern (`*`, `image/*`,
+/// `application/pdf`), case-insensitive.
+fn type_matches(pattern: &str, content_type: &str) -> bool {
+    let pattern = pattern.trim().to_lowercase();
+    if pattern == "*" || pattern == content_type {
+        return true;
+    }
+    pattern
+        .strip_suffix("/*")
+        .is_some_and(|major| content_type.split('/').next() == Some(major))
+}
+
+/// Returns a file name safe to write: path separators and control characters replaced, no
+/// leading dots, never empty.
+fn safe_filename(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| match c {
+            '/' | '\\' | ':' | '*' | '?' | '"' | '<' | '>' | '|' => '_',
+            c if c.is_control() => '_',
+            c => c,
+        })
+        .collect();
+    let cleaned = cleaned.trim().trim_start_matches('.').to_string();
+    if cleaned.is_empty() {
+        "attachment".into()
+    } else {
+        cleaned.chars().take(200).collect()
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inbound_ids_follow_the_message_id_else_the_mailbox_position() {
+        let a = inbound_id("m", 7, 1, "<x@y>");
+        assert_eq!(
+            a,
+            inbound_id("other", 9, 5, "<x@y>"),
+            "a re-read is the same id"
+        );
+        assert_ne!(a, inbound_id("m", 7, 1, "<z@y>"));
+        assert!(a.starts_with("email:") && !a.contains('<'));
+        assert_eq!(inbound_id("m", 7, 1, ""), "email:m:7:1");
+    }
+
+    #[test]
+    fn attachment_types_and_names_are_checked() {
+        assert!(type_matches("*", "application/pdf"));
+        assert!(type_matches("image/*", "image/png"));
+        assert!(type_matches("Application/PDF", "application/pdf"));
+        assert!(!type_matches("image/*", "application/pdf"));
+        assert!(!type_matches("image/*", "imagex/png"));
+        assert_eq!(safe_filename("../../etc/passwd"), "_.._etc_passwd");
+        assert_eq!(safe_filename("..."), "attachment");
+        assert_eq!(safe_filename("report 1.pdf"), "report 1.pdf");
+    }
+}
