@@ -184,6 +184,13 @@ pub fn telegram_albums(bot: &str, token_id: &str) -> String {
     format!("nanobot:{}:telegram:{token_id}:albums", bot_tag(bot))
 }
 
+/// A Slack event of `bot` already turned into its inbound message (`done`, TTL 1 day): Slack's
+/// retries (Socket Mode redeliveries, Events API `X-Slack-Retry-Num`) and the same event reaching
+/// another replica are acknowledged without a second inbound message.
+pub fn slack_event(bot: &str, event_id: &str) -> String {
+    format!("nanobot:{}:slack:event:{event_id}", bot_tag(bot))
+}
+
 /// A pending pairing request of `bot` by its code (JSON, TTL 600 s).
 pub fn pairing_code(bot: &str, code: &str) -> String {
     format!("nanobot:{}:pairing:code:{code}", bot_tag(bot))
@@ -235,6 +242,7 @@ pub fn acl_patterns(role: crate::subjects::Role) -> Vec<String> {
             telegram_poller_fence(b, ID),
             telegram_offset(b, ID),
             telegram_stream(b, ID),
+            slack_event(b, ID),
             pairing_code(b, ID),
             pairing_index(b),
             pairing_sender(b, ID, ID),

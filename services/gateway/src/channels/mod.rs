@@ -9,9 +9,11 @@
 //! - [`delivery`]: the durable outbound consumer shared by the gateway replicas, with the
 //!   delivered-record that keeps a redelivery from sending twice.
 //! - [`telegram`]: Telegram through teloxide.
+//! - [`slack`]: Slack (Socket Mode or the Events API) over reqwest and tokio-tungstenite.
 
 pub mod acl;
 pub mod delivery;
+pub mod slack;
 pub mod telegram;
 
 use std::collections::BTreeMap;
@@ -147,6 +149,7 @@ pub async fn start(
         telegram.push(channel.clone());
         channels.add(channel);
     }
+    slack::SlackChannel::all(cfg, deps)?.into_iter().for_each(|c| channels.add(c));
     let mut tasks = JoinSet::new();
     let inbound = Inbound::new(deps.js.clone());
     telegram::webhook::listen(&telegram, &inbound, cancel, &mut tasks).await?;

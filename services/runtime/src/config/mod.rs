@@ -8,6 +8,7 @@
 pub mod load;
 pub mod schema;
 pub mod secrets;
+pub mod slack;
 pub mod telegram;
 mod tools;
 mod validate;
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
+pub use slack::{SLACK_API, SlackBot, SlackConfig, SlackDmConfig};
 pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
 pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
 

@@ -183,6 +183,8 @@ pub struct ChannelsConfig {
     pub send_max_retries: u32,
     /// Telegram (`channels.telegram`), typed; see [`super::telegram`].
     pub telegram: Option<super::telegram::TelegramConfig>,
+    /// Slack (`channels.slack`), typed; see [`super::slack`].
+    pub slack: Option<super::slack::SlackConfig>,
     /// Every other channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -195,6 +197,7 @@ impl Default for ChannelsConfig {
             send_tool_hints: true,
             send_max_retries: 3,
             telegram: None,
+            slack: None,
             extra: BTreeMap::new(),
         }
     }
