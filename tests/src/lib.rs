@@ -8,6 +8,9 @@
 //! - [`telegram_fake`]: a Telegram Bot API fake over real HTTP ([`telegram_fake::TelegramFake`],
 //!   [`telegram_fake::FakeBot`], [`telegram_fake::Incoming`]): several bots, long polling with
 //!   409 for a second poller, HTML checks, scripted 429s, recorded calls.
+//! - [`slack_fake`]: a Slack fake over real HTTP and WebSocket ([`slack_fake::SlackFake`]): the
+//!   Web API methods the channel uses, Socket Mode envelopes and acknowledgements, signed
+//!   Events API requests ([`slack_fake::signed_post`]).
 //! - [`harness`]: real processes killed on drop ([`harness::Nats`], [`harness::Redis`],
 //!   [`harness::ServiceProc`], [`harness::Fleet`]) and waiting helpers.
 //! - `e2e` (tests only): end-to-end tests of the whole fleet.
@@ -16,6 +19,7 @@
 
 pub mod harness;
 pub mod scripted_llm;
+pub mod slack_fake;
 pub mod telegram_fake;
 
 #[cfg(test)]

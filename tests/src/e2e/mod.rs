@@ -19,6 +19,7 @@ mod repo;
 mod runner;
 mod security;
 mod sessions;
+mod slack;
 mod streams;
 mod subagents;
 mod telegram;
