@@ -94,6 +94,26 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Returns the chat channels `bot` serves (`telegram`, `slack`): where its `message` tool
+    /// and heartbeat may deliver.
+    pub fn chat_channels(&self, bot: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.telegram_bots().iter().any(|t| t.bot == bot) {
+            out.push("telegram".to_string());
+        }
+        if self.slack_bots().iter().any(|s| s.bot == bot) {
+            out.push("slack".to_string());
+        }
+        out
+    }
+
+    /// Returns whether any bot serves a chat channel (the gateway then starts the channels).
+    pub fn has_chat_channels(&self) -> bool {
+        !self.telegram_bots().is_empty() || !self.slack_bots().is_empty()
+    }
+}
+
 /// Returns `urls` (one URL or a comma-separated list) with the password of every
 /// `scheme://user:password@host` masked as `***`, for logs, errors and dumps.
 pub fn redact_url(urls: &str) -> String {
