@@ -230,7 +230,12 @@ impl SlackFake {
 
     /// Returns whether `envelope_id` was acknowledged.
     pub fn acked(&self, envelope_id: &str) -> bool {
-        self.shared.acks.lock().unwrap().iter().any(|a| a == envelope_id)
+        self.shared
+            .acks
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|a| a == envelope_id)
     }
 
     /// Sends `event` (a `message` or `app_mention` object) to one open Socket Mode connection as
@@ -243,7 +248,12 @@ impl SlackFake {
 
     /// Sends `event` again under `event_id` (Slack's redelivery of an unacknowledged event,
     /// `retry_attempt` set); returns the new envelope id.
-    pub fn send_envelope(&self, event_id: &str, event: Value, retry: u32) -> anyhow::Result<String> {
+    pub fn send_envelope(
+        &self,
+        event_id: &str,
+        event: Value,
+        retry: u32,
+    ) -> anyhow::Result<String> {
         let envelope_id = format!("env-{}", self.shared.next_id());
         let envelope = json!({
             "envelope_id": envelope_id,
@@ -429,7 +439,11 @@ fn answer(s: &Shared, method: &str, p: &Value) -> Value {
             }
         }
         "reactions.add" | "reactions.remove" => {
-            match (p["channel"].as_str(), p["name"].as_str(), p["timestamp"].as_str()) {
+            match (
+                p["channel"].as_str(),
+                p["name"].as_str(),
+                p["timestamp"].as_str(),
+            ) {
                 (Some(_), Some(_), Some(_)) => json!({"ok": true}),
                 _ => err("invalid_arguments"),
             }
@@ -475,11 +489,7 @@ fn answer(s: &Shared, method: &str, p: &Value) -> Value {
     }
 }
 
-async fn upload(
-    State(s): State<Arc<Shared>>,
-    Path(id): Path<usize>,
-    body: Bytes,
-) -> StatusCode {
+async fn upload(State(s): State<Arc<Shared>>, Path(id): Path<usize>, body: Bytes) -> StatusCode {
     // The body is a multipart form; the test only compares that the content is inside it.
     let found = match s.uploads.lock().unwrap().get_mut(id) {
         Some(up) => {
@@ -496,7 +506,11 @@ async fn upload(
     }
 }
 
-async fn file(State(s): State<Arc<Shared>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+async fn file(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let found = s.files.lock().unwrap().get(&id).cloned();
     match found {
         Some((mime, bytes)) if bearer(&headers) == s.bot_token => {
@@ -519,7 +533,11 @@ async fn serve_socket(s: Arc<Shared>, socket: WebSocket) {
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<String>();
     let hello = json!({"type": "hello", "num_connections": 1,
         "connection_info": {"app_id": "A0001"}, "debug_info": {"host": "fake"}});
-    if tx.send(Message::Text(hello.to_string().into())).await.is_err() {
+    if tx
+        .send(Message::Text(hello.to_string().into()))
+        .await
+        .is_err()
+    {
         return;
     }
     let id = s.connections.fetch_add(1, Ordering::SeqCst);

@@ -18,7 +18,9 @@ const MALLORY: &str = "U0MALLORY";
 /// Starts the fake and a fleet (gateway, agent, tools) whose `channels.slack` points at it,
 /// with `extra` laid over that section, and waits for `connections` Socket Mode connections.
 async fn slack_fleet(extra: Value) -> (Fleet, SlackFake) {
-    let fake = SlackFake::start(BOT_TOKEN, APP_TOKEN).await.expect("slack fake");
+    let fake = SlackFake::start(BOT_TOKEN, APP_TOKEN)
+        .await
+        .expect("slack fake");
     let mut section = json!({
         "enabled": true,
         "botToken": BOT_TOKEN,
@@ -37,7 +39,9 @@ async fn slack_fleet(extra: Value) -> (Fleet, SlackFake) {
         .await
         .expect("fleet");
     if socket {
-        fake.wait_connections(1).await.expect("the gateway connects");
+        fake.wait_connections(1)
+            .await
+            .expect("the gateway connects");
     }
     (fleet, fake)
 }
@@ -56,6 +60,14 @@ fn in_channel(user: &str, ts: &str, text: &str, mention: bool) -> Value {
         "channel_type": "channel", "user": user, "ts": ts, "text": text})
 }
 
+/// Returns how often the receipt reaction was set on message `ts` (once per handled event).
+fn receipts(fake: &SlackFake, ts: &str) -> usize {
+    fake.calls_of("reactions.add")
+        .iter()
+        .filter(|c| c.arg("timestamp") == Some(ts) && c.arg("name") == Some("eyes"))
+        .count()
+}
+
 /// Waits until `envelope` was acknowledged.
 async fn wait_acked(fake: &SlackFake, envelope: &str) {
     fake.wait_until(&format!("ack of {envelope}"), DEFAULT_WAIT, |f| {
@@ -68,16 +80,21 @@ async fn wait_acked(fake: &SlackFake, envelope: &str) {
 #[tokio::test]
 async fn a_dm_is_answered_once_in_mrkdwn_with_the_receipt_reaction_swapped_for_done() {
     let (fleet, fake) = slack_fleet(json!({})).await;
-    fleet
-        .llm
-        .push(Reply::text("**Hello** Alice, see [docs](https://x.io) & `a < b`"));
-    let (envelope, _) = fake.send_event(dm("1700000001.000100", "hi there")).unwrap();
+    fleet.llm.push(Reply::text(
+        "**Hello** Alice, see [docs](https://x.io) & `a < b`",
+    ));
+    let (envelope, _) = fake
+        .send_event(dm("1700000001.000100", "hi there"))
+        .unwrap();
     let reply = fake.wait_posted("D0ALICE", |_| true).await.unwrap();
     assert_eq!(
         reply.text,
         "*Hello* Alice, see <https://x.io|docs> &amp; `a &lt; b`"
     );
-    assert_eq!(reply.thread_ts, None, "a DM is answered in the DM, not a thread");
+    assert_eq!(
+        reply.thread_ts, None,
+        "a DM is answered in the DM, not a thread"
+    );
     wait_acked(&fake, &envelope).await;
     let asked = fleet.llm.requests()[0].last_user_text().unwrap();
     assert!(
@@ -99,7 +116,12 @@ async fn a_dm_is_answered_once_in_mrkdwn_with_the_receipt_reaction_swapped_for_d
         .calls()
         .iter()
         .filter(|c| c.method.starts_with("reactions."))
-        .map(|c| (c.method.clone(), c.arg("name").unwrap_or_default().to_string()))
+        .map(|c| {
+            (
+                c.method.clone(),
+                c.arg("name").unwrap_or_default().to_string(),
+            )
+        })
         .collect();
     let expected: Vec<(String, String)> = [
         ("reactions.add", "eyes"),
@@ -114,8 +136,7 @@ async fn a_dm_is_answered_once_in_mrkdwn_with_the_receipt_reaction_swapped_for_d
 }
 
 #[tokio::test]
-async fn with_two_replicas_a_dm_and_its_redelivery_are_answered_once_and_a_disconnect_reconnects()
-{
+async fn with_two_replicas_a_dm_and_its_redelivery_are_answered_once_and_a_disconnect_reconnects() {
     let (mut fleet, fake) = slack_fleet(json!({})).await;
     fleet.add_replica("gateway").await.unwrap();
     fake.wait_connections(2).await.unwrap();
@@ -132,6 +153,11 @@ async fn with_two_replicas_a_dm_and_its_redelivery_are_answered_once_and_a_disco
         let again = fake.send_envelope(&event_id, event.clone(), retry).unwrap();
         wait_acked(&fake, &again).await;
     }
+    assert_eq!(
+        receipts(&fake, "1700000002.000100"),
+        1,
+        "a redelivered event is only acknowledged (its id is done in Redis)"
+    );
 
     // Slack asks every connection to reconnect; both replicas come back and still answer.
     let opened = fake.connections();
@@ -159,7 +185,12 @@ async fn a_channel_message_without_mention_is_ignored_and_a_mention_is_answered_
     let (fleet, fake) = slack_fleet(json!({})).await;
     fleet.llm.set_fallback(Reply::echo());
     let (ignored, _) = fake
-        .send_event(in_channel(ALICE, "1700000100.000100", "talking to people", false))
+        .send_event(in_channel(
+            ALICE,
+            "1700000100.000100",
+            "talking to people",
+            false,
+        ))
         .unwrap();
     wait_acked(&fake, &ignored).await;
     // Slack sends a mention twice: as `app_mention` and as a `message` with the mention.
@@ -187,7 +218,11 @@ async fn a_channel_message_without_mention_is_ignored_and_a_mention_is_answered_
     assert_eq!(second.thread_ts.as_deref(), Some(ts));
     let rows = session_rows(&fleet, "default", &format!("slack:C0GENERAL:{ts}")).await;
     assert_eq!(rows.len(), 4, "{rows:#?}");
-    assert_eq!(fleet.llm.request_count(), 2, "the unmentioned message reached no model");
+    assert_eq!(
+        fleet.llm.request_count(),
+        2,
+        "the unmentioned message reached no model"
+    );
     assert_eq!(fake.posted("C0GENERAL").len(), 2);
 }
 
@@ -205,7 +240,9 @@ async fn a_sender_outside_allow_from_gets_nothing_in_a_channel_and_a_pairing_cod
     fake.send_event(from_mallory).unwrap();
     let pairing = fake.wait_posted("D0MALLORY", |_| true).await.unwrap();
     assert!(
-        pairing.text.contains("This assistant only responds to approved users")
+        pairing
+            .text
+            .contains("This assistant only responds to approved users")
             && pairing.text.contains("Your pairing code is: `"),
         "{}",
         pairing.text
@@ -267,15 +304,26 @@ async fn events_api_requests_are_verified_a_challenge_answered_and_a_retry_answe
 
     // An event and Slack's retry of it: both 200, one answer.
     let event = callback("Ev0REAL0001", dm("1700000301.000100", "real"));
-    let (status, _) = signed_post(&url, SIGNING_SECRET, &event, None).await.unwrap();
+    let (status, _) = signed_post(&url, SIGNING_SECRET, &event, None)
+        .await
+        .unwrap();
     assert_eq!(status, 200);
     fake.wait_posted("D0ALICE", |p| p.text == "echo: real")
         .await
         .unwrap();
-    let (status, _) = signed_post(&url, SIGNING_SECRET, &event, Some(1)).await.unwrap();
+    let (status, _) = signed_post(&url, SIGNING_SECRET, &event, Some(1))
+        .await
+        .unwrap();
     assert_eq!(status, 200);
+    assert_eq!(
+        receipts(&fake, "1700000301.000100"),
+        1,
+        "the retry was not handled again"
+    );
     let next = callback("Ev0REAL0002", dm("1700000302.000100", "next"));
-    signed_post(&url, SIGNING_SECRET, &next, None).await.unwrap();
+    signed_post(&url, SIGNING_SECRET, &next, None)
+        .await
+        .unwrap();
     fake.wait_posted("D0ALICE", |p| p.text == "echo: next")
         .await
         .unwrap();
@@ -322,9 +370,7 @@ async fn a_shared_file_is_downloaded_for_the_model_and_a_file_from_the_agent_is_
         .unwrap();
     assert_eq!(text.thread_ts.as_deref(), Some("1700000400.000100"));
     let asked = fleet.llm.requests()[0].last_user_text().unwrap();
-    let saved = fleet
-        .workspace()
-        .join(".nanobot/media/slack/F0CAT_cat.png");
+    let saved = fleet.workspace().join(".nanobot/media/slack/F0CAT_cat.png");
     assert!(
         asked.contains(&format!("[image: {}]", saved.display())),
         "{asked}"
@@ -350,7 +396,10 @@ async fn a_refused_slack_token_is_a_clear_error_and_the_gateway_keeps_serving_te
         .unwrap();
     fleet.llm.set_fallback(Reply::echo());
     bot.wait_polling().await.unwrap();
-    bot.inject(Incoming::text_from(&TgUser::new(42, "alice"), "still there?"));
+    bot.inject(Incoming::text_from(
+        &TgUser::new(42, "alice"),
+        "still there?",
+    ));
     bot.wait_for_call("sendMessage", |c| c.text() == Some("echo: still there?"))
         .await
         .unwrap();

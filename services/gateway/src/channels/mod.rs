@@ -149,7 +149,9 @@ pub async fn start(
         telegram.push(channel.clone());
         channels.add(channel);
     }
-    slack::SlackChannel::all(cfg, deps)?.into_iter().for_each(|c| channels.add(c));
+    slack::SlackChannel::all(cfg, deps)?
+        .into_iter()
+        .for_each(|c| channels.add(c));
     let mut tasks = JoinSet::new();
     let inbound = Inbound::new(deps.js.clone());
     telegram::webhook::listen(&telegram, &inbound, cancel, &mut tasks).await?;

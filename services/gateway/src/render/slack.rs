@@ -45,7 +45,9 @@ pub fn split_mrkdwn(md: &str, max_chars: usize) -> Vec<String> {
             out.push(text);
             continue;
         }
-        let limit = (md_len * max_chars / len).saturating_sub(8).clamp(1, md_len - 1);
+        let limit = (md_len * max_chars / len)
+            .saturating_sub(8)
+            .clamp(1, md_len - 1);
         let parts = split::split(&chunk, limit);
         if parts.len() <= 1 {
             out.push(text);
@@ -298,7 +300,10 @@ mod tests {
 
     #[test]
     fn emphasis_headings_and_strikes_become_mrkdwn() {
-        assert_eq!(markdown_to_mrkdwn("**bold** and __also__"), "*bold* and *also*");
+        assert_eq!(
+            markdown_to_mrkdwn("**bold** and __also__"),
+            "*bold* and *also*"
+        );
         assert_eq!(markdown_to_mrkdwn("*it* and _it_"), "_it_ and _it_");
         assert_eq!(markdown_to_mrkdwn("~~gone~~"), "~gone~");
         assert_eq!(markdown_to_mrkdwn("# Title\nbody"), "*Title*\n\nbody");

@@ -339,11 +339,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(socket.contains("channels.slack.appToken"), "{socket}");
-        let http = parse(
-            r#"{"channels":{"slack":{"enabled":true,"botToken":"xoxb-1","mode":"http"}}}"#,
-        )
-        .unwrap_err()
-        .to_string();
+        let http =
+            parse(r#"{"channels":{"slack":{"enabled":true,"botToken":"xoxb-1","mode":"http"}}}"#)
+                .unwrap_err()
+                .to_string();
         assert!(http.contains("channels.slack.signingSecret"), "{http}");
         let shared = parse(
             r#"{"bots":{"a":{"channels":{"slack":{"enabled":true,"botToken":"xoxb-1","appToken":"xapp-1"}}},

@@ -85,7 +85,9 @@ pub(crate) struct Api {
 
 impl std::fmt::Debug for Api {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Api").field("base", &self.base).finish_non_exhaustive()
+        f.debug_struct("Api")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
     }
 }
 
@@ -131,12 +133,11 @@ impl Api {
         method: &str,
         args: &[(&str, &str)],
     ) -> Result<Value, ApiError> {
-        let mut url = url::Url::parse(&format!("{}/{method}", self.base)).map_err(|e| {
-            ApiError::Network {
+        let mut url =
+            url::Url::parse(&format!("{}/{method}", self.base)).map_err(|e| ApiError::Network {
                 method: method.into(),
                 error: e.to_string(),
-            }
-        })?;
+            })?;
         url.query_pairs_mut().extend_pairs(args);
         let sent = self
             .http
@@ -261,6 +262,9 @@ async fn answer(method: &str, response: reqwest::Response) -> Result<Value, ApiE
     }
     Err(ApiError::Slack {
         method: method.into(),
-        code: body["error"].as_str().unwrap_or("unknown_error").to_string(),
+        code: body["error"]
+            .as_str()
+            .unwrap_or("unknown_error")
+            .to_string(),
     })
 }

@@ -149,11 +149,29 @@ mod tests {
         let good = sign("s3cret", &ts, body);
         assert_eq!(verify("s3cret", &ts, &good, body, now), Ok(()));
         assert_eq!(verify("s3cret", &ts, &good, body, now + 299), Ok(()));
-        assert!(verify("s3cret", &ts, &good, body, now + 301).is_err(), "replayed");
-        assert!(verify("other", &ts, &good, body, now).is_err(), "wrong secret");
-        assert!(verify("s3cret", &ts, &good, b"{}", now).is_err(), "body changed");
-        assert!(verify("s3cret", "", &good, body, now).is_err(), "no timestamp");
-        assert!(verify("s3cret", &ts, "v0=zz", body, now).is_err(), "not hex");
-        assert!(verify("s3cret", &ts, &good[3..], body, now).is_err(), "no v0=");
+        assert!(
+            verify("s3cret", &ts, &good, body, now + 301).is_err(),
+            "replayed"
+        );
+        assert!(
+            verify("other", &ts, &good, body, now).is_err(),
+            "wrong secret"
+        );
+        assert!(
+            verify("s3cret", &ts, &good, b"{}", now).is_err(),
+            "body changed"
+        );
+        assert!(
+            verify("s3cret", "", &good, body, now).is_err(),
+            "no timestamp"
+        );
+        assert!(
+            verify("s3cret", &ts, "v0=zz", body, now).is_err(),
+            "not hex"
+        );
+        assert!(
+            verify("s3cret", &ts, &good[3..], body, now).is_err(),
+            "no v0="
+        );
     }
 }

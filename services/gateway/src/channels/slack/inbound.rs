@@ -76,10 +76,7 @@ pub fn parse(event: &Value, me: &str, reply_in_thread: bool) -> Option<Parsed> {
     if kind != "message" && kind != "app_mention" {
         return None;
     }
-    if event["subtype"]
-        .as_str()
-        .is_some_and(|s| s != "file_share")
-    {
+    if event["subtype"].as_str().is_some_and(|s| s != "file_share") {
         return None;
     }
     let sender = event["user"].as_str().filter(|s| !s.is_empty())?;
@@ -212,7 +209,10 @@ mod tests {
         assert_eq!(thread_of("slack:D1", "D1"), None);
         let in_thread = json!({"type": "app_mention", "user": "U1", "channel": "C1",
             "ts": "3.0", "thread_ts": "2.5", "text": "<@UBOT> more"});
-        assert_eq!(parse(&in_thread, ME, false).unwrap().session_key, "slack:C1:2.5");
+        assert_eq!(
+            parse(&in_thread, ME, false).unwrap().session_key,
+            "slack:C1:2.5"
+        );
         let flat = json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "4.0"});
         assert_eq!(parse(&flat, ME, false).unwrap().session_key, "slack:C1");
         assert_eq!(ts_of(&inbound_id("C1", "4.0")), Some("4.0"));

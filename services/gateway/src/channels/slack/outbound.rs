@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 
 use nanobot_proto::{OutboundKind, OutboundMessage};
 
+use super::SlackChannel;
 use super::api::ApiError;
 use super::inbound::{thread_of, ts_of};
-use super::SlackChannel;
 use crate::channels::{Progress, SendError};
 use crate::render::slack::{MAX_MESSAGE_LEN, split_mrkdwn, tool_hint};
 
