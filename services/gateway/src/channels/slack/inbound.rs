@@ -139,7 +139,7 @@ fn files_of(event: &Value) -> Vec<FileRef> {
     };
     files
         .iter()
-        .filter_map(|f| {
+        .map(|f| {
             let id = f["id"].as_str().unwrap_or("file").to_string();
             let name = ["name", "title", "id"]
                 .iter()
@@ -154,12 +154,12 @@ fn files_of(event: &Value) -> Vec<FileRef> {
             let is_image = f["mimetype"]
                 .as_str()
                 .is_some_and(|m| m.starts_with("image/"));
-            Some(FileRef {
+            FileRef {
                 id,
                 name,
                 is_image,
                 url,
-            })
+            }
         })
         .collect()
 }
