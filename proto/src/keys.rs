@@ -207,6 +207,13 @@ pub fn email_thread(bot: &str, key: &str) -> String {
     format!("nanobot:{}:email:thread:{key}", bot_tag(bot))
 }
 
+/// A Slack event of `bot` already turned into its inbound message (`done`, TTL 1 day): Slack's
+/// retries (Socket Mode redeliveries, Events API `X-Slack-Retry-Num`) and the same event reaching
+/// another replica are acknowledged without a second inbound message.
+pub fn slack_event(bot: &str, event_id: &str) -> String {
+    format!("nanobot:{}:slack:event:{event_id}", bot_tag(bot))
+}
+
 /// A pending pairing request of `bot` by its code (JSON, TTL 600 s).
 pub fn pairing_code(bot: &str, code: &str) -> String {
     format!("nanobot:{}:pairing:code:{code}", bot_tag(bot))
@@ -262,6 +269,7 @@ pub fn acl_patterns(role: crate::subjects::Role) -> Vec<String> {
             email_poller_fence(b, ID),
             email_cursor(b, ID),
             email_thread(b, ID),
+            slack_event(b, ID),
             pairing_code(b, ID),
             pairing_index(b),
             pairing_sender(b, ID, ID),

@@ -10,6 +10,9 @@
 //!   409 for a second poller, HTML checks, scripted 429s, recorded calls.
 //! - [`mail_servers`]: a real IMAP server (dovecot) and SMTP server (aiosmtpd) on loopback,
 //!   started once per test binary, for the email channel.
+//! - [`slack_fake`]: a Slack fake over real HTTP and WebSocket ([`slack_fake::SlackFake`]): the
+//!   Web API methods the channel uses, Socket Mode envelopes and acknowledgements, signed
+//!   Events API requests ([`slack_fake::signed_post`]).
 //! - [`harness`]: real processes killed on drop ([`harness::Nats`], [`harness::Redis`],
 //!   [`harness::ServiceProc`], [`harness::Fleet`]) and waiting helpers.
 //! - `e2e` (tests only): end-to-end tests of the whole fleet.
@@ -19,6 +22,7 @@
 pub mod harness;
 pub mod mail_servers;
 pub mod scripted_llm;
+pub mod slack_fake;
 pub mod telegram_fake;
 
 #[cfg(test)]

@@ -72,18 +72,7 @@ pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<
                     builtin_skills: skills.clone(),
                     timezone: cfg.agents.defaults.timezone.clone(),
                 },
-                chat_channels: cfg
-                    .telegram_bots()
-                    .iter()
-                    .filter(|t| t.bot == spec.id)
-                    .map(|_| "telegram".to_string())
-                    .chain(
-                        cfg.email_bots()
-                            .iter()
-                            .filter(|e| e.bot == spec.id)
-                            .map(|_| "email".to_string()),
-                    )
-                    .collect(),
+                chat_channels: cfg.chat_channels(&spec.id),
                 spec,
             };
             (bot.spec.id.clone(), Arc::new(bot))

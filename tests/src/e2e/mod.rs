@@ -20,6 +20,7 @@ mod repo;
 mod runner;
 mod security;
 mod sessions;
+mod slack;
 mod streams;
 mod subagents;
 mod telegram;

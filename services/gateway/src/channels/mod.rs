@@ -10,10 +10,12 @@
 //!   delivered-record that keeps a redelivery from sending twice.
 //! - [`telegram`]: Telegram through teloxide.
 //! - [`email`]: email, IMAP polling in and SMTP out.
+//! - [`slack`]: Slack (Socket Mode or the Events API) over reqwest and tokio-tungstenite.
 
 pub mod acl;
 pub mod delivery;
 pub mod email;
+pub mod slack;
 pub mod telegram;
 
 use std::collections::BTreeMap;
@@ -135,11 +137,6 @@ pub struct ChannelDeps {
     pub instance: String,
 }
 
-/// Returns whether any bot has a chat channel enabled.
-pub fn any_configured(cfg: &Config) -> bool {
-    !cfg.telegram_bots().is_empty() || !cfg.email_bots().is_empty()
-}
-
 /// Builds every configured channel of every bot, starts their receivers and the outbound
 /// delivery loops, and returns the running tasks (they stop on `cancel`).
 pub async fn start(
@@ -157,6 +154,9 @@ pub async fn start(
     for email in cfg.email_bots() {
         channels.add(Arc::new(email::EmailChannel::new(email, deps)?));
     }
+    slack::SlackChannel::all(cfg, deps)?
+        .into_iter()
+        .for_each(|c| channels.add(c));
     let mut tasks = JoinSet::new();
     let inbound = Inbound::new(deps.js.clone());
     telegram::webhook::listen(&telegram, &inbound, cancel, &mut tasks).await?;

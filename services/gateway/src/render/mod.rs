@@ -5,7 +5,10 @@
 //!   streaming preview ([`telegram::strip_markdown`]), and splitting long replies into
 //!   messages that never leave a code fence unbalanced ([`telegram::split_markdown`],
 //!   [`telegram::split_markdown_html`]).
+//! - [`slack`]: Markdown → Slack mrkdwn ([`slack::markdown_to_mrkdwn`]) and long replies split
+//!   into messages ([`slack::split_mrkdwn`]).
 
+pub mod slack;
 mod split;
 mod table;
 pub mod telegram;

@@ -9,6 +9,7 @@ pub mod email;
 pub mod load;
 pub mod schema;
 pub mod secrets;
+pub mod slack;
 pub mod telegram;
 mod tools;
 mod validate;
@@ -18,6 +19,7 @@ use std::path::{Path, PathBuf};
 pub use email::{EmailBot, EmailConfig};
 pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
+pub use slack::{SLACK_API, SlackBot, SlackConfig, SlackDmConfig};
 pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
 pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
 
@@ -91,6 +93,31 @@ impl Config {
         let mut value = serde_json::to_value(self).unwrap_or_default();
         redact(&mut value);
         serde_json::to_string_pretty(&value).unwrap_or_default()
+    }
+}
+
+impl Config {
+    /// Returns the chat channels `bot` serves (`telegram`, `slack`): where its `message` tool
+    /// and heartbeat may deliver.
+    pub fn chat_channels(&self, bot: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.telegram_bots().iter().any(|t| t.bot == bot) {
+            out.push("telegram".to_string());
+        }
+        if self.slack_bots().iter().any(|s| s.bot == bot) {
+            out.push("slack".to_string());
+        }
+        if self.email_bots().iter().any(|e| e.bot == bot) {
+            out.push("email".to_string());
+        }
+        out
+    }
+
+    /// Returns whether any bot serves a chat channel (the gateway then starts the channels).
+    pub fn has_chat_channels(&self) -> bool {
+        !self.telegram_bots().is_empty()
+            || !self.slack_bots().is_empty()
+            || !self.email_bots().is_empty()
     }
 }
 

@@ -185,6 +185,8 @@ pub struct ChannelsConfig {
     pub telegram: Option<super::telegram::TelegramConfig>,
     /// Email (`channels.email`), typed; see [`super::email`].
     pub email: Option<super::email::EmailConfig>,
+    /// Slack (`channels.slack`), typed; see [`super::slack`].
+    pub slack: Option<super::slack::SlackConfig>,
     /// Every other channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -198,6 +200,7 @@ impl Default for ChannelsConfig {
             send_max_retries: 3,
             telegram: None,
             email: None,
+            slack: None,
             extra: BTreeMap::new(),
         }
     }
