@@ -9,9 +9,11 @@
 //! - [`delivery`]: the durable outbound consumer shared by the gateway replicas, with the
 //!   delivered-record that keeps a redelivery from sending twice.
 //! - [`telegram`]: Telegram through teloxide.
+//! - [`discord`]: Discord through twilight.
 
 pub mod acl;
 pub mod delivery;
+pub mod discord;
 pub mod telegram;
 
 use std::collections::BTreeMap;
@@ -146,6 +148,9 @@ pub async fn start(
         let channel = Arc::new(telegram::TelegramChannel::new(cfg, tg, deps)?);
         telegram.push(channel.clone());
         channels.add(channel);
+    }
+    for dc in cfg.discord_bots() {
+        channels.add(Arc::new(discord::DiscordChannel::new(cfg, dc, deps)?));
     }
     let mut tasks = JoinSet::new();
     let inbound = Inbound::new(deps.js.clone());

@@ -5,6 +5,7 @@
 //! - [`load`]: file, `${VAR}` interpolation, `NANOBOT_…__…` env overrides, per-section parsing.
 //! - `validate`: semantic checks; every problem is reported at once.
 
+pub mod discord;
 pub mod load;
 pub mod schema;
 pub mod secrets;
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
+pub use discord::{DISCORD_API, DISCORD_INTENTS, DiscordBot, DiscordConfig};
 pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
 pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
 

@@ -183,6 +183,8 @@ pub struct ChannelsConfig {
     pub send_max_retries: u32,
     /// Telegram (`channels.telegram`), typed; see [`super::telegram`].
     pub telegram: Option<super::telegram::TelegramConfig>,
+    /// Discord (`channels.discord`), typed; see [`super::discord`].
+    pub discord: Option<super::discord::DiscordConfig>,
     /// Every other channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -195,6 +197,7 @@ impl Default for ChannelsConfig {
             send_tool_hints: true,
             send_max_retries: 3,
             telegram: None,
+            discord: None,
             extra: BTreeMap::new(),
         }
     }

@@ -176,7 +176,7 @@ fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<TelegramBot> {
     out
 }
 
-fn merge(base: &mut Value, extra: Value) {
+pub(super) fn merge(base: &mut Value, extra: Value) {
     match (base, extra) {
         (Value::Object(base), Value::Object(extra)) => {
             for (key, value) in extra {
