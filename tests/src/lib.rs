@@ -8,12 +8,15 @@
 //! - [`telegram_fake`]: a Telegram Bot API fake over real HTTP ([`telegram_fake::TelegramFake`],
 //!   [`telegram_fake::FakeBot`], [`telegram_fake::Incoming`]): several bots, long polling with
 //!   409 for a second poller, HTML checks, scripted 429s, recorded calls.
+//! - [`discord_fake`]: a Discord fake ([`discord_fake::DiscordFake`]): REST and the gateway
+//!   WebSocket of one bot token, recorded posts and sessions.
 //! - [`harness`]: real processes killed on drop ([`harness::Nats`], [`harness::Redis`],
 //!   [`harness::ServiceProc`], [`harness::Fleet`]) and waiting helpers.
 //! - `e2e` (tests only): end-to-end tests of the whole fleet.
 //! - `bin/mock_llm.rs`: `nanobot-mock-llm`, a standalone fast OpenAI-compatible server.
 #![forbid(unsafe_code)]
 
+pub mod discord_fake;
 pub mod harness;
 pub mod scripted_llm;
 pub mod telegram_fake;

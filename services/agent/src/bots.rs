@@ -77,6 +77,12 @@ pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<
                     .iter()
                     .filter(|t| t.bot == spec.id)
                     .map(|_| "telegram".to_string())
+                    .chain(
+                        cfg.discord_bots()
+                            .iter()
+                            .filter(|d| d.bot == spec.id)
+                            .map(|_| "discord".to_string()),
+                    )
                     .collect(),
                 spec,
             };

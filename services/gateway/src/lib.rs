@@ -60,7 +60,7 @@ pub async fn run(
     .context("start the api outbound consumer")?;
 
     let channel_cancel = CancellationToken::new();
-    let mut channel_tasks = if cfg.telegram_bots().is_empty() {
+    let mut channel_tasks = if cfg.telegram_bots().is_empty() && cfg.discord_bots().is_empty() {
         tokio::task::JoinSet::new()
     } else {
         let redis = nanobot_runtime::store::connect(&cfg.store, &started.cancel)
