@@ -470,7 +470,13 @@ async fn typing(
     StatusCode::NO_CONTENT.into_response()
 }
 
-async fn reaction(s: &Shared, headers: &HeaderMap, message: u64, emoji: String, set: bool) -> Response {
+async fn reaction(
+    s: &Shared,
+    headers: &HeaderMap,
+    message: u64,
+    emoji: String,
+    set: bool,
+) -> Response {
     if !s.authorized(headers) {
         return unauthorized();
     }

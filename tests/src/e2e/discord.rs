@@ -51,7 +51,10 @@ async fn discord_fleet(extra: Value) -> (Fleet, DiscordFake) {
         .await
         .expect("fleet");
     if let Err(e) = fake.wait_connected().await {
-        panic!("{e}; gateway log:\n{}", fleet.service("gateway").log_tail(40));
+        panic!(
+            "{e}; gateway log:\n{}",
+            fleet.service("gateway").log_tail(40)
+        );
     }
     (fleet, fake)
 }
@@ -70,7 +73,9 @@ async fn wait_sent(fake: &DiscordFake, channel: u64, n: usize) -> Vec<Sent> {
 async fn a_dm_is_answered_once_as_a_reply_with_typing_while_the_turn_runs() {
     let (fleet, fake) = discord_fleet(json!({})).await;
     let gate = Gate::new();
-    fleet.llm.push(Reply::text("Hello **Alice**").held_by(&gate));
+    fleet
+        .llm
+        .push(Reply::text("Hello **Alice**").held_by(&gate));
     let asked = fake.inject(DcMessage::dm(ALICE, ALICE_DM, "hi there"));
     // The turn is held inside the model: the channel shows typing until the reply.
     fake.wait_until("typing while the turn runs", DEFAULT_WAIT, |f| {
@@ -106,8 +111,7 @@ async fn a_dm_is_answered_once_as_a_reply_with_typing_while_the_turn_runs() {
 }
 
 #[tokio::test]
-async fn a_guild_message_is_answered_only_when_the_bot_is_mentioned_and_the_mention_is_stripped()
-{
+async fn a_guild_message_is_answered_only_when_the_bot_is_mentioned_and_the_mention_is_stripped() {
     let (fleet, fake) = discord_fleet(json!({})).await;
     fleet.llm.set_fallback(Reply::echo());
     fake.inject(DcMessage::guild(ALICE, GENERAL, "talking among ourselves"));
@@ -204,10 +208,7 @@ async fn an_attachment_is_downloaded_into_the_media_folder_and_named_in_the_turn
         .and_then(|l| l.strip_suffix(']'))
         .unwrap_or_else(|| panic!("no attachment marker in {asked:?}"));
     assert!(name.ends_with("_notes_1.txt"), "{name}");
-    let path = fleet
-        .workspace()
-        .join(".nanobot/media/discord")
-        .join(name);
+    let path = fleet.workspace().join(".nanobot/media/discord").join(name);
     assert_eq!(std::fs::read(&path).unwrap(), b"buy oat milk");
 }
 
@@ -234,10 +235,14 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_the_other_takes_
     assert_eq!(fake.sessions().now, 1);
 
     fleet.service_at("gateway", holder).sigkill().unwrap();
-    fake.wait_until("the session of the killed holder closed and another identified", Duration::from_secs(30), |f| {
-        let s = f.sessions();
-        (s.now == 1 && s.identified >= 2).then_some(())
-    })
+    fake.wait_until(
+        "the session of the killed holder closed and another identified",
+        Duration::from_secs(30),
+        |f| {
+            let s = f.sessions();
+            (s.now == 1 && s.identified >= 2).then_some(())
+        },
+    )
     .await
     .unwrap();
 
@@ -262,7 +267,11 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_the_other_takes_
     for u in &users {
         assert_eq!(fake.sent_in(dm(*u)).len(), 2, "{:#?}", fake.sent_in(dm(*u)));
     }
-    assert_eq!(fleet.llm.request_count(), users.len() * 2 + 1, "no message ran twice");
+    assert_eq!(
+        fleet.llm.request_count(),
+        users.len() * 2 + 1,
+        "no message ran twice"
+    );
     assert_eq!(
         fake.sessions().peak,
         1,
@@ -304,6 +313,9 @@ async fn a_rejected_discord_token_is_a_clear_error_and_the_other_channels_keep_w
     )
     .await
     .unwrap_or_else(|e| panic!("{e}: {}", read()));
-    assert!(!read().contains("not-the-token"), "the token is never logged");
+    assert!(
+        !read().contains("not-the-token"),
+        "the token is never logged"
+    );
     assert_eq!(discord.sessions().identified, 0);
 }

@@ -250,7 +250,10 @@ mod tests {
         assert_eq!(dc.config.read_receipt_emoji, "👀");
         assert_eq!(dc.config.api_base, DISCORD_API);
         assert!(dc.config.gateway_url.is_empty());
-        assert!(!c.dump_redacted().contains("secret-token"), "the token is a secret");
+        assert!(
+            !c.dump_redacted().contains("secret-token"),
+            "the token is a secret"
+        );
         let off = parse(r#"{"channels":{"discord":{"token":"t"}}}"#).unwrap();
         assert!(off.discord_bots().is_empty(), "disabled by default");
     }

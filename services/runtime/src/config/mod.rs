@@ -15,9 +15,9 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub use discord::{DISCORD_API, DISCORD_INTENTS, DiscordBot, DiscordConfig};
 pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
-pub use discord::{DISCORD_API, DISCORD_INTENTS, DiscordBot, DiscordConfig};
 pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
 pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
 

@@ -51,7 +51,12 @@ pub(super) async fn run(
 }
 
 /// Runs one gateway session until shutdown, the lease is lost, or Discord closes it for good.
-async fn connect(ch: &DiscordChannel, inbound: &Inbound, lease: &Lease, cancel: &CancellationToken) {
+async fn connect(
+    ch: &DiscordChannel,
+    inbound: &Inbound,
+    lease: &Lease,
+    cancel: &CancellationToken,
+) {
     let intents = Intents::from_bits_truncate(ch.cfg.intents);
     let mut config = ConfigBuilder::new(ch.cfg.token.clone(), intents);
     if !ch.cfg.gateway_url.is_empty() {

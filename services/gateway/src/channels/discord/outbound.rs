@@ -44,10 +44,9 @@ pub(super) async fn send(
     msg: &OutboundMessage,
     progress: &mut Progress,
 ) -> Result<(), SendError> {
-    let channel: Id<ChannelMarker> = msg
-        .chat_id
-        .parse()
-        .map_err(|_| SendError::Permanent(format!("chat id {:?} is not a channel id", msg.chat_id)))?;
+    let channel: Id<ChannelMarker> = msg.chat_id.parse().map_err(|_| {
+        SendError::Permanent(format!("chat id {:?} is not a channel id", msg.chat_id))
+    })?;
     let kind = OutboundKind::try_from(msg.kind).unwrap_or(OutboundKind::Final);
     let last = matches!(kind, OutboundKind::Final | OutboundKind::Error);
     if last {

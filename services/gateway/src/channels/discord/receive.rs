@@ -173,10 +173,12 @@ async fn download(
     let safe: String = attachment
         .filename
         .chars()
-        .map(|c| match c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
-            true => c,
-            false => '_',
-        })
+        .map(
+            |c| match c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                true => c,
+                false => '_',
+            },
+        )
         .collect();
     let safe = safe.trim_start_matches('.');
     let path = ch.media_dir.join(format!("{}_{safe}", attachment.id));
@@ -214,7 +216,11 @@ async fn react(ch: &DiscordChannel, msg: &Message) {
     let emoji = RequestReactionType::Unicode {
         name: &ch.cfg.read_receipt_emoji,
     };
-    if let Err(e) = ch.http.create_reaction(msg.channel_id, msg.id, &emoji).await {
+    if let Err(e) = ch
+        .http
+        .create_reaction(msg.channel_id, msg.id, &emoji)
+        .await
+    {
         tracing::debug!(bot = %ch.bot_id, error = %e, "discord reaction failed");
     }
 }
