@@ -273,6 +273,12 @@ impl DiscordFake {
         })
     }
 
+    /// Returns the id of the last file a user attached (none yet: 0).
+    pub fn last_attachment_id(&self) -> u64 {
+        self.shared
+            .peek(|i| i.files.last().map_or(0, |(id, _, _)| *id))
+    }
+
     /// Returns every message the bot posted, in order.
     pub fn sent(&self) -> Vec<Sent> {
         self.shared.peek(|i| i.sent.clone())

@@ -194,22 +194,45 @@ async fn a_sender_outside_allow_from_gets_nothing_in_a_guild_and_a_pairing_code_
 }
 
 #[tokio::test]
-async fn an_attachment_is_downloaded_into_the_media_folder_and_named_in_the_turn() {
+async fn an_attachment_is_downloaded_into_the_media_folder_named_in_the_turn_and_can_be_sent_back()
+{
     let (fleet, fake) = discord_fleet(json!({})).await;
-    fleet.llm.set_fallback(Reply::echo());
-    fake.inject(
-        DcMessage::dm(ALICE, ALICE_DM, "see attached").with_file("notes 1.txt", b"buy oat milk"),
+    let bytes = &b"buy oat milk"[..];
+    let asked =
+        fake.inject(DcMessage::dm(ALICE, ALICE_DM, "see attached").with_file("notes 1.txt", bytes));
+    let name = format!("{}_notes_1.txt", fake.last_attachment_id());
+    let saved = fleet.workspace().join(".nanobot/media/discord").join(&name);
+    fleet.llm.push(Reply::tool_calls([(
+        "message",
+        json!({"content": "Your notes, back", "media": [saved.display().to_string()]}),
+    )]));
+    fleet.llm.push(Reply::text("Sent it back."));
+    let sent = fake
+        .wait_until("the message tool's text", DEFAULT_WAIT, |f| {
+            let sent = f.sent_in(ALICE_DM);
+            sent.iter()
+                .any(|m| m.content == "Your notes, back")
+                .then_some(sent)
+        })
+        .await
+        .unwrap();
+    let turn = fleet.llm.requests()[0].last_user_text().unwrap();
+    assert!(
+        turn.ends_with(&format!("see attached\n[attachment: {name}]")),
+        "{turn}"
     );
-    wait_sent(&fake, ALICE_DM, 1).await;
-    let asked = fleet.llm.requests()[0].last_user_text().unwrap();
-    let name = asked
-        .lines()
-        .find_map(|l| l.strip_prefix("[attachment: "))
-        .and_then(|l| l.strip_suffix(']'))
-        .unwrap_or_else(|| panic!("no attachment marker in {asked:?}"));
-    assert!(name.ends_with("_notes_1.txt"), "{name}");
-    let path = fleet.workspace().join(".nanobot/media/discord").join(name);
-    assert_eq!(std::fs::read(&path).unwrap(), b"buy oat milk");
+    assert_eq!(std::fs::read(&saved).unwrap(), bytes, "downloaded whole");
+    let file = sent.iter().position(|m| m.files == [name.clone()]);
+    let text = sent.iter().position(|m| m.content == "Your notes, back");
+    assert!(
+        matches!((file, text), (Some(f), Some(t)) if f + 1 == t),
+        "the file, then its text: {sent:#?}"
+    );
+    assert_eq!(
+        sent[file.unwrap()].reply_to,
+        Some(asked),
+        "the first part replies to the DM"
+    );
 }
 
 #[tokio::test]
