@@ -95,7 +95,12 @@ async fn connect(
             }
         }
     }
-    let _ = shard.close(CloseFrame::NORMAL);
+    // A normal close ends the session at Discord at once (the next holder need not wait for
+    // it to time out); the frame goes out on the next poll, bounded so a dead link cannot hold
+    // the lease's release.
+    shard.close(CloseFrame::NORMAL);
+    let _ =
+        tokio::time::timeout(Duration::from_secs(1), futures::StreamExt::next(&mut shard)).await;
 }
 
 /// Handles one message, retrying until its inbound message is published; false when the lease
