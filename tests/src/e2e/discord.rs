@@ -77,9 +77,10 @@ async fn a_dm_is_answered_once_as_a_reply_with_typing_while_the_turn_runs() {
         .llm
         .push(Reply::text("Hello **Alice**").held_by(&gate));
     let asked = fake.inject(DcMessage::dm(ALICE, ALICE_DM, "hi there"));
-    // The turn is held inside the model: the channel shows typing until the reply.
-    fake.wait_until("typing while the turn runs", DEFAULT_WAIT, |f| {
-        (f.typing_in(ALICE_DM) >= 1).then_some(())
+    // The turn is held inside the model: the channel shows typing, refreshed (Discord shows
+    // it for 10 s, the channel repeats it every 8 s), until the reply.
+    fake.wait_until("typing refreshed while the turn runs", DEFAULT_WAIT, |f| {
+        (f.typing_in(ALICE_DM) >= 2).then_some(())
     })
     .await
     .unwrap();
@@ -135,12 +136,50 @@ async fn a_guild_message_is_answered_only_when_the_bot_is_mentioned_and_the_ment
 }
 
 #[tokio::test]
-async fn an_open_guild_policy_answers_without_a_mention() {
-    let (fleet, fake) = discord_fleet(json!({"groupPolicy": "open"})).await;
-    fleet.llm.push(Reply::text("open door"));
+async fn an_open_guild_policy_answers_without_a_mention_but_only_in_allowed_channels() {
+    let (fleet, fake) = discord_fleet(json!({
+        "groupPolicy": "open",
+        "allowChannels": [GENERAL.to_string(), ALICE_DM.to_string()],
+    }))
+    .await;
+    const OFF_TOPIC: u64 = 600_000_000_000_000_002;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject(DcMessage::guild(ALICE, OFF_TOPIC, "not here").mentioning_bot());
     fake.inject(DcMessage::guild(ALICE, GENERAL, "anyone?"));
     let sent = wait_sent(&fake, GENERAL, 1).await;
-    assert_eq!(sent[0].content, "open door");
+    assert_eq!(sent[0].content, "echo: anyone?");
+    fake.inject(DcMessage::dm(ALICE, ALICE_DM, "barrier"));
+    wait_sent(&fake, ALICE_DM, 1).await;
+    assert!(fake.sent_in(OFF_TOPIC).is_empty(), "{:#?}", fake.sent());
+    assert_eq!(fleet.llm.request_count(), 2);
+}
+
+#[tokio::test]
+async fn tool_hints_are_not_posted_when_send_tool_hints_is_off() {
+    let (fleet, fake) = discord_fleet(json!({"sendToolHints": false})).await;
+    fleet.llm.push(Reply::tool_calls([(
+        "message",
+        json!({"content": "sent by the tool"}),
+    )]));
+    fleet.llm.push(Reply::text("done"));
+    fake.inject(DcMessage::dm(ALICE, ALICE_DM, "use the tool"));
+    wait_sent(&fake, ALICE_DM, 1).await;
+    fleet.llm.push(Reply::text("second answer"));
+    fake.inject(DcMessage::dm(ALICE, ALICE_DM, "barrier"));
+    fake.wait_until("the barrier answered", DEFAULT_WAIT, |f| {
+        f.sent_in(ALICE_DM)
+            .iter()
+            .any(|m| m.content == "second answer")
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    let shown: Vec<String> = fake
+        .sent_in(ALICE_DM)
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(shown, ["sent by the tool", "second answer"]);
 }
 
 #[tokio::test]
