@@ -214,6 +214,17 @@ pub fn slack_event(bot: &str, event_id: &str) -> String {
     format!("nanobot:{}:slack:event:{event_id}", bot_tag(bot))
 }
 
+/// The Discord gateway-connection lease of one bot token (`token_id` is a hash of the token):
+/// exactly one gateway replica holds the token's WebSocket session.
+pub fn discord_gateway(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{}:discord:{token_id}:gateway", bot_tag(bot))
+}
+
+/// Fence counter of [`discord_gateway`].
+pub fn discord_gateway_fence(bot: &str, token_id: &str) -> String {
+    format!("nanobot:{}:discord:{token_id}:fence", bot_tag(bot))
+}
+
 /// A pending pairing request of `bot` by its code (JSON, TTL 600 s).
 pub fn pairing_code(bot: &str, code: &str) -> String {
     format!("nanobot:{}:pairing:code:{code}", bot_tag(bot))
@@ -270,6 +281,8 @@ pub fn acl_patterns(role: crate::subjects::Role) -> Vec<String> {
             email_cursor(b, ID),
             email_thread(b, ID),
             slack_event(b, ID),
+            discord_gateway(b, ID),
+            discord_gateway_fence(b, ID),
             pairing_code(b, ID),
             pairing_index(b),
             pairing_sender(b, ID, ID),

@@ -13,12 +13,15 @@
 //! - [`slack_fake`]: a Slack fake over real HTTP and WebSocket ([`slack_fake::SlackFake`]): the
 //!   Web API methods the channel uses, Socket Mode envelopes and acknowledgements, signed
 //!   Events API requests ([`slack_fake::signed_post`]).
+//! - [`discord_fake`]: a Discord fake ([`discord_fake::DiscordFake`]): REST and the gateway
+//!   WebSocket of one bot token, recorded posts and sessions.
 //! - [`harness`]: real processes killed on drop ([`harness::Nats`], [`harness::Redis`],
 //!   [`harness::ServiceProc`], [`harness::Fleet`]) and waiting helpers.
 //! - `e2e` (tests only): end-to-end tests of the whole fleet.
 //! - `bin/mock_llm.rs`: `nanobot-mock-llm`, a standalone fast OpenAI-compatible server.
 #![forbid(unsafe_code)]
 
+pub mod discord_fake;
 pub mod harness;
 pub mod mail_servers;
 pub mod scripted_llm;

@@ -8,6 +8,7 @@ mod backpressure;
 mod chaos;
 mod cli;
 mod cron;
+mod discord;
 mod dropin;
 mod email;
 mod executors;

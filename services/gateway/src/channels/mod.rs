@@ -11,9 +11,11 @@
 //! - [`telegram`]: Telegram through teloxide.
 //! - [`email`]: email, IMAP polling in and SMTP out.
 //! - [`slack`]: Slack (Socket Mode or the Events API) over reqwest and tokio-tungstenite.
+//! - [`discord`]: Discord through twilight.
 
 pub mod acl;
 pub mod delivery;
+pub mod discord;
 pub mod email;
 pub mod slack;
 pub mod telegram;
@@ -157,6 +159,9 @@ pub async fn start(
     slack::SlackChannel::all(cfg, deps)?
         .into_iter()
         .for_each(|c| channels.add(c));
+    for dc in cfg.discord_bots() {
+        channels.add(Arc::new(discord::DiscordChannel::new(cfg, dc, deps)?));
+    }
     let mut tasks = JoinSet::new();
     let inbound = Inbound::new(deps.js.clone());
     telegram::webhook::listen(&telegram, &inbound, cancel, &mut tasks).await?;

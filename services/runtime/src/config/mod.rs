@@ -6,6 +6,7 @@
 //! - `validate`: semantic checks; every problem is reported at once.
 
 pub mod email;
+pub mod discord;
 pub mod load;
 pub mod schema;
 pub mod secrets;
@@ -17,6 +18,7 @@ mod validate;
 use std::path::{Path, PathBuf};
 
 pub use email::{EmailBot, EmailConfig};
+pub use discord::{DISCORD_API, DISCORD_INTENTS, DiscordBot, DiscordConfig};
 pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
 pub use slack::{SLACK_API, SlackBot, SlackConfig, SlackDmConfig};
@@ -110,6 +112,9 @@ impl Config {
         if self.email_bots().iter().any(|e| e.bot == bot) {
             out.push("email".to_string());
         }
+        if self.discord_bots().iter().any(|d| d.bot == bot) {
+            out.push("discord".to_string());
+        }
         out
     }
 
@@ -118,6 +123,7 @@ impl Config {
         !self.telegram_bots().is_empty()
             || !self.slack_bots().is_empty()
             || !self.email_bots().is_empty()
+            || !self.discord_bots().is_empty()
     }
 }
 

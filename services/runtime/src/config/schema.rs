@@ -187,6 +187,8 @@ pub struct ChannelsConfig {
     pub email: Option<super::email::EmailConfig>,
     /// Slack (`channels.slack`), typed; see [`super::slack`].
     pub slack: Option<super::slack::SlackConfig>,
+    /// Discord (`channels.discord`), typed; see [`super::discord`].
+    pub discord: Option<super::discord::DiscordConfig>,
     /// Every other channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -201,6 +203,7 @@ impl Default for ChannelsConfig {
             telegram: None,
             email: None,
             slack: None,
+            discord: None,
             extra: BTreeMap::new(),
         }
     }

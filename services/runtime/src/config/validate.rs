@@ -242,6 +242,7 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
     super::telegram::validate(config, &mut problems, unknown);
     super::email::validate(config, &mut problems, unknown);
     super::slack::validate(config, &mut problems, unknown);
+    super::discord::validate(config, &mut problems, unknown);
     for id in config.bots.keys() {
         let ok = !id.is_empty()
             && id

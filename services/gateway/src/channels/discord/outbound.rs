@@ -1,0 +1,202 @@
+//! Sending, as upstream's `send_outbound`: each file as its own message (at most 20 MB; a file
+//! missing or refused is named in `[attachment: {name} - send failed]` when nothing else is
+//! sent), then the text split at 2,000 characters (at a newline, else a space, never leaving a
+//! ``` fence unbalanced), the first message a reply to the user's (without pinging them).
+//! Rate limits (429), Discord's 5xx and network failures are retried by redelivery; other
+//! refusals drop the message.
+
+use std::path::Path;
+
+use twilight_http::error::ErrorType;
+use twilight_http::request::channel::reaction::RequestReactionType;
+use twilight_model::channel::message::AllowedMentions;
+use twilight_model::http::attachment::Attachment;
+use twilight_model::id::Id;
+use twilight_model::id::marker::{ChannelMarker, MessageMarker};
+
+use nanobot_proto::{OutboundKind, OutboundMessage};
+
+use super::DiscordChannel;
+use super::receive::{MAX_ATTACHMENT_BYTES, message_id_of};
+use crate::channels::{Progress, SendError};
+use crate::render::telegram::split_markdown;
+
+/// Discord's message length limit, in characters.
+pub(super) const MAX_MESSAGE_LEN: usize = 2000;
+
+/// Returns the text messages of a reply: `content` in chunks of at most [`MAX_MESSAGE_LEN`]
+/// characters; with no text, the names of the files that could not be sent (as upstream).
+pub(super) fn build_chunks(content: &str, failed: &[String], sent_media: bool) -> Vec<String> {
+    let chunks = split_markdown(content, MAX_MESSAGE_LEN);
+    if !chunks.is_empty() || failed.is_empty() || sent_media {
+        return chunks;
+    }
+    let fallback: Vec<String> = failed
+        .iter()
+        .map(|name| format!("[attachment: {name} - send failed]"))
+        .collect();
+    split_markdown(&fallback.join("\n"), MAX_MESSAGE_LEN)
+}
+
+/// Delivers one outbound message.
+pub(super) async fn send(
+    ch: &DiscordChannel,
+    msg: &OutboundMessage,
+    progress: &mut Progress,
+) -> Result<(), SendError> {
+    let channel: Id<ChannelMarker> = msg.chat_id.parse().map_err(|_| {
+        SendError::Permanent(format!("chat id {:?} is not a channel id", msg.chat_id))
+    })?;
+    let kind = OutboundKind::try_from(msg.kind).unwrap_or(OutboundKind::Final);
+    let last = matches!(kind, OutboundKind::Final | OutboundKind::Error);
+    if last {
+        ch.typing.stop(channel.get());
+    }
+    let mut reference = match last {
+        true => message_id_of(&msg.reply_to).and_then(Id::<MessageMarker>::new_checked),
+        false => None,
+    };
+    let no_ping = AllowedMentions {
+        replied_user: false,
+        ..AllowedMentions::default()
+    };
+    let mut failed = Vec::new();
+    let mut sent_media = false;
+    for (i, path) in msg.media.iter().enumerate() {
+        if i < progress.done() {
+            sent_media = true;
+            reference = None;
+            continue;
+        }
+        let path = Path::new(path);
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match read_file(path).await {
+            Ok(bytes) => {
+                let files = [Attachment::from_bytes(name.clone(), bytes, 0)];
+                let mut request = ch.http.create_message(channel).attachments(&files);
+                if let Some(reply) = reference {
+                    request = request
+                        .reply(reply)
+                        .fail_if_not_exists(false)
+                        .allowed_mentions(Some(&no_ping));
+                }
+                match request.await {
+                    Ok(_) => {
+                        sent_media = true;
+                        reference = None;
+                    }
+                    Err(e) => match classify(&e) {
+                        retry @ SendError::Transient(_) => return Err(retry),
+                        SendError::Permanent(why) => {
+                            tracing::warn!(bot = %ch.bot_id, file = %name, error = %why, "discord file refused");
+                            failed.push(name);
+                        }
+                    },
+                }
+            }
+            Err(why) => {
+                tracing::warn!(bot = %ch.bot_id, file = %name, error = %why, "discord file not sent");
+                failed.push(name);
+            }
+        }
+        progress.part_done().await;
+    }
+    let chunks = build_chunks(&msg.content, &failed, sent_media);
+    for (i, chunk) in chunks.iter().enumerate() {
+        let part = msg.media.len() + i;
+        if part < progress.done() {
+            continue;
+        }
+        let mut request = ch.http.create_message(channel).content(chunk);
+        if i == 0
+            && let Some(reply) = reference
+        {
+            request = request
+                .reply(reply)
+                .fail_if_not_exists(false)
+                .allowed_mentions(Some(&no_ping));
+        }
+        request.await.map_err(|e| classify(&e))?;
+        progress.part_done().await;
+    }
+    if last {
+        clear_reaction(ch, channel, &msg.reply_to).await;
+    }
+    Ok(())
+}
+
+/// Reads a file to attach, refusing what Discord would refuse anyway.
+async fn read_file(path: &Path) -> Result<Vec<u8>, String> {
+    let meta = tokio::fs::metadata(path)
+        .await
+        .map_err(|e| format!("file not found: {e}"))?;
+    if meta.len() > MAX_ATTACHMENT_BYTES {
+        return Err("file too large (>20MB)".into());
+    }
+    tokio::fs::read(path).await.map_err(|e| e.to_string())
+}
+
+/// Removes the read-receipt reaction from the answered message (best effort).
+async fn clear_reaction(ch: &DiscordChannel, channel: Id<ChannelMarker>, reply_to: &str) {
+    let Some(message) = message_id_of(reply_to).and_then(Id::<MessageMarker>::new_checked) else {
+        return;
+    };
+    if ch.cfg.read_receipt_emoji.is_empty() {
+        return;
+    }
+    let emoji = RequestReactionType::Unicode {
+        name: &ch.cfg.read_receipt_emoji,
+    };
+    if let Err(e) = ch
+        .http
+        .delete_current_user_reaction(channel, message, &emoji)
+        .await
+    {
+        tracing::debug!(bot = %ch.bot_id, error = %e, "discord reaction removal failed");
+    }
+}
+
+/// Sorts a REST failure into retry-later and never-going-to-work.
+fn classify(e: &twilight_http::Error) -> SendError {
+    match e.kind() {
+        ErrorType::Response { status, .. } if status.get() == 429 || status.is_server_error() => {
+            SendError::Transient(format!("discord answered {}", status.get()))
+        }
+        ErrorType::Response { status, error, .. } => {
+            SendError::Permanent(format!("discord answered {}: {error}", status.get()))
+        }
+        ErrorType::RequestCanceled | ErrorType::RequestError | ErrorType::RequestTimedOut => {
+            SendError::Transient(e.to_string())
+        }
+        // A revoked token may be replaced by the operator: keep the reply until then.
+        ErrorType::Unauthorized => SendError::Transient("discord rejected the bot token".into()),
+        _ => SendError::Permanent(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_replies_split_under_discords_limit_and_failed_files_are_named() {
+        let long = "word ".repeat(900);
+        let chunks = build_chunks(&long, &[], false);
+        assert_eq!(chunks.len(), 3);
+        assert!(chunks.iter().all(|c| c.chars().count() <= MAX_MESSAGE_LEN));
+        let fenced = format!("```\n{}\n```", "line\n".repeat(600));
+        assert!(
+            build_chunks(&fenced, &[], false)
+                .iter()
+                .all(|c| c.chars().count() <= MAX_MESSAGE_LEN && c.matches("```").count() % 2 == 0)
+        );
+        assert_eq!(
+            build_chunks("", &["a.png".into()], false),
+            ["[attachment: a.png - send failed]"]
+        );
+        assert!(build_chunks("", &["a.png".into()], true).is_empty());
+    }
+}

@@ -1,0 +1,290 @@
+//! `channels.discord` (and `bots.<id>.channels.discord`): upstream's Discord schema plus
+//! `apiBase`, `gatewayUrl` and `leaseSecs`, resolved per bot like Telegram's (a bot's own
+//! section laid over the shared one; every bot needs its own token).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::load::norm;
+use super::schema::Config;
+use super::{DEFAULT_BOT, expand_home};
+
+/// Discord's public REST root (requests go to `{apiBase}/v10/...`).
+pub const DISCORD_API: &str = "https://discord.com/api";
+
+/// Upstream's default intents: GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES, MESSAGE_CONTENT.
+pub const DISCORD_INTENTS: u64 = 37377;
+
+/// `channels.discord`: upstream's keys and defaults plus `apiBase`, `gatewayUrl`, `leaseSecs`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DiscordConfig {
+    /// Serve this channel. Default false.
+    pub enabled: bool,
+    /// Bot token from the Developer Portal (secret; never logged, never in a key or subject).
+    pub token: String,
+    /// Who may talk to the bot: user ids or `"*"`. Empty denies everyone (unknown DM senders get
+    /// a pairing code).
+    #[serde(alias = "allow_from")]
+    pub allow_from: Vec<String>,
+    /// Channel ids the bot answers in (a thread also matches by its parent); empty: all.
+    #[serde(alias = "allow_channels")]
+    pub allow_channels: Vec<String>,
+    /// Gateway intents bitfield. Default 37377 (guilds, guild and direct messages, message
+    /// content).
+    pub intents: u64,
+    /// `mention` (guild channels only when @mentioned or replied to) or `open`. Default
+    /// `mention`.
+    #[serde(alias = "group_policy")]
+    pub group_policy: String,
+    /// Reaction set on a message when it is received (empty: none). Default 👀.
+    #[serde(alias = "read_receipt_emoji")]
+    pub read_receipt_emoji: String,
+    /// Overrides `channels.sendProgress` for this channel.
+    #[serde(alias = "send_progress")]
+    pub send_progress: Option<bool>,
+    /// Overrides `channels.sendToolHints` for this channel.
+    #[serde(alias = "send_tool_hints")]
+    pub send_tool_hints: Option<bool>,
+    /// REST root; requests go to `{apiBase}/v10/...`. Default Discord's.
+    #[serde(alias = "api_base")]
+    pub api_base: String,
+    /// Gateway WebSocket URL (`ws://` or `wss://`); empty: Discord's.
+    #[serde(alias = "gateway_url")]
+    pub gateway_url: String,
+    /// Seconds the gateway connection's lease lasts: another replica connects within this time
+    /// after the holder dies. Default 10.
+    #[serde(alias = "lease_secs")]
+    pub lease_secs: f64,
+    /// Upstream keys the fleet accepts without using (`workingEmoji`, `workingEmojiDelay`,
+    /// `streaming`, `proxy`, `proxyUsername`, `proxyPassword`; a set `proxy` is refused).
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl Default for DiscordConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            token: String::new(),
+            allow_from: Vec::new(),
+            allow_channels: Vec::new(),
+            intents: DISCORD_INTENTS,
+            group_policy: "mention".into(),
+            read_receipt_emoji: "👀".into(),
+            send_progress: None,
+            send_tool_hints: None,
+            api_base: DISCORD_API.into(),
+            gateway_url: String::new(),
+            lease_secs: 10.0,
+            extra: BTreeMap::new(),
+        }
+    }
+}
+
+/// Upstream Discord keys accepted but not interpreted by the fleet.
+const DISCORD_EXTRAS: &[&str] = &[
+    "workingEmoji",
+    "workingEmojiDelay",
+    "streaming",
+    "proxy",
+    "proxyUsername",
+    "proxyPassword",
+];
+
+/// One bot's Discord settings, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiscordBot {
+    /// Bot id of the fleet.
+    pub bot: String,
+    /// Workspace of that bot (attachments are downloaded under it).
+    pub workspace: std::path::PathBuf,
+    /// The settings.
+    pub config: DiscordConfig,
+}
+
+impl Config {
+    /// Returns every bot with Discord enabled and its resolved settings (problems are reported
+    /// by config validation; a bot whose section does not parse is skipped here).
+    pub fn discord_bots(&self) -> Vec<DiscordBot> {
+        resolve(self, &mut Vec::new())
+    }
+}
+
+fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<DiscordBot> {
+    let global = config.channels.discord.clone();
+    let mut out = Vec::new();
+    if config.bots.is_empty() {
+        if let Some(dc) = global.filter(|d| d.enabled) {
+            out.push(DiscordBot {
+                bot: DEFAULT_BOT.into(),
+                workspace: expand_home(&config.agents.defaults.workspace),
+                config: dc,
+            });
+        }
+        return out;
+    }
+    let base = serde_json::to_value(global.unwrap_or_default()).unwrap_or(Value::Null);
+    for (id, bot) in &config.bots {
+        let Some((_, own)) = bot.channels.iter().find(|(k, _)| norm(k) == "discord") else {
+            continue;
+        };
+        let mut merged = base.clone();
+        super::telegram::merge(&mut merged, own.clone());
+        match serde_json::from_value::<DiscordConfig>(merged) {
+            Ok(dc) if dc.enabled => out.push(DiscordBot {
+                bot: id.clone(),
+                workspace: config
+                    .bot(id)
+                    .map(|b| b.workspace)
+                    .unwrap_or_else(|| expand_home(&config.agents.defaults.workspace)),
+                config: dc,
+            }),
+            Ok(_) => {}
+            Err(e) => problems.push(format!("bots.{id}.channels.discord: {e}")),
+        }
+    }
+    out
+}
+
+/// Reports every problem of the Discord sections and lists their unknown keys in `unknown`.
+pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
+    let bots = resolve(config, problems);
+    if let Some(global) = &config.channels.discord {
+        check_extras("channels.discord", global, unknown);
+    }
+    let mut tokens: BTreeMap<&str, &str> = BTreeMap::new();
+    for dc in &bots {
+        let at = if config.bots.is_empty() {
+            "channels.discord".to_string()
+        } else {
+            format!("bots.{}.channels.discord", dc.bot)
+        };
+        let c = &dc.config;
+        if !config.bots.is_empty() {
+            check_extras(&at, c, unknown);
+        }
+        if c.token.trim().is_empty() {
+            problems.push(format!("{at}.token: required when the channel is enabled"));
+        } else if let Some(other) = tokens.insert(c.token.as_str(), dc.bot.as_str()) {
+            problems.push(format!(
+                "{at}.token: bot {other} uses the same token (messages would cross bots)"
+            ));
+        }
+        if !matches!(c.group_policy.as_str(), "mention" | "open") {
+            problems.push(format!("{at}.groupPolicy: must be \"mention\" or \"open\""));
+        }
+        if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
+            problems.push(format!("{at}.leaseSecs: must be at least 1"));
+        }
+        if !has_scheme(&c.api_base, &["http", "https"])
+            || !c.api_base.trim_end_matches('/').ends_with("/api")
+        {
+            problems.push(format!(
+                "{at}.apiBase: {:?} is not an http(s) URL ending in /api",
+                c.api_base
+            ));
+        }
+        if !c.gateway_url.is_empty() && !has_scheme(&c.gateway_url, &["ws", "wss"]) {
+            problems.push(format!(
+                "{at}.gatewayUrl: {:?} is not a ws(s) URL",
+                c.gateway_url
+            ));
+        }
+        let proxy = c.extra.iter().find(|(k, _)| norm(k) == "proxy");
+        if proxy.is_some_and(|(_, v)| v.as_str().is_some_and(|p| !p.trim().is_empty())) {
+            // The URL may carry credentials: it is not repeated.
+            problems.push(format!(
+                "{at}.proxy: not supported by the fleet's Discord client; point apiBase and gatewayUrl at a relay instead"
+            ));
+        }
+    }
+}
+
+/// Returns whether `url` is `scheme://host...` with one of `schemes`.
+fn has_scheme(url: &str, schemes: &[&str]) -> bool {
+    schemes.iter().any(|s| {
+        url.strip_prefix(s)
+            .and_then(|rest| rest.strip_prefix("://"))
+            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'))
+    })
+}
+
+fn check_extras(at: &str, c: &DiscordConfig, unknown: &mut Vec<String>) {
+    for key in c.extra.keys() {
+        if !DISCORD_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
+            unknown.push(format!("{at}.{key}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::super::load_str;
+    use super::*;
+
+    fn parse(json: &str) -> Result<Config, super::super::ConfigError> {
+        let strict = HashMap::from([("NANOBOT_STRICT_CONFIG".to_string(), "1".to_string())]);
+        load_str(Some(json), Path::new("config.json"), &strict)
+    }
+
+    #[test]
+    fn upstream_discord_keys_load_with_upstream_defaults() {
+        let c = parse(
+            r#"{"channels":{"discord":{"enabled":true,"token":"secret-token","allow_from":["42"],
+                "workingEmoji":"🔧","workingEmojiDelay":2.0,"streaming":true,"proxy":null}}}"#,
+        )
+        .unwrap();
+        let bots = c.discord_bots();
+        assert_eq!(bots.len(), 1);
+        let dc = &bots[0];
+        assert_eq!(dc.bot, "default");
+        assert_eq!(dc.config.allow_from, vec!["42".to_string()]);
+        assert_eq!(dc.config.intents, 37377);
+        assert_eq!(dc.config.group_policy, "mention");
+        assert_eq!(dc.config.read_receipt_emoji, "👀");
+        assert_eq!(dc.config.api_base, DISCORD_API);
+        assert!(dc.config.gateway_url.is_empty());
+        assert!(
+            !c.dump_redacted().contains("secret-token"),
+            "the token is a secret"
+        );
+        let off = parse(r#"{"channels":{"discord":{"token":"t"}}}"#).unwrap();
+        assert!(off.discord_bots().is_empty(), "disabled by default");
+    }
+
+    #[test]
+    fn every_discord_problem_is_reported_at_once() {
+        let err = parse(
+            r#"{"channels":{"discord":{"enabled":true,"tokn":"x","groupPolicy":"all",
+                "apiBase":"ftp://x","gatewayUrl":"http://x","leaseSecs":0,
+                "proxy":"http://u:pa55word@p:1"}}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        for needle in [
+            "channels.discord.tokn: unknown key",
+            "channels.discord.token: required",
+            "channels.discord.groupPolicy",
+            "channels.discord.apiBase",
+            "channels.discord.gatewayUrl",
+            "channels.discord.leaseSecs",
+            "channels.discord.proxy: not supported",
+        ] {
+            assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+        }
+        assert!(!err.contains("pa55word"), "{err}");
+        let shared = parse(
+            r#"{"bots":{"a":{"channels":{"discord":{"enabled":true,"token":"x"}}},
+                        "b":{"channels":{"discord":{"enabled":true,"token":"x"}}}}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(shared.contains("uses the same token"), "{shared}");
+    }
+}
