@@ -7,7 +7,7 @@
 //! [`subjects::OUTBOUND_STREAM`](nanobot_proto::subjects::OUTBOUND_STREAM)).
 //!
 //! Channels served today: the OpenAI-compatible HTTP API (`nanobot serve` upstream) and the
-//! chat channels of [`channels`] (Telegram).
+//! chat channels of [`channels`] (Telegram, WebSocket and its web chat).
 //!
 //! # Layout
 //! - [`api`]: the OpenAI-compatible HTTP API (`/v1/chat/completions`, `/v1/models`, `/health`).
@@ -60,7 +60,7 @@ pub async fn run(
     .context("start the api outbound consumer")?;
 
     let channel_cancel = CancellationToken::new();
-    let mut channel_tasks = if cfg.telegram_bots().is_empty() {
+    let mut channel_tasks = if cfg.telegram_bots().is_empty() && cfg.websocket().is_none() {
         tokio::task::JoinSet::new()
     } else {
         let redis = nanobot_runtime::store::connect(&cfg.store, &started.cancel)

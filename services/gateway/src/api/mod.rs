@@ -32,6 +32,7 @@ use crate::outbound::Pending;
 
 pub use self::error::ApiError;
 pub use self::serve::serve;
+pub(crate) use self::auth::constant_time_eq;
 
 /// Header choosing the bot of a request (default: the first configured bot).
 pub const BOT_HEADER: &str = "x-nanobot-bot";

@@ -9,10 +9,12 @@
 //! - [`delivery`]: the durable outbound consumer shared by the gateway replicas, with the
 //!   delivered-record that keeps a redelivery from sending twice.
 //! - [`telegram`]: Telegram through teloxide.
+//! - [`websocket`]: upstream's WebSocket channel and the web chat page.
 
 pub mod acl;
 pub mod delivery;
 pub mod telegram;
+pub mod websocket;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -146,6 +148,9 @@ pub async fn start(
         let channel = Arc::new(telegram::TelegramChannel::new(cfg, tg, deps)?);
         telegram.push(channel.clone());
         channels.add(channel);
+    }
+    if let Some(ws) = cfg.websocket() {
+        channels.add(Arc::new(websocket::WebSocketChannel::new(cfg, ws, deps)?));
     }
     let mut tasks = JoinSet::new();
     let inbound = Inbound::new(deps.js.clone());

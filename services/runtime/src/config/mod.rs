@@ -11,12 +11,14 @@ pub mod secrets;
 pub mod telegram;
 mod tools;
 mod validate;
+pub mod websocket;
 
 use std::path::{Path, PathBuf};
 
 pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
 pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
+pub use websocket::WebSocketConfig;
 pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
 
 /// The bot id used when `bots` is empty.

@@ -183,6 +183,9 @@ pub struct ChannelsConfig {
     pub send_max_retries: u32,
     /// Telegram (`channels.telegram`), typed; see [`super::telegram`].
     pub telegram: Option<super::telegram::TelegramConfig>,
+    /// The WebSocket server and web chat (`channels.websocket`), typed; see
+    /// [`super::websocket`].
+    pub websocket: Option<super::websocket::WebSocketConfig>,
     /// Every other channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -195,6 +198,7 @@ impl Default for ChannelsConfig {
             send_tool_hints: true,
             send_max_retries: 3,
             telegram: None,
+            websocket: None,
             extra: BTreeMap::new(),
         }
     }
