@@ -22,6 +22,7 @@ mod sessions;
 mod streams;
 mod subagents;
 mod telegram;
+mod websocket;
 mod turns;
 
 use std::time::Duration;

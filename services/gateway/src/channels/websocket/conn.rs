@@ -170,16 +170,15 @@ impl Conn {
         }
         let inbound_id = inbound_id(chat, id);
         let ch = &self.ch;
-        match ch.log.append(chat, &inbound_id, Kind::User, text, id).await {
-            Ok(entry) => {
-                self.own.insert(entry);
-            }
+        let entry = match ch.log.append(chat, &inbound_id, Kind::User, text, id).await {
+            Ok(entry) => entry,
             Err(e) => {
                 tracing::warn!(chat_id = %chat, error = %e, "websocket message not stored");
                 let detail = "message not accepted, send it again";
                 return send(socket, protocol::error(detail, Some(chat), Some(id))).await;
             }
-        }
+        };
+        self.own.insert(entry.clone());
         let msg = InboundMessage {
             id: inbound_id,
             bot: ch.bot_id.clone(),
@@ -202,7 +201,7 @@ impl Conn {
         }
         tracing::debug!(chat_id = %chat, inbound_id = %msg.id, "websocket message published");
         ch.notify(chat).await;
-        send(socket, protocol::accepted(chat, id)).await
+        send(socket, protocol::accepted(chat, id, &entry)).await
     }
 
     async fn on_event(&mut self, socket: &mut WebSocket, event: Event) -> Sent {

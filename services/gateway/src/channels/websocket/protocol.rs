@@ -1,6 +1,7 @@
 //! The wire protocol: JSON text frames, upstream's `event` names (`ready`, `attached`,
-//! `message`, `delta`, `stream_end`, `error`) plus `accepted` and `user_message`, and every
-//! frame that comes from the log carries its entry `id` (the resume cursor).
+//! `message`, `delta`, `stream_end`, `error`) plus `accepted` and `user_message`. A frame's
+//! `id` is always a log entry id (the resume cursor); `msg_id` and `reply_to` are the
+//! client's own message ids.
 
 use serde_json::{Value, json};
 
@@ -110,19 +111,21 @@ pub fn attached(chat_id: &str) -> String {
     json!({"event": "attached", "chat_id": chat_id}).to_string()
 }
 
-/// `accepted`: the message with the client's id `id` is stored and on its way to the agent.
-pub fn accepted(chat_id: &str, id: &str) -> String {
-    json!({"event": "accepted", "chat_id": chat_id, "id": id}).to_string()
+/// `accepted`: the client's message `msg_id` is stored as log entry `id` and on its way to
+/// the agent (the connection is not sent its own entry; `id` may serve as a resume cursor).
+pub fn accepted(chat_id: &str, msg_id: &str, id: &str) -> String {
+    json!({"event": "accepted", "chat_id": chat_id, "msg_id": msg_id, "id": id}).to_string()
 }
 
-/// `error`: a soft error; the connection stays open.
-pub fn error(detail: &str, chat_id: Option<&str>, id: Option<&str>) -> String {
+/// `error`: a soft error naming the chat and the client's message when it concerns one; the
+/// connection stays open.
+pub fn error(detail: &str, chat_id: Option<&str>, msg_id: Option<&str>) -> String {
     let mut frame = json!({"event": "error", "detail": detail});
     if let Some(chat) = chat_id {
         frame["chat_id"] = json!(chat);
     }
-    if let Some(id) = id {
-        frame["id"] = json!(id);
+    if let Some(msg_id) = msg_id {
+        frame["msg_id"] = json!(msg_id);
     }
     frame.to_string()
 }

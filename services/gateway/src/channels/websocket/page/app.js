@@ -263,9 +263,9 @@
       case "attached":
         return;
       case "accepted": {
-        outbox = outbox.filter((m) => m.id !== f.id);
+        outbox = outbox.filter((m) => m.id !== f.msg_id);
         save("outbox", outbox);
-        const mine = chatState(chat).items.find((it) => it.msgId === f.id);
+        const mine = chatState(chat).items.find((it) => it.msgId === f.msg_id);
         if (mine) mine.pending = false;
         return changed(chat);
       }
