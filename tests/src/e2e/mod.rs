@@ -22,8 +22,8 @@ mod sessions;
 mod streams;
 mod subagents;
 mod telegram;
-mod websocket;
 mod turns;
+mod websocket;
 
 use std::time::Duration;
 

@@ -30,9 +30,9 @@ use nanobot_runtime::health::Health;
 use self::session_lock::SessionLocks;
 use crate::outbound::Pending;
 
+pub(crate) use self::auth::constant_time_eq;
 pub use self::error::ApiError;
 pub use self::serve::serve;
-pub(crate) use self::auth::constant_time_eq;
 
 /// Header choosing the bot of a request (default: the first configured bot).
 pub const BOT_HEADER: &str = "x-nanobot-bot";

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
 pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
-pub use websocket::WebSocketConfig;
 pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
+pub use websocket::WebSocketConfig;
 
 /// The bot id used when `bots` is empty.
 pub const DEFAULT_BOT: &str = "default";

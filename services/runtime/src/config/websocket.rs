@@ -186,8 +186,14 @@ mod tests {
         assert_eq!(ws.normalized_path(), "/ws");
         assert_eq!(ws.allow_from, ["alice"]);
         assert!(ws.streaming && ws.websocket_requires_token);
-        assert!(!c.dump_redacted().contains("s3cret"), "the token is a secret");
-        assert!(parse("{}").unwrap().websocket().is_none(), "absent: not served");
+        assert!(
+            !c.dump_redacted().contains("s3cret"),
+            "the token is a secret"
+        );
+        assert!(
+            parse("{}").unwrap().websocket().is_none(),
+            "absent: not served"
+        );
         let off = parse(r#"{"channels":{"websocket":{"enabled":false}}}"#).unwrap();
         assert!(off.websocket().is_none());
     }

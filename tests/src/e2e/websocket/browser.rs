@@ -20,16 +20,21 @@ async fn the_web_chat_streams_a_safe_markdown_answer_and_keeps_the_conversation_
     let mut page = Page::open(&format!("http://127.0.0.1:{port}/#token={TOKEN}"))
         .await
         .expect("open the web chat");
-    page.wait_for("document.getElementById('status').textContent === 'connected'", TURN)
-        .await
-        .unwrap();
+    page.wait_for(
+        "document.getElementById('status').textContent === 'connected'",
+        TURN,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         page.eval("location.hash").await.unwrap(),
         "",
         "the token leaves the address bar"
     );
 
-    page.type_into("#input", "hi from the browser").await.unwrap();
+    page.type_into("#input", "hi from the browser")
+        .await
+        .unwrap();
     page.click("#send").await.unwrap();
     let rendered = "(() => { const m = document.querySelector('.msg.assistant:not(.streaming)'); \
                     return !!m && m.querySelector('strong')?.textContent === 'there'; })()";
@@ -44,12 +49,21 @@ async fn the_web_chat_streams_a_safe_markdown_answer_and_keeps_the_conversation_
         )
         .await
         .unwrap();
-    assert_eq!(shown["streamed"], true, "deltas were shown before the final: {shown}");
+    assert_eq!(
+        shown["streamed"], true,
+        "deltas were shown before the final: {shown}"
+    );
     assert_eq!(shown["code"], "x < y", "{shown}");
     assert_eq!(shown["items"], 2, "{shown}");
-    assert_eq!(shown["imgs"], 0, "model HTML is text, never markup: {shown}");
+    assert_eq!(
+        shown["imgs"], 0,
+        "model HTML is text, never markup: {shown}"
+    );
     assert!(
-        shown["text"].as_str().unwrap().contains("<img src=x onerror=alert(1)>"),
+        shown["text"]
+            .as_str()
+            .unwrap()
+            .contains("<img src=x onerror=alert(1)>"),
         "{shown}"
     );
     assert_eq!(shown["user"], "hi from the browser");
@@ -62,6 +76,10 @@ async fn the_web_chat_streams_a_safe_markdown_answer_and_keeps_the_conversation_
                       && document.querySelectorAll('.msg.user').length === 1 \
                       && document.querySelectorAll('.msg.assistant').length === 1; })()";
     page.wait_for(restored, TURN).await.unwrap();
-    assert_eq!(fleet.llm.request_count(), 1, "the reload asked the model nothing");
+    assert_eq!(
+        fleet.llm.request_count(),
+        1,
+        "the reload asked the model nothing"
+    );
     page.close().await;
 }

@@ -33,8 +33,9 @@ fn browser() -> anyhow::Result<String> {
     if let Some((url, _)) = shared.as_ref() {
         return Ok(url.clone());
     }
-    let chromium = crate::harness::find_server_binary("chromium", "NANOBOT_CHROMIUM")
-        .context("chromium is required by the web chat test: run `make deps-test` (scripts/deps.sh browser)")?;
+    let chromium = crate::harness::find_server_binary("chromium", "NANOBOT_CHROMIUM").context(
+        "chromium is required by the web chat test: run `make deps-test` (scripts/deps.sh browser)",
+    )?;
     let profile = std::env::temp_dir().join(format!("nanobot-chromium-{}", std::process::id()));
     let script = r#"browser="$1"; profile="$2"; shift 2
 "$browser" "$@" --user-data-dir="$profile" </dev/null >/dev/null &
@@ -93,7 +94,12 @@ struct Cdp {
 }
 
 impl Cdp {
-    async fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> anyhow::Result<Value> {
+    async fn call(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> anyhow::Result<Value> {
         self.next += 1;
         let id = self.next;
         let mut request = json!({"id": id, "method": method, "params": params});
@@ -194,14 +200,20 @@ impl Page {
     }
 
     /// Waits until `expression` is true in the page (a thrown error counts as not yet).
-    pub(crate) async fn wait_for(&mut self, expression: &str, timeout: Duration) -> anyhow::Result<()> {
+    pub(crate) async fn wait_for(
+        &mut self,
+        expression: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if let Ok(Value::Bool(true)) = self.eval(expression).await {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
-                let body = self.eval("document.body ? document.body.innerText : ''").await;
+                let body = self
+                    .eval("document.body ? document.body.innerText : ''")
+                    .await;
                 anyhow::bail!("{expression} not true within {timeout:?}; page shows {body:?}");
             }
             tokio::time::sleep(POLL).await;
@@ -245,7 +257,11 @@ impl Page {
         let context = self.context.clone();
         let _ = self
             .cdp
-            .call(None, "Target.disposeBrowserContext", json!({"browserContextId": context}))
+            .call(
+                None,
+                "Target.disposeBrowserContext",
+                json!({"browserContextId": context}),
+            )
             .await;
     }
 }

@@ -96,9 +96,13 @@ impl WsClient {
         loop {
             let next = tokio::time::timeout_at(deadline, self.socket.next())
                 .await
-                .unwrap_or_else(|_| panic!("no matching frame within {TURN:?}; got {:#?}", self.frames));
+                .unwrap_or_else(|_| {
+                    panic!("no matching frame within {TURN:?}; got {:#?}", self.frames)
+                });
             let frame = match next {
-                Some(Ok(Message::Text(text))) => serde_json::from_str::<Value>(&text).expect("JSON frame"),
+                Some(Ok(Message::Text(text))) => {
+                    serde_json::from_str::<Value>(&text).expect("JSON frame")
+                }
                 Some(Ok(_)) => continue,
                 other => panic!("socket ended: {other:?}; got {:#?}", self.frames),
             };

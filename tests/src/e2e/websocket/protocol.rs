@@ -27,8 +27,14 @@ async fn refused_status(url: &str) -> u16 {
 async fn a_missing_or_wrong_token_is_refused_with_401_and_a_client_outside_allow_from_with_403() {
     let (mut fleet, port) = ws_fleet(json!({"allowFrom": ["alice"]})).await;
     assert_eq!(refused_status(&ws_url(port, "alice", None)).await, 401);
-    assert_eq!(refused_status(&ws_url(port, "alice", Some("ws-test-token-3f9b"))).await, 401);
-    assert_eq!(refused_status(&ws_url(port, "mallory", Some(TOKEN))).await, 403);
+    assert_eq!(
+        refused_status(&ws_url(port, "alice", Some("ws-test-token-3f9b"))).await,
+        401
+    );
+    assert_eq!(
+        refused_status(&ws_url(port, "mallory", Some(TOKEN))).await,
+        403
+    );
     // The page's history reads are behind the same token.
     let http = reqwest::Client::new();
     let history = format!("http://127.0.0.1:{port}/history?chat_id=c1&client_id=alice");
@@ -43,14 +49,21 @@ async fn a_missing_or_wrong_token_is_refused_with_401_and_a_client_outside_allow
     assert_eq!(alice.final_for("m1").await["text"], "hi alice");
     assert_eq!(fleet.llm.request_count(), 1);
     let logs = fleet.service("gateway").logs();
-    assert!(!logs.contains("ws-test-token-3f9b"), "a presented token is never logged");
+    assert!(
+        !logs.contains("ws-test-token-3f9b"),
+        "a presented token is never logged"
+    );
 }
 
 #[tokio::test]
 async fn an_empty_allow_from_denies_every_client() {
     let (_fleet, port) = ws_fleet(json!({"allowFrom": []})).await;
     for client in ["alice", "anon", "*"] {
-        assert_eq!(refused_status(&ws_url(port, client, Some(TOKEN))).await, 403, "{client}");
+        assert_eq!(
+            refused_status(&ws_url(port, client, Some(TOKEN))).await,
+            403,
+            "{client}"
+        );
     }
 }
 
@@ -68,9 +81,19 @@ async fn two_chats_on_one_socket_are_answered_separately() {
     client.say("chat-b", "b1", "question beta").await;
     let b = client.final_for("b1").await;
     let a = client.final_for("a1").await;
-    assert_eq!((a["chat_id"].as_str(), a["text"].as_str()), (Some("chat-a"), Some("answer for alpha")));
-    assert_eq!((b["chat_id"].as_str(), b["text"].as_str()), (Some("chat-b"), Some("answer for beta")));
-    let accepted: Vec<_> = client.frames.iter().filter(|f| f["event"] == "accepted").collect();
+    assert_eq!(
+        (a["chat_id"].as_str(), a["text"].as_str()),
+        (Some("chat-a"), Some("answer for alpha"))
+    );
+    assert_eq!(
+        (b["chat_id"].as_str(), b["text"].as_str()),
+        (Some("chat-b"), Some("answer for beta"))
+    );
+    let accepted: Vec<_> = client
+        .frames
+        .iter()
+        .filter(|f| f["event"] == "accepted")
+        .collect();
     assert_eq!(accepted.len(), 2, "{:#?}", client.frames);
     // Two sessions: neither chat's model call saw the other's message.
     for request in fleet.llm.requests() {
@@ -92,9 +115,9 @@ async fn two_chats_on_one_socket_are_answered_separately() {
 async fn streamed_deltas_arrive_before_the_final_and_add_up_to_it() {
     let (fleet, port) = ws_fleet(json!({})).await;
     let answer = "Streaming works: one, two, three, four, five.";
-    fleet.llm.push(
-        Reply::text(answer).with_stream_pace(std::time::Duration::from_millis(40)),
-    );
+    fleet
+        .llm
+        .push(Reply::text(answer).with_stream_pace(std::time::Duration::from_millis(40)));
     let mut client = WsClient::connect(port, "alice").await;
     client.say("c1", "m1", "stream please").await;
     let last = client.final_for("m1").await;
@@ -104,17 +127,27 @@ async fn streamed_deltas_arrive_before_the_final_and_add_up_to_it() {
         .iter()
         .filter(|f| f["event"] == "delta")
         .collect();
-    assert!(deltas.len() >= 2, "several deltas before the final: {:#?}", client.frames);
+    assert!(
+        deltas.len() >= 2,
+        "several deltas before the final: {:#?}",
+        client.frames
+    );
     let streamed: String = deltas.iter().map(|d| d["text"].as_str().unwrap()).collect();
     assert_eq!(streamed, answer);
-    assert!(deltas.iter().all(|d| d["stream_id"] == "m1" && d["chat_id"] == "c1"));
+    assert!(
+        deltas
+            .iter()
+            .all(|d| d["stream_id"] == "m1" && d["chat_id"] == "c1")
+    );
 }
 
 #[tokio::test]
 async fn a_reply_produced_while_the_client_was_away_arrives_when_it_resumes() {
     let (fleet, port) = ws_fleet(json!({"streaming": false})).await;
     let gate = Gate::new();
-    fleet.llm.push(Reply::text("made while you were away").held_by(&gate));
+    fleet
+        .llm
+        .push(Reply::text("made while you were away").held_by(&gate));
     let mut client = WsClient::connect(port, "alice").await;
     client.say("c1", "m1", "answer me later").await;
     let accepted = client.until(|f| f["event"] == "accepted").await;
@@ -141,12 +174,15 @@ async fn a_reply_produced_while_the_client_was_away_arrives_when_it_resumes() {
     .expect("the reply is logged");
 
     let mut back = WsClient::connect(port, "alice").await;
-    back.send(json!({"type": "attach", "chat_id": "c1", "after": cursor})).await;
+    back.send(json!({"type": "attach", "chat_id": "c1", "after": cursor}))
+        .await;
     let reply = back.final_for("m1").await;
     assert_eq!(reply["text"], "made while you were away");
     // Resuming from an older cursor replays the user's own message first, once.
     let mut again = WsClient::connect(port, "alice").await;
-    again.send(json!({"type": "attach", "chat_id": "c1", "after": "0-0"})).await;
+    again
+        .send(json!({"type": "attach", "chat_id": "c1", "after": "0-0"}))
+        .await;
     again.final_for("m1").await;
     let events: Vec<&str> = again
         .frames

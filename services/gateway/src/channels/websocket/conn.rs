@@ -163,7 +163,11 @@ impl Conn {
     /// or an `error` naming the message (sending it again with the same id is safe).
     async fn message(&mut self, socket: &mut WebSocket, chat: &str, text: &str, id: &str) -> Sent {
         if text.trim().is_empty() {
-            return send(socket, protocol::error("empty message", Some(chat), Some(id))).await;
+            return send(
+                socket,
+                protocol::error("empty message", Some(chat), Some(id)),
+            )
+            .await;
         }
         if !self.attach(socket, chat, None).await? {
             return Ok(());

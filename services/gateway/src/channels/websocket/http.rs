@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -46,7 +46,11 @@ pub(super) async fn serve(
     cancel: CancellationToken,
 ) {
     let base = ch.cfg.normalized_path();
-    let prefix = if base == "/" { String::new() } else { base.clone() };
+    let prefix = if base == "/" {
+        String::new()
+    } else {
+        base.clone()
+    };
     let server = Server {
         ch,
         inbound,
@@ -95,7 +99,7 @@ fn params(query: Option<&str>, headers: &HeaderMap) -> Params {
 impl Server {
     /// Refuses a request without the token (401) or from a `client_id` outside `allowFrom`
     /// (403), as upstream.
-    fn authorize(&self, p: &Params) -> Result<(), Response> {
+    fn authorize(&self, p: &Params) -> Result<(), (StatusCode, &'static str)> {
         let expected = self.ch.cfg.token.trim();
         let presented = p.token.as_deref().unwrap_or_default();
         let token_ok = if expected.is_empty() {
@@ -105,13 +109,17 @@ impl Server {
         };
         if !token_ok {
             tracing::warn!(client_id = %p.client_id, "websocket request refused (missing or wrong token)");
-            let body = "Unauthorized: missing or wrong token";
-            return Err((StatusCode::UNAUTHORIZED, body).into_response());
+            return Err((
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized: missing or wrong token",
+            ));
         }
         if !acl::allowed_by_list(&self.ch.settings.allow_from, &p.client_id) {
             tracing::warn!(client_id = %p.client_id, "websocket request refused (client_id not in allowFrom)");
-            let body = "Forbidden: client_id not in allowFrom";
-            return Err((StatusCode::FORBIDDEN, body).into_response());
+            return Err((
+                StatusCode::FORBIDDEN,
+                "Forbidden: client_id not in allowFrom",
+            ));
         }
         Ok(())
     }
@@ -132,7 +140,7 @@ async fn root(
         p.client_id = format!("anon-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     }
     if let Err(refused) = server.authorize(&p) {
-        return refused;
+        return refused.into_response();
     }
     let Server {
         ch,
@@ -179,10 +187,14 @@ async fn history(
 ) -> Response {
     let p = params(query.as_deref(), &headers);
     if let Err(refused) = server.authorize(&p) {
-        return refused;
+        return refused.into_response();
     }
     let Some(chat) = p.chat_id.filter(|c| protocol::is_valid_id(c)) else {
-        return (StatusCode::BAD_REQUEST, "chat_id: a valid chat id is required").into_response();
+        return (
+            StatusCode::BAD_REQUEST,
+            "chat_id: a valid chat id is required",
+        )
+            .into_response();
     };
     let mut cursor = p.after.unwrap_or_else(|| "0-0".into());
     if !is_entry_id(&cursor) {
@@ -194,7 +206,10 @@ async fn history(
             Ok(page) => page,
             Err(e) => {
                 tracing::warn!(chat_id = %chat, error = %e, "websocket chat history unreadable");
-                return (StatusCode::SERVICE_UNAVAILABLE, "history unavailable, try again")
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "history unavailable, try again",
+                )
                     .into_response();
             }
         };

@@ -141,12 +141,7 @@ impl Channel for WebSocketChannel {
             .subscribe(subjects::websocket_notify(&self.bot_id))
             .await
             .context("subscribe to websocket log notifications")?;
-        let server = tokio::spawn(http::serve(
-            self.clone(),
-            listener,
-            inbound,
-            cancel.clone(),
-        ));
+        let server = tokio::spawn(http::serve(self.clone(), listener, inbound, cancel.clone()));
         tracing::info!(bot = %self.bot_id, addr = %addr, path = %self.cfg.normalized_path(), "websocket server listening");
         loop {
             tokio::select! {
@@ -207,7 +202,11 @@ mod tests {
     fn replies_name_the_client_message_they_answer() {
         let id = inbound_id("c-1", "m:7");
         assert_eq!(client_msg_id("c-1", &id), "m:7");
-        assert_eq!(client_msg_id("c-2", &id), "", "another chat's id is not ours");
+        assert_eq!(
+            client_msg_id("c-2", &id),
+            "",
+            "another chat's id is not ours"
+        );
         assert_eq!(client_msg_id("c-1", "cron:1"), "");
     }
 }

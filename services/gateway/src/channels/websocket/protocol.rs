@@ -80,7 +80,10 @@ pub fn parse(raw: &str) -> Result<Envelope, String> {
         Some("attach") => {
             let chat_id = chat_id.ok_or("attach needs a chat_id")?;
             let after = string("after");
-            if after.as_deref().is_some_and(|a| !super::log::is_entry_id(a)) {
+            if after
+                .as_deref()
+                .is_some_and(|a| !super::log::is_entry_id(a))
+            {
                 return Err("invalid after (an entry id such as 1732512345678-0)".into());
             }
             Ok(Envelope::Attach { chat_id, after })
@@ -132,8 +135,7 @@ pub fn error(detail: &str, chat_id: Option<&str>, msg_id: Option<&str>) -> Strin
 
 /// `delta`: a chunk of the reply to the client's message `stream_id`.
 pub fn delta(chat_id: &str, text: &str, stream_id: &str) -> String {
-    json!({"event": "delta", "chat_id": chat_id, "text": text, "stream_id": stream_id})
-        .to_string()
+    json!({"event": "delta", "chat_id": chat_id, "text": text, "stream_id": stream_id}).to_string()
 }
 
 /// `stream_end`: the end of a streamed segment.
