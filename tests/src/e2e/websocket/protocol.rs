@@ -192,3 +192,39 @@ async fn a_reply_produced_while_the_client_was_away_arrives_when_it_resumes() {
         .collect();
     assert_eq!(events, ["user_message", "message"], "{:#?}", again.frames);
 }
+
+/// Runs one tool turn and returns the `(kind, text)` of every reply frame it got.
+async fn interim_frames(extra: serde_json::Value) -> Vec<(String, String)> {
+    let (fleet, port) = ws_fleet(extra).await;
+    fleet.llm.push(
+        Reply::tool_calls([("list_dir", json!({"path": "."}))]).with_text("Let me look around."),
+    );
+    fleet.llm.push(Reply::text("Done looking."));
+    let mut client = WsClient::connect(port, "alice").await;
+    client.say("c1", "m1", "look").await;
+    client.final_for("m1").await;
+    client
+        .frames
+        .iter()
+        .filter(|f| f["event"] == "message" && f["reply_to"] == "m1")
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn progress_and_tool_hints_reach_the_socket_only_when_their_switches_are_on() {
+    let on = interim_frames(json!({"streaming": false})).await;
+    let kinds: Vec<&str> = on.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["progress", "tool_hint", "final"], "{on:#?}");
+    assert_eq!(on[0].1, "Let me look around.");
+    assert!(on[1].1.contains("list_dir"), "{on:#?}");
+    let off =
+        interim_frames(json!({"streaming": false, "sendProgress": false, "sendToolHints": false}))
+            .await;
+    assert_eq!(off, [("final".to_string(), "Done looking.".to_string())]);
+}
