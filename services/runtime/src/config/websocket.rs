@@ -29,8 +29,13 @@ pub struct WebSocketConfig {
     /// Static shared secret clients present as `?token=` (or `Authorization: Bearer`),
     /// compared in constant time (secret; never logged).
     pub token: String,
-    /// Refuse clients without a valid token. With no `token` and this true, the config is
-    /// refused (the fleet issues no short-lived tokens). Default true.
+    /// Upstream's WebUI password (secret). The fleet issues no short-lived tokens from it:
+    /// clients (the web chat's login field) present it as the token itself, so an upstream
+    /// Quick Start config works unchanged.
+    #[serde(alias = "token_issue_secret")]
+    pub token_issue_secret: String,
+    /// Refuse clients without a valid token. With neither `token` nor `tokenIssueSecret` and
+    /// this true, the config is refused. Default true.
     #[serde(alias = "websocket_requires_token")]
     pub websocket_requires_token: bool,
     /// Allowed `client_id` values; `"*"` allows all, empty denies all. Default `["*"]`.
@@ -68,6 +73,7 @@ impl Default for WebSocketConfig {
             port: 8765,
             path: "/".into(),
             token: String::new(),
+            token_issue_secret: String::new(),
             websocket_requires_token: true,
             allow_from: vec!["*".into()],
             streaming: true,
@@ -86,7 +92,6 @@ const WEBSOCKET_EXTRAS: &[&str] = &[
     "unixSocketPath",
     "publicWsUrl",
     "tokenIssuePath",
-    "tokenIssueSecret",
     "tokenTtlS",
     "trustedProxyAuth",
     "sslCertfile",
@@ -94,6 +99,15 @@ const WEBSOCKET_EXTRAS: &[&str] = &[
 ];
 
 impl WebSocketConfig {
+    /// Returns the secrets a client may present as its token (`token`, `tokenIssueSecret`),
+    /// the empty ones left out.
+    pub fn secrets(&self) -> Vec<&str> {
+        [self.token.trim(), self.token_issue_secret.trim()]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+
     /// Returns the upgrade path with trailing slashes removed (root `/` kept), as upstream.
     pub fn normalized_path(&self) -> String {
         let trimmed = self.path.trim_end_matches('/');
@@ -135,9 +149,9 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
             "{at}: not served with `bots` yet (set \"enabled\": false)"
         ));
     }
-    if ws.websocket_requires_token && ws.token.trim().is_empty() {
+    if ws.websocket_requires_token && ws.secrets().is_empty() {
         problems.push(format!(
-            "{at}.token: required while websocketRequiresToken is true (the fleet issues no short-lived tokens)"
+            "{at}.token: a token (or tokenIssueSecret) is required while websocketRequiresToken is true"
         ));
     }
     let url_safe = |c: char| c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.');
@@ -208,7 +222,7 @@ mod tests {
         .to_string();
         for needle in [
             "channels.websocket.tokn: unknown key",
-            "channels.websocket.token: required",
+            "channels.websocket.token: a token",
             "channels.websocket.path",
             "channels.websocket.maxMessageBytes",
             "channels.websocket.pingIntervalS",
@@ -217,5 +231,13 @@ mod tests {
         }
         let open = parse(r#"{"channels":{"websocket":{"websocketRequiresToken":false}}}"#);
         assert!(open.is_ok(), "no token needed when not required");
+        // Upstream's Quick Start: the WebUI password only.
+        let quick = parse(
+            r#"{"channels":{"websocket":{"enabled":true,"token":"","tokenIssueSecret":"pa55",
+                "websocketRequiresToken":true}}}"#,
+        )
+        .unwrap();
+        assert_eq!(quick.websocket().unwrap().secrets(), ["pa55"]);
+        assert!(!quick.dump_redacted().contains("pa55"));
     }
 }

@@ -25,7 +25,8 @@ async fn refused_status(url: &str) -> u16 {
 
 #[tokio::test]
 async fn a_missing_or_wrong_token_is_refused_with_401_and_a_client_outside_allow_from_with_403() {
-    let (mut fleet, port) = ws_fleet(json!({"allowFrom": ["alice"]})).await;
+    let (mut fleet, port) =
+        ws_fleet(json!({"allowFrom": ["alice"], "tokenIssueSecret": "webui-pa55"})).await;
     assert_eq!(refused_status(&ws_url(port, "alice", None)).await, 401);
     assert_eq!(
         refused_status(&ws_url(port, "alice", Some("ws-test-token-3f9b"))).await,
@@ -42,6 +43,11 @@ async fn a_missing_or_wrong_token_is_refused_with_401_and_a_client_outside_allow
     assert_eq!(wrong.status(), 401);
     let right = http.get(&history).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(right.status(), 200);
+    // Upstream's WebUI password (Quick Start configs) is accepted as a token too.
+    let (password, _) = tokio_tungstenite::connect_async(ws_url(port, "alice", Some("webui-pa55")))
+        .await
+        .expect("the tokenIssueSecret is a token");
+    drop(password);
     // Alice with the token is in, and nothing refused reached the model.
     let mut alice = WsClient::connect(port, "alice").await;
     fleet.llm.push(Reply::text("hi alice"));

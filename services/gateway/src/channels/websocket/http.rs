@@ -1,6 +1,7 @@
 //! The channel's HTTP side: the WebSocket upgrade and the web chat page on `path`, the page's
 //! script and style, and the history of a chat (`GET {path}/history?chat_id=…`), all behind
-//! the token (`?token=` or `Authorization: Bearer`) and `allowFrom` (on `client_id`).
+//! the token (`?token=` or `Authorization: Bearer`; `token` or upstream's `tokenIssueSecret`)
+//! and `allowFrom` (on `client_id`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,12 +101,15 @@ impl Server {
     /// Refuses a request without the token (401) or from a `client_id` outside `allowFrom`
     /// (403), as upstream.
     fn authorize(&self, p: &Params) -> Result<(), (StatusCode, &'static str)> {
-        let expected = self.ch.cfg.token.trim();
+        let secrets = self.ch.cfg.secrets();
         let presented = p.token.as_deref().unwrap_or_default();
-        let token_ok = if expected.is_empty() {
+        let token_ok = if secrets.is_empty() {
             !self.ch.cfg.websocket_requires_token
         } else {
-            crate::api::constant_time_eq(presented.as_bytes(), expected.as_bytes())
+            // Every secret is compared, so the timing says nothing about which one matched.
+            secrets.iter().fold(false, |ok, s| {
+                crate::api::constant_time_eq(presented.as_bytes(), s.as_bytes()) | ok
+            })
         };
         if !token_ok {
             tracing::warn!(client_id = %p.client_id, "websocket request refused (missing or wrong token)");
