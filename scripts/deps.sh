@@ -7,8 +7,9 @@
 # and kubernetes-validate (PyPI, bundles the Kubernetes API schemas) to check deploy/k8s offline.
 #
 # With `email`: dovecot (apt dovecot-imapd) and aiosmtpd (PyPI) for the email channel's tests.
+# With `browser`: Debian's chromium, for the web chat's headless browser test.
 #
-# Usage: scripts/deps.sh [core|mcp|model|compose|k8s|email|all]...   (default: core; core includes mcp:
+# Usage: scripts/deps.sh [core|mcp|model|compose|k8s|email|browser|all]...   (default: core; core includes mcp:
 # the npm MCP servers the tools tests use). Several targets may be given: `deps.sh core model`.
 # Prints the directory holding the binaries (add it to PATH) on its last line.
 set -euo pipefail
@@ -127,6 +128,15 @@ ensure_email() {
   ln -sf "$venv/bin/aiosmtpd" "$bin/aiosmtpd"
 }
 
+ensure_browser() {
+  # Debian's chromium, driven headless over the DevTools protocol by the web chat's browser test.
+  if ! system_bin chromium >/dev/null 2>&1; then
+    log "installing chromium (apt, the web chat's headless browser test)"
+    apt_install chromium
+  fi
+  ln -sf "$(system_bin chromium)" "$bin/chromium"
+}
+
 ensure_mcp() {
   # MCP servers from npm used by the tools executor's tests (skipped when node/npm are absent).
   local prefix="$cache/npm"
@@ -151,8 +161,9 @@ for what in "$@"; do
     compose) ensure_compose ;;
     k8s) ensure_k8s ;;
     email) ensure_email ;;
-    all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose; ensure_k8s; ensure_email ;;
-    *) echo "usage: $0 [core|mcp|model|compose|k8s|email|all]..." >&2; exit 64 ;;
+    browser) ensure_browser ;;
+    all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose; ensure_k8s; ensure_email; ensure_browser ;;
+    *) echo "usage: $0 [core|mcp|model|compose|k8s|email|browser|all]..." >&2; exit 64 ;;
   esac
 done
 echo "$bin"

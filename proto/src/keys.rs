@@ -225,6 +225,19 @@ pub fn discord_gateway_fence(bot: &str, token_id: &str) -> String {
     format!("nanobot:{}:discord:{token_id}:fence", bot_tag(bot))
 }
 
+/// The reply log of one WebSocket chat of `bot`: a Redis stream of the chat's user messages
+/// and replies (progress, tool hints, finals, errors), capped and expiring; a client resumes
+/// from the last entry id it saw.
+pub fn websocket_log(bot: &str, chat_id: &str) -> String {
+    format!("nanobot:{}:websocket:log:{chat_id}", bot_tag(bot))
+}
+
+/// Marker that the message with this id (an inbound id, or an outbound delivery id) is in a
+/// WebSocket chat's log; holds its entry id (with a TTL), so a redelivery appends nothing.
+pub fn websocket_logged(bot: &str, message_id: &str) -> String {
+    format!("nanobot:{}:websocket:logged:{message_id}", bot_tag(bot))
+}
+
 /// A pending pairing request of `bot` by its code (JSON, TTL 600 s).
 pub fn pairing_code(bot: &str, code: &str) -> String {
     format!("nanobot:{}:pairing:code:{code}", bot_tag(bot))
@@ -283,6 +296,8 @@ pub fn acl_patterns(role: crate::subjects::Role) -> Vec<String> {
             slack_event(b, ID),
             discord_gateway(b, ID),
             discord_gateway_fence(b, ID),
+            websocket_log(b, ID),
+            websocket_logged(b, ID),
             pairing_code(b, ID),
             pairing_index(b),
             pairing_sender(b, ID, ID),
@@ -405,6 +420,8 @@ mod tests {
             email_poller_fence("b", "m"),
             email_cursor("b", "m"),
             email_thread("b", "email:x"),
+            websocket_log("b", "c"),
+            websocket_logged("b", "m"),
             pairing_code("b", "C"),
             pairing_index("b"),
             pairing_sender("b", "telegram", "42|alice"),

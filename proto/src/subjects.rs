@@ -165,6 +165,12 @@ pub fn consolidated(bot: &str) -> String {
     format!("nanobot.{}.events.consolidated", token(bot))
 }
 
+/// New entries in a WebSocket chat log of `bot` (core NATS; the payload is the chat id): the
+/// replica holding the chat's connections reads the log.
+pub fn websocket_notify(bot: &str) -> String {
+    format!("nanobot.{}.events.websocket", token(bot))
+}
+
 /// Stop request for one session of `bot`.
 pub fn stop(bot: &str, session_key: &str) -> String {
     format!("nanobot.{}.control.stop.{}", token(bot), token(session_key))
@@ -366,6 +372,8 @@ pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
     match role {
         Role::Gateway => {
             publish.push(area("inbound"));
+            publish.push(format!("nanobot.{b}.events.websocket"));
+            subscribe.push(format!("nanobot.{b}.events.websocket"));
             consume(&mut publish, OUTBOUND_STREAM);
             publish.extend(jetstream::object_get(PAYLOADS_BUCKET));
         }
@@ -456,6 +464,7 @@ mod tests {
             cron_fire("b"),
             subagent("b"),
             consolidated("b"),
+            websocket_notify("b"),
             stop("b", "api:x"),
         ];
         for s in &concrete {

@@ -7,7 +7,7 @@
 //! [`subjects::OUTBOUND_STREAM`](nanobot_proto::subjects::OUTBOUND_STREAM)).
 //!
 //! Channels served today: the OpenAI-compatible HTTP API (`nanobot serve` upstream) and the
-//! chat channels of [`channels`] (Telegram, email).
+//! chat channels of [`channels`] (Telegram, Slack, Discord, email, WebSocket and its web chat).
 //!
 //! # Layout
 //! - [`api`]: the OpenAI-compatible HTTP API (`/v1/chat/completions`, `/v1/models`, `/health`).

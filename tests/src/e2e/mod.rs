@@ -26,6 +26,7 @@ mod streams;
 mod subagents;
 mod telegram;
 mod turns;
+mod websocket;
 
 use std::time::Duration;
 

@@ -27,7 +27,7 @@ pub(crate) fn check(headers: &HeaderMap, api_key: &str) -> Result<(), ApiError> 
 
 /// Compares without returning early on the first difference, so the timing reveals at most
 /// the length of the expected key.
-fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
     let mut diff = u8::from(given.len() != expected.len());
     for (i, e) in expected.iter().enumerate() {
         let g = given.get(i).copied().unwrap_or(!*e);

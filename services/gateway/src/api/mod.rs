@@ -30,6 +30,7 @@ use nanobot_runtime::health::Health;
 use self::session_lock::SessionLocks;
 use crate::outbound::Pending;
 
+pub(crate) use self::auth::constant_time_eq;
 pub use self::error::ApiError;
 pub use self::serve::serve;
 

@@ -12,6 +12,7 @@
 //! - [`email`]: email, IMAP polling in and SMTP out.
 //! - [`slack`]: Slack (Socket Mode or the Events API) over reqwest and tokio-tungstenite.
 //! - [`discord`]: Discord through twilight.
+//! - [`websocket`]: upstream's WebSocket channel and the web chat page.
 
 pub mod acl;
 pub mod delivery;
@@ -19,6 +20,7 @@ pub mod discord;
 pub mod email;
 pub mod slack;
 pub mod telegram;
+pub mod websocket;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -161,6 +163,9 @@ pub async fn start(
         .for_each(|c| channels.add(c));
     for dc in cfg.discord_bots() {
         channels.add(Arc::new(discord::DiscordChannel::new(cfg, dc, deps)?));
+    }
+    if let Some(ws) = cfg.websocket() {
+        channels.add(Arc::new(websocket::WebSocketChannel::new(cfg, ws, deps)?));
     }
     let mut tasks = JoinSet::new();
     let inbound = Inbound::new(deps.js.clone());

@@ -14,6 +14,7 @@ pub mod slack;
 pub mod telegram;
 mod tools;
 mod validate;
+pub mod websocket;
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,7 @@ pub use schema::*;
 pub use slack::{SLACK_API, SlackBot, SlackConfig, SlackDmConfig};
 pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
 pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
+pub use websocket::WebSocketConfig;
 
 /// The bot id used when `bots` is empty.
 pub const DEFAULT_BOT: &str = "default";
@@ -115,6 +117,10 @@ impl Config {
         if self.discord_bots().iter().any(|d| d.bot == bot) {
             out.push("discord".to_string());
         }
+        // The WebSocket channel serves the single bot of a config without `bots`.
+        if self.websocket().is_some() && self.bots.is_empty() {
+            out.push("websocket".to_string());
+        }
         out
     }
 
@@ -124,6 +130,7 @@ impl Config {
             || !self.slack_bots().is_empty()
             || !self.email_bots().is_empty()
             || !self.discord_bots().is_empty()
+            || self.websocket().is_some()
     }
 }
 

@@ -189,6 +189,9 @@ pub struct ChannelsConfig {
     pub slack: Option<super::slack::SlackConfig>,
     /// Discord (`channels.discord`), typed; see [`super::discord`].
     pub discord: Option<super::discord::DiscordConfig>,
+    /// The WebSocket server and web chat (`channels.websocket`), typed; see
+    /// [`super::websocket`].
+    pub websocket: Option<super::websocket::WebSocketConfig>,
     /// Every other channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -204,6 +207,7 @@ impl Default for ChannelsConfig {
             email: None,
             slack: None,
             discord: None,
+            websocket: None,
             extra: BTreeMap::new(),
         }
     }

@@ -243,6 +243,7 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
     super::email::validate(config, &mut problems, unknown);
     super::slack::validate(config, &mut problems, unknown);
     super::discord::validate(config, &mut problems, unknown);
+    super::websocket::validate(config, &mut problems, unknown);
     for id in config.bots.keys() {
         let ok = !id.is_empty()
             && id
