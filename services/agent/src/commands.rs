@@ -368,7 +368,10 @@ pub fn skill_text(skills: &[nanobot_core::skills::Skill]) -> String {
     if skills.is_empty() {
         return "No skills available.".into();
     }
-    let mut lines = vec![format!("Available skills ({}):", skills.len()), String::new()];
+    let mut lines = vec![
+        format!("Available skills ({}):", skills.len()),
+        String::new(),
+    ];
     for s in skills {
         let desc = if s.description.is_empty() {
             &s.name
@@ -658,8 +661,7 @@ mod tests {
         assert_eq!(
             classify("/restart now"),
             Kind::Rejected(
-                "Command \"/restart\" does not accept arguments. Did you mean \"/restart\"?"
-                    .into()
+                "Command \"/restart\" does not accept arguments. Did you mean \"/restart\"?".into()
             )
         );
     }
@@ -685,14 +687,20 @@ mod tests {
         let s = session(&[
             ("user", "first".into()),
             ("assistant", serde_json::Value::Null),
-            ("user", serde_json::json!([{"type": "text", "text": "look"}, {"type": "image_url"}])),
+            (
+                "user",
+                serde_json::json!([{"type": "text", "text": "look"}, {"type": "image_url"}]),
+            ),
             ("assistant", long.clone().into()),
             ("tool", "result".into()),
             ("assistant", "done".into()),
         ]);
         assert_eq!(
             history_text(&s, Some("2")),
-            format!("Last 2 message(s):\n🤖 Bot: {}…\n🤖 Bot: done", &long[..200])
+            format!(
+                "Last 2 message(s):\n🤖 Bot: {}…\n🤖 Bot: done",
+                &long[..200]
+            )
         );
         assert_eq!(
             history_text(&s, None),
@@ -766,7 +774,10 @@ mod tests {
             run("deny NOPE").await,
             "Pairing code `NOPE` not found or already expired"
         );
-        assert_eq!(run("revoke 42|alice").await, "Revoked 42|alice from telegram");
+        assert_eq!(
+            run("revoke 42|alice").await,
+            "Revoked 42|alice from telegram"
+        );
         assert!(!store.is_approved("telegram", "42|alice").await.unwrap());
         assert_eq!(
             run("revoke telegram 42|alice").await,

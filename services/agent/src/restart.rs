@@ -4,8 +4,8 @@
 //! supervisor, or under none. Killed mid-way (SIGKILL), it is an ordinary runner death: the
 //! session leases expire and other runners take the messages over.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::Notify;
 

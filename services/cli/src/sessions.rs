@@ -41,7 +41,9 @@ pub async fn run(
 ) -> anyhow::Result<i32> {
     let SessionsAction::Import { workspace, force } = action;
     let spec = match bot {
-        Some(id) => cfg.bot(id).with_context(|| format!("no bot {id:?} in the config"))?,
+        Some(id) => cfg
+            .bot(id)
+            .with_context(|| format!("no bot {id:?} in the config"))?,
         None => cfg.bots().remove(0),
     };
     let workspace = workspace.clone().unwrap_or(spec.workspace);

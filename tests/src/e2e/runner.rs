@@ -222,7 +222,11 @@ async fn history_skill_pairing_and_restart_answer_as_upstream() {
         ask(&mut fleet, "/pairing approve NOPE1234", None).await,
         "Invalid or expired pairing code: `NOPE1234`"
     );
-    assert_eq!(fleet.llm.request_count(), 1, "commands never reach the model");
+    assert_eq!(
+        fleet.llm.request_count(),
+        1,
+        "commands never reach the model"
+    );
 
     // `/restart`: the runner answers, shuts down and execs itself (same process id).
     let pid = fleet.service("agent").pid();
@@ -244,7 +248,10 @@ async fn history_skill_pairing_and_restart_answer_as_upstream() {
     assert!(fleet.service("agent").exit_status().is_none());
     assert_eq!(fleet.service("agent").pid(), pid, "restarted in place");
     fleet.llm.push(Reply::text("still here"));
-    assert_eq!(ask(&mut fleet, "are you there", Some("cli:h")).await, "still here");
+    assert_eq!(
+        ask(&mut fleet, "are you there", Some("cli:h")).await,
+        "still here"
+    );
 }
 
 #[tokio::test]
@@ -254,10 +261,7 @@ async fn commands_answer_with_upstream_strings_without_calling_the_model() {
         .start()
         .await
         .unwrap();
-    assert_eq!(
-        ask(&mut fleet, "/help", None).await,
-        HELP
-    );
+    assert_eq!(ask(&mut fleet, "/help", None).await, HELP);
     assert_eq!(
         ask(&mut fleet, "/hepl", None).await,
         "Unknown command \"/hepl\". Did you mean \"/help\"?"

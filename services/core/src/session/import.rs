@@ -287,7 +287,11 @@ mod tests {
         let path = write_session(dir.path(), "telegram_42.jsonl", &lines);
         let s = parse(&path).unwrap();
         assert_eq!(s.key, "telegram:42");
-        assert_eq!(s.messages.len(), 4, "metadata and provider_state are not rows");
+        assert_eq!(
+            s.messages.len(),
+            4,
+            "metadata and provider_state are not rows"
+        );
         assert_eq!(s.messages[0]["content"], "m0");
         assert_eq!(s.last_consolidated, 2);
         assert_eq!(s.metadata["title"], "trip");
