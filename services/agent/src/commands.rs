@@ -259,10 +259,7 @@ pub async fn answer(
             let session = sessions.load(&input.session_key).await?;
             history_text(&session, arg.as_deref())
         }
-        Kind::Command(Command::Skill) => skill_text(&nanobot_core::skills::discover(
-            &bot.context.workspace,
-            bot.context.builtin_skills.as_deref(),
-        )),
+        Kind::Command(Command::Skill) => skill_text(&bot.context.skills()),
         Kind::Command(Command::Pairing(arg)) => {
             let store = PairingStore::new(deps.redis.clone(), &bot.spec.id);
             pairing_command(&store, &input.channel, arg.as_deref().unwrap_or_default()).await?

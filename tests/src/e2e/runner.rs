@@ -186,16 +186,25 @@ const HELP: &str = "🐈 nanobot commands:\n/new — Reset this chat and start a
 async fn history_skill_pairing_and_restart_answer_as_upstream() {
     let mut fleet = Fleet::builder()
         .roles(&["agent", "tools"])
+        .config(json!({"agents": {"defaults": {"disabledSkills": ["hidden"]}}}))
         .start()
         .await
         .unwrap();
-    let skill = fleet.workspace().join("skills/greet");
-    std::fs::create_dir_all(&skill).unwrap();
-    std::fs::write(
-        skill.join("SKILL.md"),
-        "---\nname: greet\ndescription: Greets people warmly.\n---\nSay hello.\n",
-    )
-    .unwrap();
+    for (name, frontmatter) in [
+        (
+            "greet",
+            "name: greet\ndescription: >\n  Greets people\n  warmly.",
+        ),
+        ("hidden", "name: hidden\ndescription: Never listed."),
+    ] {
+        let skill = fleet.workspace().join("skills").join(name);
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::write(
+            skill.join("SKILL.md"),
+            format!("---\n{frontmatter}\n---\nSay hello.\n"),
+        )
+        .unwrap();
+    }
     assert_eq!(ask(&mut fleet, "/help@my_bot", None).await, HELP);
     assert_eq!(
         ask(&mut fleet, "/history", Some("cli:h")).await,
@@ -212,8 +221,9 @@ async fn history_skill_pairing_and_restart_answer_as_upstream() {
     assert!(skills.starts_with("Available skills ("), "{skills}");
     assert!(
         skills.contains("\n- **greet** — Greets people warmly."),
-        "{skills}"
+        "a folded YAML description: {skills}"
     );
+    assert!(!skills.contains("hidden"), "disabledSkills: {skills}");
     assert_eq!(
         ask(&mut fleet, "/pairing", None).await,
         "No pending pairing requests."
