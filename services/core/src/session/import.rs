@@ -305,7 +305,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let row = json!({"role": "user", "content": "hi"});
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("api:my_chat");
-        let head = write_session(dir.path(), &format!("{b64}.jsonl"), &[row.clone()]);
+        let head = write_session(
+            dir.path(),
+            &format!("{b64}.jsonl"),
+            std::slice::from_ref(&row),
+        );
         assert_eq!(parse(&head).unwrap().key, "api:my_chat");
         let old = write_session(dir.path(), "cli_direct.jsonl", &[row]);
         assert_eq!(parse(&old).unwrap().key, "cli:direct");
