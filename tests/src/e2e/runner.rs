@@ -265,6 +265,31 @@ async fn history_skill_pairing_and_restart_answer_as_upstream() {
 }
 
 #[tokio::test]
+async fn compact_archives_the_chat_now_and_the_conversation_goes_on() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools", "memory"])
+        .start()
+        .await
+        .unwrap();
+    fleet.llm.push(Reply::text("hi there"));
+    ask(&mut fleet, "hello", Some("cli:c")).await;
+    assert_eq!(super::memory::last_consolidated(&fleet, "cli:c").await, 0);
+    assert_eq!(
+        ask(&mut fleet, "/compact", Some("cli:c")).await,
+        "Compacting this chat's context; the conversation continues."
+    );
+    let archived = || async { super::memory::last_consolidated(&fleet, "cli:c").await >= 2 };
+    crate::harness::wait_until(archived, TURN)
+        .await
+        .expect("the memory worker archived the chat");
+    fleet.llm.push(Reply::text("still talking"));
+    assert_eq!(
+        ask(&mut fleet, "and now?", Some("cli:c")).await,
+        "still talking"
+    );
+}
+
+#[tokio::test]
 async fn commands_answer_with_upstream_strings_without_calling_the_model() {
     let mut fleet = Fleet::builder()
         .roles(&["agent", "tools"])
