@@ -71,6 +71,7 @@ pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<
                     workspace: spec.workspace.clone(),
                     builtin_skills: skills.clone(),
                     timezone: cfg.agents.defaults.timezone.clone(),
+                    disabled_skills: nanobot_core::skills::disabled_skills(cfg),
                 },
                 chat_channels: cfg.chat_channels(&spec.id),
                 spec,

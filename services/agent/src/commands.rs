@@ -6,6 +6,7 @@
 
 use nanobot_core::history;
 use nanobot_core::memory::{Budget, estimate_messages};
+use nanobot_core::pairing::PairingStore;
 use nanobot_core::session::{SessionWriter, meta};
 
 use crate::bots::Bot;
@@ -19,10 +20,17 @@ use crate::turn::TurnInput;
 pub enum Command {
     /// `/new`: archive and clear the session.
     New,
+    /// `/compact`: archive the session's unarchived rows now (the AutoCompact job), keeping
+    /// the conversation.
+    Compact,
     /// `/stop`: cancel the session's running turn wherever it runs.
     Stop,
+    /// `/restart`: the runner that receives it restarts (graceful shutdown, then re-exec).
+    Restart,
     /// `/status`: runtime, model, tokens, context, session, uptime, tasks.
     Status,
+    /// `/history [n]`: the last n (10, at most 50) persisted user/assistant messages.
+    History(Option<String>),
     /// `/dream`: run Dream now and answer when it is done.
     Dream,
     /// `/dream-log [sha]`: the last (or given) Dream commit and its diff.
@@ -31,25 +39,37 @@ pub enum Command {
     DreamRestore(Option<String>),
     /// `/dream-prompt [init]`: show or create the workspace's Dream prompt.
     DreamPrompt(Option<String>),
+    /// `/skill`: the skills available to the agent.
+    Skill,
     /// `/help`: the command list.
     Help,
+    /// `/pairing [list|approve <code>|deny <code>|revoke …]`: pairing requests of the chat
+    /// channels.
+    Pairing(Option<String>),
 }
 
 /// Command names, without their arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Name {
     New,
+    Compact,
     Stop,
+    Restart,
     Status,
+    History,
     Dream,
     DreamLog,
     DreamRestore,
     DreamPrompt,
+    Skill,
     Help,
+    Pairing,
 }
 
-/// Supported commands with upstream's help lines, in upstream's order; whether each takes an
-/// argument.
+/// Supported commands with upstream's help lines (`BUILTIN_COMMAND_SPECS`), in upstream's
+/// order; whether each takes an argument. Upstream's `/model`, `/goal`, `/trigger` and
+/// `/evaluator-prompt` are not offered (the fleet has no model presets, goal mode, local
+/// triggers or heartbeat evaluator prompt yet), so they are neither listed nor accepted.
 const COMMANDS: &[(Name, &str, &str, bool)] = &[
     (
         Name::New,
@@ -58,16 +78,29 @@ const COMMANDS: &[(Name, &str, &str, bool)] = &[
         false,
     ),
     (
+        Name::Compact,
+        "/compact",
+        "Compact this chat's context and continue the conversation.",
+        false,
+    ),
+    (
         Name::Stop,
         "/stop",
         "Cancel the active agent turn for this chat.",
         false,
     ),
+    (Name::Restart, "/restart", "Restart the bot process.", false),
     (
         Name::Status,
         "/status",
         "Display runtime, provider, and channel status.",
         false,
+    ),
+    (
+        Name::History,
+        "/history [n]",
+        "Print the last N persisted conversation messages.",
+        true,
     ),
     (
         Name::Dream,
@@ -93,7 +126,19 @@ const COMMANDS: &[(Name, &str, &str, bool)] = &[
         "Tell Dream how to organize this workspace's memory.",
         true,
     ),
+    (
+        Name::Skill,
+        "/skill",
+        "List all enabled skills available to the agent.",
+        false,
+    ),
     (Name::Help, "/help", "List available slash commands.", false),
+    (
+        Name::Pairing,
+        "/pairing [list|approve <code>|deny <code>|revoke <user_id>]",
+        "List, approve, deny or revoke pairing requests.",
+        true,
+    ),
 ];
 
 /// What a message is: classified once, when it is decoded ([`classify`]), then matched by
@@ -114,19 +159,24 @@ pub enum Kind {
 impl Command {
     /// Whether it runs outside the session lock (upstream's priority tier).
     fn is_priority(&self) -> bool {
-        matches!(self, Self::Stop | Self::Status)
+        matches!(self, Self::Stop | Self::Restart | Self::Status)
     }
 
     fn build(name: Name, arg: Option<String>) -> Self {
         match name {
             Name::New => Self::New,
+            Name::Compact => Self::Compact,
             Name::Stop => Self::Stop,
+            Name::Restart => Self::Restart,
             Name::Status => Self::Status,
+            Name::History => Self::History(arg),
             Name::Dream => Self::Dream,
             Name::DreamLog => Self::DreamLog(arg),
             Name::DreamRestore => Self::DreamRestore(arg),
             Name::DreamPrompt => Self::DreamPrompt(arg),
+            Name::Skill => Self::Skill,
             Name::Help => Self::Help,
+            Name::Pairing => Self::Pairing(arg),
         }
     }
 }
@@ -201,6 +251,19 @@ pub async fn answer(
         Kind::Rejected(reply) => reply.clone(),
         Kind::Priority(cmd) => priority_command(deps, bot, cmd, &input.session_key).await?,
         Kind::Command(Command::New) => new_session(deps, bot, sessions, input).await?,
+        Kind::Command(Command::Compact) => {
+            memory_jobs::compact(deps, bot, &input.id, &input.session_key).await?;
+            COMPACT_REPLY.into()
+        }
+        Kind::Command(Command::History(arg)) => {
+            let session = sessions.load(&input.session_key).await?;
+            history_text(&session, arg.as_deref())
+        }
+        Kind::Command(Command::Skill) => skill_text(&bot.context.skills()),
+        Kind::Command(Command::Pairing(arg)) => {
+            let store = PairingStore::new(deps.redis.clone(), &bot.spec.id);
+            pairing_command(&store, &input.channel, arg.as_deref().unwrap_or_default()).await?
+        }
         Kind::Command(cmd) => match memory_jobs::dream_job(cmd) {
             Some((kind, arg)) => {
                 memory_jobs::dream_command(deps, bot, &input.id, &input.session_key, kind, arg)
@@ -228,8 +291,167 @@ pub async fn priority_command(
             }
         }
         Command::Status => status(deps, bot, session_key).await?,
+        Command::Restart => {
+            crate::restart::request();
+            "Restarting...".into()
+        }
         _ => help_text(),
     })
+}
+
+/// The reply to `/compact` (upstream shows progress events instead; the fleet's channels wait
+/// for one reply, and the archive runs on a memory worker once this turn released the
+/// session).
+pub const COMPACT_REPLY: &str = "Compacting this chat's context; the conversation continues.";
+
+/// Upstream's `/history` defaults: 10 messages, at most 50, each cut at 200 characters.
+const HISTORY_DEFAULT: usize = 10;
+const HISTORY_MAX: usize = 50;
+const HISTORY_MAX_CHARS: usize = 200;
+
+/// Upstream's `/history [n]` text: the last `n` user and assistant messages of what the
+/// session replays (no count cap).
+pub fn history_text(session: &nanobot_core::session::Session, arg: Option<&str>) -> String {
+    let count = match arg.map(str::trim).filter(|a| !a.is_empty()) {
+        None => HISTORY_DEFAULT,
+        Some(a) => match a.parse::<i64>() {
+            Ok(n) => n.clamp(1, HISTORY_MAX as i64) as usize,
+            Err(_) => {
+                return "Usage: /history [count] — e.g. /history 5 (default: 10, max: 50)".into();
+            }
+        },
+    };
+    let visible: Vec<String> = session
+        .replay(usize::MAX)
+        .iter()
+        .filter_map(history_line)
+        .collect();
+    let recent = &visible[visible.len().saturating_sub(count)..];
+    if recent.is_empty() {
+        return "No conversation history yet.".into();
+    }
+    format!("Last {} message(s):\n{}", recent.len(), recent.join("\n"))
+}
+
+fn history_line(row: &serde_json::Value) -> Option<String> {
+    let label = match row.get("role")?.as_str()? {
+        "user" => "👤 You",
+        "assistant" => "🤖 Bot",
+        _ => return None,
+    };
+    let content = match row.get("content") {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Array(parts)) => parts
+            .iter()
+            .filter(|p| p.get("type").and_then(|t| t.as_str()) == Some("text"))
+            .filter_map(|p| p.get("text").and_then(|t| t.as_str()))
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => String::new(),
+    };
+    let content = content.trim();
+    if content.is_empty() {
+        return None;
+    }
+    let shown = match content.char_indices().nth(HISTORY_MAX_CHARS) {
+        Some((cut, _)) => format!("{}…", &content[..cut]),
+        None => content.to_string(),
+    };
+    Some(format!("{label}: {shown}"))
+}
+
+/// Upstream's `/skill` text: every skill (available or not), name and description.
+pub fn skill_text(skills: &[nanobot_core::skills::Skill]) -> String {
+    if skills.is_empty() {
+        return "No skills available.".into();
+    }
+    let mut lines = vec![
+        format!("Available skills ({}):", skills.len()),
+        String::new(),
+    ];
+    for s in skills {
+        let desc = if s.description.is_empty() {
+            &s.name
+        } else {
+            &s.description
+        };
+        lines.push(format!("- **{}** — {desc}", s.name));
+    }
+    lines.join("\n")
+}
+
+/// Upstream's `/pairing` subcommands (`pairing/store.py::handle_pairing_command`) on the
+/// bot's pairing store; `channel` is the chat's channel (`revoke <user_id>`).
+pub async fn pairing_command(
+    store: &PairingStore,
+    channel: &str,
+    args: &str,
+) -> redis::RedisResult<String> {
+    let parts: Vec<&str> = args.split_whitespace().collect();
+    let arg = parts.get(1).copied();
+    Ok(match parts.first().copied().unwrap_or("list") {
+        "list" => {
+            let pending = store.pending().await?;
+            if pending.is_empty() {
+                return Ok("No pending pairing requests.".into());
+            }
+            let now = chrono_now();
+            let mut lines = vec!["Pending pairing requests:".to_string()];
+            for p in pending {
+                let left = p.created_at + nanobot_core::pairing::CODE_TTL.as_secs() as i64 - now;
+                let expiry = if left > 0 {
+                    format!("{left}s")
+                } else {
+                    "expired".into()
+                };
+                lines.push(format!(
+                    "- `{}` | {} | {} | {expiry}",
+                    p.code, p.channel, p.sender_id
+                ));
+            }
+            lines.join("\n")
+        }
+        "approve" => match arg {
+            None => "Usage: `/pairing approve <code>`".into(),
+            Some(code) => match store.approve(code).await? {
+                Some(p) => format!(
+                    "Approved pairing code `{code}` — {} can now access {}",
+                    p.sender_id, p.channel
+                ),
+                None => format!("Invalid or expired pairing code: `{code}`"),
+            },
+        },
+        "deny" => match arg {
+            None => "Usage: `/pairing deny <code>`".into(),
+            Some(code) if store.deny(code).await? => format!("Denied pairing code `{code}`"),
+            Some(code) => format!("Pairing code `{code}` not found or already expired"),
+        },
+        "revoke" => match parts[..] {
+            [_, user] => {
+                if store.revoke(channel, user).await? {
+                    format!("Revoked {user} from {channel}")
+                } else {
+                    format!("{user} was not in the approved list for {channel}")
+                }
+            }
+            [_, ch, user] => {
+                if store.revoke(ch, user).await? {
+                    format!("Revoked {user} from {ch}")
+                } else {
+                    format!("{user} was not in the approved list for {ch}")
+                }
+            }
+            _ => "Usage: `/pairing revoke <user_id>` or `/pairing revoke <channel> <user_id>`"
+                .into(),
+        },
+        _ => "Unknown pairing command.\nUsage: `/pairing [list|approve <code>|deny <code>|revoke <user_id>|revoke <channel> <user_id>]`".into(),
+    })
+}
+
+fn chrono_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<String> {
@@ -416,6 +638,156 @@ mod tests {
     }
 
     #[test]
+    fn the_added_commands_parse_with_their_arguments_and_tiers() {
+        assert_eq!(classify("/restart"), Kind::Priority(Command::Restart));
+        assert_eq!(classify("/compact@my_bot"), Kind::Command(Command::Compact));
+        assert_eq!(classify("/history"), Kind::Command(Command::History(None)));
+        assert_eq!(
+            classify("/HISTORY 3"),
+            Kind::Command(Command::History(Some("3".into())))
+        );
+        assert_eq!(classify("/skill"), Kind::Command(Command::Skill));
+        assert_eq!(
+            classify("/pairing approve ABCD1234"),
+            Kind::Command(Command::Pairing(Some("approve ABCD1234".into())))
+        );
+        assert_eq!(
+            classify("/skills"),
+            Kind::Rejected("Unknown command \"/skills\". Did you mean \"/skill\"?".into())
+        );
+        assert_eq!(
+            classify("/restart now"),
+            Kind::Rejected(
+                "Command \"/restart\" does not accept arguments. Did you mean \"/restart\"?".into()
+            )
+        );
+    }
+
+    fn session(rows: &[(&str, serde_json::Value)]) -> nanobot_core::session::Session {
+        nanobot_core::session::Session {
+            key: "cli:direct".into(),
+            messages: rows
+                .iter()
+                .map(|(role, content)| serde_json::json!({"role": role, "content": content}))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn history_shows_the_last_user_and_assistant_messages_as_upstream() {
+        assert_eq!(
+            history_text(&session(&[]), None),
+            "No conversation history yet."
+        );
+        let long = "x".repeat(250);
+        let s = session(&[
+            ("user", "first".into()),
+            ("assistant", serde_json::Value::Null),
+            (
+                "user",
+                serde_json::json!([{"type": "text", "text": "look"}, {"type": "image_url"}]),
+            ),
+            ("assistant", long.clone().into()),
+            ("tool", "result".into()),
+            ("assistant", "done".into()),
+        ]);
+        assert_eq!(
+            history_text(&s, Some("2")),
+            format!(
+                "Last 2 message(s):\n🤖 Bot: {}…\n🤖 Bot: done",
+                &long[..200]
+            )
+        );
+        assert_eq!(
+            history_text(&s, None),
+            format!(
+                "Last 4 message(s):\n👤 You: first\n👤 You: look\n🤖 Bot: {}…\n🤖 Bot: done",
+                &long[..200]
+            )
+        );
+        assert_eq!(history_text(&s, Some("0")).lines().count(), 2, "at least 1");
+        assert_eq!(
+            history_text(&s, Some("ten")),
+            "Usage: /history [count] — e.g. /history 5 (default: 10, max: 50)"
+        );
+    }
+
+    #[test]
+    fn skill_lists_every_skill_with_its_description() {
+        assert_eq!(skill_text(&[]), "No skills available.");
+        let skill = |name: &str, description: &str| nanobot_core::skills::Skill {
+            name: name.into(),
+            description: description.into(),
+            path: Default::default(),
+            always: false,
+            missing: vec!["CLI: gh".into()],
+            body: String::new(),
+            source: "builtin",
+        };
+        assert_eq!(
+            skill_text(&[skill("github", "Use gh."), skill("bare", "")]),
+            "Available skills (2):\n\n- **github** — Use gh.\n- **bare** — bare"
+        );
+    }
+
+    #[tokio::test]
+    async fn pairing_commands_answer_with_upstream_texts_and_change_the_store() {
+        let redis = nanobot_runtime::testsuite::Redis::start().await.unwrap();
+        let store = PairingStore::new(redis.conn().await.unwrap(), "b");
+        let run = |args: &'static str| {
+            let store = store.clone();
+            async move { pairing_command(&store, "telegram", args).await.unwrap() }
+        };
+        assert_eq!(run("").await, "No pending pairing requests.");
+        let code = store.code_for("telegram", "42|alice").await.unwrap();
+        let listed = run("list").await;
+        assert!(
+            listed.starts_with(&format!(
+                "Pending pairing requests:\n- `{code}` | telegram | 42|alice | "
+            )) && listed.ends_with('s'),
+            "{listed}"
+        );
+        assert_eq!(
+            pairing_command(&store, "telegram", &format!("approve {code}"))
+                .await
+                .unwrap(),
+            format!("Approved pairing code `{code}` — 42|alice can now access telegram")
+        );
+        assert!(store.is_approved("telegram", "42|alice").await.unwrap());
+        assert_eq!(
+            run("approve NOPE").await,
+            "Invalid or expired pairing code: `NOPE`"
+        );
+        let other = store.code_for("telegram", "7|bob").await.unwrap();
+        assert_eq!(
+            pairing_command(&store, "telegram", &format!("deny {other}"))
+                .await
+                .unwrap(),
+            format!("Denied pairing code `{other}`")
+        );
+        assert_eq!(run("list").await, "No pending pairing requests.");
+        assert_eq!(
+            run("deny NOPE").await,
+            "Pairing code `NOPE` not found or already expired"
+        );
+        assert_eq!(
+            run("revoke 42|alice").await,
+            "Revoked 42|alice from telegram"
+        );
+        assert!(!store.is_approved("telegram", "42|alice").await.unwrap());
+        assert_eq!(
+            run("revoke telegram 42|alice").await,
+            "42|alice was not in the approved list for telegram"
+        );
+        assert_eq!(run("approve").await, "Usage: `/pairing approve <code>`");
+        assert_eq!(
+            run("frobnicate").await,
+            "Unknown pairing command.\nUsage: `/pairing [list|approve <code>|deny <code>|revoke <user_id>|revoke <channel> <user_id>]`"
+        );
+    }
+
+    #[test]
     fn similarity_matches_difflib() {
         assert!((similarity("/hepl", "/help") - 0.8).abs() < 1e-9);
         assert!((similarity("abcd", "bcde") - 0.75).abs() < 1e-9);
@@ -426,7 +798,7 @@ mod tests {
     fn help_and_status_texts_have_upstream_lines() {
         assert_eq!(
             help_text(),
-            "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/stop — Cancel the active agent turn for this chat.\n/status — Display runtime, provider, and channel status.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/help — List available slash commands."
+            "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/compact — Compact this chat's context and continue the conversation.\n/stop — Cancel the active agent turn for this chat.\n/restart — Restart the bot process.\n/status — Display runtime, provider, and channel status.\n/history [n] — Print the last N persisted conversation messages.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/skill — List all enabled skills available to the agent.\n/help — List available slash commands.\n/pairing [list|approve <code>|deny <code>|revoke <user_id>] — List, approve, deny or revoke pairing requests."
         );
         let s = status_text(&StatusInfo {
             version: "0.1.0".into(),

@@ -34,6 +34,7 @@ pub mod outbox;
 pub mod outcomes;
 pub mod pipeline;
 pub mod recovery;
+pub mod restart;
 pub mod stop;
 pub mod subagent;
 pub mod turn;

@@ -92,6 +92,32 @@ pub async fn dream_command(
     Ok(reply)
 }
 
+/// `/compact`: asks the memory workers to archive the session's unarchived rows now, the job
+/// AutoCompact runs for an idle session (its summary is injected into the next turn). The job
+/// writes the session under its lease, so it runs once this command's turn released it.
+pub async fn compact(
+    deps: &Deps,
+    bot: &Bot,
+    message_id: &str,
+    session_key: &str,
+) -> anyhow::Result<()> {
+    let request = ConsolidationRequest {
+        id: format!("{message_id}:compact"),
+        bot: bot.spec.id.clone(),
+        session_key: session_key.to_string(),
+        kind: MemoryJobKind::Idle.into(),
+        ..Default::default()
+    };
+    bus::publish(
+        &deps.js,
+        subjects::consolidate(&bot.spec.id),
+        Some(&request.id),
+        &request,
+    )
+    .await?;
+    Ok(())
+}
+
 /// `/new`: asks the memory workers to archive the session's unconsolidated tail (a snapshot
 /// taken now, before the session is cleared).
 pub async fn archive_on_new(

@@ -76,6 +76,15 @@ pub enum Command {
         #[command(subcommand)]
         action: crate::pairing::PairingAction,
     },
+    /// Sessions of a bot: `import` upstream nanobot's JSONL sessions into Redis.
+    Sessions {
+        /// Bot id (default: the first bot).
+        #[arg(long)]
+        bot: Option<String>,
+        /// What to do.
+        #[command(subcommand)]
+        action: crate::sessions::SessionsAction,
+    },
     /// Scheduled jobs of a bot: `list`, `add`, `remove ID`, `enable ID`, `run ID`.
     Cron {
         /// Bot id (default: the first bot).
@@ -215,6 +224,12 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Pairing { bot, action } => {
             let cfg = load(&cli)?;
             crate::pairing::run(&cfg, bot.as_deref(), action).await
+        }
+        Command::Sessions { bot, action } => {
+            let cfg = load(&cli)?;
+            let env: HashMap<String, String> = std::env::vars().collect();
+            let path = config::resolve_path(cli.config.as_deref(), &env);
+            crate::sessions::run(&cfg, &path, bot.as_deref(), action).await
         }
         Command::Cron { bot, action } => {
             let cfg = load(&cli)?;

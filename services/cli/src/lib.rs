@@ -8,6 +8,7 @@
 //! - `fleet`: `up` / `down`.
 //! - `onboard`: config and workspace from `templates/`.
 //! - `pairing`: `nanobot pairing list|approve|revoke` (chat-channel sender approvals).
+//! - `sessions`: `nanobot sessions import` (upstream's JSONL sessions into Redis).
 //! - `cron`: `nanobot cron list|add|remove|enable|run` (a bot's `cron/jobs.json`).
 //! - `deploy`: `nanobot deploy nats-config|redis-acl` (per-role NATS users, Redis ACL).
 #![forbid(unsafe_code)]
@@ -19,4 +20,5 @@ pub mod deploy;
 pub mod fleet;
 pub mod onboard;
 pub mod pairing;
+pub mod sessions;
 pub mod status;

@@ -28,6 +28,8 @@ pub struct ContextBuilder {
     pub builtin_skills: Option<PathBuf>,
     /// Agent time zone name, shown in the runtime context.
     pub timezone: String,
+    /// Skills left out (`agents.defaults.disabledSkills`).
+    pub disabled_skills: Vec<String>,
 }
 
 fn read_nonempty(path: &Path) -> Option<String> {
@@ -50,6 +52,15 @@ fn format_hint(channel: &str) -> &'static str {
 }
 
 impl ContextBuilder {
+    /// Returns the bot's enabled skills (workspace over builtin, minus the disabled ones).
+    pub fn skills(&self) -> Vec<skills::Skill> {
+        skills::discover(
+            &self.workspace,
+            self.builtin_skills.as_deref(),
+            &self.disabled_skills,
+        )
+    }
+
     fn identity(&self, channel: &str) -> String {
         let ws = self.workspace.display();
         format!(
@@ -122,7 +133,7 @@ impl ContextBuilder {
                 memory.trim()
             ));
         }
-        let skills = skills::discover(&self.workspace, self.builtin_skills.as_deref());
+        let skills = self.skills();
         parts.extend(skills::active_section(&skills));
         parts.extend(skills::summary_section(&skills));
         parts.extend(self.recent_history());
@@ -147,7 +158,7 @@ impl ContextBuilder {
     pub fn subagent_prompt(&self) -> String {
         let ws = self.workspace.display().to_string();
         let mut parts = vec![crate::subagent::system_prompt(&self.current_time(), &ws)];
-        let skills = skills::discover(&self.workspace, self.builtin_skills.as_deref());
+        let skills = self.skills();
         parts.extend(skills::summary_section(&skills));
         parts.join(SEPARATOR)
     }
@@ -265,6 +276,7 @@ mod tests {
             workspace: ws.to_path_buf(),
             builtin_skills: None,
             timezone: "UTC".into(),
+            disabled_skills: Vec::new(),
         }
     }
 

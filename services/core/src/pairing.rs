@@ -167,6 +167,27 @@ impl PairingStore {
         Ok(Some(pending))
     }
 
+    /// Denies `code`: the request is dropped (the sender may ask again). Returns whether it
+    /// was pending.
+    pub async fn deny(&self, code: &str) -> redis::RedisResult<bool> {
+        let mut conn = self.redis.clone();
+        let code = code.trim().to_ascii_uppercase();
+        let json: Option<String> = conn.get_del(keys::pairing_code(&self.bot, &code)).await?;
+        let _: () = conn.srem(keys::pairing_index(&self.bot), &code).await?;
+        let Some(pending) = json.and_then(|j| serde_json::from_str::<PendingPairing>(&j).ok())
+        else {
+            return Ok(false);
+        };
+        let _: () = conn
+            .del(keys::pairing_sender(
+                &self.bot,
+                &pending.channel,
+                &pending.sender_id,
+            ))
+            .await?;
+        Ok(true)
+    }
+
     /// Revokes an approved sender of `channel`; returns whether it was approved.
     pub async fn revoke(&self, channel: &str, sender_id: &str) -> redis::RedisResult<bool> {
         let mut conn = self.redis.clone();

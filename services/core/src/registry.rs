@@ -1,5 +1,7 @@
 //! The provider registry (upstream `providers/registry.py`, reference §16.2): every vendor the
-//! fleet knows, in match-priority order, with its backend, env key, model keywords, default
+//! fleet knows, in match-priority order (upstream 0.3.5's entries except the OAuth ones,
+//! `openai_codex`, `xai_grok`, `github_copilot`, Bedrock and the transcription-only
+//! `assemblyai`, whose backends the fleet does not speak), with its backend, env key, model keywords, default
 //! base URL, key-prefix / base-URL detection and per-model overrides.
 
 /// How a provider is called.
@@ -94,6 +96,49 @@ pub const PROVIDERS: &[ProviderSpec] = &[
         )
     },
     ProviderSpec {
+        keywords: &["orcarouter"],
+        key_prefix: "sk-orca-",
+        base_keyword: "orcarouter",
+        is_gateway: true,
+        ..spec(
+            "orcarouter",
+            "ORCAROUTER_API_KEY",
+            "https://api.orcarouter.ai/v1",
+        )
+    },
+    ProviderSpec {
+        keywords: &["edenai"],
+        base_keyword: "edenai",
+        is_gateway: true,
+        ..spec("edenai", "EDENAI_API_KEY", "https://api.edenai.run/v3")
+    },
+    ProviderSpec {
+        keywords: &["opencode/", "opencode", "opencode-zen", "opencode_zen"],
+        base_keyword: "opencode.ai/zen",
+        is_gateway: true,
+        ..spec("opencode", "OPENCODE_API_KEY", "https://opencode.ai/zen/v1")
+    },
+    ProviderSpec {
+        keywords: &["opencode/", "opencode_zen", "opencode-zen"],
+        base_keyword: "opencode.ai/zen",
+        is_gateway: true,
+        ..spec(
+            "opencode_zen",
+            "OPENCODE_API_KEY",
+            "https://opencode.ai/zen/v1",
+        )
+    },
+    ProviderSpec {
+        keywords: &["opencode-go", "opencode_go"],
+        base_keyword: "opencode.ai/zen/go",
+        is_gateway: true,
+        ..spec(
+            "opencode_go",
+            "OPENCODE_API_KEY",
+            "https://opencode.ai/zen/go/v1",
+        )
+    },
+    ProviderSpec {
         keywords: &["huggingface"],
         key_prefix: "hf_",
         base_keyword: "huggingface",
@@ -102,6 +147,16 @@ pub const PROVIDERS: &[ProviderSpec] = &[
             "huggingface",
             "HF_TOKEN",
             "https://router.huggingface.co/v1",
+        )
+    },
+    ProviderSpec {
+        keywords: &["skywork", "skyclaw", "apifree"],
+        base_keyword: "apifree.ai",
+        is_gateway: true,
+        ..spec(
+            "skywork",
+            "SKYWORK_API_KEY",
+            "https://api.apifree.ai/agent/v1",
         )
     },
     ProviderSpec {
@@ -142,6 +197,37 @@ pub const PROVIDERS: &[ProviderSpec] = &[
         )
     },
     ProviderSpec {
+        keywords: &["volcengine-plan"],
+        is_gateway: true,
+        strip_any_prefix: true,
+        ..spec(
+            "volcengine_coding_plan",
+            "OPENAI_API_KEY",
+            "https://ark.cn-beijing.volces.com/api/coding/v3",
+        )
+    },
+    ProviderSpec {
+        keywords: &["byteplus"],
+        base_keyword: "bytepluses",
+        is_gateway: true,
+        strip_any_prefix: true,
+        ..spec(
+            "byteplus",
+            "OPENAI_API_KEY",
+            "https://ark.ap-southeast.bytepluses.com/api/v3",
+        )
+    },
+    ProviderSpec {
+        keywords: &["byteplus-plan"],
+        is_gateway: true,
+        strip_any_prefix: true,
+        ..spec(
+            "byteplus_coding_plan",
+            "OPENAI_API_KEY",
+            "https://ark.ap-southeast.bytepluses.com/api/coding/v3",
+        )
+    },
+    ProviderSpec {
         backend: Backend::Anthropic,
         keywords: &["anthropic", "claude"],
         base_keyword: "anthropic",
@@ -162,7 +248,7 @@ pub const PROVIDERS: &[ProviderSpec] = &[
         ..spec("deepseek", "DEEPSEEK_API_KEY", "https://api.deepseek.com")
     },
     ProviderSpec {
-        keywords: &["gemini"],
+        keywords: &["gemini", "gemma"],
         base_keyword: "generativelanguage",
         ..spec(
             "gemini",
@@ -207,12 +293,30 @@ pub const PROVIDERS: &[ProviderSpec] = &[
         ..spec("moonshot", "MOONSHOT_API_KEY", "https://api.moonshot.ai/v1")
     },
     ProviderSpec {
+        backend: Backend::Anthropic,
+        keywords: &["kimi-coding", "kimi_coding", "kimi-for-coding"],
+        ..spec(
+            "kimi_coding",
+            "KIMI_CODING_API_KEY",
+            "https://api.kimi.com/coding/v1",
+        )
+    },
+    ProviderSpec {
         keywords: &["minimax"],
         base_keyword: "minimax",
         ..spec("minimax", "MINIMAX_API_KEY", "https://api.minimax.io/v1")
     },
     ProviderSpec {
-        keywords: &["mistral", "codestral"],
+        backend: Backend::Anthropic,
+        keywords: &["minimax_anthropic"],
+        ..spec(
+            "minimax_anthropic",
+            "MINIMAX_API_KEY",
+            "https://api.minimax.io/anthropic",
+        )
+    },
+    ProviderSpec {
+        keywords: &["mistral", "magistral", "ministral", "codestral", "devstral"],
         base_keyword: "mistral",
         ..spec("mistral", "MISTRAL_API_KEY", "https://api.mistral.ai/v1")
     },
@@ -220,6 +324,31 @@ pub const PROVIDERS: &[ProviderSpec] = &[
         keywords: &["stepfun", "step-"],
         base_keyword: "stepfun",
         ..spec("stepfun", "STEPFUN_API_KEY", "https://api.stepfun.com/v1")
+    },
+    ProviderSpec {
+        keywords: &["xiaomi_mimo", "mimo"],
+        ..spec(
+            "xiaomi_mimo",
+            "XIAOMIMIMO_API_KEY",
+            "https://api.xiaomimimo.com/v1",
+        )
+    },
+    ProviderSpec {
+        keywords: &["longcat"],
+        ..spec(
+            "longcat",
+            "LONGCAT_API_KEY",
+            "https://api.longcat.chat/openai/v1",
+        )
+    },
+    ProviderSpec {
+        keywords: &["ant_ling", "ant-ling", "ling-", "ring-"],
+        base_keyword: "ant-ling.com",
+        ..spec(
+            "ant_ling",
+            "ANT_LING_API_KEY",
+            "https://api.ant-ling.com/v1",
+        )
     },
     ProviderSpec {
         keywords: &["vllm"],
@@ -239,6 +368,22 @@ pub const PROVIDERS: &[ProviderSpec] = &[
         ..spec("lm_studio", "LM_STUDIO_API_KEY", "http://localhost:1234/v1")
     },
     ProviderSpec {
+        keywords: &["atomic-chat", "atomic_chat", "atomicchat"],
+        base_keyword: "1337",
+        is_local: true,
+        ..spec(
+            "atomic_chat",
+            "ATOMIC_CHAT_API_KEY",
+            "http://localhost:1337/v1",
+        )
+    },
+    ProviderSpec {
+        keywords: &["openvino", "ovms"],
+        is_local: true,
+        is_direct: true,
+        ..spec("ovms", "", "http://localhost:8000/v3")
+    },
+    ProviderSpec {
         keywords: &["nvidia", "nemotron"],
         key_prefix: "nvapi-",
         base_keyword: "nvidia",
@@ -252,6 +397,14 @@ pub const PROVIDERS: &[ProviderSpec] = &[
         keywords: &["groq"],
         base_keyword: "groq",
         ..spec("groq", "GROQ_API_KEY", "https://api.groq.com/openai/v1")
+    },
+    ProviderSpec {
+        keywords: &["qianfan", "ernie"],
+        ..spec(
+            "qianfan",
+            "QIANFAN_API_KEY",
+            "https://qianfan.baidubce.com/v2",
+        )
     },
 ];
 
@@ -331,6 +484,71 @@ mod tests {
         assert_eq!(
             find("anthropic").map(|s| s.backend),
             Some(Backend::Anthropic)
+        );
+    }
+
+    #[test]
+    fn upstreams_registry_entries_are_known_in_upstreams_order() {
+        let upstream = [
+            "custom",
+            "azure_openai",
+            "openrouter",
+            "orcarouter",
+            "edenai",
+            "opencode",
+            "opencode_zen",
+            "opencode_go",
+            "huggingface",
+            "skywork",
+            "aihubmix",
+            "siliconflow",
+            "novita",
+            "volcengine",
+            "volcengine_coding_plan",
+            "byteplus",
+            "byteplus_coding_plan",
+            "anthropic",
+            "openai",
+            "deepseek",
+            "gemini",
+            "zhipu",
+            "dashscope",
+            "modelscope",
+            "moonshot",
+            "kimi_coding",
+            "minimax",
+            "minimax_anthropic",
+            "mistral",
+            "stepfun",
+            "xiaomi_mimo",
+            "longcat",
+            "ant_ling",
+            "vllm",
+            "ollama",
+            "lm_studio",
+            "atomic_chat",
+            "ovms",
+            "nvidia",
+            "groq",
+            "qianfan",
+        ];
+        let names: Vec<&str> = PROVIDERS.iter().map(|s| s.name).collect();
+        assert_eq!(names, upstream);
+        assert_eq!(
+            by_key_prefix("sk-orca-1").map(|s| s.name),
+            Some("orcarouter")
+        );
+        assert_eq!(
+            by_base_keyword("http://127.0.0.1:1337/v1").map(|s| s.name),
+            Some("atomic_chat")
+        );
+        assert_eq!(
+            find("minimax-anthropic").map(|s| s.backend),
+            Some(Backend::Anthropic)
+        );
+        assert_eq!(
+            find("byteplus").unwrap().wire_model("byteplus/seed-1.6"),
+            "seed-1.6"
         );
     }
 

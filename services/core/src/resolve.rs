@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nanobot_runtime::config::{BotSpec, Config, ProviderConfig};
 
-use crate::provider::{AnthropicProvider, Endpoint, OpenAiProvider, Provider};
+use crate::provider::{AnthropicProvider, Endpoint, Fallback, Fallbacks, OpenAiProvider, Provider};
 use crate::registry::{self, Backend, ProviderSpec};
 
 /// The resolved target of a bot's LLM calls.
@@ -24,6 +24,8 @@ pub struct Target {
     pub endpoint: Endpoint,
     /// Temperature forced by a per-model override.
     pub temperature: Option<f64>,
+    /// The provider honours `cache_control` markers (registry `supports_prompt_caching`).
+    pub prompt_caching: bool,
 }
 
 /// Reads an environment variable (injected so tests never touch the process environment).
@@ -77,6 +79,7 @@ impl Candidate<'_> {
             provider: self.name.to_string(),
             backend: spec.map_or(Backend::OpenAiCompat, |s| s.backend),
             temperature: spec.and_then(|s| s.temperature_override(model)),
+            prompt_caching: spec.is_some_and(|s| s.supports_prompt_caching),
             model: wire,
             endpoint: Endpoint {
                 api_base: self
@@ -222,6 +225,7 @@ fn local(cfg: &Config) -> Target {
         backend: Backend::OpenAiCompat,
         model: cfg.runner.local_model.clone(),
         temperature: None,
+        prompt_caching: false,
         endpoint: Endpoint {
             api_base: cfg.runner.local_model_url.clone(),
             api_key: String::new(),
@@ -236,17 +240,80 @@ pub fn provider(target: &Target) -> Provider {
         Backend::Anthropic => {
             Provider::Anthropic(AnthropicProvider::new(target.endpoint.clone(), None))
         }
-        Backend::OpenAiCompat => {
-            Provider::OpenAi(OpenAiProvider::new(target.endpoint.clone(), None))
-        }
+        Backend::OpenAiCompat => Provider::OpenAi(
+            OpenAiProvider::new(target.endpoint.clone(), None)
+                .with_prompt_caching(target.prompt_caching),
+        ),
     }
 }
 
-/// Returns the target and provider client of `bot`.
+/// Returns the target and provider client of `bot`, with upstream's
+/// `agents.defaults.fallbackModels` behind it when any are configured.
 pub fn provider_for(cfg: &Config, bot: &BotSpec) -> (Target, Provider) {
     let target = resolve(cfg, bot);
-    let provider = provider(&target);
+    let primary = provider(&target);
+    let chain: Vec<Fallback> = fallback_specs(cfg, bot)
+        .iter()
+        .map(|(spec, temperature)| {
+            let t = resolve(cfg, spec);
+            Fallback {
+                provider: provider(&t),
+                model: t.model,
+                temperature: temperature.or(t.temperature),
+            }
+        })
+        .collect();
+    if chain.is_empty() {
+        return (target, primary);
+    }
+    let provider = Provider::Fallback(std::sync::Arc::new(Fallbacks { primary, chain }));
     (target, provider)
+}
+
+/// The bots `agents.defaults.fallbackModels` stands for, in order: each entry is a model
+/// preset's name (`modelPresets.<name>`) or an inline `{model, provider, temperature}`; the
+/// provider defaults to `auto` (detected from the model as for the bot). Entries naming no
+/// model are skipped with a warning.
+pub fn fallback_specs(cfg: &Config, bot: &BotSpec) -> Vec<(BotSpec, Option<f64>)> {
+    let extra = &cfg.agents.defaults.extra;
+    let Some(entries) = extra
+        .get("fallbackModels")
+        .or_else(|| extra.get("fallback_models"))
+        .and_then(|v| v.as_array())
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let preset = match entry {
+            serde_json::Value::String(name) => cfg.model_presets.get(name),
+            other => Some(other),
+        };
+        let model = preset
+            .and_then(|p| p.get("model"))
+            .and_then(|m| m.as_str())
+            .filter(|m| !m.is_empty());
+        let Some(model) = model else {
+            tracing::warn!(entry = %entry, "fallback model entry names no model; skipped");
+            continue;
+        };
+        let provider = preset
+            .and_then(|p| p.get("provider"))
+            .and_then(|m| m.as_str())
+            .unwrap_or("auto");
+        let temperature = preset
+            .and_then(|p| p.get("temperature"))
+            .and_then(|t| t.as_f64());
+        out.push((
+            BotSpec {
+                model: model.to_string(),
+                provider: provider.to_string(),
+                ..bot.clone()
+            },
+            temperature,
+        ));
+    }
+    out
 }
 
 /// Returns the LLM wall timeout (`runner.llmTimeoutSecs`, 0 disables).
@@ -327,6 +394,26 @@ mod tests {
     }
 
     #[test]
+    fn fallback_models_are_presets_or_inline_entries_in_order() {
+        let c = cfg(
+            r#"{"agents":{"defaults":{"model":"primary","fallbackModels":["cheap",{"model":"deepseek/deepseek-chat"},{"provider":"x"},"missing"]}},
+                "modelPresets":{"cheap":{"model":"gpt-4o-mini","provider":"openai","temperature":0.2}}}"#,
+        );
+        let specs: Vec<(String, String, Option<f64>)> = fallback_specs(&c, &c.bots()[0])
+            .into_iter()
+            .map(|(b, t)| (b.model, b.provider, t))
+            .collect();
+        assert_eq!(
+            specs,
+            [
+                ("gpt-4o-mini".into(), "openai".into(), Some(0.2)),
+                ("deepseek/deepseek-chat".into(), "auto".into(), None),
+            ]
+        );
+        assert!(fallback_specs(&cfg("{}"), &cfg("{}").bots()[0]).is_empty());
+    }
+
+    #[test]
     fn detection_follows_upstream_order() {
         // A keyword match beats a gateway key; a gateway key beats other keys.
         let c = cfg(
@@ -344,6 +431,8 @@ mod tests {
             (t.provider.as_str(), t.model.as_str()),
             ("openrouter", "mystery")
         );
+        assert!(t.prompt_caching, "OpenRouter honours cache_control");
+        assert!(!resolve_with(&cfg("{}"), &cfg("{}").bots()[0], &no_env).prompt_caching);
         // A local server with an apiBase is used for any model.
         let c = cfg(
             r#"{"agents":{"defaults":{"model":"llama3"}},"providers":{"ollama":{"apiBase":"http://127.0.0.1:11434/v1"}}}"#,

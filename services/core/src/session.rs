@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use nanobot_proto::keys;
 
+pub mod import;
 pub mod meta;
 mod scripts;
 
@@ -420,6 +421,51 @@ impl SessionWriter {
             inv.arg(row.to_string());
         }
         self.run("commit", key, inv).await
+    }
+
+    /// Writes an imported session (`nanobot sessions import`) in one fenced script: its rows,
+    /// `created_at`, `updated_at`, `last_consolidated` and metadata. A session that already
+    /// exists in Redis is left alone unless `force` (then it is replaced, never appended to),
+    /// so importing the same file twice stores it once. Returns whether it was written.
+    pub async fn import(&self, session: &import::Imported, force: bool) -> Result<bool> {
+        let key = session.key.as_str();
+        self.index(key).await?;
+        let (fence, token) = self.token();
+        let mut inv = scripts::IMPORT.prepare_invoke();
+        inv.key(fence)
+            .key(keys::session_messages(&self.store.bot, key))
+            .key(keys::session_meta(&self.store.bot, key))
+            .arg(token)
+            .arg(if force { "1" } else { "0" })
+            .arg(&session.created_at)
+            .arg(&session.updated_at)
+            .arg(session.last_consolidated)
+            .arg(Value::Object(session.metadata.clone()).to_string());
+        for row in &session.messages {
+            inv.arg(row.to_string());
+        }
+        let mut conn = self.store.redis.clone();
+        let written = match inv.invoke_async::<i64>(&mut conn).await {
+            Ok(n) => n == 1,
+            Err(e) if e.code() == Some(scripts::FENCED) => {
+                return Err(SessionError::Fenced {
+                    session: key.to_string(),
+                });
+            }
+            Err(e) => return Err(SessionStore::err("import", key)(e)),
+        };
+        if written
+            && !self
+                .store
+                .redis
+                .replicate(&keys::session_meta(&self.store.bot, key))
+                .await
+        {
+            return Err(SessionError::Unreplicated {
+                session: key.to_string(),
+            });
+        }
+        Ok(written)
     }
 
     /// Empties the outbox once `payload` is published (unless it was replaced meanwhile).

@@ -160,7 +160,22 @@ async fn invalid_requests_get_the_upstream_error_texts() {
     assert_eq!(
         body,
         json!({"error": {"message": "Missing Authorization header. Use: Bearer <api_key>",
-                         "type": "authentication_error", "code": 401}})
+                         "type": "invalid_request_error", "code": 401}})
+    );
+    let resp = gw
+        .http
+        .post(&url)
+        .header("Authorization", "Basic c2Vrcml0")
+        .json(&user("hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(
+        resp.json::<Value>().await.unwrap(),
+        json!({"error": {"message": "Missing Authorization header. Use: Bearer <api_key>",
+                         "type": "invalid_request_error", "code": 401}}),
+        "a header not in the Bearer form is reported as missing, as upstream"
     );
     let resp = gw
         .http
@@ -172,8 +187,8 @@ async fn invalid_requests_get_the_upstream_error_texts() {
         .unwrap();
     assert_eq!(resp.status(), 401);
     assert_eq!(
-        resp.json::<Value>().await.unwrap()["error"]["message"],
-        "Invalid API key"
+        resp.json::<Value>().await.unwrap(),
+        json!({"error": {"message": "Invalid API key", "type": "invalid_request_error", "code": 401}})
     );
     let resp = gw.http.get(gw.url("/v1/models")).send().await.unwrap();
     assert_eq!(resp.status(), 401, "models need the key too");

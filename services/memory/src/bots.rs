@@ -65,6 +65,7 @@ pub fn build(
                     workspace: spec.workspace.clone(),
                     builtin_skills: None,
                     timezone: cfg.agents.defaults.timezone.clone(),
+                    disabled_skills: nanobot_core::skills::disabled_skills(cfg),
                 },
                 tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout),
                 spec,

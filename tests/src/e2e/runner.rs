@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use nanobot_proto::{InboundMessage, keys};
 
-use super::ask;
+use super::{TURN, ask};
 use crate::harness::Fleet;
 use crate::scripted_llm::{Recorded, Reply};
 
@@ -179,6 +179,116 @@ pub(super) async fn kill_and_restart_agent(fleet: &mut Fleet) {
     fleet.wait_ready().await.unwrap();
 }
 
+/// Upstream's `/help` for the commands the fleet offers (`BUILTIN_COMMAND_SPECS` order).
+const HELP: &str = "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/compact — Compact this chat's context and continue the conversation.\n/stop — Cancel the active agent turn for this chat.\n/restart — Restart the bot process.\n/status — Display runtime, provider, and channel status.\n/history [n] — Print the last N persisted conversation messages.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/skill — List all enabled skills available to the agent.\n/help — List available slash commands.\n/pairing [list|approve <code>|deny <code>|revoke <user_id>] — List, approve, deny or revoke pairing requests.";
+
+#[tokio::test]
+async fn history_skill_pairing_and_restart_answer_as_upstream() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .config(json!({"agents": {"defaults": {"disabledSkills": ["hidden"]}}}))
+        .start()
+        .await
+        .unwrap();
+    for (name, frontmatter) in [
+        (
+            "greet",
+            "name: greet\ndescription: >\n  Greets people\n  warmly.",
+        ),
+        ("hidden", "name: hidden\ndescription: Never listed."),
+    ] {
+        let skill = fleet.workspace().join("skills").join(name);
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::write(
+            skill.join("SKILL.md"),
+            format!("---\n{frontmatter}\n---\nSay hello.\n"),
+        )
+        .unwrap();
+    }
+    assert_eq!(ask(&mut fleet, "/help@my_bot", None).await, HELP);
+    assert_eq!(
+        ask(&mut fleet, "/history", Some("cli:h")).await,
+        "No conversation history yet."
+    );
+    fleet.llm.push(Reply::text("hi there"));
+    ask(&mut fleet, "hello", Some("cli:h")).await;
+    let history = ask(&mut fleet, "/history 5", Some("cli:h")).await;
+    let lines: Vec<&str> = history.lines().collect();
+    assert_eq!(lines[0], "Last 2 message(s):", "{history}");
+    assert!(lines[1].starts_with("👤 You: hello"), "{history}");
+    assert_eq!(lines[2], "🤖 Bot: hi there", "{history}");
+    let skills = ask(&mut fleet, "/skill", None).await;
+    assert!(skills.starts_with("Available skills ("), "{skills}");
+    assert!(
+        skills.contains("\n- **greet** — Greets people warmly."),
+        "a folded YAML description: {skills}"
+    );
+    assert!(!skills.contains("hidden"), "disabledSkills: {skills}");
+    assert_eq!(
+        ask(&mut fleet, "/pairing", None).await,
+        "No pending pairing requests."
+    );
+    assert_eq!(
+        ask(&mut fleet, "/pairing approve NOPE1234", None).await,
+        "Invalid or expired pairing code: `NOPE1234`"
+    );
+    assert_eq!(
+        fleet.llm.request_count(),
+        1,
+        "commands never reach the model"
+    );
+
+    // `/restart`: the runner answers, shuts down and execs itself (same process id).
+    let pid = fleet.service("agent").pid();
+    let log = fleet.service("agent").log_path().to_path_buf();
+    let starts = move || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.matches("connected to nats").count()
+    };
+    assert_eq!(starts(), 1);
+    assert_eq!(ask(&mut fleet, "/restart", None).await, "Restarting...");
+    crate::harness::wait_until(|| std::future::ready(starts() == 2), TURN)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the agent did not come back:\n{}",
+                fleet.service("agent").log_tail(40)
+            )
+        });
+    assert!(fleet.service("agent").exit_status().is_none());
+    assert_eq!(fleet.service("agent").pid(), pid, "restarted in place");
+    fleet.llm.push(Reply::text("still here"));
+    assert_eq!(
+        ask(&mut fleet, "are you there", Some("cli:h")).await,
+        "still here"
+    );
+}
+
+#[tokio::test]
+async fn compact_archives_the_chat_now_and_the_conversation_goes_on() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools", "memory"])
+        .start()
+        .await
+        .unwrap();
+    fleet.llm.push(Reply::text("hi there"));
+    ask(&mut fleet, "hello", Some("cli:c")).await;
+    assert_eq!(super::memory::last_consolidated(&fleet, "cli:c").await, 0);
+    assert_eq!(
+        ask(&mut fleet, "/compact", Some("cli:c")).await,
+        "Compacting this chat's context; the conversation continues."
+    );
+    let archived = || async { super::memory::last_consolidated(&fleet, "cli:c").await >= 2 };
+    crate::harness::wait_until(archived, TURN)
+        .await
+        .expect("the memory worker archived the chat");
+    fleet.llm.push(Reply::text("still talking"));
+    assert_eq!(
+        ask(&mut fleet, "and now?", Some("cli:c")).await,
+        "still talking"
+    );
+}
+
 #[tokio::test]
 async fn commands_answer_with_upstream_strings_without_calling_the_model() {
     let mut fleet = Fleet::builder()
@@ -186,10 +296,7 @@ async fn commands_answer_with_upstream_strings_without_calling_the_model() {
         .start()
         .await
         .unwrap();
-    assert_eq!(
-        ask(&mut fleet, "/help", None).await,
-        "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/stop — Cancel the active agent turn for this chat.\n/status — Display runtime, provider, and channel status.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/help — List available slash commands."
-    );
+    assert_eq!(ask(&mut fleet, "/help", None).await, HELP);
     assert_eq!(
         ask(&mut fleet, "/hepl", None).await,
         "Unknown command \"/hepl\". Did you mean \"/help\"?"

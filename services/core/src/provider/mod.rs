@@ -194,6 +194,67 @@ pub enum Provider {
     OpenAi(OpenAiProvider),
     /// `POST {apiBase}/v1/messages`.
     Anthropic(AnthropicProvider),
+    /// A provider with upstream's `fallbackModels` behind it.
+    Fallback(std::sync::Arc<Fallbacks>),
+}
+
+/// Upstream's `agents.defaults.fallbackModels`: when the primary's call fails on a transient
+/// error (timeout, connection, 5xx, rate limit, overloaded) after its retries, and before any
+/// content was streamed, the fallbacks are tried in order, each with its own retries.
+#[derive(Debug)]
+pub struct Fallbacks {
+    /// The bot's own provider.
+    pub primary: Provider,
+    /// Each fallback: its provider, the model name sent on the wire and a forced temperature.
+    pub chain: Vec<Fallback>,
+}
+
+/// One fallback model.
+#[derive(Debug)]
+pub struct Fallback {
+    /// Its provider.
+    pub provider: Provider,
+    /// The model name sent on the wire.
+    pub model: String,
+    /// Temperature forced by a per-model override (or the entry's own).
+    pub temperature: Option<f64>,
+}
+
+impl Fallbacks {
+    async fn chat(
+        &self,
+        req: &ChatRequest,
+        on_delta: Option<&DeltaFn<'_>>,
+    ) -> Result<ChatResponse, LlmError> {
+        let streamed = std::sync::atomic::AtomicBool::new(false);
+        let forward = |text: &str| {
+            streamed.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(f) = on_delta {
+                f(text);
+            }
+        };
+        let sink: Option<&DeltaFn<'_>> = on_delta.map(|_| &forward as &DeltaFn<'_>);
+        let mut error = match self.primary.chat_with_retry(req, sink).await {
+            Ok(r) => return Ok(r),
+            Err(e) => e,
+        };
+        for fallback in &self.chain {
+            if !error.retryable() || streamed.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            tracing::warn!(model = %fallback.model, error = %error, "llm call failed, trying the next fallback model");
+            let mut next = req.clone();
+            next.model = fallback.model.clone();
+            if let Some(t) = fallback.temperature {
+                next.temperature = t;
+            }
+            error = match fallback.provider.chat_with_retry(&next, sink).await {
+                Ok(r) => return Ok(r),
+                Err(e) => e,
+            };
+        }
+        Err(error)
+    }
 }
 
 impl Provider {
@@ -206,6 +267,7 @@ impl Provider {
         let mut response = match self {
             Self::OpenAi(p) => p.chat(req, on_delta).await?,
             Self::Anthropic(p) => p.chat(req, on_delta).await?,
+            Self::Fallback(f) => return Box::pin(f.primary.chat_once(req, on_delta)).await,
         };
         if let Some(text) = response.content.take() {
             let (clean, think) = strip_think(&text);
@@ -224,6 +286,9 @@ impl Provider {
         req: &ChatRequest,
         on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError> {
+        if let Self::Fallback(f) = self {
+            return Box::pin(f.chat(req, on_delta)).await;
+        }
         let mut attempt = 0;
         loop {
             match self.chat_once(req, on_delta).await {

@@ -13,6 +13,8 @@ use super::{ChatRequest, ChatResponse, DeltaFn, Endpoint, LlmError, SseLines, To
 pub struct OpenAiProvider {
     http: reqwest::Client,
     endpoint: Endpoint,
+    /// Mark Claude requests for prompt caching (a gateway that honours `cache_control`).
+    prompt_caching: bool,
 }
 
 /// Returns messages without fleet-private keys (`_meta` on content blocks, Anthropic
@@ -39,13 +41,71 @@ fn wire_messages(messages: &[Value]) -> Vec<Value> {
         .collect()
 }
 
+/// Upstream's `_apply_cache_control`: an ephemeral `cache_control` on the system message, on
+/// the second-to-last message (with 3 or more) and on the last builtin tool and the last tool
+/// (`_tool_cache_marker_indices`); string content becomes one text block carrying the marker.
+fn apply_cache_control(body: &mut Value) {
+    fn mark(message: &mut Value) {
+        match message.get_mut("content") {
+            Some(Value::String(text)) => {
+                let text = std::mem::take(text);
+                message["content"] = json!([
+                    {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}
+                ]);
+            }
+            Some(Value::Array(blocks)) if !blocks.is_empty() => {
+                if let Some(last) = blocks.last_mut().and_then(Value::as_object_mut) {
+                    last.insert("cache_control".into(), json!({"type": "ephemeral"}));
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(messages) = body["messages"].as_array_mut() {
+        if messages.first().is_some_and(|m| m["role"] == "system") {
+            mark(&mut messages[0]);
+        }
+        if messages.len() >= 3 {
+            let index = messages.len() - 2;
+            mark(&mut messages[index]);
+        }
+    }
+    if let Some(tools) = body["tools"].as_array_mut()
+        && let Some(tail) = tools.len().checked_sub(1)
+    {
+        let name = |t: &Value| {
+            t.pointer("/function/name")
+                .or_else(|| t.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let builtin = (0..=tail)
+            .rev()
+            .find(|&i| !name(&tools[i]).starts_with("mcp_"));
+        for i in builtin.into_iter().chain([tail]) {
+            if let Some(tool) = tools[i].as_object_mut() {
+                tool.insert("cache_control".into(), json!({"type": "ephemeral"}));
+            }
+        }
+    }
+}
+
 impl OpenAiProvider {
     /// Returns a client for `endpoint` with an optional per-request `timeout`.
     pub fn new(endpoint: Endpoint, timeout: Option<Duration>) -> Self {
         Self {
             http: super::http_client(timeout),
             endpoint,
+            prompt_caching: false,
         }
+    }
+
+    /// Puts upstream's `cache_control` markers on requests for Claude models
+    /// (`anthropic/…`, `claude…`) when the provider supports prompt caching (OpenRouter).
+    pub fn with_prompt_caching(mut self, enabled: bool) -> Self {
+        self.prompt_caching = enabled;
+        self
     }
 
     fn body(&self, req: &ChatRequest, stream: bool) -> Value {
@@ -58,6 +118,10 @@ impl OpenAiProvider {
         if !req.tools.is_empty() {
             body["tools"] = Value::Array(req.tools.clone());
             body["tool_choice"] = json!(req.tool_choice.as_deref().unwrap_or("auto"));
+        }
+        let model = req.model.to_lowercase();
+        if self.prompt_caching && (model.starts_with("anthropic/") || model.starts_with("claude")) {
+            apply_cache_control(&mut body);
         }
         if let Some(effort) = &req.reasoning_effort {
             body["reasoning_effort"] = json!(effort);
@@ -283,6 +347,66 @@ async fn read_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(model: &str) -> ChatRequest {
+        let tool = |name: &str| json!({"type": "function", "function": {"name": name}});
+        ChatRequest {
+            model: model.into(),
+            messages: vec![
+                json!({"role": "system", "content": "You are nanobot."}),
+                json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
+                json!({"role": "assistant", "content": "c"}),
+                json!({"role": "user", "content": "d"}),
+            ],
+            tools: vec![tool("read_file"), tool("exec"), tool("mcp_x_y")],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn claude_through_a_caching_gateway_gets_upstreams_cache_markers() {
+        let endpoint = Endpoint {
+            api_base: "https://openrouter.ai/api/v1".into(),
+            api_key: String::new(),
+            headers: Vec::new(),
+        };
+        let caching = OpenAiProvider::new(endpoint.clone(), None).with_prompt_caching(true);
+        let body = caching.body(&request("anthropic/claude-sonnet-4.5"), false);
+        let marker = json!({"type": "ephemeral"});
+        assert_eq!(
+            body["messages"][0]["content"],
+            json!([{"type": "text", "text": "You are nanobot.", "cache_control": marker}])
+        );
+        assert_eq!(
+            body["messages"][2]["content"],
+            json!([{"type": "text", "text": "c", "cache_control": marker}]),
+            "the second-to-last message"
+        );
+        assert!(
+            body["messages"][1]["content"][1]
+                .get("cache_control")
+                .is_none()
+        );
+        assert_eq!(body["messages"][3]["content"], "d");
+        let marked: Vec<bool> = body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.get("cache_control") == Some(&marker))
+            .collect();
+        assert_eq!(
+            marked,
+            [false, true, true],
+            "last builtin tool and last tool"
+        );
+
+        // Not Claude, or a provider without caching: the body is untouched.
+        let plain = caching.body(&request("openai/gpt-4o"), false);
+        assert!(!plain.to_string().contains("cache_control"));
+        let off = OpenAiProvider::new(endpoint, None);
+        let plain = off.body(&request("anthropic/claude-sonnet-4.5"), false);
+        assert!(!plain.to_string().contains("cache_control"));
+    }
 
     #[test]
     fn completions_parse_and_nameless_tool_calls_are_dropped() {

@@ -105,3 +105,21 @@ pub(super) static COMMIT: LazyLock<Script> = LazyLock::new(|| {
          return 1"
     ))
 });
+
+/// Imports a whole session (`nanobot sessions import`): unless forced, a session that already
+/// has rows or metadata is left alone (answers 0); otherwise its rows and meta hash are
+/// replaced by the imported ones (answers 1). KEYS: fence, messages, meta.
+/// ARGV: token, force ('1' or '0'), created_at, updated_at, last_consolidated, metadata JSON,
+/// rows….
+pub(super) static IMPORT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(fenced!(
+        "if ARGV[2] ~= '1' and (redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 1) then
+           return 0
+         end
+         redis.call('DEL', KEYS[2], KEYS[3])
+         for i = 7, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+         redis.call('HSET', KEYS[3], 'created_at', ARGV[3], 'updated_at', ARGV[4],
+                    'last_consolidated', ARGV[5], 'metadata', ARGV[6])
+         return 1"
+    ))
+});

@@ -6,18 +6,18 @@ use axum::http::header::AUTHORIZATION;
 use super::error::ApiError;
 
 /// Checks the `Authorization: Bearer <key>` header against `api_key`; an empty key disables
-/// authentication.
+/// authentication. As upstream, a header that is absent or does not start with `Bearer ` is
+/// "missing" (it tells the client the expected form); only a wrong key is "invalid".
 pub(crate) fn check(headers: &HeaderMap, api_key: &str) -> Result<(), ApiError> {
     if api_key.is_empty() {
         return Ok(());
     }
-    let Some(value) = headers.get(AUTHORIZATION) else {
+    let Some(token) = headers
+        .get(AUTHORIZATION)
+        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
+    else {
         return Err(ApiError::MissingAuth);
     };
-    let token = value
-        .as_bytes()
-        .strip_prefix(b"Bearer ")
-        .unwrap_or_default();
     if constant_time_eq(token, api_key.as_bytes()) {
         Ok(())
     } else {
@@ -60,7 +60,11 @@ mod tests {
         ));
         assert!(matches!(
             check(&with_auth("k"), "k"),
-            Err(ApiError::InvalidKey)
+            Err(ApiError::MissingAuth)
+        ));
+        assert!(matches!(
+            check(&with_auth("Basic k"), "k"),
+            Err(ApiError::MissingAuth)
         ));
         assert!(matches!(
             check(&with_auth("Bearer kk"), "k"),

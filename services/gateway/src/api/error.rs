@@ -15,7 +15,7 @@ pub enum ApiError {
     /// The request is malformed or asks for something not offered (400).
     #[error("bad request: {0}")]
     BadRequest(String),
-    /// No `Authorization` header while an API key is configured (401).
+    /// No `Authorization: Bearer …` header while an API key is configured (401).
     #[error("missing authorization header")]
     MissingAuth,
     /// The bearer token does not match (401).
@@ -75,10 +75,10 @@ impl ApiError {
         }
     }
 
-    /// Returns the OpenAI-style error `type`.
+    /// Returns the OpenAI-style error `type`; upstream's `_error_json` gives authentication
+    /// failures its default `invalid_request_error` too.
     pub fn error_type(&self) -> &'static str {
         match self {
-            Self::MissingAuth | Self::InvalidKey => "authentication_error",
             Self::Agent(_) | Self::Internal { .. } => "server_error",
             _ => "invalid_request_error",
         }
