@@ -65,6 +65,7 @@ pub fn spec() -> ToolSpec {
             .into(),
         parameters_json: parameters.to_string(),
         read_only: false,
+        exclusive: false,
     }
 }
 

@@ -213,9 +213,12 @@ fn spec(ctx: Ctx<'_>, messages: Vec<Value>, max_iterations: u32, session_key: &s
             channel: "system".into(),
             chat_id: "dream".into(),
             in_cron: true,
+            file_reads: Default::default(),
         },
         capped_replies: ctx.bot.target.caps_replies(),
         telemetry: nanobot_core::runner::Telemetry::of(&ctx.bot.target, ctx.cfg),
+        // Dream reads and edits a few memory files: results stay inline.
+        offload: Default::default(),
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use nanobot_proto::ToolSpec;
+use nanobot_proto::{FileRead, ToolSpec};
 use nanobot_runtime::config::ToolsConfig;
 
 use crate::params;
@@ -25,6 +25,8 @@ pub struct ToolContext {
     pub session_key: String,
     /// The chat the turn came from.
     pub origin: Origin,
+    /// The session's earlier `read_file` results (upstream's read deduplication).
+    pub file_reads: Vec<FileRead>,
 }
 
 /// The chat a call's turn came from, for tools that act on it later (`cron`).
@@ -47,6 +49,8 @@ pub struct ToolOutput {
     pub is_error: bool,
     /// Content blocks as a JSON array when the result is not plain text (images).
     pub blocks_json: String,
+    /// What a `read_file` call read, for the session's next calls.
+    pub file_read: Option<FileRead>,
 }
 
 impl ToolOutput {
@@ -56,6 +60,7 @@ impl ToolOutput {
             content: content.into(),
             is_error: false,
             blocks_json: String::new(),
+            file_read: None,
         }
     }
 
@@ -65,6 +70,7 @@ impl ToolOutput {
             content: content.into(),
             is_error: true,
             blocks_json: String::new(),
+            file_read: None,
         }
     }
 }
@@ -80,6 +86,11 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
     fn parameters(&self) -> Value;
     /// Returns whether the tool has no side effects (safe to run concurrently and to retry).
     fn read_only(&self) -> bool {
+        false
+    }
+    /// Returns whether the tool must run alone, never batched with other calls (upstream
+    /// `exclusive`: `exec`, `web_search`).
+    fn exclusive(&self) -> bool {
         false
     }
     /// Runs the tool with validated parameters.
@@ -141,6 +152,7 @@ impl Registry {
                 description: t.description().into(),
                 parameters_json: t.parameters().to_string(),
                 read_only: t.read_only(),
+                exclusive: t.exclusive(),
             })
             .collect();
         specs.sort_by(|a, b| {

@@ -72,6 +72,8 @@ pub struct RunSpec {
     pub capped_replies: bool,
     /// How the run's LLM calls are traced and counted.
     pub telemetry: Telemetry,
+    /// Where results over `maxToolResultChars` are saved (upstream §6.5).
+    pub offload: crate::tool_results::Offload,
 }
 
 /// How a run's LLM calls are traced (OpenTelemetry GenAI spans) and counted (metrics).
@@ -216,7 +218,9 @@ struct Run<'a> {
     spec: &'a RunSpec,
     requester: Requester<'a>,
     definitions: Vec<Value>,
-    read_only: HashSet<String>,
+    /// Tools that may run concurrently with their neighbours (upstream `concurrency_safe`:
+    /// read-only and not exclusive).
+    concurrent: HashSet<String>,
     /// `web_fetch` URLs / `web_search` queries looked up this turn, with their counts.
     lookups: std::collections::HashMap<String, u32>,
     messages: Vec<Value>,
@@ -354,10 +358,10 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
             streaming,
         },
         definitions: ToolClient::definitions(deps.specs),
-        read_only: deps
+        concurrent: deps
             .specs
             .iter()
-            .filter(|s| s.read_only)
+            .filter(|s| s.read_only && !s.exclusive)
             .map(|s| s.name.clone())
             .collect(),
         lookups: Default::default(),

@@ -623,3 +623,60 @@ async fn a_third_identical_web_lookup_in_a_turn_is_refused_with_upstream_text() 
     assert_eq!(count("web_fetch"), 3, "two of /a and one of /b: {ran:?}");
     assert_eq!(count("web_search"), 2, "{ran:?}");
 }
+
+/// Records when each call starts and ends.
+#[derive(Default)]
+struct Timeline(Mutex<Vec<String>>);
+
+#[async_trait::async_trait]
+impl ToolExecutor for Timeline {
+    async fn execute(&self, _: &ToolScope, id: &str, name: &str, _: &str) -> ToolOutcome {
+        self.0.lock().unwrap().push(format!("start {name} {id}"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.0.lock().unwrap().push(format!("end {name} {id}"));
+        ToolOutcome {
+            content: json!("ok"),
+            is_error: false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn web_search_never_runs_next_to_the_other_calls_of_its_batch() {
+    let model = Model::new(vec![
+        calls(&["read_file", "web_search", "read_file", "read_file"]),
+        text("done"),
+    ]);
+    let read_only = |name: &str, exclusive: bool| ToolSpec {
+        read_only: true,
+        exclusive,
+        ..tool_spec(name)
+    };
+    let specs = [read_only("read_file", false), read_only("web_search", true)];
+    let tools = Timeline::default();
+    let deps = RunDeps {
+        model: &model,
+        tools: &tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    assert_eq!(run(deps, spec(5)).await.content, "done");
+    let timeline = tools.0.lock().unwrap().clone();
+    assert_eq!(
+        timeline[..4],
+        [
+            "start read_file c0",
+            "end read_file c0",
+            "start web_search c1",
+            "end web_search c1"
+        ],
+        "{timeline:?}"
+    );
+    assert_eq!(
+        timeline[4..6],
+        ["start read_file c2", "start read_file c3"],
+        "read-only neighbours still run together: {timeline:?}"
+    );
+}

@@ -127,6 +127,11 @@ impl Tool for WebSearch {
         true
     }
 
+    fn exclusive(&self) -> bool {
+        // Upstream: search backends rate-limit, so a search never runs next to other calls.
+        true
+    }
+
     async fn execute(&self, _ctx: &ToolContext, args: Args) -> ToolOutput {
         let query = arg_str(&args, "query").unwrap_or_default();
         let requested = arg_i64(&args, "count").unwrap_or(i64::from(self.max_results));

@@ -135,6 +135,7 @@ fn ctx() -> ToolContext {
         sandbox: Sandbox::new(std::path::Path::new("/tmp"), true),
         session_key: "cli:test".into(),
         origin: Default::default(),
+        file_reads: Vec::new(),
     }
 }
 
