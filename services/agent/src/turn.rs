@@ -143,7 +143,11 @@ pub async fn run(
     let sessions = ctx.sessions;
     let cfg = &deps.cfg;
     let d = &cfg.agents.defaults;
-    let replay = session.replay(MAX_REPLAY_MESSAGES);
+    // Upstream HEAD replays within a token budget; the seeds' message cap stays alongside.
+    let replay = session.replay_within(
+        MAX_REPLAY_MESSAGES,
+        core_memory::budget::Budget::replay_tokens(d),
+    );
     let replay_len = replay.len();
     let summary = core_memory::summary_section(&session.metadata);
     let file_reads = FileReads::from_metadata(&session.metadata);

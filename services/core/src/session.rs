@@ -88,10 +88,17 @@ impl Session {
     /// Returns the history a turn replays, at most `cap` rows ([`crate::history::replay`]
     /// over the loaded rows).
     pub fn replay(&self, cap: usize) -> Vec<Value> {
-        crate::history::replay(
+        self.replay_within(cap, 0)
+    }
+
+    /// Returns the history a turn replays, at most `cap` rows and `max_tokens` tokens (0: no
+    /// token budget; [`crate::history::replay_within`] over the loaded rows).
+    pub fn replay_within(&self, cap: usize, max_tokens: usize) -> Vec<Value> {
+        crate::history::replay_within(
             &self.messages,
             self.last_consolidated.saturating_sub(self.first_index),
             cap,
+            max_tokens,
         )
     }
 }

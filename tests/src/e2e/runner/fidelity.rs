@@ -107,3 +107,42 @@ async fn an_unchanged_file_read_again_on_another_runner_answers_file_unchanged_u
         "a changed file is read in full"
     );
 }
+
+#[tokio::test]
+async fn history_is_replayed_within_the_token_budget_from_a_user_row_and_think_tags_never_reach_the_user()
+ {
+    // Replay budget: 3000 − 1000 − 1024 = 976 tokens, about two of these turns.
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .config(json!({"agents": {"defaults": {"contextWindowTokens": 3000, "maxTokens": 1000}}}))
+        .start()
+        .await
+        .unwrap();
+    let filler = "word ".repeat(150);
+    for i in 0..4 {
+        fleet.llm.push(Reply::text(format!("reply {i} {filler}")));
+        ask(&mut fleet, &format!("question {i} {filler}"), None).await;
+    }
+    fleet.llm.push(Reply::text("</think>Hi there <thi"));
+    // The CLI streams raw deltas, then prints the authoritative final text on its own line.
+    let printed = ask(&mut fleet, "last one", None).await;
+    assert_eq!(printed.lines().last(), Some("Hi there"), "{printed}");
+
+    let sent = fleet.llm.requests()[4].messages();
+    let history: Vec<&Value> = sent[1..sent.len() - 1].iter().collect();
+    assert_eq!(history[0]["role"], "user", "{history:#?}");
+    let texts: Vec<&str> = history
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        texts.iter().any(|t| t.starts_with("question 3")),
+        "{texts:?}"
+    );
+    assert!(
+        !texts.iter().any(|t| t.starts_with("question 0")),
+        "the oldest turn is over the budget: {texts:?}"
+    );
+    let rows = session_rows(&fleet, "default", "cli:direct").await;
+    assert_eq!(rows.last().unwrap()["content"], "Hi there");
+}
