@@ -273,6 +273,7 @@ pub async fn execute(deps: &Deps, bot: &Bot, task: &SubagentTask) -> (bool, Stri
             messages,
             model: bot.target.model.clone(),
             max_tokens: d.max_tokens,
+            context_window_tokens: d.context_window_tokens,
             temperature: task
                 .temperature
                 .or(bot.target.temperature)

@@ -280,6 +280,7 @@ pub async fn run(
             messages,
             model: bot.target.model.clone(),
             max_tokens: d.max_tokens,
+            context_window_tokens: d.context_window_tokens,
             temperature: bot.target.temperature.unwrap_or(d.temperature),
             reasoning_effort: d.reasoning_effort.clone(),
             max_iterations: d.max_tool_iterations,

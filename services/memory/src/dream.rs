@@ -204,6 +204,7 @@ fn spec(ctx: Ctx<'_>, messages: Vec<Value>, max_iterations: u32, session_key: &s
             .filter(|m| !m.trim().is_empty())
             .unwrap_or_else(|| ctx.bot.target.model.clone()),
         max_tokens: d.max_tokens,
+        context_window_tokens: d.context_window_tokens,
         temperature: ctx.bot.target.temperature.unwrap_or(d.temperature),
         reasoning_effort: d.reasoning_effort.clone(),
         max_iterations,
