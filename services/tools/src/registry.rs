@@ -136,9 +136,12 @@ impl Registry {
         self.tools.insert(tool.name().to_string(), tool);
     }
 
-    /// Returns the registered names, sorted.
+    /// Returns the registered names in upstream's registration order: builtins (registered
+    /// by class name, which sorts as their names do here), then MCP tools.
     pub fn names(&self) -> Vec<&str> {
-        self.tools.keys().map(String::as_str).collect()
+        let mut names: Vec<&str> = self.tools.keys().map(String::as_str).collect();
+        names.sort_by_key(|n| (n.starts_with("mcp_"), *n));
+        names
     }
 
     /// Returns the tool specs: builtins sorted by name, then `mcp_*` sorted (a stable prompt
@@ -231,5 +234,46 @@ where
     match tokio::task::spawn_blocking(work).await {
         Ok(output) => output,
         Err(e) => ToolOutput::error(format!("Error executing {name}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[derive(Debug)]
+    struct Named(&'static str);
+
+    #[async_trait::async_trait]
+    impl Tool for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn description(&self) -> &str {
+            ""
+        }
+        fn parameters(&self) -> Value {
+            object_schema(json!({}), &[])
+        }
+        async fn execute(&self, _: &ToolContext, _: Args) -> ToolOutput {
+            ToolOutput::text("")
+        }
+    }
+
+    #[test]
+    fn an_unknown_tool_lists_the_builtins_then_the_mcp_tools() {
+        let mut registry = Registry::default();
+        for name in ["read_file", "mcp_git_log", "exec", "web_search"] {
+            registry.register(Arc::new(Named(name)));
+        }
+        let Err(message) = registry.prepare("nope", "{}") else {
+            panic!("an unknown tool is refused");
+        };
+        assert_eq!(
+            message,
+            "Error: Tool 'nope' not found. Available: exec, read_file, web_search, mcp_git_log"
+        );
     }
 }

@@ -140,7 +140,7 @@ impl Tool for Exec {
         }
         let env = self.env();
         if ctx.sandbox.restricted()
-            && let Some(refusal) = check_paths(command, &ctx.sandbox, &env)
+            && let Some(refusal) = check_paths(command, &ctx.sandbox, &cwd, &env)
         {
             return ToolOutput::error(refusal);
         }
