@@ -215,7 +215,7 @@ fn clean_buckets(root: &Path, current: &Path) -> std::io::Result<()> {
         }
         true
     });
-    siblings.sort_by(|a, b| b.0.cmp(&a.0));
+    siblings.sort_by_key(|b| std::cmp::Reverse(b.0));
     for (_, path) in siblings.iter().skip(MAX_BUCKETS - 1) {
         let _ = std::fs::remove_dir_all(path);
     }
