@@ -65,6 +65,7 @@ pub async fn over_nats(nats_url: &str, calls: usize) -> anyhow::Result<Summary> 
             // The single-reply path: the transport floor, without the runner's heartbeats.
             heartbeat_ms: 0,
             in_cron: false,
+            file_reads: Vec::new(),
         };
         let start = Instant::now();
         let result = bus::request(&client, &request, CALL_TIMEOUT)
@@ -123,6 +124,7 @@ pub async fn in_process(workspace: &Path, calls: usize) -> anyhow::Result<Summar
         sandbox: Sandbox::new(workspace, false),
         session_key: "bench:tool-rtt".into(),
         origin: Default::default(),
+        file_reads: Vec::new(),
     };
     let args = arguments();
     let mut samples = Vec::with_capacity(calls);

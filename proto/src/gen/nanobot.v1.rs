@@ -129,7 +129,7 @@ impl OutboundKind {
     }
 }
 /// Runs one tool. Sent on `subjects::tool_call(bot, name)`; answered by `ToolCallResult`.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ToolCallRequest {
     #[prost(string, tag = "1")]
     pub bot: ::prost::alloc::string::String,
@@ -157,6 +157,29 @@ pub struct ToolCallRequest {
     /// The turn runs a cron job: the `cron` tool refuses to schedule new jobs from it.
     #[prost(bool, tag = "10")]
     pub in_cron: bool,
+    /// `read_file` only: the session's earlier reads, so an unchanged file is answered with
+    /// upstream's "\[File unchanged since last read: …\]" whichever executor runs the call.
+    #[prost(message, repeated, tag = "11")]
+    pub file_reads: ::prost::alloc::vec::Vec<FileRead>,
+}
+/// What a `read_file` call returned of a file (upstream's `ReadState`).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct FileRead {
+    /// The file as resolved by the executor (absolute, symlinks resolved).
+    #[prost(string, tag = "1")]
+    pub path: ::prost::alloc::string::String,
+    /// The first line read (1-based).
+    #[prost(uint32, tag = "2")]
+    pub offset: u32,
+    /// The `limit` asked for; 0 when none was given.
+    #[prost(uint32, tag = "3")]
+    pub limit: u32,
+    /// Modification time, nanoseconds since the Unix epoch.
+    #[prost(int64, tag = "4")]
+    pub mtime_ns: i64,
+    /// SHA-256 of the file's bytes, lowercase hex.
+    #[prost(string, tag = "5")]
+    pub sha256: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ToolCallResult {
@@ -176,6 +199,10 @@ pub struct ToolCallResult {
     /// FINAL for the result; ACCEPTED / RUNNING are liveness messages without content.
     #[prost(enumeration = "CallState", tag = "6")]
     pub state: i32,
+    /// A `read_file` call that returned the file's content: what it read, for the next
+    /// `ToolCallRequest.file_reads` of the session.
+    #[prost(message, optional, tag = "7")]
+    pub file_read: ::core::option::Option<FileRead>,
 }
 /// Asks executors for the tools they serve.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -192,9 +219,13 @@ pub struct ToolSpec {
     /// JSON Schema of the parameters.
     #[prost(string, tag = "3")]
     pub parameters_json: ::prost::alloc::string::String,
-    /// Safe to run concurrently with other read-only tools, and to retry.
+    /// No side effects: safe to retry, and to run concurrently with other read-only tools
+    /// unless `exclusive`.
     #[prost(bool, tag = "4")]
     pub read_only: bool,
+    /// Always runs alone, never batched with other calls (upstream `exclusive`, e.g. web_search).
+    #[prost(bool, tag = "5")]
+    pub exclusive: bool,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ToolListResponse {

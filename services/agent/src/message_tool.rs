@@ -41,6 +41,7 @@ pub fn spec() -> ToolSpec {
             .into(),
         parameters_json: parameters.to_string(),
         read_only: false,
+        exclusive: false,
     }
 }
 

@@ -23,6 +23,7 @@ use nanobot_core::resolve;
 use nanobot_core::runner::{self, OnBudgetExhausted, RunDeps, RunOptions, RunSpec};
 use nanobot_core::session::SEEN_TTL_SECS;
 use nanobot_core::subagent::{self, SpawnArgs};
+use nanobot_core::tool_results::Offload;
 use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
 use nanobot_proto::{InboundMessage, SubagentTask, keys, subjects};
 use nanobot_runtime::bus;
@@ -272,6 +273,7 @@ pub async fn execute(deps: &Deps, bot: &Bot, task: &SubagentTask) -> (bool, Stri
             messages,
             model: bot.target.model.clone(),
             max_tokens: d.max_tokens,
+            context_window_tokens: d.context_window_tokens,
             temperature: task
                 .temperature
                 .or(bot.target.temperature)
@@ -286,6 +288,11 @@ pub async fn execute(deps: &Deps, bot: &Bot, task: &SubagentTask) -> (bool, Stri
                 channel: task.origin_channel.clone(),
                 chat_id: task.origin_chat_id.clone(),
                 in_cron: false,
+                file_reads: Default::default(),
+            },
+            offload: Offload {
+                workspace: Some(bot.spec.workspace.clone()),
+                max_chars: d.max_tool_result_chars,
             },
         },
         options,

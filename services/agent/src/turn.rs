@@ -13,7 +13,8 @@ use nanobot_core::resolve;
 use nanobot_core::runner::{self, Injections, RunDeps, RunSpec};
 use nanobot_core::session::{Commit, Session, SessionWriter, meta, now_iso};
 use nanobot_core::subagent;
-use nanobot_core::tools::{ToolClient, ToolScope};
+use nanobot_core::tool_results::Offload;
+use nanobot_core::tools::{FileReads, ToolClient, ToolScope};
 
 use crate::message_tool::{self, TurnTools};
 
@@ -142,9 +143,14 @@ pub async fn run(
     let sessions = ctx.sessions;
     let cfg = &deps.cfg;
     let d = &cfg.agents.defaults;
-    let replay = session.replay(MAX_REPLAY_MESSAGES);
+    // Upstream HEAD replays within a token budget; the seeds' message cap stays alongside.
+    let replay = session.replay_within(
+        MAX_REPLAY_MESSAGES,
+        core_memory::budget::Budget::replay_tokens(d),
+    );
     let replay_len = replay.len();
     let summary = core_memory::summary_section(&session.metadata);
+    let file_reads = FileReads::from_metadata(&session.metadata);
     // The pending markers go with the user message in one write: a retry after a failure
     // in between would otherwise store the message twice.
     let stored_before = session.first_index + session.messages.len();
@@ -274,6 +280,7 @@ pub async fn run(
             messages,
             model: bot.target.model.clone(),
             max_tokens: d.max_tokens,
+            context_window_tokens: d.context_window_tokens,
             temperature: bot.target.temperature.unwrap_or(d.temperature),
             reasoning_effort: d.reasoning_effort.clone(),
             max_iterations: d.max_tool_iterations,
@@ -285,6 +292,11 @@ pub async fn run(
                 channel: input.channel.clone(),
                 chat_id: input.chat_id.clone(),
                 in_cron: input.in_cron,
+                file_reads: file_reads.clone(),
+            },
+            offload: Offload {
+                workspace: Some(bot.spec.workspace.clone()),
+                max_chars: d.max_tool_result_chars,
             },
         },
     )
@@ -308,6 +320,7 @@ pub async fn run(
             m.remove(meta::PENDING_TURN_ID);
             m.remove(meta::INJECTED_IDS);
             m.remove(meta::INJECTED_SEQ);
+            file_reads.write(m);
             meta::Usage {
                 prompt_tokens: result.usage.prompt_tokens,
                 completion_tokens: result.usage.completion_tokens,

@@ -10,7 +10,8 @@
 //! - [`provider`]: OpenAI-compatible and native Anthropic clients behind [`provider::Provider`].
 //! - [`registry`], [`resolve`]: the vendor registry and endpoint resolution.
 //! - [`args`]: tool-call argument parsing and repair.
-//! - [`tools`]: tool discovery and calls over NATS.
+//! - [`tools`]: tool discovery and calls over NATS; [`tool_results`]: oversized results saved
+//!   under the workspace.
 //! - [`runner`]: the LLM/tool loop; [`hooks`]: its lifecycle hooks; [`checkpoint`]: crash
 //!   recovery of interrupted turns.
 //! - [`memory`]: `memory/history.jsonl` and the raw archive format.
@@ -35,4 +36,5 @@ pub mod runner;
 pub mod session;
 pub mod skills;
 pub mod subagent;
+pub mod tool_results;
 pub mod tools;

@@ -89,10 +89,17 @@ impl Session {
     /// Returns the history a turn replays, at most `cap` rows ([`crate::history::replay`]
     /// over the loaded rows).
     pub fn replay(&self, cap: usize) -> Vec<Value> {
-        crate::history::replay(
+        self.replay_within(cap, 0)
+    }
+
+    /// Returns the history a turn replays, at most `cap` rows and `max_tokens` tokens (0: no
+    /// token budget; [`crate::history::replay_within`] over the loaded rows).
+    pub fn replay_within(&self, cap: usize, max_tokens: usize) -> Vec<Value> {
+        crate::history::replay_within(
             &self.messages,
             self.last_consolidated.saturating_sub(self.first_index),
             cap,
+            max_tokens,
         )
     }
 }
@@ -374,7 +381,7 @@ impl SessionWriter {
     }
 
     /// Clears a session (`/new`): no messages, `last_consolidated` 0, metadata kept minus
-    /// `_last_summary`.
+    /// `_last_summary` and the file reads (upstream forgets a reset session's file state).
     pub async fn clear(&self, key: &str) -> Result<()> {
         let (fence, token) = self.token();
         let mut inv = scripts::CLEAR.prepare_invoke();
@@ -382,7 +389,9 @@ impl SessionWriter {
             .key(keys::session_messages(&self.store.bot, key))
             .key(keys::session_meta(&self.store.bot, key))
             .arg(token)
-            .arg(now_iso());
+            .arg(now_iso())
+            .arg(meta::LAST_SUMMARY)
+            .arg(meta::FILE_READS);
         self.run("clear", key, inv).await
     }
 
@@ -584,6 +593,35 @@ mod tests {
         assert_eq!(reader.load(key).await.unwrap().messages.len(), 1);
         current.append(key, &[row]).await.unwrap();
         assert_eq!(reader.load(key).await.unwrap().messages.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_cleared_session_forgets_its_summary_and_file_reads_and_keeps_other_metadata() {
+        let redis = Redis::start().await.unwrap();
+        let conn = redis.conn().await.unwrap();
+        let key = "cli:new";
+        let reader = SessionStore::new(conn.clone(), "b");
+        let writer = reader.fenced(lease(&conn, key).await.fence());
+        let row = serde_json::json!({"role": "user", "content": "hi"});
+        writer.append(key, &[row]).await.unwrap();
+        let mut metadata = Map::new();
+        metadata.insert(
+            meta::LAST_SUMMARY.into(),
+            serde_json::json!({"text": "old"}),
+        );
+        metadata.insert(
+            meta::FILE_READS.into(),
+            serde_json::json!([{"path": "/w/a"}]),
+        );
+        metadata.insert("keep".into(), serde_json::json!(7));
+        writer.set_metadata(key, &metadata).await.unwrap();
+        writer.clear(key).await.unwrap();
+        let session = reader.load(key).await.unwrap();
+        assert!(session.messages.is_empty());
+        assert_eq!(
+            Value::Object(session.metadata),
+            serde_json::json!({"keep": 7})
+        );
     }
 
     /// Behind Sentinel (or on a cluster) a write only counts once a replica holds it: with the

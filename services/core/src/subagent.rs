@@ -20,7 +20,7 @@ pub const INJECTED_EVENT_KEY: &str = "injected_event";
 /// Key of the task id in an announcement's metadata and session row.
 pub const TASK_ID_KEY: &str = "subagent_task_id";
 /// The tools a subagent gets, upstream's fixed `subagent` scope (no `message`, `spawn`, `cron`
-/// nor MCP tools), with `glob`, this fleet's name of upstream's `find_files`.
+/// nor MCP tools), plus the seeds' `glob`; those the executors do not serve are refused.
 pub const TOOLS: &[&str] = &[
     "read_file",
     "write_file",
@@ -65,6 +65,7 @@ pub fn spec() -> ToolSpec {
             .into(),
         parameters_json: parameters.to_string(),
         read_only: false,
+        exclusive: false,
     }
 }
 

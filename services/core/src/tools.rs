@@ -14,9 +14,11 @@ use tokio::sync::Mutex;
 use nanobot_proto::{ToolCallRequest, ToolCallResult, ToolListRequest, ToolSpec};
 use nanobot_runtime::bus;
 
+pub mod file_reads;
 pub mod liveness;
 pub mod replies;
 
+pub use file_reads::FileReads;
 pub use liveness::{AttemptError, Liveness};
 pub use replies::Replies;
 
@@ -45,6 +47,8 @@ pub struct ToolScope {
     pub chat_id: String,
     /// The turn runs a cron job (the `cron` tool schedules nothing from it).
     pub in_cron: bool,
+    /// The session's `read_file` results (upstream's read deduplication).
+    pub file_reads: FileReads,
 }
 
 /// Runs one tool call; failures come back as error outcomes, never as `Err`.
@@ -192,6 +196,11 @@ impl ToolClient {
             chat_id: scope.chat_id.clone(),
             heartbeat_ms: u32::try_from(self.liveness.heartbeat.as_millis()).unwrap_or(u32::MAX),
             in_cron: scope.in_cron,
+            file_reads: if name == file_reads::READ_FILE {
+                scope.file_reads.snapshot()
+            } else {
+                Vec::new()
+            },
         };
         let mut outcome = liveness::attempt(
             &self.client,
@@ -216,7 +225,12 @@ impl ToolClient {
                 liveness::attempt(&self.client, &self.replies, &request, left, self.liveness).await;
         }
         match outcome {
-            Ok(result) => render(result),
+            Ok(mut result) => {
+                if let Some(read) = result.file_read.take() {
+                    scope.file_reads.record(read);
+                }
+                render(result)
+            }
             Err(e) => {
                 tracing::warn!(tool = name, call_id, error = %e, "tool call failed");
                 ToolOutcome {

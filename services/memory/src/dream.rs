@@ -204,6 +204,7 @@ fn spec(ctx: Ctx<'_>, messages: Vec<Value>, max_iterations: u32, session_key: &s
             .filter(|m| !m.trim().is_empty())
             .unwrap_or_else(|| ctx.bot.target.model.clone()),
         max_tokens: d.max_tokens,
+        context_window_tokens: d.context_window_tokens,
         temperature: ctx.bot.target.temperature.unwrap_or(d.temperature),
         reasoning_effort: d.reasoning_effort.clone(),
         max_iterations,
@@ -213,9 +214,12 @@ fn spec(ctx: Ctx<'_>, messages: Vec<Value>, max_iterations: u32, session_key: &s
             channel: "system".into(),
             chat_id: "dream".into(),
             in_cron: true,
+            file_reads: Default::default(),
         },
         capped_replies: ctx.bot.target.caps_replies(),
         telemetry: nanobot_core::runner::Telemetry::of(&ctx.bot.target, ctx.cfg),
+        // Dream reads and edits a few memory files: results stay inline.
+        offload: Default::default(),
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use nanobot_proto::ToolSpec;
+use nanobot_proto::{FileRead, ToolSpec};
 use nanobot_runtime::config::ToolsConfig;
 
 use crate::params;
@@ -25,6 +25,8 @@ pub struct ToolContext {
     pub session_key: String,
     /// The chat the turn came from.
     pub origin: Origin,
+    /// The session's earlier `read_file` results (upstream's read deduplication).
+    pub file_reads: Vec<FileRead>,
 }
 
 /// The chat a call's turn came from, for tools that act on it later (`cron`).
@@ -47,6 +49,8 @@ pub struct ToolOutput {
     pub is_error: bool,
     /// Content blocks as a JSON array when the result is not plain text (images).
     pub blocks_json: String,
+    /// What a `read_file` call read, for the session's next calls.
+    pub file_read: Option<FileRead>,
 }
 
 impl ToolOutput {
@@ -56,6 +60,7 @@ impl ToolOutput {
             content: content.into(),
             is_error: false,
             blocks_json: String::new(),
+            file_read: None,
         }
     }
 
@@ -65,6 +70,7 @@ impl ToolOutput {
             content: content.into(),
             is_error: true,
             blocks_json: String::new(),
+            file_read: None,
         }
     }
 }
@@ -80,6 +86,11 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
     fn parameters(&self) -> Value;
     /// Returns whether the tool has no side effects (safe to run concurrently and to retry).
     fn read_only(&self) -> bool {
+        false
+    }
+    /// Returns whether the tool must run alone, never batched with other calls (upstream
+    /// `exclusive`: `exec`, `web_search`).
+    fn exclusive(&self) -> bool {
         false
     }
     /// Runs the tool with validated parameters.
@@ -125,9 +136,12 @@ impl Registry {
         self.tools.insert(tool.name().to_string(), tool);
     }
 
-    /// Returns the registered names, sorted.
+    /// Returns the registered names in upstream's registration order: builtins (registered
+    /// by class name, which sorts as their names do here), then MCP tools.
     pub fn names(&self) -> Vec<&str> {
-        self.tools.keys().map(String::as_str).collect()
+        let mut names: Vec<&str> = self.tools.keys().map(String::as_str).collect();
+        names.sort_by_key(|n| (n.starts_with("mcp_"), *n));
+        names
     }
 
     /// Returns the tool specs: builtins sorted by name, then `mcp_*` sorted (a stable prompt
@@ -141,6 +155,7 @@ impl Registry {
                 description: t.description().into(),
                 parameters_json: t.parameters().to_string(),
                 read_only: t.read_only(),
+                exclusive: t.exclusive(),
             })
             .collect();
         specs.sort_by(|a, b| {
@@ -219,5 +234,46 @@ where
     match tokio::task::spawn_blocking(work).await {
         Ok(output) => output,
         Err(e) => ToolOutput::error(format!("Error executing {name}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[derive(Debug)]
+    struct Named(&'static str);
+
+    #[async_trait::async_trait]
+    impl Tool for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn description(&self) -> &str {
+            ""
+        }
+        fn parameters(&self) -> Value {
+            object_schema(json!({}), &[])
+        }
+        async fn execute(&self, _: &ToolContext, _: Args) -> ToolOutput {
+            ToolOutput::text("")
+        }
+    }
+
+    #[test]
+    fn an_unknown_tool_lists_the_builtins_then_the_mcp_tools() {
+        let mut registry = Registry::default();
+        for name in ["read_file", "mcp_git_log", "exec", "web_search"] {
+            registry.register(Arc::new(Named(name)));
+        }
+        let Err(message) = registry.prepare("nope", "{}") else {
+            panic!("an unknown tool is refused");
+        };
+        assert_eq!(
+            message,
+            "Error: Tool 'nope' not found. Available: exec, read_file, web_search, mcp_git_log"
+        );
     }
 }

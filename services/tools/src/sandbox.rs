@@ -6,9 +6,18 @@ use std::path::{Component, Path, PathBuf};
 
 use nanobot_runtime::config::expand_home;
 
-/// Appended to every workspace-boundary refusal, as upstream does, so the model stops trying.
+/// Appended to the exec tool's workspace-boundary refusals (upstream shell.py
+/// `_WORKSPACE_BOUNDARY_NOTE`), so the model stops trying.
 pub const BOUNDARY_NOTE: &str = "\n\nNote: this is a hard policy boundary, not a transient \
-                                 failure. Do not retry with shell tricks or alternative tools.";
+     failure. Do NOT retry with shell tricks (symlinks, base64 piping, alternative tools, \
+     working_dir overrides). If the user genuinely needs this resource, tell them you cannot \
+     reach it under the current restrict_to_workspace policy and ask how to proceed.";
+
+/// Appended to the file tools' workspace-boundary refusals (upstream
+/// `security/workspace_policy.py` `WORKSPACE_BOUNDARY_NOTE`).
+pub const PATH_BOUNDARY_NOTE: &str = " (this is a hard policy boundary, not a transient \
+     failure; do not retry with shell tricks or alternative tools, and ask the user how to \
+     proceed if the resource is genuinely required)";
 
 /// How many symlinks one resolution follows before giving up (as the kernel's `ELOOP`).
 const MAX_SYMLINKS: u32 = 40;
@@ -62,7 +71,7 @@ impl Sandbox {
         let resolved = resolve_path(&joined);
         if self.restrict && !self.contains(&resolved) {
             return Err(format!(
-                "Error: Path {path} is outside allowed directory {}{BOUNDARY_NOTE}",
+                "Error: Path {path} is outside allowed directory {}{PATH_BOUNDARY_NOTE}",
                 self.configured.display()
             ));
         }
@@ -168,8 +177,18 @@ mod tests {
                 )),
                 "{err}"
             );
-            assert!(err.ends_with(BOUNDARY_NOTE));
+            assert!(err.ends_with(PATH_BOUNDARY_NOTE));
         }
+        assert_eq!(
+            sandbox.resolve("/etc/passwd").unwrap_err(),
+            format!(
+                "Error: Path /etc/passwd is outside allowed directory {} (this is a hard policy \
+                 boundary, not a transient failure; do not retry with shell tricks or \
+                 alternative tools, and ask the user how to proceed if the resource is \
+                 genuinely required)",
+                ws.display()
+            )
+        );
         // Without the restriction the same paths resolve.
         let open = Sandbox::new(&ws, false);
         assert_eq!(

@@ -63,6 +63,7 @@ async fn run(tool: &Exec, ws: &Path, command: &str, timeout: Option<u64>) -> Too
         sandbox: Sandbox::new(ws, false),
         session_key: "cli:bwrap".into(),
         origin: Default::default(),
+        file_reads: Vec::new(),
     };
     let mut args = json!({"command": command});
     if let Some(secs) = timeout {

@@ -131,6 +131,7 @@ async fn run(tools: &ToolClient, name: &str, args: Value) -> (Value, bool, Durat
         channel: "cli".into(),
         chat_id: "test".into(),
         in_cron: false,
+        file_reads: Default::default(),
     };
     let outcome = tools.call(&scope, "call-1", name, &args.to_string()).await;
     (outcome.content, outcome.is_error, started.elapsed())

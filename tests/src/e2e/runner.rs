@@ -2,6 +2,7 @@
 //! timeout and retries, the iteration budget, malformed tool arguments; crash recovery and
 //! `/stop` in `recovery`; golden transcripts and interim output in `golden`.
 
+mod fidelity;
 mod golden;
 mod recovery;
 

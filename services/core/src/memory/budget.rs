@@ -39,6 +39,20 @@ impl Budget {
         )
     }
 
+    /// Returns the tokens the replayed history of a turn may take (upstream's replay budget:
+    /// the [`budget`](Self::budget) with a completion cap of at least 1, or `max(128, window /
+    /// 2)` when that leaves nothing).
+    pub fn replay_tokens(d: &AgentDefaults) -> usize {
+        let window = u64::from(d.context_window_tokens);
+        let budget = Self::new(window, u64::from(d.max_tokens.max(1)), 1.0).budget;
+        let tokens = if budget > 0 {
+            budget
+        } else {
+            (window / 2).max(128)
+        };
+        usize::try_from(tokens).unwrap_or(usize::MAX)
+    }
+
     /// Returns whether a context of `estimate` tokens must be consolidated.
     pub fn exceeded_by(&self, estimate: u64) -> bool {
         self.budget > 0 && estimate >= self.budget
@@ -156,6 +170,12 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(Budget::of(&d), Budget::new(4096, 1024, 0.25));
+        assert_eq!(Budget::replay_tokens(&d), 4096 - 1024 - 1024);
+        let tiny = AgentDefaults {
+            context_window_tokens: 1000,
+            ..d
+        };
+        assert_eq!(Budget::replay_tokens(&tiny), 500, "max(128, window / 2)");
     }
 
     #[test]

@@ -403,7 +403,45 @@ pub fn strip_think(text: &str) -> (String, Option<String>) {
         }
     }
     let reasoning = (!reasoning.is_empty()).then(|| reasoning.join("\n"));
-    (out.trim().to_string(), reasoning)
+    (strip_think_edges(&out), reasoning)
+}
+
+/// Upstream `strip_think`'s rules for what a block pass leaves behind, applied at the edges
+/// only (so prose that mentions the tags keeps them): a malformed opening tag run into text
+/// (`<think广场…`), self-closing `<thinking/>` at the start or end, orphan closing tags at the
+/// start or end, a channel marker (`<|channel|>`) at the start, a partial tag cut off at the
+/// end of a stream chunk (`<thi`, `</thou`, `<|chan`).
+pub fn strip_think_edges(text: &str) -> String {
+    static RULES: std::sync::LazyLock<Vec<(regex::Regex, &'static str)>> = std::sync::LazyLock::new(
+        || {
+            const TAG: &str = "(?:think|thinking|thought)";
+            const PARTIAL: &str = "</?(?:thinking|thought|thinkin|thinki|though|think|thoug|thin|thou|thi|tho|th|t)>?";
+            let rule = |pattern: String, with: &'static str| {
+                (
+                    regex::Regex::new(&pattern).expect("static think-strip pattern"),
+                    with,
+                )
+            };
+            vec![
+                rule(r"^\s*<thinking/>\s*".into(), ""),
+                rule(r"\s*<thinking/>\s*$".into(), ""),
+                rule(format!("<{TAG}([^A-Za-z0-9_\\-:>/]|$)"), "$1"),
+                rule(format!(r"^\s*</{TAG}>\s*"), ""),
+                rule(format!(r"\s*</{TAG}>\s*$"), ""),
+                rule(r"^\s*<\|?channel\|?>\s*".into(), ""),
+                rule(
+                    format!(r"(?:{PARTIAL}|<\|?(?:channel|channe|chann|chan|cha|ch|c)(?:\|?>?)?)$"),
+                    "",
+                ),
+                rule(r"^\s*<\|?$".into(), ""),
+            ]
+        },
+    );
+    let mut out = text.to_string();
+    for (pattern, with) in RULES.iter() {
+        out = pattern.replace_all(&out, *with).into_owned();
+    }
+    out.trim().to_string()
 }
 
 #[cfg(test)]
@@ -417,6 +455,24 @@ mod tests {
         assert_eq!(reasoning.as_deref(), Some("plan it"));
         assert_eq!(strip_think("plain").0, "plain");
         assert_eq!(strip_think("x <thinking>unterminated").0, "x");
+    }
+
+    #[test]
+    fn orphan_closing_partial_and_malformed_think_tags_are_stripped_at_the_edges() {
+        let clean = |t: &str| strip_think(t).0;
+        assert_eq!(clean("</think>\nAnswer."), "Answer.");
+        assert_eq!(clean("Answer.</thinking>"), "Answer.");
+        assert_eq!(clean("Answer. <thi"), "Answer.");
+        assert_eq!(clean("Answer.</thou"), "Answer.");
+        assert_eq!(clean("Answer <|chan"), "Answer");
+        assert_eq!(clean("<|channel|>final text"), "final text");
+        assert_eq!(clean("<thinking/> hi"), "hi");
+        assert_eq!(clean("<think广场在这里"), "广场在这里");
+        assert_eq!(
+            clean("the </think> tag closes a block"),
+            "the </think> tag closes a block",
+            "mid-text mentions are kept"
+        );
     }
 
     #[test]

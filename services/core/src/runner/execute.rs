@@ -1,5 +1,5 @@
-//! Tool batches (upstream `_partition_tool_batches`): consecutive read-only calls run in
-//! parallel, anything else alone; results come back in call order. Argument text is repaired
+//! Tool batches (upstream `_partition_tool_batches`): consecutive concurrency-safe calls
+//! (read-only and not exclusive, so never `web_search`) run in parallel, anything else alone; results come back in call order. Argument text is repaired
 //! when it is almost JSON; an empty result becomes upstream's "completed with no output".
 //!
 //! Repeated external lookups (upstream `repeated_external_lookup_error`): from the third
@@ -64,7 +64,7 @@ impl Run<'_> {
         let outcomes = run_calls(
             self.deps.tools,
             &self.spec.scope,
-            &self.read_only,
+            &self.concurrent,
             calls,
             &blocked,
             hook,
@@ -77,7 +77,17 @@ impl Run<'_> {
             } else {
                 self.result.tools_used.push(call.name.clone());
             }
-            let row = json!({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": outcome.content});
+            let content = self
+                .spec
+                .offload
+                .apply(
+                    &self.spec.scope.session_key,
+                    &call.name,
+                    &call.id,
+                    outcome.content,
+                )
+                .await;
+            let row = json!({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content});
             self.messages.push(row.clone());
             completed.push(row);
         }
@@ -180,7 +190,7 @@ fn over_cap(requested: usize) -> ToolOutcome {
 pub(crate) async fn run_calls(
     tools: &dyn ToolExecutor,
     scope: &ToolScope,
-    read_only: &HashSet<String>,
+    concurrent: &HashSet<String>,
     calls: &[ToolCall],
     blocked: &[bool],
     hook: &dyn AgentHook,
@@ -191,8 +201,8 @@ pub(crate) async fn run_calls(
     let mut i = 0;
     while i < calls.len() {
         let mut end = i + 1;
-        if read_only.contains(&calls[i].name) {
-            while end < calls.len() && read_only.contains(&calls[end].name) {
+        if concurrent.contains(&calls[i].name) {
+            while end < calls.len() && concurrent.contains(&calls[end].name) {
                 end += 1;
             }
         }

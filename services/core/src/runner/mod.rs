@@ -11,7 +11,10 @@
 //! - `prompts`: upstream's fixed texts.
 //! - `request`: model requests, timeouts, malformed-tool-call recovery.
 //! - `execute`: tool batches.
+//! - `compact`: in-flight compaction of this turn's large results when a request would
+//!   overflow the context window.
 
+pub mod compact;
 mod execute;
 pub mod prompts;
 mod request;
@@ -57,6 +60,9 @@ pub struct RunSpec {
     pub model: String,
     /// Completion cap.
     pub max_tokens: u32,
+    /// `contextWindowTokens`: with it, this turn's large tool results are compacted when a
+    /// request would overflow (0: never).
+    pub context_window_tokens: u32,
     /// Temperature.
     pub temperature: f64,
     /// `reasoning_effort`, when set.
@@ -72,6 +78,8 @@ pub struct RunSpec {
     pub capped_replies: bool,
     /// How the run's LLM calls are traced and counted.
     pub telemetry: Telemetry,
+    /// Where results over `maxToolResultChars` are saved (upstream §6.5).
+    pub offload: crate::tool_results::Offload,
 }
 
 /// How a run's LLM calls are traced (OpenTelemetry GenAI spans) and counted (metrics).
@@ -216,7 +224,13 @@ struct Run<'a> {
     spec: &'a RunSpec,
     requester: Requester<'a>,
     definitions: Vec<Value>,
-    read_only: HashSet<String>,
+    /// Tools that may run concurrently with their neighbours (upstream `concurrency_safe`:
+    /// read-only and not exclusive).
+    concurrent: HashSet<String>,
+    /// Call ids whose results were compacted in the model's copy ([`compact`]).
+    compacted: HashSet<String>,
+    /// Estimated tokens of the tool definitions.
+    tool_tokens: u64,
     /// `web_fetch` URLs / `web_search` queries looked up this turn, with their counts.
     lookups: std::collections::HashMap<String, u32>,
     messages: Vec<Value>,
@@ -354,10 +368,12 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
             streaming,
         },
         definitions: ToolClient::definitions(deps.specs),
-        read_only: deps
+        compacted: HashSet::new(),
+        tool_tokens: 0,
+        concurrent: deps
             .specs
             .iter()
-            .filter(|s| s.read_only)
+            .filter(|s| s.read_only && !s.exclusive)
             .map(|s| s.name.clone())
             .collect(),
         lookups: Default::default(),
@@ -366,6 +382,10 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
         result: RunResult::default(),
         injection_cycles: 0,
     };
+    run.tool_tokens = crate::memory::budget::count_bytes_heuristic(
+        &Value::Array(run.definitions.clone()).to_string(),
+    ) as u64;
+    let budget = compact::input_budget(spec.context_window_tokens, spec.max_tokens);
     let _ = deps.hook.before_run(&run.messages);
     run.result.streamed = streaming;
     let hook = deps.hook;
@@ -374,10 +394,15 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
     let mut finished = false;
     for iteration in 0..spec.max_iterations {
         let _ = hook.before_iteration(&run.iteration_ctx(iteration, None, Usage::default()));
-        let (mut response, cost) = run
-            .requester
-            .with_tools(&run.messages, &run.definitions)
-            .await;
+        let sent = compact::for_model(
+            &run.messages,
+            run.initial,
+            budget,
+            run.tool_tokens,
+            &mut run.compacted,
+        );
+        let (mut response, cost) = run.requester.with_tools(&sent, &run.definitions).await;
+        drop(sent);
         run.charge(cost);
         let mut usage = cost.usage;
         let terminal_reason = matches!(

@@ -623,3 +623,135 @@ async fn a_third_identical_web_lookup_in_a_turn_is_refused_with_upstream_text() 
     assert_eq!(count("web_fetch"), 3, "two of /a and one of /b: {ran:?}");
     assert_eq!(count("web_search"), 2, "{ran:?}");
 }
+
+/// Records when each call starts and ends.
+#[derive(Default)]
+struct Timeline(Mutex<Vec<String>>);
+
+#[async_trait::async_trait]
+impl ToolExecutor for Timeline {
+    async fn execute(&self, _: &ToolScope, id: &str, name: &str, _: &str) -> ToolOutcome {
+        self.0.lock().unwrap().push(format!("start {name} {id}"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.0.lock().unwrap().push(format!("end {name} {id}"));
+        ToolOutcome {
+            content: json!("ok"),
+            is_error: false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn web_search_never_runs_next_to_the_other_calls_of_its_batch() {
+    let model = Model::new(vec![
+        calls(&["read_file", "web_search", "read_file", "read_file"]),
+        text("done"),
+    ]);
+    let read_only = |name: &str, exclusive: bool| ToolSpec {
+        read_only: true,
+        exclusive,
+        ..tool_spec(name)
+    };
+    let specs = [read_only("read_file", false), read_only("web_search", true)];
+    let tools = Timeline::default();
+    let deps = RunDeps {
+        model: &model,
+        tools: &tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    assert_eq!(run(deps, spec(5)).await.content, "done");
+    let timeline = tools.0.lock().unwrap().clone();
+    assert_eq!(
+        timeline[..4],
+        [
+            "start read_file c0",
+            "end read_file c0",
+            "start web_search c1",
+            "end web_search c1"
+        ],
+        "{timeline:?}"
+    );
+    assert_eq!(
+        timeline[4..6],
+        ["start read_file c2", "start read_file c3"],
+        "read-only neighbours still run together: {timeline:?}"
+    );
+}
+
+/// Answers every call with 3,000 characters.
+struct Big;
+
+#[async_trait::async_trait]
+impl ToolExecutor for Big {
+    async fn execute(&self, _: &ToolScope, id: &str, _: &str, _: &str) -> ToolOutcome {
+        ToolOutcome {
+            content: json!(format!("{id}:{}", "x".repeat(3000))),
+            is_error: false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn large_results_of_this_turn_are_compacted_oldest_first_only_when_the_request_would_overflow()
+ {
+    let call = |name: &str, id: &str| {
+        let mut response = calls(&[name]);
+        response.tool_calls[0].id = id.into();
+        response
+    };
+    let model = Model::new(vec![
+        call("read_file", "r1"),
+        call("grep", "g1"),
+        call("read_file", "r2"),
+        text("done"),
+    ]);
+    let specs = [tool_spec("read_file"), tool_spec("grep")];
+    let deps = RunDeps {
+        model: &model,
+        tools: &Big,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    // Input budget 3300 − 100 − 1024 = 2176 tokens: two results (about 770 each) fit, three
+    // do not, and two plus a compacted one are under 85% of it.
+    let r = run(
+        deps,
+        RunSpec {
+            context_window_tokens: 3300,
+            ..spec(10)
+        },
+    )
+    .await;
+    assert_eq!(r.content, "done");
+    let tool_texts = |req: &ChatRequest| -> Vec<String> {
+        req.messages
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let reqs = model.requests();
+    assert!(
+        tool_texts(&reqs[2]).iter().all(|t| t.len() > 3000),
+        "under the budget nothing is compacted"
+    );
+    let last = tool_texts(&reqs[3]);
+    assert_eq!(
+        last[0],
+        compact::compacted_text("read_file"),
+        "oldest first"
+    );
+    assert!(last[1].len() > 3000 && last[2].len() > 3000, "{last:?}");
+    assert!(
+        r.new_messages
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .all(|m| m["content"].as_str().unwrap().len() > 3000),
+        "the session keeps every result"
+    );
+}

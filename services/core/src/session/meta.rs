@@ -18,6 +18,10 @@ pub const LAST_USAGE: &str = "last_usage";
 /// next turn's prompt and removed by `/new`.
 pub const LAST_SUMMARY: &str = "_last_summary";
 
+/// The session's `read_file` results (path, offset, limit, mtime, hash) for upstream's read
+/// deduplication ([`crate::tools::file_reads`]).
+pub const FILE_READS: &str = "file_reads";
+
 /// The value of [`LAST_USAGE`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]

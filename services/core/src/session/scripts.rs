@@ -71,12 +71,25 @@ pub(super) static SET_FIELD: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
-/// Clears the messages. KEYS: fence, messages, meta. ARGV: token, now.
+/// Clears the messages and drops metadata fields. KEYS: fence, messages, meta. ARGV: token,
+/// now, metadata fields to drop….
 pub(super) static CLEAR: LazyLock<Script> = LazyLock::new(|| {
     Script::new(fenced!(
         "redis.call('DEL', KEYS[2])
          redis.call('HSET', KEYS[3], 'last_consolidated', 0)
          redis.call('HSET', KEYS[3], 'updated_at', ARGV[2])
+         local raw = redis.call('HGET', KEYS[3], 'metadata')
+         if raw then
+           local ok, meta = pcall(cjson.decode, raw)
+           if ok and type(meta) == 'table' then
+             for i = 3, #ARGV do meta[ARGV[i]] = nil end
+             if next(meta) == nil then
+               redis.call('HSET', KEYS[3], 'metadata', '{}')
+             else
+               redis.call('HSET', KEYS[3], 'metadata', cjson.encode(meta))
+             end
+           end
+         end
          return 1"
     ))
 });

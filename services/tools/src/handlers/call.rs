@@ -144,6 +144,7 @@ async fn call(
             chat_id: request.chat_id.clone(),
             in_cron: request.in_cron,
         },
+        file_reads: request.file_reads,
     };
     tracing::info!("tool call started");
     let started = std::time::Instant::now();
@@ -170,6 +171,7 @@ async fn call(
         blocks_json: output.blocks_json,
         executor: deps.health.instance.clone(),
         state: CallState::Final as i32,
+        file_read: output.file_read,
     };
     fit_payload(
         &mut result,

@@ -62,6 +62,7 @@ fn ctx() -> ToolContext {
         sandbox: Sandbox::new(Path::new("/tmp"), false),
         session_key: "cli:test".into(),
         origin: Default::default(),
+        file_reads: Vec::new(),
     }
 }
 

@@ -243,6 +243,7 @@ fn render_call(result: &CallToolResult) -> ToolOutput {
         content,
         is_error: result.is_error == Some(true),
         blocks_json,
+        file_read: None,
     }
 }
 

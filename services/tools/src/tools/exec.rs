@@ -104,6 +104,10 @@ impl Tool for Exec {
         "exec"
     }
 
+    fn exclusive(&self) -> bool {
+        true
+    }
+
     fn description(&self) -> &str {
         "Execute a shell command and return its output. Prefer read_file/write_file/edit_file \
          over cat/echo/sed, and list_dir over ls. Use -y or --yes flags to avoid interactive \
@@ -136,7 +140,7 @@ impl Tool for Exec {
         }
         let env = self.env();
         if ctx.sandbox.restricted()
-            && let Some(refusal) = check_paths(command, &ctx.sandbox, &env)
+            && let Some(refusal) = check_paths(command, &ctx.sandbox, &cwd, &env)
         {
             return ToolOutput::error(refusal);
         }
@@ -329,6 +333,7 @@ mod tests {
                 sandbox: Sandbox::new(&ws, restrict),
                 session_key: "s".into(),
                 origin: Default::default(),
+                file_reads: Vec::new(),
             },
         )
     }

@@ -56,6 +56,10 @@ static PATH_CANDIDATES: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(r#"(?:^|[\s|>'"=(<`])((?:/|~|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)[^\s"'>;|<)`]*)"#)
         .expect("static path regex is valid")
 });
+/// The shell's directory-stack forms other than `~+` (upstream refuses them).
+static DIRECTORY_STACK: LazyLock<regex::Regex> = LazyLock::new(|| {
+    regex::Regex::new(r"^~(?:-|[+-]\d+)(?:/|$)").expect("static directory-stack regex is valid")
+});
 static ENV_VAR: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?").expect("static env regex is valid")
 });
@@ -123,11 +127,19 @@ impl ExecPolicy {
 
 /// With the workspace restriction on, refuses `..` traversal and absolute, `~` or `$VAR`
 /// paths that resolve outside the workspace (benign devices aside).
+/// `~+` (and `~+/…`) is the command's working directory `cwd`, as the shell reads it; the
+/// directory-stack forms `~-`, `~+N`, `~-N` could be anywhere and are refused.
 pub fn check_paths(
     command: &str,
     sandbox: &Sandbox,
+    cwd: &Path,
     env: &HashMap<String, String>,
 ) -> Option<String> {
+    let outside = || {
+        Some(format!(
+            "Error: Command blocked by safety guard (path outside working dir){BOUNDARY_NOTE}"
+        ))
+    };
     if command.contains("../") || command.contains("..\\") {
         return Some(format!(
             "Error: Command blocked by safety guard (path traversal detected){BOUNDARY_NOTE}"
@@ -144,14 +156,20 @@ pub fn check_paths(
         if !expanded.starts_with(['/', '~']) || is_benign_device(&expanded) {
             continue;
         }
-        let resolved = resolve_path(&expand_home(&expanded));
+        let resolved = if expanded == "~+" {
+            cwd.to_path_buf()
+        } else if let Some(rest) = expanded.strip_prefix("~+/") {
+            resolve_path(&cwd.join(rest))
+        } else if DIRECTORY_STACK.is_match(&expanded) {
+            return outside();
+        } else {
+            resolve_path(&expand_home(&expanded))
+        };
         if is_benign_device(&resolved.to_string_lossy()) {
             continue;
         }
         if !sandbox.contains(&resolved) {
-            return Some(format!(
-                "Error: Command blocked by safety guard (path outside working dir){BOUNDARY_NOTE}"
-            ));
+            return outside();
         }
     }
     None
@@ -212,6 +230,17 @@ mod tests {
         ] {
             assert_eq!(p.check(command), None, "{command}");
         }
+    }
+
+    #[test]
+    fn a_background_ampersand_belongs_to_its_segment_as_upstream() {
+        let p = policy(&[r"python3 -m http\.server &", r"ls"], &[]);
+        assert_eq!(p.check("python3 -m http.server & ls"), None);
+        let strict = policy(&[r"python3 -m http\.server", r"ls"], &[]);
+        assert!(
+            strict.check("python3 -m http.server & ls").is_some(),
+            "a pattern without the `&` does not allow running it in the background"
+        );
     }
 
     #[test]
@@ -279,10 +308,16 @@ mod tests {
             "cat notes.txt > /dev/null 2>&1",
             inside.as_str(),
             "echo hi > /dev/stderr",
+            "cat ~+/notes.txt",
+            "ls ~+",
         ] {
-            assert_eq!(check_paths(ok, &sandbox, &env), None, "{ok}");
+            assert_eq!(
+                check_paths(ok, &sandbox, sandbox.root(), &env),
+                None,
+                "{ok}"
+            );
         }
-        let traversal = check_paths("cat ../secret", &sandbox, &env).unwrap();
+        let traversal = check_paths("cat ../secret", &sandbox, sandbox.root(), &env).unwrap();
         assert!(
             traversal
                 .starts_with("Error: Command blocked by safety guard (path traversal detected)")
@@ -296,8 +331,10 @@ mod tests {
             "wc </etc/hosts",
             "cmd --out=/tmp/x",
             "diff <(cat /etc/hosts) a",
+            "cat ~-/x",
+            "ls ~+1",
         ] {
-            let refusal = check_paths(escape, &sandbox, &env);
+            let refusal = check_paths(escape, &sandbox, sandbox.root(), &env);
             assert!(
                 refusal.as_deref().is_some_and(|r| r.starts_with(
                     "Error: Command blocked by safety guard (path outside working dir)"

@@ -150,6 +150,7 @@ mod tests {
             sandbox: Sandbox::new(&ws, true),
             session_key: "s".into(),
             origin: Default::default(),
+            file_reads: Vec::new(),
         };
         assert_eq!(
             call(&ctx, json!({"pattern": "*.py"})).await.content,

@@ -189,6 +189,7 @@ mod tests {
                 sandbox: Sandbox::new(&ws, true),
                 session_key: "s".into(),
                 origin: Default::default(),
+                file_reads: Vec::new(),
             },
         )
     }

@@ -12,6 +12,7 @@ pub mod exec;
 pub mod exec_guard;
 pub mod exec_sandbox;
 pub mod exec_url;
+pub mod find_files;
 pub mod glob;
 pub mod grep;
 pub mod list_dir;
@@ -37,6 +38,7 @@ pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
         tools.push(Arc::new(edit_file::EditFile));
         tools.push(Arc::new(list_dir::ListDir));
         tools.push(Arc::new(glob::Glob));
+        tools.push(Arc::new(find_files::FindFiles));
         tools.push(Arc::new(grep::Grep));
         tools.push(Arc::new(notebook_edit::NotebookEdit));
     }

@@ -214,6 +214,7 @@ mod tests {
             sandbox: Sandbox::new(&ws, true),
             session_key: "s".into(),
             origin: Default::default(),
+            file_reads: Vec::new(),
         };
         let mut registry = Registry::default();
         registry.register(std::sync::Arc::new(NotebookEdit));

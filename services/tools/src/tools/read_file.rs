@@ -1,13 +1,18 @@
 //! `read_file`: numbered lines with offset/limit paging and upstream's footers; images come
-//! back as content blocks; devices, FIFOs and binaries are refused.
+//! back as content blocks; devices, FIFOs and binaries are refused. A text file read before in
+//! the session (same path, offset and limit, unchanged mtime and SHA-256; the session's reads
+//! come with the call) is answered `[File unchanged since last read: …]` unless `force`.
 
 use std::path::Path;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use nanobot_proto::FileRead;
+use sha2::{Digest as _, Sha256};
+
 use crate::registry::{
-    Args, Tool, ToolContext, ToolOutput, arg_i64, arg_str, blocking, object_schema,
+    Args, Tool, ToolContext, ToolOutput, arg_bool, arg_i64, arg_str, blocking, object_schema,
 };
 
 /// Most characters one read returns.
@@ -30,7 +35,8 @@ impl Tool for ReadFile {
     fn description(&self) -> &str {
         "Read a file (text or image). Text output format: LINE_NUM| CONTENT. Images return \
          visual content for analysis. Use list_dir first when the path is uncertain. Use \
-         offset and limit for large text files. Reads exceeding ~128K chars are truncated."
+         offset and limit for large text files. Use force=true to re-read content even if \
+         unchanged. Reads exceeding ~128K chars are truncated."
     }
 
     fn parameters(&self) -> Value {
@@ -41,8 +47,8 @@ impl Tool for ReadFile {
                     "description": "Line number to start reading from (1-indexed, default 1)"},
                 "limit": {"type": "integer", "minimum": 1,
                     "description": "Maximum number of lines to read (default 2000)"},
-                "force": {"type": "boolean",
-                    "description": "Return the content even if it was read before (always fresh here)"},
+                "force": {"type": "boolean", "default": false,
+                    "description": "Bypass same-file read deduplication and return content again."},
             }),
             &["path"],
         )
@@ -61,9 +67,8 @@ impl Tool for ReadFile {
 fn read(ctx: &ToolContext, args: &Args) -> ToolOutput {
     let path = arg_str(args, "path").unwrap_or_default();
     let offset = usize::try_from(arg_i64(args, "offset").unwrap_or(1).max(1)).unwrap_or(1);
-    let limit = arg_i64(args, "limit")
-        .and_then(|l| usize::try_from(l).ok())
-        .unwrap_or(DEFAULT_LIMIT);
+    let asked_limit = arg_i64(args, "limit").and_then(|l| usize::try_from(l).ok());
+    let limit = asked_limit.unwrap_or(DEFAULT_LIMIT);
     if is_blocked_device(Path::new(path)) {
         return blocked(path);
     }
@@ -102,6 +107,16 @@ fn read(ctx: &ToolContext, args: &Args) -> ToolOutput {
     if let Some(mime) = image_mime(&raw) {
         return image(&raw, mime, &fp, path);
     }
+    let read = FileRead {
+        path: fp.display().to_string(),
+        offset: u32::try_from(offset).unwrap_or(u32::MAX),
+        limit: asked_limit.map_or(0, |l| u32::try_from(l).unwrap_or(u32::MAX)),
+        mtime_ns: mtime_ns(&meta),
+        sha256: format!("{:x}", Sha256::digest(&raw)),
+    };
+    if !arg_bool(args, "force") && ctx.file_reads.contains(&read) {
+        return ToolOutput::text(format!("[File unchanged since last read: {path}]"));
+    }
     let text = match String::from_utf8(raw) {
         Ok(text) if !text.contains('\0') => text,
         _ => {
@@ -113,9 +128,21 @@ fn read(ctx: &ToolContext, args: &Args) -> ToolOutput {
         }
     };
     match page(&text.replace("\r\n", "\n"), offset, limit) {
-        Ok(page) => ToolOutput::text(page),
+        Ok(page) => ToolOutput {
+            file_read: Some(read),
+            ..ToolOutput::text(page)
+        },
         Err(message) => ToolOutput::error(message),
     }
+}
+
+/// Returns the modification time in nanoseconds since the epoch (0 when unknown).
+fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| i64::try_from(d.as_nanos()).ok())
+        .unwrap_or(0)
 }
 
 fn blocked(path: &str) -> ToolOutput {
@@ -238,6 +265,7 @@ fn image(raw: &[u8], mime: &str, fp: &Path, path: &str) -> ToolOutput {
         content: label,
         is_error: false,
         blocks_json: blocks.to_string(),
+        file_read: None,
     }
 }
 
@@ -259,6 +287,7 @@ mod tests {
                 sandbox,
                 session_key: "cli:direct".into(),
                 origin: Default::default(),
+                file_reads: Vec::new(),
             },
         )
     }

@@ -1,5 +1,6 @@
 //! Splits a shell command into every command it would run, for the allowlist: top-level
-//! segments (split on `;`, `&&`, `||`, `|`, `&` and newlines, quotes respected) plus,
+//! segments (split on `;`, `&&`, `||`, `|`, `&` and newlines, quotes respected; a background
+//! `&` stays on its segment, as upstream) plus,
 //! recursively, the commands inside `$(…)`, backticks, `<(…)`/`>(…)` and `( … )` subshells.
 //! Segments keep substitutions verbatim, so an allow pattern must also match the outer text.
 
@@ -59,6 +60,11 @@ impl Parser<'_> {
                 '&' | '|' => {
                     let doubled =
                         self.peek(1) == Some(c) || (c == '|' && self.peek(1) == Some('&'));
+                    if c == '&' && !doubled {
+                        // Upstream keeps a background `&` on its segment: an allow pattern
+                        // must accept `cmd &` to let `cmd` run in the background.
+                        current.push('&');
+                    }
                     self.pos += if doubled { 2 } else { 1 };
                     segments.push(std::mem::take(&mut current));
                 }
@@ -136,7 +142,8 @@ mod tests {
             ("ls; rm x", &["ls", "rm x"]),
             ("ls && rm x || echo no", &["ls", "rm x", "echo no"]),
             ("cat f | sh", &["cat f", "sh"]),
-            ("sleep 1 & curl x", &["sleep 1", "curl x"]),
+            ("sleep 1 & curl x", &["sleep 1 &", "curl x"]),
+            ("serve &", &["serve &"]),
             ("ls\ncurl x", &["ls", "curl x"]),
             ("ls $(curl x)", &["ls $(curl x)", "curl x"]),
             ("ls `curl x`", &["ls `curl x`", "curl x"]),

@@ -257,6 +257,7 @@ impl WebFetch {
             content: label,
             is_error: false,
             blocks_json: blocks.to_string(),
+            file_read: None,
         }
     }
 

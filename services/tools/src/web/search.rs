@@ -1,6 +1,6 @@
 //! `web_search`: searches through the configured provider (Brave, Tavily, SearXNG, or the
-//! keyless DuckDuckGo HTML endpoint, also the fallback when a provider lacks its key or
-//! URL) and formats results as upstream: `Results for: {q}` then `{i}. {title}\n   {url}\n
+//! keyless DuckDuckGo HTML endpoint, the default when none is named) and formats results as
+//! upstream: `Results for: {q}` then `{i}. {title}\n   {url}\n
 //! {snippet}`, or `No results for: {q}`.
 
 use std::time::Duration;
@@ -26,11 +26,30 @@ pub enum Provider {
     Tavily { api_key: String },
     /// A SearXNG instance (`{base}/search?format=json`).
     Searxng { base_url: String },
+    /// The named provider cannot run here: every call answers this error (never a silent
+    /// fallback to another engine).
+    Unavailable { error: String },
 }
 
+/// Upstream's other providers, not implemented by the fleet.
+const UPSTREAM_ONLY: &[&str] = &[
+    "jina",
+    "kagi",
+    "exa",
+    "olostep",
+    "bocha",
+    "volcengine",
+    "keenable",
+    "serper",
+];
+/// The providers the fleet runs, as listed in its errors.
+const SUPPORTED: &str = "brave, tavily, searxng or duckduckgo";
+
 impl Provider {
-    /// Resolves `tools.web.search` to a backend, as upstream's `_effective_provider`: a
-    /// provider missing its key or URL (config, else environment) falls back to DuckDuckGo.
+    /// Resolves `tools.web.search` to a backend: with no provider named, Brave when a key is
+    /// configured (config, else `BRAVE_API_KEY`), else DuckDuckGo. A named provider missing
+    /// its key or URL, or one the fleet does not run, is [`Provider::Unavailable`] with an
+    /// error naming what to set (upstream falls back to DuckDuckGo without a word).
     pub fn resolve(cfg: &SearchConfig, env: impl Fn(&str) -> Option<String>) -> Self {
         let name = cfg.provider.trim().to_lowercase();
         let configured = |value: &str, var: &str| {
@@ -41,28 +60,41 @@ impl Provider {
                 Some(value.to_string())
             }
         };
-        let provider = match name.as_str() {
-            "" | "brave" => {
-                configured(&cfg.api_key, "BRAVE_API_KEY").map(|api_key| Self::Brave { api_key })
-            }
-            "tavily" => {
-                configured(&cfg.api_key, "TAVILY_API_KEY").map(|api_key| Self::Tavily { api_key })
-            }
-            "searxng" => configured(&cfg.base_url, "SEARXNG_BASE_URL")
-                .map(|base_url| Self::Searxng { base_url }),
-            "duckduckgo" => Some(Self::DuckDuckGo),
-            other => {
-                tracing::warn!(
-                    provider = other,
-                    "search provider not supported here, using duckduckgo"
-                );
-                Some(Self::DuckDuckGo)
-            }
+        let missing = |what: &str, field: &str, var: &str| Self::Unavailable {
+            error: format!(
+                "Error: web_search provider '{name}' has no {what}: set \
+                 tools.web.search.{field} or {var}"
+            ),
         };
-        provider.unwrap_or_else(|| {
-            tracing::warn!(provider = %name, "search provider has no api key or base url, using duckduckgo");
-            Self::DuckDuckGo
-        })
+        match name.as_str() {
+            "" => configured(&cfg.api_key, "BRAVE_API_KEY")
+                .map_or(Self::DuckDuckGo, |api_key| Self::Brave { api_key }),
+            "brave" => configured(&cfg.api_key, "BRAVE_API_KEY").map_or_else(
+                || missing("API key", "apiKey", "BRAVE_API_KEY"),
+                |api_key| Self::Brave { api_key },
+            ),
+            "tavily" => configured(&cfg.api_key, "TAVILY_API_KEY").map_or_else(
+                || missing("API key", "apiKey", "TAVILY_API_KEY"),
+                |api_key| Self::Tavily { api_key },
+            ),
+            "searxng" => configured(&cfg.base_url, "SEARXNG_BASE_URL").map_or_else(
+                || missing("base URL", "baseUrl", "SEARXNG_BASE_URL"),
+                |base_url| Self::Searxng { base_url },
+            ),
+            "duckduckgo" => Self::DuckDuckGo,
+            other if UPSTREAM_ONLY.contains(&other) => Self::Unavailable {
+                error: format!(
+                    "Error: web_search provider '{other}' is not supported by nanobot-fleet; \
+                     set tools.web.search.provider to {SUPPORTED}"
+                ),
+            },
+            other => Self::Unavailable {
+                error: format!(
+                    "Error: unknown web_search provider '{other}'; set \
+                     tools.web.search.provider to {SUPPORTED}"
+                ),
+            },
+        }
     }
 }
 
@@ -127,6 +159,11 @@ impl Tool for WebSearch {
         true
     }
 
+    fn exclusive(&self) -> bool {
+        // Upstream: search backends rate-limit, so a search never runs next to other calls.
+        true
+    }
+
     async fn execute(&self, _ctx: &ToolContext, args: Args) -> ToolOutput {
         let query = arg_str(&args, "query").unwrap_or_default();
         let requested = arg_i64(&args, "count").unwrap_or(i64::from(self.max_results));
@@ -142,6 +179,7 @@ impl Tool for WebSearch {
             Provider::Searxng { base_url } => {
                 providers::searxng(&self.client, base_url, query).await
             }
+            Provider::Unavailable { error } => Err(error.clone()),
         };
         match result {
             Ok(hits) => ToolOutput::text(format_results(query, &hits, n)),

@@ -135,6 +135,7 @@ fn ctx() -> ToolContext {
         sandbox: Sandbox::new(std::path::Path::new("/tmp"), true),
         session_key: "cli:test".into(),
         origin: Default::default(),
+        file_reads: Vec::new(),
     }
 }
 
@@ -513,23 +514,39 @@ async fn keyed_providers_send_their_credentials_and_brave_retries_once_when_rate
 }
 
 #[test]
-fn providers_without_keys_fall_back_to_duckduckgo() {
+fn a_named_provider_without_its_key_or_unsupported_is_a_clear_error_never_a_fallback() {
     let none = |_: &str| None;
+    let error = |p: Provider| match p {
+        Provider::Unavailable { error } => error,
+        other => panic!("{other:?}"),
+    };
     assert_eq!(
-        Provider::resolve(&provider("brave", "", ""), none),
+        Provider::resolve(&provider("", "", ""), none),
         Provider::DuckDuckGo
     );
     assert_eq!(
-        Provider::resolve(&provider("tavily", " ", ""), none),
-        Provider::DuckDuckGo
+        error(Provider::resolve(&provider("brave", "", ""), none)),
+        "Error: web_search provider 'brave' has no API key: set tools.web.search.apiKey or \
+         BRAVE_API_KEY"
     );
     assert_eq!(
-        Provider::resolve(&provider("searxng", "", ""), none),
-        Provider::DuckDuckGo
+        error(Provider::resolve(&provider("tavily", " ", ""), none)),
+        "Error: web_search provider 'tavily' has no API key: set tools.web.search.apiKey or \
+         TAVILY_API_KEY"
     );
     assert_eq!(
-        Provider::resolve(&provider("kagi", "k", ""), none),
-        Provider::DuckDuckGo
+        error(Provider::resolve(&provider("searxng", "", ""), none)),
+        "Error: web_search provider 'searxng' has no base URL: set tools.web.search.baseUrl or \
+         SEARXNG_BASE_URL"
+    );
+    assert_eq!(
+        error(Provider::resolve(&provider("kagi", "k", ""), none)),
+        "Error: web_search provider 'kagi' is not supported by nanobot-fleet; set \
+         tools.web.search.provider to brave, tavily, searxng or duckduckgo"
+    );
+    assert!(
+        error(Provider::resolve(&provider("bingo", "", ""), none))
+            .starts_with("Error: unknown web_search provider 'bingo'")
     );
     assert_eq!(
         Provider::resolve(&provider("Brave", "", ""), |k| (k == "BRAVE_API_KEY")
