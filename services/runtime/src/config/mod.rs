@@ -5,8 +5,8 @@
 //! - [`load`]: file, `${VAR}` interpolation, `NANOBOT_…__…` env overrides, per-section parsing.
 //! - `validate`: semantic checks; every problem is reported at once.
 
-pub mod email;
 pub mod discord;
+pub mod email;
 pub mod load;
 pub mod schema;
 pub mod secrets;
@@ -18,8 +18,8 @@ pub mod websocket;
 
 use std::path::{Path, PathBuf};
 
-pub use email::{EmailBot, EmailConfig};
 pub use discord::{DISCORD_API, DISCORD_INTENTS, DiscordBot, DiscordConfig};
+pub use email::{EmailBot, EmailConfig};
 pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
 pub use slack::{SLACK_API, SlackBot, SlackConfig, SlackDmConfig};
