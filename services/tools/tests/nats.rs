@@ -75,6 +75,7 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
             "cron",
             "edit_file",
             "exec",
+            "find_files",
             "glob",
             "grep",
             "list_dir",

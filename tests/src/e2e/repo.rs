@@ -24,7 +24,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// Uses of the bare word "nanobot" as a string that are not a subject or key: the bot's display
 /// name, the model owner in `/v1/models`, the CLI's name, the binary's name, the skill
 /// metadata namespace, the local fleet's NATS user, the metrics' name prefix.
-const NOT_A_SUBJECT: [&str; 8] = [
+const NOT_A_SUBJECT: [&str; 9] = [
     "(\"nanobot\", \"nanobot@dream\")",
     "bot_name: \"nanobot\"",
     "\"owned_by\": \"nanobot\"",
@@ -33,6 +33,7 @@ const NOT_A_SUBJECT: [&str; 8] = [
     ".get(\"nanobot\")",
     "NATS_USER: &str = \"nanobot\"",
     "Registry::with_prefix(\"nanobot\")",
+    "json!({\"nanobot\": {",
 ];
 
 /// Whether a source line spells a subject or key: a literal starting `nanobot.` or `nanobot:`,
