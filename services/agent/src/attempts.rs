@@ -1,5 +1,5 @@
 //! Attempts at a message's turn: each start is counted first (so a turn whose runner dies
-//! counts too), an interruption is taken back (lease lost, a write no replica confirmed,
+//! counts too), an interruption is taken back (lease lost, a write fenced,
 //! shutdown, or the turn was committed after all), a failure is retried by the next drain, and
 //! after [`MAX_ATTEMPTS`] the message is answered with upstream's [`ERROR_REPLY`] so one poison
 //! message cannot block its session.
@@ -130,7 +130,7 @@ pub async fn guarded(
                     .unwrap_or(true),
             };
             // Committed: the reply waits in the outbox for the next holder. Interrupted:
-            // another runner holds the session now, a write is unconfirmed, or this runner
+            // another runner holds the session now (lease lost, a write fenced), or this runner
             // is stopping.
             let interrupted = e.is_interruption() || deps.cancel.is_cancelled();
             match after_error(attempts, interrupted, committed) {

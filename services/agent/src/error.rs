@@ -15,9 +15,6 @@ pub enum Error {
     /// A session write carried a fencing token that is no longer current.
     #[error("session {0} is held by another runner (lease lost); write refused")]
     Fenced(String),
-    /// No Redis replica confirmed a session write in time (a failover could lose it).
-    #[error("session {0}: write not confirmed by a replica")]
-    Unreplicated(String),
     /// This runner is shutting down.
     #[error("runner shutting down")]
     Shutdown,
@@ -36,13 +33,10 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether the work was only interrupted (another runner holds the session, a replica did
-    /// not confirm a write, or this one stops): not the message's fault.
+    /// Whether the work was only interrupted (another runner holds the session, or this one
+    /// stops): not the message's fault.
     pub fn is_interruption(&self) -> bool {
-        matches!(
-            self,
-            Self::LeaseLost | Self::Fenced(_) | Self::Unreplicated(_) | Self::Shutdown
-        )
+        matches!(self, Self::LeaseLost | Self::Fenced(_) | Self::Shutdown)
     }
 }
 
@@ -50,7 +44,6 @@ impl From<SessionError> for Error {
     fn from(e: SessionError) -> Self {
         match e {
             SessionError::Fenced { session } => Self::Fenced(session),
-            SessionError::Unreplicated { session } => Self::Unreplicated(session),
             e => Self::Session(e),
         }
     }

@@ -67,16 +67,16 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// On a cluster or behind Sentinel, waits (`WAIT 1`, at most 1 s) until the writes made so
-    /// far on the node that holds `key` reached a replica, so a failover after this returns
-    /// keeps them. Returns whether they did: a write no replica confirmed may be lost by a
-    /// failover, and whoever relies on it (a session write) treats it as not done yet. On one
-    /// node there is nothing to wait for: its AOF keeps the writes across a restart.
-    pub async fn replicate(&self, key: &str) -> bool {
+    /// On a cluster or behind Sentinel, waits (`WAIT 1`, at most 1 s) until the writes made so far on the node
+    /// that holds `key` reached a replica, so a failover after this returns keeps them; a
+    /// replica that does not confirm in time is logged, not fatal (Redis replication stays
+    /// asynchronous). On one node there is nothing to wait for: its AOF keeps the writes
+    /// across a restart.
+    pub async fn replicate(&self, key: &str) {
         let mut wait = redis::cmd("WAIT");
         wait.arg(1).arg(REPLICATE_TIMEOUT_MS);
         let acked = match self {
-            Self::Node(_) => return true,
+            Self::Node(_) => return,
             Self::Sentinel(conn) => wait.query_async(&mut conn.clone()).await,
             Self::Cluster(conn) => {
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
@@ -86,15 +86,9 @@ impl Store {
             }
         };
         match acked {
-            Ok(Value::Int(n)) if n >= 1 => true,
-            Ok(acked) => {
-                tracing::warn!(?acked, "write not confirmed by a replica in time");
-                false
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "waiting for a replica failed");
-                false
-            }
+            Ok(Value::Int(n)) if n >= 1 => {}
+            Ok(acked) => tracing::warn!(?acked, "write not confirmed by a replica in time"),
+            Err(e) => tracing::warn!(error = %e, "waiting for a replica failed"),
         }
     }
 }

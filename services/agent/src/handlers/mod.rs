@@ -71,9 +71,7 @@ impl Deps {
     pub async fn mark_seen(&self, marker: &str) {
         let mut conn = self.redis.clone();
         match conn.set_ex::<_, _, ()>(marker, 1, SEEN_TTL_SECS).await {
-            Ok(()) => {
-                self.redis.replicate(marker).await;
-            }
+            Ok(()) => self.redis.replicate(marker).await,
             Err(e) => tracing::warn!(error = %e, "failed to record processed marker"),
         }
     }
