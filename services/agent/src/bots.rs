@@ -67,12 +67,12 @@ pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<
                     .with_replies(replies.clone()),
                 provider,
                 target,
-                context: ContextBuilder {
-                    workspace: spec.workspace.clone(),
-                    builtin_skills: skills.clone(),
-                    timezone: cfg.agents.defaults.timezone.clone(),
-                    disabled_skills: nanobot_core::skills::disabled_skills(cfg),
-                },
+                context: ContextBuilder::new(
+                    spec.workspace.clone(),
+                    skills.clone(),
+                    cfg.agents.defaults.timezone.clone(),
+                    nanobot_core::skills::disabled_skills(cfg),
+                ),
                 chat_channels: cfg.chat_channels(&spec.id),
                 spec,
             };

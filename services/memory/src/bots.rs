@@ -61,12 +61,12 @@ pub fn build(
                 sessions: SessionStore::new(redis.clone(), &spec.id),
                 provider,
                 target,
-                context: ContextBuilder {
-                    workspace: spec.workspace.clone(),
-                    builtin_skills: None,
-                    timezone: cfg.agents.defaults.timezone.clone(),
-                    disabled_skills: nanobot_core::skills::disabled_skills(cfg),
-                },
+                context: ContextBuilder::new(
+                    spec.workspace.clone(),
+                    None,
+                    cfg.agents.defaults.timezone.clone(),
+                    nanobot_core::skills::disabled_skills(cfg),
+                ),
                 tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout),
                 spec,
             };

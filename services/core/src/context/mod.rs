@@ -8,6 +8,11 @@ use serde_json::{Value, json};
 
 use crate::{attachment, skills};
 
+mod cache;
+
+pub use cache::MAX_AGE as PROMPT_CACHE_MAX_AGE;
+use cache::{PromptCache, Stamp};
+
 /// Files read into the system prompt, in order (v0.1.5 / seeds).
 pub const BOOTSTRAP_FILES: &[&str] = &["AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md"];
 /// Separator between system prompt parts.
@@ -30,6 +35,8 @@ pub struct ContextBuilder {
     pub timezone: String,
     /// Skills left out (`agents.defaults.disabledSkills`).
     pub disabled_skills: Vec<String>,
+    /// The workspace part of the system prompt, rebuilt when its files change.
+    prompt: PromptCache,
 }
 
 fn read_nonempty(path: &Path) -> Option<String> {
@@ -52,6 +59,22 @@ fn format_hint(channel: &str) -> &'static str {
 }
 
 impl ContextBuilder {
+    /// Returns the prompt builder of the bot workspace `workspace`.
+    pub fn new(
+        workspace: PathBuf,
+        builtin_skills: Option<PathBuf>,
+        timezone: String,
+        disabled_skills: Vec<String>,
+    ) -> Self {
+        Self {
+            workspace,
+            builtin_skills,
+            timezone,
+            disabled_skills,
+            prompt: PromptCache::default(),
+        }
+    }
+
     /// Returns the bot's enabled skills (workspace over builtin, minus the disabled ones).
     pub fn skills(&self) -> Vec<skills::Skill> {
         skills::discover(
@@ -115,9 +138,44 @@ impl ContextBuilder {
         Some(format!("# Recent History\n\n{body}"))
     }
 
-    /// Returns the system prompt for `channel`.
+    /// Returns the system prompt for `channel`: the identity, then the workspace part
+    /// (cached until one of its files changes, see [`PROMPT_CACHE_MAX_AGE`]).
     pub fn system_prompt(&self, channel: &str) -> String {
-        let mut parts = vec![self.identity(channel)];
+        let body = self
+            .prompt
+            .get(self.workspace_stamps(), || self.workspace_part());
+        let identity = self.identity(channel);
+        if body.is_empty() {
+            return identity;
+        }
+        format!("{identity}{SEPARATOR}{body}")
+    }
+
+    /// Stamps of every file [`Self::workspace_part`] reads.
+    fn workspace_stamps(&self) -> Vec<Stamp> {
+        let mut stamps: Vec<Stamp> = BOOTSTRAP_FILES
+            .iter()
+            .map(|f| self.workspace.join(f))
+            .chain(
+                [
+                    "memory/MEMORY.md",
+                    "memory/history.jsonl",
+                    "memory/.dream_cursor",
+                ]
+                .map(|f| self.workspace.join(f)),
+            )
+            .map(|p| Stamp::of(&p))
+            .collect();
+        cache::skills_stamps(&self.workspace.join("skills"), &mut stamps);
+        if let Some(dir) = &self.builtin_skills {
+            cache::skills_stamps(dir, &mut stamps);
+        }
+        stamps
+    }
+
+    /// The system prompt after the identity: bootstrap files, memory, skills, recent history.
+    fn workspace_part(&self) -> String {
+        let mut parts = Vec::new();
         let bootstrap: Vec<String> = BOOTSTRAP_FILES
             .iter()
             .filter_map(|f| {
@@ -272,12 +330,7 @@ mod tests {
     use super::*;
 
     fn builder(ws: &Path) -> ContextBuilder {
-        ContextBuilder {
-            workspace: ws.to_path_buf(),
-            builtin_skills: None,
-            timezone: "UTC".into(),
-            disabled_skills: Vec::new(),
-        }
+        ContextBuilder::new(ws.to_path_buf(), None, "UTC".into(), Vec::new())
     }
 
     #[test]
@@ -305,6 +358,54 @@ mod tests {
         assert_eq!(parts[2], "# Memory\n\n## Long-term Memory\nUser likes tea.");
         assert_eq!(parts[3], "# Recent History\n\n- [2026-01-02 10:00] new");
         assert_eq!(prompt, b.system_prompt("cli"));
+    }
+
+    #[test]
+    fn the_workspace_part_is_read_once_and_rebuilt_when_a_file_or_skill_changes() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("AGENTS.md"), "Be brief.").unwrap();
+        let b = builder(ws.path());
+        let builds = || b.prompt.builds.load(Relaxed);
+        let first = b.system_prompt("cli");
+        assert!(first.contains("## AGENTS.md\n\nBe brief."), "{first}");
+        assert_ne!(
+            b.system_prompt("telegram"),
+            first,
+            "the identity follows the channel"
+        );
+        assert_eq!(b.clone().system_prompt("cli"), first);
+        assert_eq!(
+            builds(),
+            1,
+            "unchanged files are read once, clones share the cache"
+        );
+
+        std::fs::create_dir_all(ws.path().join("memory")).unwrap();
+        std::fs::write(ws.path().join("memory/MEMORY.md"), "User likes tea.").unwrap();
+        assert!(b.system_prompt("cli").contains("User likes tea."));
+        let skill = ws.path().join("skills/brew");
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::write(
+            skill.join("SKILL.md"),
+            "---\nname: brew\ndescription: Brews tea\n---\nSteep it.",
+        )
+        .unwrap();
+        assert!(b.system_prompt("cli").contains("**brew** — Brews tea"));
+        std::fs::write(
+            skill.join("SKILL.md"),
+            "---\nname: brew\ndescription: Brews green tea\n---\nSteep it.",
+        )
+        .unwrap();
+        assert!(
+            b.system_prompt("cli")
+                .contains("**brew** — Brews green tea")
+        );
+        std::fs::remove_dir_all(&skill).unwrap();
+        assert!(!b.system_prompt("cli").contains("brew"));
+        std::fs::remove_file(ws.path().join("AGENTS.md")).unwrap();
+        assert!(!b.system_prompt("cli").contains("Be brief."));
+        assert_eq!(builds(), 6, "one rebuild per change");
     }
 
     #[test]
