@@ -72,8 +72,6 @@ pub async fn run(
         .await
         .context("connect to redis")?;
     let bots = bots::build(&cfg, &started.bus.client, &redis);
-    // Builds the tokenizer's tables now, not inside the first turn's budget check.
-    tokio::task::spawn_blocking(|| nanobot_core::memory::budget::count_text("warm up"));
     // Messages held here at once: running or waiting for a session another runner holds.
     let permits = Arc::new(Semaphore::new(cfg.runner.max_waiting_messages as usize));
     let deps = Arc::new(Deps {

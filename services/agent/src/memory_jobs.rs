@@ -10,6 +10,7 @@ use futures::StreamExt as _;
 use prost::Message as _;
 use serde_json::Value;
 
+use nanobot_core::memory::budget::estimate_prompt_bound;
 use nanobot_core::memory::{Budget, estimate_prompt};
 use nanobot_core::session::Session;
 use nanobot_proto::{ConsolidationRequest, ConsolidationResult, MemoryJobKind, subjects};
@@ -159,7 +160,11 @@ pub async fn maybe_consolidate(deps: &Deps, bot: &Bot, session_key: &str, measur
         tools,
         stored,
     } = measured;
-    // Tokenizing is CPU work proportional to the replayable context: off the async threads.
+    // A context whose byte bound fits cannot exceed the budget: most turns stop here, without
+    // tokenizing (which is CPU work proportional to the context, done off the async threads).
+    if !budget.exceeded_by(estimate_prompt_bound(&system, &replay, &tools) as u64) {
+        return;
+    }
     let measured = tokio::task::spawn_blocking(move || {
         let overhead = estimate_prompt(&system, &[], &tools);
         let history = nanobot_core::memory::estimate_messages(&replay);

@@ -175,15 +175,22 @@ pub fn replay_within(
 /// Keeps the newest rows within `max_tokens`, re-aligned to a user row (the nearest one even
 /// over budget) at a legal tool-call boundary (upstream's `max_tokens` pass).
 fn newest_within(out: Vec<Value>, max_tokens: usize) -> Vec<Value> {
-    let mut used = 0;
+    use crate::memory::budget::{estimate_message, estimate_message_bound};
+    // When even the byte bound fits, every row does: no tokenizer pass (the common case).
+    let bound: usize = out.iter().map(estimate_message_bound).sum();
     let mut from = out.len();
-    for (i, m) in out.iter().enumerate().rev() {
-        let tokens = crate::memory::budget::estimate_message(m);
-        if from < out.len() && used + tokens > max_tokens {
-            break;
+    if bound <= max_tokens {
+        from = 0;
+    } else {
+        let mut used = 0;
+        for (i, m) in out.iter().enumerate().rev() {
+            let tokens = estimate_message(m);
+            if from < out.len() && used + tokens > max_tokens {
+                break;
+            }
+            used += tokens;
+            from = i;
         }
-        used += tokens;
-        from = i;
     }
     let first_user = out[from..].iter().position(|m| role(m) == "user");
     let from = match first_user {

@@ -98,9 +98,16 @@ fn content_text(content: Option<&Value>, out: &mut String) {
     }
 }
 
-/// Returns the estimated tokens of one message: its text, tool calls, tool name and
+/// Returns an upper bound of [`count_text`] without tokenizing: a token is at least one byte,
+/// and the heuristic counts a quarter token per byte. Used to skip the tokenizer when even the
+/// bound fits a budget (most turns), so its tables are only built once a session grows.
+pub fn count_text_bound(text: &str) -> usize {
+    text.len()
+}
+
+/// Returns the tokens of one message under `count`: its text, tool calls, tool name and
 /// reasoning, plus framing.
-pub fn estimate_message(m: &Value) -> usize {
+fn message_tokens(m: &Value, count: fn(&str) -> usize) -> usize {
     let mut text = String::new();
     content_text(m.get("content"), &mut text);
     for key in ["name", "tool_call_id", "reasoning_content"] {
@@ -113,7 +120,18 @@ pub fn estimate_message(m: &Value) -> usize {
         text.push('\n');
         text.push_str(&calls.to_string());
     }
-    count_text(&text) + PER_MESSAGE_TOKENS
+    count(&text) + PER_MESSAGE_TOKENS
+}
+
+/// Returns the estimated tokens of one message: its text, tool calls, tool name and
+/// reasoning, plus framing.
+pub fn estimate_message(m: &Value) -> usize {
+    message_tokens(m, count_text)
+}
+
+/// Returns an upper bound of [`estimate_message`] (see [`count_text_bound`]).
+pub fn estimate_message_bound(m: &Value) -> usize {
+    message_tokens(m, count_text_bound)
 }
 
 /// Returns the estimated tokens of `messages`.
@@ -132,10 +150,14 @@ pub fn estimate_messages_by_bytes(messages: &[Value]) -> usize {
 
 /// Returns the estimated tokens of the tool definitions offered to the model.
 pub fn estimate_tools(tools: &[Value]) -> usize {
+    tools_tokens(tools, count_text)
+}
+
+fn tools_tokens(tools: &[Value], count: fn(&str) -> usize) -> usize {
     if tools.is_empty() {
         return 0;
     }
-    count_text(&Value::Array(tools.to_vec()).to_string())
+    count(&Value::Array(tools.to_vec()).to_string())
 }
 
 /// Returns upstream's probe estimate: the system prompt, the replayable history, the probe
@@ -146,6 +168,15 @@ pub fn estimate_prompt(system_prompt: &str, history: &[Value], tools: &[Value]) 
         + estimate_messages(history)
         + count_text(PROBE)
         + estimate_tools(tools)
+}
+
+/// Returns an upper bound of [`estimate_prompt`] (see [`count_text_bound`]).
+pub fn estimate_prompt_bound(system_prompt: &str, history: &[Value], tools: &[Value]) -> usize {
+    count_text_bound(system_prompt)
+        + PER_MESSAGE_TOKENS
+        + history.iter().map(estimate_message_bound).sum::<usize>()
+        + count_text_bound(PROBE)
+        + tools_tokens(tools, count_text_bound)
 }
 
 #[cfg(test)]
@@ -195,6 +226,36 @@ mod tests {
         assert!(
             estimate_prompt("sys", std::slice::from_ref(&user), &tools)
                 > estimate_prompt("sys", &[user], &[])
+        );
+    }
+
+    #[test]
+    fn the_byte_bound_is_never_below_the_tokenizer_estimate() {
+        let texts = [
+            String::new(),
+            "hello world".into(),
+            "日本語のテキストと絵文字 🐈🐈🐈 mixed with ascii".into(),
+            "a".repeat(5000),
+            "x".repeat(TOKENIZER_MAX_BYTES + 4),
+            (0..2000)
+                .map(|i| char::from(b'!' + (i % 90) as u8))
+                .collect(),
+        ];
+        let rows: Vec<Value> = texts
+            .iter()
+            .map(|t| json!({"role": "user", "content": t}))
+            .chain([json!({"role": "assistant", "content": [{"type": "text", "text": "🐈 ok"}],
+                "tool_calls": [{"id": "c1", "function": {"name": "exec", "arguments": "{\"cmd\":\"ls\"}"}}]})])
+            .collect();
+        for (t, m) in texts.iter().zip(&rows) {
+            assert!(count_text_bound(t) >= count_text(t), "{t:.40}");
+            assert!(estimate_message_bound(m) >= estimate_message(m));
+        }
+        let tools =
+            vec![json!({"type": "function", "function": {"name": "exec", "description": "運行"}})];
+        assert!(
+            estimate_prompt_bound("système 🐈", &rows, &tools)
+                >= estimate_prompt("système 🐈", &rows, &tools)
         );
     }
 }
