@@ -28,7 +28,7 @@ pub struct FleetOptions {
     pub llm_base: Option<String>,
     /// Agent runner replicas.
     pub agents: usize,
-    /// `runner.maxConcurrentTurns` of each runner.
+    /// `runner.maxConcurrentTurns` of each runner (0: the default).
     pub max_concurrent_turns: u32,
     /// `RUST_LOG` level of the roles (the connect line is always kept).
     pub log_level: String,
@@ -89,9 +89,11 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
         }},
         "api": {"host": "127.0.0.1", "port": api_port, "timeout": 120.0},
         "gateway": {"host": "127.0.0.1", "port": free_port()?},
-        "runner": {"maxConcurrentTurns": opts.max_concurrent_turns},
     });
     let mut config = config;
+    if opts.max_concurrent_turns > 0 {
+        config["runner"] = json!({"maxConcurrentTurns": opts.max_concurrent_turns});
+    }
     config["bus"]["streamReplicas"] = json!(replicas);
     if let Some(api) = &opts.telegram_api {
         config["channels"] = json!({"telegram": {

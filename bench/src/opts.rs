@@ -51,6 +51,8 @@ pub struct Sizes {
     pub replica_sessions: usize,
     /// `runner.maxConcurrentTurns` of each runner in the scaling scenario.
     pub replica_turns_per_runner: u32,
+    /// Sessions of the default-settings runner scenario (200 ms LLM).
+    pub default_runner_sessions: usize,
     /// Turns of the per-hop breakdown (plain turns, then tool-heavy turns).
     pub breakdown_turns: usize,
     /// Chats of the Telegram throughput scenario (one update each).
@@ -75,6 +77,7 @@ impl Sizes {
             replicas: vec![1, 2, 4],
             replica_sessions: 128,
             replica_turns_per_runner: 16,
+            default_runner_sessions: 200,
             breakdown_turns: 100,
             telegram_chats: 1_000,
             window: std::time::Duration::from_secs(15),
@@ -95,6 +98,7 @@ impl Sizes {
             replicas: vec![1, 2],
             replica_sessions: 40,
             replica_turns_per_runner: 16,
+            default_runner_sessions: 200,
             breakdown_turns: 10,
             telegram_chats: 1_000,
             window: std::time::Duration::from_secs(2),

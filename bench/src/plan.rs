@@ -38,6 +38,8 @@ pub struct Figures {
     pub tool_heavy: BTreeMap<Kind, ScenarioRun>,
     /// 200 ms LLM, per-runner turn limit, by agent replicas (fleet).
     pub replicas: BTreeMap<usize, ScenarioRun>,
+    /// 200 ms LLM, one runner with the default `runner` settings (fleet).
+    pub default_runner: Option<ScenarioRun>,
     /// The same load on upstream's single process.
     pub replicas_upstream: Option<ScenarioRun>,
     /// Tool round trip.
@@ -79,6 +81,9 @@ impl Figures {
         }
         if let Some(run) = &self.replicas_upstream {
             out.push(("replicas_1".to_string(), Kind::Upstream, run));
+        }
+        if let Some(run) = &self.default_runner {
+            out.push(("default_runner".to_string(), Kind::Fleet, run));
         }
         out
     }
@@ -191,6 +196,26 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
     }
     if wanted("replicas") {
         replicas(suite, sizes, slow, &mut figures).await;
+    }
+    if wanted("default") {
+        // One runner as shipped (no `runner` settings) against many waiting turns.
+        let sessions = sizes.default_runner_sessions;
+        let setup = Setup {
+            llm: slow,
+            agents: 1,
+            ..Setup::default()
+        };
+        let window = sizes.window + Duration::from_millis(50) * sessions as u32;
+        let spec = spec(
+            "default_runner",
+            sessions,
+            sizes.throughput_requests,
+            sizes.warmup,
+            window,
+        );
+        figures.default_runner = suite
+            .load("default_runner", Kind::Fleet, &setup, spec)
+            .await;
     }
     if wanted("history") {
         eprintln!(

@@ -227,6 +227,7 @@ pub fn rows(figures: &Figures, suite: &Suite) -> Vec<Row> {
     resources::memory_rows(figures, suite, &mut rows);
     resources::startup_rows(suite, &mut rows);
     replica_rows(figures, &mut rows);
+    default_runner_rows(figures, &mut rows);
     resources::cpu_rows(figures, &mut rows);
     if let Some(history) = &figures.history {
         rows.extend(crate::history::rows(history));
@@ -272,6 +273,39 @@ fn tool_rows(figures: &Figures, rows: &mut Vec<Row>) {
         Better::Lower,
         Some(us(rtt.rust_in_process.p50_ms)),
         up.map(|s| us(s.p50_ms)),
+    ));
+}
+
+fn default_runner_rows(figures: &Figures, rows: &mut Vec<Row>) {
+    let Some(run) = &figures.default_runner else {
+        return;
+    };
+    let sessions = run.load.concurrency;
+    let scenario = format!("{sessions} sessions, {SLOW_LLM_MS} ms LLM, one runner as shipped");
+    let ideal = sessions as f64 * 1000.0 / SLOW_LLM_MS as f64;
+    rows.push(
+        row(
+            &scenario,
+            &format!("turns/s (ideal {ideal:.0})"),
+            Better::Higher,
+            Some(run.load.turns_per_s),
+            None,
+        )
+        .at_least(0.9 * ideal, &format!("≥ {:.0} (90 %)", 0.9 * ideal)),
+    );
+    rows.push(row(
+        &scenario,
+        "turn latency p99 (ms)",
+        Better::Lower,
+        Some(run.load.latency.p99_ms),
+        None,
+    ));
+    rows.push(row(
+        &scenario,
+        "agent peak RSS (MB)",
+        Better::Lower,
+        run.peak_mb.get("agent#1").copied(),
+        None,
     ));
 }
 

@@ -30,7 +30,7 @@ pub struct Setup {
     pub llm: LlmMode,
     /// Agent replicas (fleet).
     pub agents: usize,
-    /// `runner.maxConcurrentTurns` (fleet).
+    /// `runner.maxConcurrentTurns` (fleet); 0 keeps the product's default.
     pub max_concurrent_turns: u32,
     /// Extra environment for `nanobot serve` (upstream).
     pub upstream_env: Vec<(String, String)>,
@@ -113,7 +113,7 @@ impl Suite {
                     llm: setup.llm,
                     llm_base: setup.llm_base.clone(),
                     agents: setup.agents.max(1),
-                    max_concurrent_turns: setup.max_concurrent_turns.max(1),
+                    max_concurrent_turns: setup.max_concurrent_turns,
                     log_level: setup
                         .log_level
                         .clone()
