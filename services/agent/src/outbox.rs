@@ -94,9 +94,20 @@ pub async fn flush(
     sessions: &SessionWriter,
     session_key: &str,
 ) -> anyhow::Result<()> {
-    let Some(payload) = sessions.outbox(session_key).await? else {
-        return Ok(());
-    };
+    match sessions.outbox(session_key).await? {
+        Some(payload) => publish_left(js, sessions, session_key, payload).await,
+        None => Ok(()),
+    }
+}
+
+/// Publishes `payload`, the reply read from the session's outbox under its lease, then clears
+/// it (see [`flush`]).
+pub async fn publish_left(
+    js: &jetstream::Context,
+    sessions: &SessionWriter,
+    session_key: &str,
+    payload: Vec<u8>,
+) -> anyhow::Result<()> {
     match OutboundMessage::decode(payload.as_slice()) {
         Ok(msg) => {
             publish(js, &msg).await?;

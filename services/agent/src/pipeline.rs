@@ -35,6 +35,7 @@ pub async fn run(
         .sessions
         .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
         .await?;
+    ctx.sessions.note_indexed(&session);
     let resume = recovery::prepare(deps, bot, ctx, input, &mut session).await?;
     let (reply, measured) = turn::run(deps, bot, ctx, input, outbox, session, resume).await?;
     commit::finish(deps, ctx, input, outbox, reply).await?;

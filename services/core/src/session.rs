@@ -122,6 +122,8 @@ pub struct SessionStore {
 pub struct SessionWriter {
     store: SessionStore,
     fence: Fence,
+    /// Sessions this writer knows to be in the bot's index (the index only grows).
+    indexed: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl std::fmt::Debug for SessionWriter {
@@ -238,6 +240,7 @@ impl SessionStore {
         SessionWriter {
             store: self.clone(),
             fence,
+            indexed: Default::default(),
         }
     }
 
@@ -250,6 +253,19 @@ impl SessionStore {
             .await
             .map_err(Self::err("read cursor", key))?;
         Ok(v.unwrap_or(0))
+    }
+
+    /// Returns the session's mailbox cursor and the reply a committed turn left in its outbox,
+    /// in one round trip.
+    pub async fn progress(&self, key: &str) -> Result<(u64, Option<Vec<u8>>)> {
+        let mut conn = self.redis.clone();
+        let (cursor, outbox): (Option<u64>, Option<Vec<u8>>) = redis::pipe()
+            .get(keys::session_cursor(&self.bot, key))
+            .get(keys::session_outbox(&self.bot, key))
+            .query_async(&mut conn)
+            .await
+            .map_err(Self::err("read progress", key))?;
+        Ok((cursor.unwrap_or(0), outbox))
     }
 
     /// Returns the reply a committed turn left in the outbox, if any.
@@ -305,10 +321,31 @@ impl SessionWriter {
     /// Adds `key` to the bot's session index (before its first write, so a crash in between
     /// leaves at most an index entry of an empty session; idempotent).
     async fn index(&self, key: &str) -> Result<()> {
+        if self.is_indexed(key) {
+            return Ok(());
+        }
         let mut conn = self.store.redis.clone();
         conn.sadd::<_, _, ()>(keys::sessions(&self.store.bot), key)
             .await
-            .map_err(SessionStore::err("index", key))
+            .map_err(SessionStore::err("index", key))?;
+        self.indexed().insert(key.to_string());
+        Ok(())
+    }
+
+    fn indexed(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.indexed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_indexed(&self, key: &str) -> bool {
+        self.indexed().contains(key)
+    }
+
+    /// Records that `session`, as loaded, exists (it has a `created_at`, written after the
+    /// session was indexed), so this writer's commits skip indexing it again.
+    pub fn note_indexed(&self, session: &Session) {
+        if !session.created_at.is_empty() {
+            self.indexed().insert(session.key.clone());
+        }
     }
 
     async fn run(
@@ -581,6 +618,41 @@ mod tests {
         assert_eq!(reader.load(key).await.unwrap().messages.len(), 1);
         current.append(key, &[row]).await.unwrap();
         assert_eq!(reader.load(key).await.unwrap().messages.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_writer_indexes_a_new_session_once_and_a_loaded_existing_one_never() {
+        let redis = Redis::start().await.unwrap();
+        let mut conn = redis.conn().await.unwrap();
+        let key = "cli:index";
+        let reader = SessionStore::new(conn.clone(), "b");
+        let row = serde_json::json!({"role": "user", "content": "hi"});
+        let commit = Commit {
+            rows: vec![row],
+            ..Default::default()
+        };
+        let index = keys::sessions("b");
+        let first = lease(&conn, key).await;
+        let writer = reader.fenced(first.fence());
+        writer.commit(key, &commit).await.unwrap();
+        assert_eq!(reader.list().await.unwrap(), vec![key.to_string()]);
+        // With the index gone (only for this check: nothing removes entries), the same
+        // writer's next commit does not write it again; a writer that loaded the session as
+        // existing does not either, and a fresh one does.
+        let _: () = conn.del(&index).await.unwrap();
+        writer.commit(key, &commit).await.unwrap();
+        first.release().await;
+        let second = lease(&conn, key).await;
+        let other = reader.fenced(second.fence());
+        other.note_indexed(&reader.load_recent(key, 50).await.unwrap());
+        other.commit(key, &commit).await.unwrap();
+        assert!(reader.list().await.unwrap().is_empty());
+        second.release().await;
+        let third = lease(&conn, key).await;
+        let fresh = reader.fenced(third.fence());
+        fresh.commit(key, &commit).await.unwrap();
+        assert_eq!(reader.list().await.unwrap(), vec![key.to_string()]);
+        assert_eq!(reader.load(key).await.unwrap().messages.len(), 4);
     }
 
     #[tokio::test]

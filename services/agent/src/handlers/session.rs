@@ -63,16 +63,20 @@ pub async fn acquire(
     let mut backoff = BACKOFF.0;
     let _waiting = Waiting::new(deps);
     loop {
-        let answered = match until {
-            Until::Cursor(seq) => bot.sessions.cursor(session_key).await? >= seq,
-            Until::Seen(marker) => {
-                let mut conn = deps.redis.clone();
-                conn.exists(marker).await?
-            }
-        };
         // A committed reply still in the outbox goes out under the lease: its holder publishes
         // it, or, when that holder died, whoever takes the lease next.
-        let unpublished = answered && bot.sessions.outbox(session_key).await?.is_some();
+        let (answered, unpublished) = match until {
+            Until::Cursor(seq) => {
+                let (cursor, outbox) = bot.sessions.progress(session_key).await?;
+                (cursor >= seq, cursor >= seq && outbox.is_some())
+            }
+            Until::Seen(marker) => {
+                let mut conn = deps.redis.clone();
+                let answered: bool = conn.exists(marker).await?;
+                let unpublished = answered && bot.sessions.outbox(session_key).await?.is_some();
+                (answered, unpublished)
+            }
+        };
         if answered && !unpublished {
             return Ok(None);
         }
@@ -110,7 +114,12 @@ pub async fn drain(
     lease: &Lease,
 ) -> Result<usize> {
     let sessions = bot.sessions.fenced(lease.fence());
-    outbox::flush(&deps.js, &sessions, session_key).await?;
+    // Read once under the lease; then this holder is the only one moving the cursor, and a
+    // cursor kept here that lags (the script only moves it forward) costs a skipped entry.
+    let (mut cursor, unpublished) = sessions.progress(session_key).await?;
+    if let Some(payload) = unpublished {
+        outbox::publish_left(&deps.js, &sessions, session_key, payload).await?;
+    }
     let mut entries = 0;
     loop {
         if lease.lost().is_cancelled() {
@@ -119,7 +128,6 @@ pub async fn drain(
         if deps.cancel.is_cancelled() {
             return Ok(entries);
         }
-        let cursor = sessions.cursor(session_key).await?;
         let Some(entry) = deps.mailbox.next_after(subject, cursor).await? else {
             return Ok(entries);
         };
@@ -138,7 +146,8 @@ pub async fn drain(
         };
         match turn {
             Some(incoming) => {
-                run_one(deps, bot, &sessions, lease, subject, entry.seq, &incoming).await?;
+                let last = run_one(deps, bot, &sessions, lease, subject, entry.seq, &incoming);
+                cursor = last.await?;
             }
             None => {
                 let skip = Commit {
@@ -146,12 +155,14 @@ pub async fn drain(
                     ..Default::default()
                 };
                 sessions.commit(session_key, &skip).await?;
+                cursor = entry.seq;
             }
         }
     }
 }
 
-/// Runs the turn of one mailbox message.
+/// Runs the turn of one mailbox message; returns the cursor its commit wrote (past the
+/// message and the follow-ups the turn took).
 async fn run_one(
     deps: &Deps,
     bot: &Bot,
@@ -160,7 +171,7 @@ async fn run_one(
     subject: &str,
     seq: u64,
     incoming: &Incoming,
-) -> Result<()> {
+) -> Result<u64> {
     let msg = &incoming.message;
     let input = TurnInput::chat(incoming);
     let session_key = input.session_key.clone();
@@ -179,5 +190,6 @@ async fn run_one(
         seq: Some(seq),
         follow_ups: Some(&follow_ups),
     };
-    attempts::guarded(deps, bot, ctx, lease, &input, &outbox).await
+    attempts::guarded(deps, bot, ctx, lease, &input, &outbox).await?;
+    Ok(seq.max(follow_ups.taken().last_seq))
 }
