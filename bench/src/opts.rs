@@ -20,7 +20,7 @@ pub struct Options {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Runs only these scenarios (comma separated: latency, max, slow, tools, replicas, rtt,
-    /// breakdown, clusters, history, telegram); default all.
+    /// breakdown, clusters, history, telegram, default); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// `RUST_LOG` level of the fleet's roles.

@@ -63,8 +63,13 @@ pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<
             tracing::info!(bot = %spec.id, provider = %target.provider, model = %target.model, "bot ready");
             let bot = Bot {
                 sessions: SessionStore::new(redis.clone(), &spec.id),
+                // The runner serves `message` and `spawn` itself.
                 tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout)
-                    .with_replies(replies.clone()),
+                    .with_replies(replies.clone())
+                    .with_local(vec![
+                        crate::message_tool::spec(),
+                        nanobot_core::subagent::spec(),
+                    ]),
                 provider,
                 target,
                 context: ContextBuilder::new(

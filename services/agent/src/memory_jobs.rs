@@ -162,11 +162,12 @@ pub async fn maybe_consolidate(deps: &Deps, bot: &Bot, session_key: &str, measur
     } = measured;
     // A context whose byte bound fits cannot exceed the budget: most turns stop here, without
     // tokenizing (which is CPU work proportional to the context, done off the async threads).
-    if !budget.exceeded_by(estimate_prompt_bound(&system, &replay, &tools) as u64) {
+    let bound = estimate_prompt_bound(&system, &replay, tools.definitions_bytes());
+    if !budget.exceeded_by(bound as u64) {
         return;
     }
     let measured = tokio::task::spawn_blocking(move || {
-        let overhead = estimate_prompt(&system, &[], &tools);
+        let overhead = estimate_prompt(&system, &[], tools.definitions());
         let history = nanobot_core::memory::estimate_messages(&replay);
         (overhead + history, overhead)
     })

@@ -24,7 +24,7 @@ use nanobot_core::runner::{self, OnBudgetExhausted, RunDeps, RunOptions, RunSpec
 use nanobot_core::session::SEEN_TTL_SECS;
 use nanobot_core::subagent::{self, SpawnArgs};
 use nanobot_core::tool_results::Offload;
-use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
+use nanobot_core::tools::{Offered, ToolExecutor, ToolOutcome, ToolScope};
 use nanobot_proto::{InboundMessage, SubagentTask, keys, subjects};
 use nanobot_runtime::bus;
 use nanobot_runtime::store::Store;
@@ -264,7 +264,7 @@ pub async fn execute(deps: &Deps, bot: &Bot, task: &SubagentTask) -> (bool, Stri
         RunDeps {
             model: &bot.provider,
             tools: &tools,
-            specs: &specs,
+            specs: &Offered::new(specs),
             hook: &LoggingHook,
             checkpoints: None,
             injections: None,

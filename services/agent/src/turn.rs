@@ -14,9 +14,9 @@ use nanobot_core::runner::{self, Injections, RunDeps, RunSpec};
 use nanobot_core::session::{Commit, Session, SessionWriter, meta, now_iso};
 use nanobot_core::subagent;
 use nanobot_core::tool_results::Offload;
-use nanobot_core::tools::{FileReads, ToolClient, ToolScope};
+use nanobot_core::tools::{FileReads, Offered, ToolScope};
 
-use crate::message_tool::{self, TurnTools};
+use crate::message_tool::TurnTools;
 
 use crate::bots::Bot;
 use crate::checkpoints::SessionCheckpoints;
@@ -121,8 +121,8 @@ pub struct Measured {
     pub replay: Vec<Value>,
     /// The system prompt the turn sent.
     pub system: String,
-    /// The tool definitions the turn sent.
-    pub tools: Vec<Value>,
+    /// The tools the turn offered.
+    pub tools: Arc<Offered>,
     /// Stored rows of the session after the turn.
     pub stored: usize,
 }
@@ -237,9 +237,7 @@ pub async fn run(
         ctx.follow_ups,
     );
 
-    let mut specs = bot.tools.specs().await;
-    specs.push(message_tool::spec());
-    specs.push(nanobot_core::subagent::spec());
+    let offered = bot.tools.offered().await;
     let quiet = input.session_key == nanobot_core::heartbeat::SESSION;
     let tools = TurnTools::new(
         &bot.tools,
@@ -269,7 +267,7 @@ pub async fn run(
     let deps_run = RunDeps {
         model: &bot.provider,
         tools: &tools,
-        specs: &specs,
+        specs: &offered,
         hook: &hook,
         checkpoints: Some(&sink),
         injections: ctx.follow_ups.map(|f| f as &dyn Injections),
@@ -334,7 +332,7 @@ pub async fn run(
         stored: stored_before + after.len() - replay_len,
         replay: after,
         system,
-        tools: ToolClient::definitions(&specs),
+        tools: offered,
     };
     // The `message` tool already answered this chat: the final text is not sent again.
     let answered = tools.sent_to_current_chat() && result.injected == 0;

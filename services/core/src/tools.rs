@@ -16,10 +16,12 @@ use nanobot_runtime::bus;
 
 pub mod file_reads;
 pub mod liveness;
+mod offered;
 pub mod replies;
 
 pub use file_reads::FileReads;
 pub use liveness::{AttemptError, Liveness};
+pub use offered::Offered;
 pub use replies::Replies;
 
 /// Appended to every tool error (upstream runner).
@@ -78,7 +80,7 @@ impl ToolExecutor for ToolClient {
 }
 
 /// The discovered tool list and when it was fetched.
-type ListCache = Arc<Mutex<Option<(Instant, Vec<ToolSpec>)>>>;
+type ListCache = Arc<Mutex<Option<(Instant, Arc<Offered>)>>>;
 
 /// Calls tools of one bot through NATS.
 #[derive(Debug, Clone)]
@@ -89,6 +91,8 @@ pub struct ToolClient {
     timeout: Duration,
     liveness: Liveness,
     cache: ListCache,
+    /// Tools the runner serves itself, offered after the executors' ones.
+    local: Arc<[ToolSpec]>,
     /// Names of the read-only tools of the last discovered list (safe to retry).
     read_only: Arc<RwLock<HashSet<String>>>,
 }
@@ -103,8 +107,15 @@ impl ToolClient {
             timeout,
             liveness: Liveness::default(),
             cache: Arc::new(Mutex::new(None)),
+            local: Arc::from([]),
             read_only: Arc::new(RwLock::new(HashSet::new())),
         }
+    }
+
+    /// Offers `local`, tools the runner serves itself, after the executors' tools.
+    pub fn with_local(mut self, local: Vec<ToolSpec>) -> Self {
+        self.local = local.into();
+        self
     }
 
     /// Shares `replies` (one reply subscription for every bot of a runner).
@@ -128,11 +139,19 @@ impl ToolClient {
 
     /// Returns the tools the executors serve (builtins sorted by name, then `mcp_*`).
     pub async fn specs(&self) -> Vec<ToolSpec> {
+        let offered = self.offered().await;
+        offered.served().to_vec()
+    }
+
+    /// Returns the tools offered to the model: the executors' ([`Self::specs`]), then the
+    /// runner's own ([`Self::with_local`]), with their definitions. The list is asked of the
+    /// executors at most every [`LIST_TTL`]; while they do not answer, the last list is kept.
+    pub async fn offered(&self) -> Arc<Offered> {
         let mut cache = self.cache.lock().await;
-        if let Some((at, specs)) = cache.as_ref()
+        if let Some((at, offered)) = cache.as_ref()
             && at.elapsed() < LIST_TTL
         {
-            return specs.clone();
+            return offered.clone();
         }
         let request = ToolListRequest {
             bot: self.bot.clone(),
@@ -144,7 +163,6 @@ impl ToolClient {
                     (a.name.starts_with("mcp_"), &a.name)
                         .cmp(&(b.name.starts_with("mcp_"), &b.name))
                 });
-                *cache = Some((Instant::now(), specs.clone()));
                 if let Ok(mut names) = self.read_only.write() {
                     *names = specs
                         .iter()
@@ -152,11 +170,16 @@ impl ToolClient {
                         .map(|s| s.name.clone())
                         .collect();
                 }
-                specs
+                let offered = Arc::new(Offered::with_local(specs, &self.local));
+                *cache = Some((Instant::now(), offered.clone()));
+                offered
             }
             Err(e) => {
                 tracing::warn!(error = %e, "tool list unavailable, running without tools");
-                cache.as_ref().map(|(_, s)| s.clone()).unwrap_or_default()
+                match cache.as_ref() {
+                    Some((_, offered)) => offered.clone(),
+                    None => Arc::new(Offered::with_local(Vec::new(), &self.local)),
+                }
             }
         }
     }

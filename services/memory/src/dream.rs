@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use nanobot_core::hooks::NoopHook;
 use nanobot_core::memory::{Entry, MAX_HISTORY_ENTRIES, write_atomic};
 use nanobot_core::runner::{self, RunDeps, RunSpec, StopReason};
-use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
+use nanobot_core::tools::{Offered, ToolExecutor, ToolOutcome, ToolScope};
 
 use crate::bots::MemoryBot;
 use crate::consolidate::Ctx;
@@ -271,7 +271,7 @@ pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
         RunDeps {
             model: &bot.provider,
             tools: &bot.tools,
-            specs: &[],
+            specs: &Offered::default(),
             hook: &NoopHook,
             checkpoints: None,
             injections: None,
@@ -308,7 +308,7 @@ pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
         RunDeps {
             model: &bot.provider,
             tools: &tools,
-            specs: &specs,
+            specs: &Offered::new(specs),
             hook: &NoopHook,
             checkpoints: None,
             injections: None,

@@ -150,14 +150,10 @@ pub fn estimate_messages_by_bytes(messages: &[Value]) -> usize {
 
 /// Returns the estimated tokens of the tool definitions offered to the model.
 pub fn estimate_tools(tools: &[Value]) -> usize {
-    tools_tokens(tools, count_text)
-}
-
-fn tools_tokens(tools: &[Value], count: fn(&str) -> usize) -> usize {
     if tools.is_empty() {
         return 0;
     }
-    count(&Value::Array(tools.to_vec()).to_string())
+    count_text(&serde_json::to_string(tools).unwrap_or_default())
 }
 
 /// Returns upstream's probe estimate: the system prompt, the replayable history, the probe
@@ -170,13 +166,14 @@ pub fn estimate_prompt(system_prompt: &str, history: &[Value], tools: &[Value]) 
         + estimate_tools(tools)
 }
 
-/// Returns an upper bound of [`estimate_prompt`] (see [`count_text_bound`]).
-pub fn estimate_prompt_bound(system_prompt: &str, history: &[Value], tools: &[Value]) -> usize {
+/// Returns an upper bound of [`estimate_prompt`] (see [`count_text_bound`]), given the
+/// length of the tool definitions serialised as a JSON array.
+pub fn estimate_prompt_bound(system_prompt: &str, history: &[Value], tools_bytes: usize) -> usize {
     count_text_bound(system_prompt)
         + PER_MESSAGE_TOKENS
         + history.iter().map(estimate_message_bound).sum::<usize>()
         + count_text_bound(PROBE)
-        + tools_tokens(tools, count_text_bound)
+        + tools_bytes
 }
 
 #[cfg(test)]
@@ -253,8 +250,9 @@ mod tests {
         }
         let tools =
             vec![json!({"type": "function", "function": {"name": "exec", "description": "運行"}})];
+        let tools_bytes = serde_json::to_string(&tools).unwrap().len();
         assert!(
-            estimate_prompt_bound("système 🐈", &rows, &tools)
+            estimate_prompt_bound("système 🐈", &rows, tools_bytes)
                 >= estimate_prompt("système 🐈", &rows, &tools)
         );
     }

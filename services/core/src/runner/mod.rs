@@ -26,12 +26,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use nanobot_proto::ToolSpec;
-
 use crate::checkpoint::{Checkpoint, CheckpointSink, Phase};
 use crate::hooks::{AgentHook, IterationContext, RunSummary};
 use crate::provider::{ChatModel, ChatResponse, ToolCall, Usage};
-use crate::tools::{ToolClient, ToolExecutor, ToolScope};
+use crate::tools::{Offered, ToolExecutor, ToolScope};
 pub use prompts::{EMPTY_FINAL_RESPONSE_MESSAGE, LLM_ERROR_MESSAGE, max_iterations_message};
 use request::{Cost, Requester};
 
@@ -127,7 +125,7 @@ pub struct RunDeps<'a> {
     /// The tool executors.
     pub tools: &'a dyn ToolExecutor,
     /// The tools offered to the model.
-    pub specs: &'a [ToolSpec],
+    pub specs: &'a Offered,
     /// Lifecycle hooks.
     pub hook: &'a dyn AgentHook,
     /// Where checkpoints go.
@@ -223,7 +221,7 @@ struct Run<'a> {
     deps: RunDeps<'a>,
     spec: &'a RunSpec,
     requester: Requester<'a>,
-    definitions: Vec<Value>,
+    definitions: &'a [Value],
     /// Tools that may run concurrently with their neighbours (upstream `concurrency_safe`:
     /// read-only and not exclusive).
     concurrent: HashSet<String>,
@@ -367,11 +365,12 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
             hook: deps.hook,
             streaming,
         },
-        definitions: ToolClient::definitions(deps.specs),
+        definitions: deps.specs.definitions(),
         compacted: HashSet::new(),
         tool_tokens: 0,
         concurrent: deps
             .specs
+            .specs()
             .iter()
             .filter(|s| s.read_only && !s.exclusive)
             .map(|s| s.name.clone())
@@ -382,9 +381,8 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
         result: RunResult::default(),
         injection_cycles: 0,
     };
-    run.tool_tokens = crate::memory::budget::count_bytes_heuristic(
-        &Value::Array(run.definitions.clone()).to_string(),
-    ) as u64;
+    // The byte heuristic of the definitions as one JSON array.
+    run.tool_tokens = deps.specs.definitions_bytes().div_ceil(4) as u64;
     let budget = compact::input_budget(spec.context_window_tokens, spec.max_tokens);
     let _ = deps.hook.before_run(&run.messages);
     run.result.streamed = streaming;
@@ -401,7 +399,7 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
             run.tool_tokens,
             &mut run.compacted,
         );
-        let (mut response, cost) = run.requester.with_tools(&sent, &run.definitions).await;
+        let (mut response, cost) = run.requester.with_tools(&sent, run.definitions).await;
         drop(sent);
         run.charge(cost);
         let mut usage = cost.usage;

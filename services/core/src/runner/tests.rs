@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use super::*;
 use crate::hooks::NoopHook;
 use crate::provider::{ChatRequest, DeltaFn, LlmError};
-use crate::tools::ToolOutcome;
+use crate::tools::{Offered, ToolOutcome};
+use nanobot_proto::ToolSpec;
 
 #[derive(Default)]
 struct Model {
@@ -137,7 +138,7 @@ fn tool_spec(name: &str) -> ToolSpec {
 }
 
 async fn go(model: &Model, max_iterations: u32, sink: Option<&Sink>) -> RunResult {
-    let specs = [tool_spec("exec"), tool_spec("fail")];
+    let specs = Offered::new(vec![tool_spec("exec"), tool_spec("fail")]);
     let deps = RunDeps {
         model,
         tools: &Tools,
@@ -211,7 +212,7 @@ async fn a_capped_provider_s_truncated_reply_is_final_without_continuations() {
         finish("Hello, I am a small ", "length"),
         text("never"),
     ]);
-    let specs = [tool_spec("exec")];
+    let specs = Offered::new(vec![tool_spec("exec")]);
     let deps = RunDeps {
         model: &model,
         tools: &Tools,
@@ -263,7 +264,7 @@ async fn a_slow_model_hits_the_wall_timeout() {
         delay: Some(Duration::from_secs(3)),
         ..Model::new(vec![text("late")])
     };
-    let specs = [tool_spec("exec")];
+    let specs = Offered::new(vec![tool_spec("exec")]);
     let deps = RunDeps {
         model: &model,
         tools: &Tools,
@@ -348,7 +349,7 @@ async fn an_exhausted_budget_is_finalized_without_tools_or_with_the_template() {
 #[tokio::test]
 async fn a_run_told_to_stop_at_its_budget_makes_no_finalization_request_and_has_no_text() {
     let model = Model::new(vec![calls(&["exec"]), calls(&["exec"]), text("unasked")]);
-    let specs = [tool_spec("exec")];
+    let specs = Offered::new(vec![tool_spec("exec")]);
     let deps = RunDeps {
         model: &model,
         tools: &Tools,
@@ -413,7 +414,7 @@ impl Injections for Followups {
 }
 
 async fn go_with(model: &Model, followups: &Followups) -> RunResult {
-    let specs = [tool_spec("exec")];
+    let specs = Offered::new(vec![tool_spec("exec")]);
     let deps = RunDeps {
         model,
         tools: &Tools,
@@ -586,7 +587,7 @@ async fn a_third_identical_web_lookup_in_a_turn_is_refused_with_upstream_text() 
         call("s3", "web_search", query.clone()),
         text("done"),
     ]);
-    let specs = [tool_spec("web_fetch"), tool_spec("web_search")];
+    let specs = Offered::new(vec![tool_spec("web_fetch"), tool_spec("web_search")]);
     let tools = Recording::default();
     let deps = RunDeps {
         model: &model,
@@ -652,7 +653,10 @@ async fn web_search_never_runs_next_to_the_other_calls_of_its_batch() {
         exclusive,
         ..tool_spec(name)
     };
-    let specs = [read_only("read_file", false), read_only("web_search", true)];
+    let specs = Offered::new(vec![
+        read_only("read_file", false),
+        read_only("web_search", true),
+    ]);
     let tools = Timeline::default();
     let deps = RunDeps {
         model: &model,
@@ -708,7 +712,7 @@ async fn large_results_of_this_turn_are_compacted_oldest_first_only_when_the_req
         call("read_file", "r2"),
         text("done"),
     ]);
-    let specs = [tool_spec("read_file"), tool_spec("grep")];
+    let specs = Offered::new(vec![tool_spec("read_file"), tool_spec("grep")]);
     let deps = RunDeps {
         model: &model,
         tools: &Big,
