@@ -216,7 +216,8 @@ pub fn parse_env(text: &str) -> BTreeMap<String, String> {
 }
 
 /// The header line of `nats-config --env-refs` output.
-const ENV_REFS_NOTE: &str = "# Each password is read from the server's environment: NANOBOT_NATS_<ROLE>_PASSWORD.\n";
+const ENV_REFS_NOTE: &str =
+    "# Each password is read from the server's environment: NANOBOT_NATS_<ROLE>_PASSWORD.\n";
 
 /// The nats-server `authorization` block: one user per role (`logins`: its `user`/`password`
 /// or `nkey` lines) with its permissions, after the header and `note`.
