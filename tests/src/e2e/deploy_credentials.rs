@@ -138,11 +138,12 @@ impl Deployed {
                 (parts.next()? == config).then(|| PathBuf::from(host))
             })
             .unwrap_or_else(|| panic!("{config} is mounted from the checkout: {nats}"));
-        let redis: Vec<String> = match &services["redis"]["command"] {
-            Value::String(s) => s.split_whitespace().map(str::to_string).collect(),
-            Value::Array(items) => items.iter().map(strings_of).collect(),
-            other => panic!("redis command {other}"),
-        };
+        let redis: Vec<String> = services["redis"]["command"]
+            .as_array()
+            .expect("redis command as a list")
+            .iter()
+            .map(strings_of)
+            .collect();
         let mut roles: BTreeMap<String, BTreeMap<String, String>> = Role::ALL
             .iter()
             .filter(|r| **r != Role::Cli)
