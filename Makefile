@@ -90,13 +90,13 @@ fmt: ## Format the code
 proto: ## Regenerate proto/src/gen from the .proto files (fails if it changed)
 	cargo test -p nanobot-proto --test bootstrap
 
-compose-check: ## Validate docker-compose.yml (make deps-test installs docker-compose)
+compose-check: ## Validate docker-compose.yml with generated credentials (make deps-test installs docker-compose)
 	@scripts/deps.sh compose >/dev/null
-	NANOBOT_NATS_PASSWORD=check NANOBOT_REDIS_PASSWORD=check \
-		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
+	@creds=$$(mktemp) && trap 'rm -f "$$creds"' EXIT && scripts/credentials-env.sh "$$creds" >/dev/null && \
+		docker-compose -f docker-compose.yml --env-file "$$creds" config -q && echo "docker-compose.yml is valid"
 
-compose-env: ## Generate ./.env (mode 0600) with the NATS and Redis passwords docker-compose.yml requires (kept if present)
-	@scripts/compose-env.sh
+compose-env: ## Generate ./.env (mode 0600) with every credential docker-compose.yml requires: per-role NATS and Redis passwords, the API key (kept if present)
+	@scripts/credentials-env.sh
 
 clean-run: down ## Stop the local fleet and delete its data, logs and pids
 	rm -rf $(or $(RUN_DIR),$(HOME)/.nanobot/run)

@@ -4,20 +4,28 @@
 //! probes on its health endpoints, limits and a disruption budget; every referenced ConfigMap,
 //! Secret and claim exists; the config is valid for the fleet's own loader and asks for as many
 //! stream replicas as there are NATS servers; the agent scales on the inbound consumer the
-//! fleet really uses. `make test` installs kubectl and the validator (`scripts/deps.sh k8s`).
+//! fleet really uses; every role's pod holds only its own logins (its NATS and Redis passwords,
+//! the API key for the gateway), the NATS pods every NATS password, Redis every Redis one.
+//! `make test` installs kubectl and the validator (`scripts/deps.sh k8s`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
-use nanobot_proto::subjects;
+use nanobot_proto::subjects::{self, Role};
 use nanobot_runtime::testsuite::find_server_binary;
+
+use super::deploy_credentials::{credentials_env, has_redis_user, own_keys, password_key};
 
 const ROLES: [&str; 5] = ["gateway", "agent", "tools", "memory", "cron"];
 
-/// The Secret an operator creates in production (documented in the overlay and the README).
+/// The Secret of the fleet's logins, one key per role and server (and the API key): generated
+/// by the local overlay, created by the operator in production.
+const CREDENTIALS: &str = "nanobot-credentials";
+
+/// The optional Secret of provider keys and channel tokens, created by the operator.
 const OPERATOR_SECRET: &str = "nanobot-secrets";
 
 fn overlay(name: &str) -> PathBuf {
@@ -29,11 +37,12 @@ fn overlay(name: &str) -> PathBuf {
 }
 
 /// The rendered objects of one overlay, schema-validated.
-struct Rendered {
-    objects: Vec<Value>,
+pub(super) struct Rendered {
+    pub(super) objects: Vec<Value>,
 }
 
-fn render(name: &str) -> Rendered {
+/// Renders the overlay `name` with kustomize and validates it.
+pub(super) fn render(name: &str) -> Rendered {
     let kubectl = find_server_binary("kubectl", "NANOBOT_KUBECTL").expect("kubectl");
     let out = Command::new(&kubectl)
         .arg("kustomize")
@@ -86,7 +95,8 @@ fn render(name: &str) -> Rendered {
 }
 
 impl Rendered {
-    fn find(&self, kind: &str, name: &str) -> &Value {
+    /// The object of `kind` named `name`.
+    pub(super) fn find(&self, kind: &str, name: &str) -> &Value {
         self.objects
             .iter()
             .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
@@ -103,7 +113,7 @@ impl Rendered {
     }
 
     /// The rendered ConfigMap generated from `name` (kustomize appends a content hash).
-    fn config_map(&self, name: &str) -> &Value {
+    pub(super) fn config_map(&self, name: &str) -> &Value {
         let prefix = format!("{name}-");
         self.objects
             .iter()
@@ -116,13 +126,15 @@ impl Rendered {
             .unwrap_or_else(|| panic!("config map {name} is rendered"))
     }
 
-    /// Every (kind, name) a pod spec refers to: config maps, secrets and claims.
+    /// Every (kind, name) a pod spec requires: config maps, secrets and claims.
     fn references(&self) -> Vec<(&'static str, String)> {
         fn walk(v: &Value, out: &mut Vec<(&'static str, String)>) {
             match v {
                 Value::Object(map) => {
                     for (key, child) in map {
                         let name = child["name"].as_str().map(str::to_string);
+                        // An optional reference may be absent (`nanobot-secrets`).
+                        let name = name.filter(|_| child["optional"] != true);
                         match (key.as_str(), name) {
                             ("configMapRef" | "configMapKeyRef" | "configMap", Some(n)) => {
                                 out.push(("ConfigMap", n))
@@ -148,11 +160,14 @@ impl Rendered {
         out
     }
 
-    /// The fleet's config as the roles load it: config.json plus the env overrides from the
-    /// `nanobot-env` ConfigMap and the rendered Secret (or, in production, what the operator's
-    /// Secret holds: `operator_env`).
-    fn fleet_config(&self, operator_env: &[(&str, &str)]) -> nanobot_runtime::config::Config {
-        use base64::Engine as _;
+    /// The config `role` loads: config.json plus the env overrides of the `nanobot-env`
+    /// ConfigMap and of its container's `env` (Secret keys from the rendered Secret, or, in
+    /// production, from what the operator's Secret holds: `operator`).
+    fn fleet_config(
+        &self,
+        role: &str,
+        operator: &BTreeMap<String, String>,
+    ) -> nanobot_runtime::config::Config {
         let config = self.config_map("nanobot-config");
         let text = config["data"]["config.json"].as_str().expect("config.json");
         let mut env: HashMap<String, String> = self.config_map("nanobot-env")["data"]
@@ -161,21 +176,154 @@ impl Rendered {
             .iter()
             .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
             .collect();
-        for secret in self.objects.iter().filter(|o| o["kind"] == "Secret") {
-            for (k, v) in secret["data"].as_object().into_iter().flatten() {
-                let raw = base64::engine::general_purpose::STANDARD
-                    .decode(v.as_str().unwrap_or_default())
-                    .expect("secret data is base64");
-                env.insert(k.clone(), String::from_utf8(raw).expect("utf-8 secret"));
+        let pod = format!("nanobot-{role}");
+        let container = &self.find("Deployment", &pod)["spec"]["template"]["spec"]["containers"][0];
+        env.extend(self.container_env(container, &pod, operator));
+        nanobot_runtime::config::load_str(Some(text), Path::new("config.json"), &env)
+            .unwrap_or_else(|e| panic!("{pod}'s config loads without problems: {e}"))
+    }
+}
+
+impl Rendered {
+    /// The value of `key` in the Secret `name`: from the rendered Secret, or from `operator`
+    /// (what the operator's Secret holds) when it is not rendered.
+    fn secret_value(&self, name: &str, key: &str, operator: &BTreeMap<String, String>) -> String {
+        use base64::Engine as _;
+        let Some(secret) = self
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == name)
+        else {
+            return operator
+                .get(key)
+                .unwrap_or_else(|| panic!("the operator's Secret {name} has no {key}"))
+                .clone();
+        };
+        let data = secret["data"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("Secret {name} has no {key}"));
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .expect("secret data is base64");
+        String::from_utf8(raw).expect("utf-8 secret")
+    }
+
+    /// A container's `env` as the kubelet resolves it: Secret keys read (`operator` for a
+    /// Secret that is not rendered), `$(VAR)` of earlier entries expanded, `metadata.name` as
+    /// `<pod>-0`.
+    pub(super) fn container_env(
+        &self,
+        container: &Value,
+        pod: &str,
+        operator: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        for entry in container["env"].as_array().into_iter().flatten() {
+            let name = entry["name"].as_str().expect("env name").to_string();
+            let from = &entry["valueFrom"];
+            let value = if let Some(r) = from.get("secretKeyRef") {
+                let secret = r["name"].as_str().expect("secret name");
+                self.secret_value(secret, r["key"].as_str().expect("key"), operator)
+            } else if from.get("fieldRef").is_some() {
+                format!("{pod}-0")
+            } else {
+                expand(entry["value"].as_str().unwrap_or_default(), &env)
+            };
+            env.insert(name, value);
+        }
+        env
+    }
+}
+
+/// `text` with each `$(VAR)` of `env` replaced, as the kubelet expands `value`, `command` and
+/// `args` (a reference to an undefined variable stays as written).
+pub(super) fn expand(text: &str, env: &BTreeMap<String, String>) -> String {
+    let mut out = text.to_string();
+    for (name, value) in env {
+        out = out.replace(&format!("$({name})"), value);
+    }
+    out
+}
+
+/// The Secret keys a container's `env` reads.
+fn secret_keys(container: &Value) -> BTreeSet<String> {
+    container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["valueFrom"]["secretKeyRef"]["key"].as_str())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Each pod holds only the logins it needs: a role its own, NATS every NATS password, Redis
+/// every Redis password, the stream job the operator's; no pod takes the credentials Secret
+/// whole.
+fn check_logins(r: &Rendered) {
+    let env_value = |container: &Value, name: &str| -> Option<String> {
+        container["env"]
+            .as_array()?
+            .iter()
+            .find(|e| e["name"] == name)
+            .and_then(|e| e["value"].as_str().map(str::to_string))
+    };
+    for role in ROLES {
+        let name = format!("nanobot-{role}");
+        let container = &r.find("Deployment", &name)["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            secret_keys(container),
+            own_keys(role),
+            "{name} holds only its own logins"
+        );
+        assert_eq!(
+            env_value(container, "NANOBOT_BUS__USER").as_deref(),
+            Some(role)
+        );
+        let store = env_value(container, "NANOBOT_STORE__URL");
+        let expected =
+            has_redis_user(role).then(|| format!("redis://{role}:$(REDIS_PASSWORD)@redis:6379"));
+        assert_eq!(store, expected, "{name} logs into Redis as itself");
+        for source in container["envFrom"].as_array().into_iter().flatten() {
+            if let Some(secret) = source.get("secretRef") {
+                assert!(
+                    secret["name"] == OPERATOR_SECRET && secret["optional"] == true,
+                    "{name} takes no Secret whole but the optional provider keys: {secret}"
+                );
             }
         }
-        env.extend(
-            operator_env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string())),
-        );
-        nanobot_runtime::config::load_str(Some(text), Path::new("config.json"), &env)
-            .unwrap_or_else(|e| panic!("the manifests' config loads without problems: {e}"))
+    }
+    let all = |server: &str| -> BTreeSet<String> {
+        Role::ALL
+            .iter()
+            .filter(|r| server == "NATS" || has_redis_user(r.name()))
+            .map(|r| password_key(server, r.name()))
+            .collect()
+    };
+    let first = |kind: &str, name: &str| {
+        r.find(kind, name)["spec"]["template"]["spec"]["containers"][0].clone()
+    };
+    assert_eq!(secret_keys(&first("StatefulSet", "nats")), all("NATS"));
+    assert_eq!(secret_keys(&first("StatefulSet", "redis")), all("REDIS"));
+    let job = first("Job", "nanobot-bus-init");
+    assert_eq!(
+        secret_keys(&job),
+        BTreeSet::from([password_key("NATS", "cli")])
+    );
+    assert_eq!(env_value(&job, "NANOBOT_BUS__USER").as_deref(), Some("cli"));
+    let containers = r
+        .objects
+        .iter()
+        .filter_map(|o| o["spec"]["template"]["spec"]["containers"].as_array())
+        .flatten();
+    for container in containers {
+        for source in container["envFrom"].as_array().into_iter().flatten() {
+            let name = source["secretRef"]["name"].as_str().unwrap_or_default();
+            assert!(
+                !name.starts_with(CREDENTIALS),
+                "{} takes the credentials Secret whole",
+                container["name"]
+            );
+        }
     }
 }
 
@@ -213,17 +361,6 @@ fn check_roles(r: &Rendered) {
                 );
             }
         }
-        let store_url = container["env"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["name"] == "NANOBOT_STORE__URL")
-            .and_then(|e| e["value"].as_str())
-            .unwrap_or_default();
-        assert!(
-            store_url.contains("$(REDIS_PASSWORD)@"),
-            "{name} reaches Redis with its password: {store_url}"
-        );
         let labels = &pod["metadata"]["labels"];
         let budget = r
             .objects
@@ -260,7 +397,7 @@ fn check_nats_and_scaling(
     r: &Rendered,
     namespace: &str,
     servers: i64,
-    operator_env: &[(&str, &str)],
+    operator: &BTreeMap<String, String>,
 ) {
     let nats = r.find("StatefulSet", "nats");
     assert_eq!(nats["spec"]["replicas"], servers, "NATS servers");
@@ -275,11 +412,13 @@ fn check_nats_and_scaling(
         if servers > 1 { servers } else { 0 },
         "cluster routes"
     );
-    let config = r.fleet_config(operator_env);
-    assert_eq!(
-        config.bus.stream_replicas as i64, servers,
-        "streams have as many replicas as there are NATS servers"
-    );
+    for role in ROLES {
+        let config = r.fleet_config(role, operator);
+        assert_eq!(
+            config.bus.stream_replicas as i64, servers,
+            "streams have as many replicas as there are NATS servers"
+        );
+    }
 
     let scaler = r.find("ScaledObject", "nanobot-agent");
     assert_eq!(scaler["spec"]["scaleTargetRef"]["name"], "nanobot-agent");
@@ -318,27 +457,49 @@ fn check_nats_and_scaling(
 fn the_local_overlay_renders_validates_and_runs_one_nats_server() {
     let r = render("local");
     check_roles(&r);
+    check_logins(&r);
     check_references(&r, &[]);
-    check_nats_and_scaling(&r, "nanobot-local", 1, &[]);
+    check_nats_and_scaling(&r, "nanobot-local", 1, &BTreeMap::new());
 }
 
 #[test]
 fn the_production_overlay_runs_a_three_node_jetstream_cluster_with_r3_streams() {
     let r = render("production");
     check_roles(&r);
-    check_references(&r, &[OPERATOR_SECRET]);
-    // The keys the production overlay tells the operator to put in the Secret.
-    let operator_env = [
-        ("NANOBOT_API__API_KEY", "operator-generated"),
-        ("NANOBOT_BUS__USER", "nanobot"),
-        ("NANOBOT_BUS__PASSWORD", "operator-generated"),
-        ("REDIS_PASSWORD", "operator-generated"),
-    ];
-    check_nats_and_scaling(&r, "nanobot", 3, &operator_env);
-    assert!(
-        !r.names("Secret").contains(OPERATOR_SECRET),
-        "production secrets are created by the operator, never committed"
+    check_logins(&r);
+    check_references(&r, &[CREDENTIALS]);
+    // The Secret as the overlay tells the operator to make it: every key the manifests read.
+    let dir = tempfile::tempdir().unwrap();
+    let base = overlay("production").join("../../base");
+    let manifests: Vec<PathBuf> = std::fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    let operator = credentials_env(&dir.path().join("creds.env"), &manifests);
+    let read: BTreeSet<String> = r
+        .objects
+        .iter()
+        .flat_map(|o| {
+            o["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .cloned()
+        })
+        .flatten()
+        .flat_map(|c| secret_keys(&c))
+        .collect();
+    assert_eq!(
+        operator.keys().cloned().collect::<BTreeSet<_>>(),
+        read,
+        "scripts/credentials-env.sh makes exactly the keys the manifests read"
     );
+    check_nats_and_scaling(&r, "nanobot", 3, &operator);
+    for secret in [CREDENTIALS, OPERATOR_SECRET] {
+        assert!(
+            !r.names("Secret").contains(secret),
+            "production secrets are created by the operator, never committed"
+        );
+    }
     for role in ["agent", "tools"] {
         let d = r.find("Deployment", &format!("nanobot-{role}"));
         assert!(

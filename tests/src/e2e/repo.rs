@@ -1,5 +1,5 @@
-//! Checks over the repository itself: subjects and keys are spelled only in `nanobot-proto`,
-//! and `docker-compose.yml` is valid (Debian's `docker-compose`, installed by `make test`).
+//! Checks over the repository itself: subjects and keys are spelled only in `nanobot-proto`
+//! (`docker-compose.yml` is checked in `compose.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -78,107 +78,6 @@ fn no_subject_or_key_literal_outside_the_proto_crate() {
         "use nanobot_proto::subjects / keys:\n{}",
         offenders.join("\n")
     );
-}
-
-#[test]
-fn docker_compose_file_is_valid() {
-    let compose = root().join("docker-compose.yml");
-    assert!(compose.is_file(), "docker-compose.yml exists");
-    let text = std::fs::read_to_string(&compose).unwrap();
-    for role in ["gateway", "agent", "tools", "memory", "cron"] {
-        assert!(
-            text.contains(&format!("nanobot-{role}")),
-            "compose runs nanobot-{role}"
-        );
-    }
-    // `make test` installs docker-compose (scripts/deps.sh compose): missing is a failure.
-    let out = compose_config(
-        &compose,
-        &[
-            ("NANOBOT_NATS_PASSWORD", "n-pw"),
-            ("NANOBOT_REDIS_PASSWORD", "r-pw"),
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "docker-compose config: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rendered = String::from_utf8_lossy(&out.stdout);
-    for expected in [
-        "--requirepass",
-        "redis://:r-pw@redis:6379",
-        "--pass",
-        "NANOBOT_BUS__PASSWORD: n-pw",
-    ] {
-        assert!(
-            rendered.contains(expected),
-            "compose config has {expected:?}:\n{rendered}"
-        );
-    }
-}
-
-#[test]
-fn docker_compose_refuses_to_start_nats_and_redis_without_passwords() {
-    let out = compose_config(&root().join("docker-compose.yml"), &[]);
-    assert!(
-        !out.status.success(),
-        "compose without passwords is refused"
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("make compose-env"), "{stderr}");
-}
-
-/// Runs `docker-compose config` with only `vars` set (no `.env`, no inherited passwords).
-fn compose_config(compose: &Path, vars: &[(&str, &str)]) -> std::process::Output {
-    let empty = tempfile::NamedTempFile::new().unwrap();
-    let mut command = std::process::Command::new("docker-compose");
-    command
-        .args(["-f", compose.to_str().unwrap(), "--env-file"])
-        .arg(empty.path())
-        .arg("config")
-        .env_remove("NANOBOT_NATS_PASSWORD")
-        .env_remove("NANOBOT_REDIS_PASSWORD")
-        .envs(vars.iter().copied());
-    command
-        .output()
-        .expect("run docker-compose (install it with `scripts/deps.sh compose`)")
-}
-
-#[test]
-fn compose_env_generates_private_passwords_once() {
-    use std::os::unix::fs::PermissionsExt as _;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("scripts")).unwrap();
-    let script = dir.path().join("scripts/compose-env.sh");
-    std::fs::copy(root().join("scripts/compose-env.sh"), &script).unwrap();
-    let run = || {
-        let status = std::process::Command::new("bash")
-            .arg(&script)
-            .status()
-            .unwrap();
-        assert!(status.success());
-        std::fs::read_to_string(dir.path().join(".env")).unwrap()
-    };
-    let first = run();
-    let values: Vec<&str> = first
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(_, v)| v)
-        .collect();
-    assert_eq!(values.len(), 2, "{first}");
-    assert!(
-        values
-            .iter()
-            .all(|v| v.len() == 64 && v.chars().all(|c| c.is_ascii_hexdigit()))
-    );
-    assert_ne!(values[0], values[1]);
-    let mode = std::fs::metadata(dir.path().join(".env"))
-        .unwrap()
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o777, 0o600);
-    assert_eq!(run(), first, "kept on the next run");
 }
 
 /// The package directory of the checkout the tests run from (read when they run: build

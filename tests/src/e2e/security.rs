@@ -51,9 +51,18 @@ async fn login(
     secured: &Secured,
     role: &str,
 ) -> (async_nats::Client, mpsc::UnboundedReceiver<String>) {
+    connect_as(&fleet.nats.url(), role, &secured.nats[role]).await
+}
+
+/// A NATS client at `url` logged in as `user`, and the server errors it is sent.
+pub(super) async fn connect_as(
+    url: &str,
+    user: &str,
+    password: &str,
+) -> (async_nats::Client, mpsc::UnboundedReceiver<String>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let client = async_nats::ConnectOptions::new()
-        .user_and_password(role.into(), secured.nats[role].clone())
+        .user_and_password(user.into(), password.into())
         .event_callback(move |event| {
             let tx = tx.clone();
             async move {
@@ -62,14 +71,14 @@ async fn login(
                 }
             }
         })
-        .connect(fleet.nats.url())
+        .connect(url)
         .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("log into {url} as {user}: {e}"));
     (client, rx)
 }
 
-/// Waits for a server error containing `needle`.
-async fn refused(errors: &mut mpsc::UnboundedReceiver<String>, needle: &str) {
+/// Waits for a server error containing `needle` (a permissions violation).
+pub(super) async fn refused(errors: &mut mpsc::UnboundedReceiver<String>, needle: &str) {
     let wait = async {
         while let Some(e) = errors.recv().await {
             if e.contains(needle) {

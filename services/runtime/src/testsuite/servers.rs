@@ -35,8 +35,22 @@ impl Nats {
         Self::start_with(&["-c".into(), config.display().to_string()]).await
     }
 
+    /// Starts `nats-server` with JetStream, the configuration file `config` and `env` in its
+    /// environment (e.g. the passwords a `nanobot deploy nats-config --env-refs` file reads).
+    pub async fn start_with_config_env(
+        config: &Path,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let extra = ["-c".into(), config.display().to_string()];
+        Self::start_inner(&extra, env).await
+    }
+
     /// Starts `nats-server` with JetStream and `extra` arguments (e.g. cluster options).
     pub(super) async fn start_with(extra: &[String]) -> anyhow::Result<Self> {
+        Self::start_inner(extra, &[]).await
+    }
+
+    async fn start_inner(extra: &[String], env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let bin = find_server_binary("nats-server", "NATS_SERVER")?;
         let mut store = tempfile::Builder::new().prefix("nats-store-").tempdir()?;
         let mut last_error = None;
@@ -44,7 +58,7 @@ impl Nats {
             let (port, monitor_port) = (free_port()?, free_port()?);
             let mut args = nats_args(port, monitor_port, store.path());
             args.extend_from_slice(extra);
-            let proc = ServiceProc::spawn_program(&bin, &args, &[])?;
+            let proc = ServiceProc::spawn_program(&bin, &args, env)?;
             let mut nats = Self {
                 proc,
                 port,
@@ -190,6 +204,17 @@ impl Redis {
     pub async fn start_with_acl(acl: &Path, user: &str, password: &str) -> anyhow::Result<Self> {
         let extra = ["--aclfile".into(), acl.display().to_string()];
         Self::start_inner(&extra, format!("{user}:{password}@")).await
+    }
+
+    /// Starts `redis-server` with `extra` arguments after the harness's own (later ones win;
+    /// e.g. the `--user` rules a deployment passes); [`Redis::url`] and the ready check log in
+    /// as `user`.
+    pub async fn start_with_args(
+        extra: &[String],
+        user: &str,
+        password: &str,
+    ) -> anyhow::Result<Self> {
+        Self::start_inner(extra, format!("{user}:{password}@")).await
     }
 
     /// Starts `redis-server` with `extra` arguments (e.g. cluster mode).

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Writes the credentials deployment files require into an env file (mode 0600): a random
+# 64-hex-digit value for every NANOBOT_NATS_<ROLE>_PASSWORD, NANOBOT_REDIS_<ROLE>_PASSWORD and
+# NANOBOT_API_KEY the files name. Values already in the env file are kept, so running it again
+# only fills in what is missing: delete a line to rotate that credential.
+#
+#   scripts/credentials-env.sh                                  # ./.env for docker-compose.yml
+#   scripts/credentials-env.sh creds.env deploy/k8s/base/*.yaml  # the Kubernetes Secret's keys
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${1:-$root/.env}"
+if [ $# -gt 1 ]; then files=("${@:2}"); else files=("$root/docker-compose.yml"); fi
+vars=$(grep -ohE 'NANOBOT_(NATS|REDIS)_[A-Z]+_PASSWORD|NANOBOT_API_KEY' "${files[@]}" | sort -u)
+if [ -z "$vars" ]; then
+  echo "credentials-env: ${files[*]} name no credentials" >&2
+  exit 1
+fi
+umask 077
+touch "$out"
+chmod 600 "$out"
+for var in $vars; do
+  if ! grep -q "^${var}=" "$out"; then
+    echo "${var}=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')" >> "$out"
+    echo "credentials-env: generated ${var} in ${out}"
+  fi
+done
