@@ -151,8 +151,8 @@ fn last_answer(rows: &[Value]) -> Option<String> {
 async fn gate(bot: &Bot, task: &str, response: &str) -> bool {
     let request = ChatRequest {
         model: bot.target.model.clone(),
-        messages: heartbeat::gate_messages(task, response),
-        tools: vec![heartbeat::gate_tool()],
+        messages: heartbeat::gate_messages(task, response).into(),
+        tools: vec![heartbeat::gate_tool()].into(),
         max_tokens: GATE_MAX_TOKENS,
         temperature: 0.0,
         reasoning_effort: None,

@@ -106,12 +106,12 @@ pub fn archive_request(
     messages: Vec<Value>,
     tools: Vec<Value>,
     max_tokens: u32,
-) -> ChatRequest {
+) -> ChatRequest<'static> {
     let tool_choice = (!tools.is_empty()).then(|| "none".to_string());
     ChatRequest {
         model: model.to_string(),
-        messages,
-        tools,
+        messages: messages.into(),
+        tools: tools.into(),
         max_tokens,
         temperature: 0.0,
         reasoning_effort: None,

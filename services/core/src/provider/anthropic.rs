@@ -183,7 +183,7 @@ fn thinking_budget(effort: &str) -> Option<u32> {
 }
 
 /// Returns the request body for `req`.
-pub fn request_body(req: &ChatRequest, stream: bool) -> Value {
+pub fn request_body(req: &ChatRequest<'_>, stream: bool) -> Value {
     let (system, messages) = convert_messages(&req.messages);
     let mut body = json!({
         "model": req.model,
@@ -311,7 +311,7 @@ impl AnthropicProvider {
     /// Sends one request; with `on_delta`, streams and forwards each text delta.
     pub async fn chat(
         &self,
-        req: &ChatRequest,
+        req: &ChatRequest<'_>,
         on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError> {
         let body = request_body(req, on_delta.is_some());

@@ -8,6 +8,7 @@ pub mod anthropic;
 mod anthropic_stream;
 pub mod openai;
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -27,15 +28,16 @@ const MAX_RETRY_AFTER: f64 = 60.0;
 /// Receives streamed text deltas.
 pub type DeltaFn<'a> = dyn Fn(&str) + Send + Sync + 'a;
 
-/// A chat request.
+/// A chat request. The messages and tools are borrowed from the run that sends them (a turn's
+/// transcript is not copied per LLM call) or owned by a one-off request.
 #[derive(Debug, Clone, Default)]
-pub struct ChatRequest {
+pub struct ChatRequest<'a> {
     /// Model name as the endpoint expects it.
     pub model: String,
     /// OpenAI-format messages.
-    pub messages: Vec<Value>,
+    pub messages: Cow<'a, [Value]>,
     /// OpenAI function tool definitions (empty: a no-tools request).
-    pub tools: Vec<Value>,
+    pub tools: Cow<'a, [Value]>,
     /// Completion token cap.
     pub max_tokens: u32,
     /// Sampling temperature.
@@ -45,6 +47,21 @@ pub struct ChatRequest {
     /// `tool_choice` when tools are sent (`None`: `auto`); `Some("none")` offers the tools
     /// for context (and prompt caching) but forbids calling them.
     pub tool_choice: Option<String>,
+}
+
+impl ChatRequest<'_> {
+    /// An owned copy (what a test double records).
+    pub fn to_owned_request(&self) -> ChatRequest<'static> {
+        ChatRequest {
+            model: self.model.clone(),
+            messages: Cow::Owned(self.messages.to_vec()),
+            tools: Cow::Owned(self.tools.to_vec()),
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
+            reasoning_effort: self.reasoning_effort.clone(),
+            tool_choice: self.tool_choice.clone(),
+        }
+    }
 }
 
 /// A parsed tool call.
@@ -182,7 +199,7 @@ pub trait ChatModel: Send + Sync {
     /// and forwards each text delta.
     async fn chat(
         &self,
-        req: &ChatRequest,
+        req: &ChatRequest<'_>,
         on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError>;
 }
@@ -223,7 +240,7 @@ pub struct Fallback {
 impl Fallbacks {
     async fn chat(
         &self,
-        req: &ChatRequest,
+        req: &ChatRequest<'_>,
         on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError> {
         let streamed = std::sync::atomic::AtomicBool::new(false);
@@ -261,7 +278,7 @@ impl Provider {
     /// One attempt, no retries.
     pub async fn chat_once(
         &self,
-        req: &ChatRequest,
+        req: &ChatRequest<'_>,
         on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError> {
         let mut response = match self {
@@ -283,7 +300,7 @@ impl Provider {
     /// server's `Retry-After`).
     pub async fn chat_with_retry(
         &self,
-        req: &ChatRequest,
+        req: &ChatRequest<'_>,
         on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError> {
         if let Self::Fallback(f) = self {
@@ -315,7 +332,7 @@ impl Provider {
 impl ChatModel for Provider {
     async fn chat(
         &self,
-        req: &ChatRequest,
+        req: &ChatRequest<'_>,
         on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError> {
         self.chat_with_retry(req, on_delta).await

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use serde::{Serialize, Serializer, ser::SerializeMap as _};
 use serde_json::{Map, Value, json};
 
 use super::{ChatRequest, ChatResponse, DeltaFn, Endpoint, LlmError, SseLines, ToolCall, Usage};
@@ -17,28 +18,82 @@ pub struct OpenAiProvider {
     prompt_caching: bool,
 }
 
-/// Returns messages without fleet-private keys (`_meta` on content blocks, Anthropic
-/// `thinking_blocks`, an injected announcement's marks).
-fn wire_messages(messages: &[Value]) -> Vec<Value> {
-    messages
-        .iter()
-        .map(|m| {
-            let mut m = m.clone();
-            if let Some(obj) = m.as_object_mut() {
-                obj.remove("thinking_blocks");
-                obj.remove(crate::subagent::INJECTED_EVENT_KEY);
-                obj.remove(crate::subagent::TASK_ID_KEY);
+/// Keys of a stored message the wire never carries.
+const NOT_SENT: [&str; 3] = [
+    "thinking_blocks",
+    crate::subagent::INJECTED_EVENT_KEY,
+    crate::subagent::TASK_ID_KEY,
+];
+
+/// The messages as sent: without [`NOT_SENT`] keys and content blocks' `_meta`, serialised
+/// straight from the run's transcript (no copy per call).
+struct Wire<'a>(&'a [Value]);
+
+struct WireMessage<'a>(&'a Value);
+
+struct WireBlocks<'a>(&'a [Value]);
+
+struct WireBlock<'a>(&'a Value);
+
+impl Serialize for Wire<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(WireMessage))
+    }
+}
+
+impl Serialize for WireMessage<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Some(obj) = self.0.as_object() else {
+            return self.0.serialize(s);
+        };
+        let mut map = s.serialize_map(None)?;
+        for (k, v) in obj.iter().filter(|(k, _)| !NOT_SENT.contains(&k.as_str())) {
+            match v.as_array() {
+                Some(blocks) if k == "content" => map.serialize_entry(k, &WireBlocks(blocks))?,
+                _ => map.serialize_entry(k, v)?,
             }
-            if let Some(blocks) = m.get_mut("content").and_then(Value::as_array_mut) {
-                for b in blocks {
-                    if let Some(obj) = b.as_object_mut() {
-                        obj.remove("_meta");
-                    }
-                }
-            }
-            m
-        })
-        .collect()
+        }
+        map.end()
+    }
+}
+
+impl Serialize for WireBlocks<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(WireBlock))
+    }
+}
+
+impl Serialize for WireBlock<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Some(obj) = self.0.as_object() else {
+            return self.0.serialize(s);
+        };
+        s.collect_map(obj.iter().filter(|(k, _)| k.as_str() != "_meta"))
+    }
+}
+
+/// The request body, borrowing the request's messages and tools.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Wire<'a>,
+    max_tokens: u32,
+    temperature: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a [Value]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
 }
 
 /// Upstream's `_apply_cache_control`: an ephemeral `cache_control` on the system message, on
@@ -108,37 +163,59 @@ impl OpenAiProvider {
         self
     }
 
-    fn body(&self, req: &ChatRequest, stream: bool) -> Value {
-        let mut body = json!({
-            "model": req.model,
-            "messages": wire_messages(&req.messages),
-            "max_tokens": req.max_tokens.max(1),
-            "temperature": req.temperature,
-        });
-        if !req.tools.is_empty() {
-            body["tools"] = Value::Array(req.tools.clone());
-            body["tool_choice"] = json!(req.tool_choice.as_deref().unwrap_or("auto"));
+    fn wire<'a>(req: &'a ChatRequest<'_>, stream: bool) -> Body<'a> {
+        let tools = !req.tools.is_empty();
+        Body {
+            model: &req.model,
+            messages: Wire(&req.messages),
+            max_tokens: req.max_tokens.max(1),
+            temperature: req.temperature,
+            tools: tools.then_some(&req.tools[..]),
+            tool_choice: tools.then(|| req.tool_choice.as_deref().unwrap_or("auto")),
+            reasoning_effort: req.reasoning_effort.as_deref(),
+            stream: stream.then_some(true),
+            stream_options: stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
         }
-        let model = req.model.to_lowercase();
-        if self.prompt_caching && (model.starts_with("anthropic/") || model.starts_with("claude")) {
+    }
+
+    /// Whether requests for `model` get upstream's prompt-caching markers.
+    fn caches(&self, model: &str) -> bool {
+        let model = model.to_lowercase();
+        self.prompt_caching && (model.starts_with("anthropic/") || model.starts_with("claude"))
+    }
+
+    /// The request body as a JSON value (with the caching markers where they apply).
+    fn body(&self, req: &ChatRequest<'_>, stream: bool) -> Value {
+        let mut body = serde_json::to_value(Self::wire(req, stream)).unwrap_or_default();
+        if self.caches(&req.model) {
             apply_cache_control(&mut body);
-        }
-        if let Some(effort) = &req.reasoning_effort {
-            body["reasoning_effort"] = json!(effort);
-        }
-        if stream {
-            body["stream"] = json!(true);
-            body["stream_options"] = json!({"include_usage": true});
         }
         body
     }
 
-    async fn send(&self, body: &Value) -> Result<reqwest::Response, LlmError> {
+    /// The request body as sent: serialised from the request without copying its messages,
+    /// unless caching markers must be added.
+    fn body_bytes(&self, req: &ChatRequest<'_>, stream: bool) -> Result<Vec<u8>, LlmError> {
+        let bytes = if self.caches(&req.model) {
+            serde_json::to_vec(&self.body(req, stream))
+        } else {
+            serde_json::to_vec(&Self::wire(req, stream))
+        };
+        bytes.map_err(|e| LlmError::Malformed(format!("unserialisable request: {e}")))
+    }
+
+    async fn send(&self, body: Vec<u8>) -> Result<reqwest::Response, LlmError> {
         let url = format!(
             "{}/chat/completions",
             self.endpoint.api_base.trim_end_matches('/')
         );
-        let mut request = self.http.post(url).json(body);
+        let mut request = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
         if !self.endpoint.api_key.is_empty() {
             request = request.bearer_auth(&self.endpoint.api_key);
         }
@@ -158,10 +235,10 @@ impl OpenAiProvider {
     /// Sends one chat request; with `on_delta`, streams and forwards each content delta.
     pub async fn chat(
         &self,
-        req: &ChatRequest,
+        req: &ChatRequest<'_>,
         on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError> {
-        let response = self.send(&self.body(req, on_delta.is_some())).await?;
+        let response = self.send(self.body_bytes(req, on_delta.is_some())?).await?;
         match on_delta {
             Some(f) => read_stream(response, f).await,
             None => {
@@ -346,9 +423,11 @@ async fn read_stream(
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
     use super::*;
 
-    fn request(model: &str) -> ChatRequest {
+    fn request(model: &str) -> ChatRequest<'static> {
         let tool = |name: &str| json!({"type": "function", "function": {"name": name}});
         ChatRequest {
             model: model.into(),
@@ -357,8 +436,9 @@ mod tests {
                 json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
                 json!({"role": "assistant", "content": "c"}),
                 json!({"role": "user", "content": "d"}),
-            ],
-            tools: vec![tool("read_file"), tool("exec"), tool("mcp_x_y")],
+            ]
+            .into(),
+            tools: vec![tool("read_file"), tool("exec"), tool("mcp_x_y")].into(),
             ..Default::default()
         }
     }
@@ -406,6 +486,77 @@ mod tests {
         let off = OpenAiProvider::new(endpoint, None);
         let plain = off.body(&request("anthropic/claude-sonnet-4.5"), false);
         assert!(!plain.to_string().contains("cache_control"));
+    }
+
+    #[test]
+    fn the_sent_body_drops_private_keys_and_keeps_the_rest_without_copying_the_transcript() {
+        let endpoint = Endpoint {
+            api_base: "http://127.0.0.1:1/v1".into(),
+            api_key: String::new(),
+            headers: Vec::new(),
+        };
+        let transcript = vec![
+            json!({"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "data:x"}, "_meta": {"path": "a.png"}},
+                {"type": "text", "text": "look"}]}),
+            json!({"role": "assistant", "content": "ok", "thinking_blocks": [{"thinking": "hm"}],
+                crate::subagent::INJECTED_EVENT_KEY: true, crate::subagent::TASK_ID_KEY: "t1",
+                "tool_calls": [{"id": "c1", "function": {"name": "exec", "arguments": "{}"}}]}),
+        ];
+        let tools = [json!({"type": "function", "function": {"name": "exec"}})];
+        let req = ChatRequest {
+            model: "gpt-x".into(),
+            messages: transcript.as_slice().into(),
+            tools: tools.as_slice().into(),
+            max_tokens: 0,
+            temperature: 0.5,
+            reasoning_effort: Some("low".into()),
+            tool_choice: None,
+        };
+        assert!(matches!(req.messages, Cow::Borrowed(_)));
+        let provider = OpenAiProvider::new(endpoint, None);
+        let sent: Value =
+            serde_json::from_slice(&provider.body_bytes(&req, true).unwrap()).unwrap();
+        assert_eq!(
+            sent,
+            json!({
+                "model": "gpt-x",
+                "messages": [
+                    {"role": "user", "content": [
+                        {"type": "image_url", "image_url": {"url": "data:x"}},
+                        {"type": "text", "text": "look"}]},
+                    {"role": "assistant", "content": "ok",
+                        "tool_calls": [{"id": "c1", "function": {"name": "exec", "arguments": "{}"}}]},
+                ],
+                "max_tokens": 1,
+                "temperature": 0.5,
+                "tools": tools,
+                "tool_choice": "auto",
+                "reasoning_effort": "low",
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            })
+        );
+        assert_eq!(
+            sent,
+            provider.body(&req, true),
+            "one body, as value or bytes"
+        );
+        let plain: Value = serde_json::from_slice(
+            &provider
+                .body_bytes(
+                    &ChatRequest {
+                        tools: Cow::Borrowed(&[]),
+                        ..req.clone()
+                    },
+                    false,
+                )
+                .unwrap(),
+        )
+        .unwrap();
+        for key in ["tools", "tool_choice", "stream", "stream_options"] {
+            assert!(plain.get(key).is_none(), "{key} in {plain}");
+        }
     }
 
     #[test]

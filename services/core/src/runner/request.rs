@@ -51,8 +51,8 @@ impl Requester<'_> {
     ) -> (ChatResponse, Cost) {
         let request = ChatRequest {
             model: self.spec.model.clone(),
-            messages: messages.to_vec(),
-            tools: tools.to_vec(),
+            messages: messages.into(),
+            tools: tools.into(),
             max_tokens: self.spec.max_tokens,
             temperature: self.spec.temperature,
             reasoning_effort: self.spec.reasoning_effort.clone(),

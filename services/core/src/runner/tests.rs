@@ -15,7 +15,7 @@ use nanobot_proto::ToolSpec;
 #[derive(Default)]
 struct Model {
     replies: Mutex<VecDeque<Result<ChatResponse, LlmError>>>,
-    requests: Mutex<Vec<ChatRequest>>,
+    requests: Mutex<Vec<ChatRequest<'static>>>,
     delay: Option<Duration>,
 }
 
@@ -26,7 +26,7 @@ impl Model {
             ..Default::default()
         }
     }
-    fn requests(&self) -> Vec<ChatRequest> {
+    fn requests(&self) -> Vec<ChatRequest<'static>> {
         self.requests.lock().unwrap().clone()
     }
 }
@@ -35,10 +35,10 @@ impl Model {
 impl ChatModel for Model {
     async fn chat(
         &self,
-        req: &ChatRequest,
+        req: &ChatRequest<'_>,
         _: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError> {
-        self.requests.lock().unwrap().push(req.clone());
+        self.requests.lock().unwrap().push(req.to_owned_request());
         if let Some(d) = self.delay {
             tokio::time::sleep(d).await;
         }
@@ -150,7 +150,7 @@ async fn go(model: &Model, max_iterations: u32, sink: Option<&Sink>) -> RunResul
     run(deps, spec(max_iterations)).await
 }
 
-fn last_content(req: &ChatRequest) -> String {
+fn last_content(req: &ChatRequest<'_>) -> String {
     req.messages.last().unwrap()["content"]
         .as_str()
         .unwrap_or("")
@@ -732,7 +732,7 @@ async fn large_results_of_this_turn_are_compacted_oldest_first_only_when_the_req
     )
     .await;
     assert_eq!(r.content, "done");
-    let tool_texts = |req: &ChatRequest| -> Vec<String> {
+    let tool_texts = |req: &ChatRequest<'_>| -> Vec<String> {
         req.messages
             .iter()
             .filter(|m| m["role"] == "tool")

@@ -5,11 +5,11 @@ use serde_json::json;
 use super::*;
 use crate::provider::anthropic_stream::StreamState;
 
-fn req(messages: Vec<Value>, tools: Vec<Value>) -> ChatRequest {
+fn req(messages: Vec<Value>, tools: Vec<Value>) -> ChatRequest<'static> {
     ChatRequest {
         model: "claude-x".into(),
-        messages,
-        tools,
+        messages: messages.into(),
+        tools: tools.into(),
         max_tokens: 100,
         temperature: 0.1,
         reasoning_effort: None,
