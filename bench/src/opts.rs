@@ -20,7 +20,7 @@ pub struct Options {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Runs only these scenarios (comma separated: latency, max, slow, tools, replicas, rtt,
-    /// breakdown, clusters, history, telegram, default); default all.
+    /// breakdown, clusters, history, telegram, runner); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// `RUST_LOG` level of the fleet's roles.
@@ -51,8 +51,8 @@ pub struct Sizes {
     pub replica_sessions: usize,
     /// `runner.maxConcurrentTurns` of each runner in the scaling scenario.
     pub replica_turns_per_runner: u32,
-    /// Sessions of the default-settings runner scenario (200 ms LLM).
-    pub default_runner_sessions: usize,
+    /// Sessions of the one-runner scenario (200 ms LLM, [`crate::plan::ONE_RUNNER_TURNS`]).
+    pub one_runner_sessions: usize,
     /// Turns of the per-hop breakdown (plain turns, then tool-heavy turns).
     pub breakdown_turns: usize,
     /// Chats of the Telegram throughput scenario (one update each).
@@ -77,7 +77,7 @@ impl Sizes {
             replicas: vec![1, 2, 4],
             replica_sessions: 128,
             replica_turns_per_runner: 16,
-            default_runner_sessions: 200,
+            one_runner_sessions: 200,
             breakdown_turns: 100,
             telegram_chats: 1_000,
             window: std::time::Duration::from_secs(15),
@@ -98,7 +98,7 @@ impl Sizes {
             replicas: vec![1, 2],
             replica_sessions: 40,
             replica_turns_per_runner: 16,
-            default_runner_sessions: 200,
+            one_runner_sessions: 200,
             breakdown_turns: 10,
             telegram_chats: 1_000,
             window: std::time::Duration::from_secs(2),

@@ -18,6 +18,8 @@ use crate::toolrtt::{self, ToolRtt};
 pub const SLOW_LLM_MS: u64 = 200;
 /// The log level of the "how much does logging cost" variant.
 const QUIET: &str = "warn";
+/// `runner.maxConcurrentTurns` of the one-runner scenario: enough for its 200 waiting turns.
+pub const ONE_RUNNER_TURNS: u32 = 256;
 /// Sequential tool calls of the tool-heavy turn.
 pub const TOOL_CALLS: u32 = 5;
 
@@ -38,8 +40,8 @@ pub struct Figures {
     pub tool_heavy: BTreeMap<Kind, ScenarioRun>,
     /// 200 ms LLM, per-runner turn limit, by agent replicas (fleet).
     pub replicas: BTreeMap<usize, ScenarioRun>,
-    /// 200 ms LLM, one runner with the default `runner` settings (fleet).
-    pub default_runner: Option<ScenarioRun>,
+    /// 200 ms LLM, one runner with [`ONE_RUNNER_TURNS`] turns (fleet).
+    pub one_runner: Option<ScenarioRun>,
     /// The same load on upstream's single process.
     pub replicas_upstream: Option<ScenarioRun>,
     /// Tool round trip.
@@ -82,8 +84,8 @@ impl Figures {
         if let Some(run) = &self.replicas_upstream {
             out.push(("replicas_1".to_string(), Kind::Upstream, run));
         }
-        if let Some(run) = &self.default_runner {
-            out.push(("default_runner".to_string(), Kind::Fleet, run));
+        if let Some(run) = &self.one_runner {
+            out.push(("one_runner".to_string(), Kind::Fleet, run));
         }
         out
     }
@@ -197,25 +199,24 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
     if wanted("replicas") {
         replicas(suite, sizes, slow, &mut figures).await;
     }
-    if wanted("default") {
-        // One runner as shipped (no `runner` settings) against many waiting turns.
-        let sessions = sizes.default_runner_sessions;
+    if wanted("runner") {
+        // One runner sized for turns that wait on the LLM.
+        let sessions = sizes.one_runner_sessions;
         let setup = Setup {
             llm: slow,
             agents: 1,
+            max_concurrent_turns: ONE_RUNNER_TURNS,
             ..Setup::default()
         };
         let window = sizes.window + Duration::from_millis(50) * sessions as u32;
         let spec = spec(
-            "default_runner",
+            "one_runner",
             sessions,
             sizes.throughput_requests,
             sizes.warmup,
             window,
         );
-        figures.default_runner = suite
-            .load("default_runner", Kind::Fleet, &setup, spec)
-            .await;
+        figures.one_runner = suite.load("one_runner", Kind::Fleet, &setup, spec).await;
     }
     if wanted("history") {
         eprintln!(

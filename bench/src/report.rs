@@ -227,7 +227,7 @@ pub fn rows(figures: &Figures, suite: &Suite) -> Vec<Row> {
     resources::memory_rows(figures, suite, &mut rows);
     resources::startup_rows(suite, &mut rows);
     replica_rows(figures, &mut rows);
-    default_runner_rows(figures, &mut rows);
+    one_runner_rows(figures, &mut rows);
     resources::cpu_rows(figures, &mut rows);
     if let Some(history) = &figures.history {
         rows.extend(crate::history::rows(history));
@@ -276,12 +276,15 @@ fn tool_rows(figures: &Figures, rows: &mut Vec<Row>) {
     ));
 }
 
-fn default_runner_rows(figures: &Figures, rows: &mut Vec<Row>) {
-    let Some(run) = &figures.default_runner else {
+fn one_runner_rows(figures: &Figures, rows: &mut Vec<Row>) {
+    let Some(run) = &figures.one_runner else {
         return;
     };
     let sessions = run.load.concurrency;
-    let scenario = format!("{sessions} sessions, {SLOW_LLM_MS} ms LLM, one runner as shipped");
+    let scenario = format!(
+        "{sessions} sessions, {SLOW_LLM_MS} ms LLM, one runner at maxConcurrentTurns {}",
+        crate::plan::ONE_RUNNER_TURNS
+    );
     let ideal = sessions as f64 * 1000.0 / SLOW_LLM_MS as f64;
     rows.push(
         row(

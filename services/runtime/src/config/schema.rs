@@ -489,8 +489,10 @@ impl Default for TelemetryConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct RunnerConfig {
-    /// Turns one runner runs at once. Default 256: turns mostly wait on the LLM, and one
-    /// waiting turn costs little memory (see docs/benchmarks.md).
+    /// Turns one runner runs at once. Default 16. Turns mostly wait on the LLM and a waiting
+    /// turn costs about 0.6 MB, so 256 serves 200 sessions against a 200 ms LLM on one runner
+    /// (docs/benchmarks.md); the default stays low because many concurrent turns per runner
+    /// stalled a Redis Cluster failover (docs/scaling.md).
     #[serde(alias = "max_concurrent_turns")]
     pub max_concurrent_turns: u32,
     /// Wall timeout of one LLM call in seconds (0 disables). Default 300.
@@ -504,7 +506,7 @@ pub struct RunnerConfig {
     #[serde(alias = "local_model")]
     pub local_model: String,
     /// Messages one runner holds while their sessions are busy elsewhere (they wait in
-    /// JetStream beyond that). Default 512.
+    /// JetStream beyond that). Default 256.
     #[serde(alias = "max_waiting_messages")]
     pub max_waiting_messages: u32,
     /// Lease time of a session in seconds: a runner that dies mid-turn is replaced by another
@@ -520,8 +522,8 @@ pub struct RunnerConfig {
 impl Default for RunnerConfig {
     fn default() -> Self {
         Self {
-            max_concurrent_turns: 256,
-            max_waiting_messages: 512,
+            max_concurrent_turns: 16,
+            max_waiting_messages: 256,
             session_lease_secs: 10.0,
             redeliver_after_secs: 30.0,
             llm_timeout_secs: 300,
