@@ -53,7 +53,7 @@ pub fn parse_frontmatter(text: &str) -> (Map<String, Value>, String) {
 }
 
 /// A YAML node as JSON (keys as strings, tags dropped).
-fn yaml_to_json(node: &YamlOwned) -> Value {
+pub fn yaml_to_json(node: &YamlOwned) -> Value {
     match node {
         YamlOwned::Value(ScalarOwned::Null) | YamlOwned::Alias(_) | YamlOwned::BadValue => {
             Value::Null

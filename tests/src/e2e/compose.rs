@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::process::{Command, Output};
 
-use saphyr::{LoadableYamlNode as _, ScalarOwned, YamlOwned};
+use saphyr::{LoadableYamlNode as _, YamlOwned};
 use serde_json::{Map, Value};
 
 use nanobot_proto::subjects::Role;
@@ -46,37 +46,12 @@ pub(super) fn render(env_file: &Path) -> Map<String, Value> {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let docs = YamlOwned::load_from_str(&text).expect("docker-compose prints YAML");
-    match docs.first().map(yaml_to_json) {
+    match docs.first().map(nanobot_core::skills::yaml_to_json) {
         Some(Value::Object(mut top)) => match top.remove("services") {
             Some(Value::Object(services)) => services,
             other => panic!("no services in {other:?}"),
         },
         other => panic!("not a compose file: {other:?}"),
-    }
-}
-
-fn yaml_to_json(node: &YamlOwned) -> Value {
-    match node {
-        YamlOwned::Value(ScalarOwned::Boolean(b)) => Value::Bool(*b),
-        YamlOwned::Value(ScalarOwned::Integer(i)) => Value::from(*i),
-        YamlOwned::Value(ScalarOwned::FloatingPoint(f)) => Value::from(f.into_inner()),
-        YamlOwned::Value(ScalarOwned::String(s)) | YamlOwned::Representation(s, _, _) => {
-            Value::String(s.clone())
-        }
-        YamlOwned::Sequence(items) => Value::Array(items.iter().map(yaml_to_json).collect()),
-        YamlOwned::Mapping(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    let key = match yaml_to_json(k) {
-                        Value::String(s) => s,
-                        other => other.to_string(),
-                    };
-                    (key, yaml_to_json(v))
-                })
-                .collect(),
-        ),
-        YamlOwned::Tagged(_, inner) => yaml_to_json(inner),
-        _ => Value::Null,
     }
 }
 
