@@ -20,6 +20,7 @@ pub mod discord;
 pub mod email;
 pub mod slack;
 pub mod telegram;
+mod typing;
 pub mod websocket;
 
 use std::collections::BTreeMap;
