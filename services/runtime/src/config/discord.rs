@@ -9,7 +9,6 @@ use serde_json::Value;
 
 use super::load::norm;
 use super::schema::Config;
-use super::{DEFAULT_BOT, expand_home};
 
 /// Discord's public REST root (requests go to `{apiBase}/v10/...`).
 pub const DISCORD_API: &str = "https://discord.com/api";
@@ -115,38 +114,14 @@ impl Config {
 
 fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<DiscordBot> {
     let global = config.channels.discord.clone();
-    let mut out = Vec::new();
-    if config.bots.is_empty() {
-        if let Some(dc) = global.filter(|d| d.enabled) {
-            out.push(DiscordBot {
-                bot: DEFAULT_BOT.into(),
-                workspace: expand_home(&config.agents.defaults.workspace),
-                config: dc,
-            });
-        }
-        return out;
-    }
-    let base = serde_json::to_value(global.unwrap_or_default()).unwrap_or(Value::Null);
-    for (id, bot) in &config.bots {
-        let Some((_, own)) = bot.channels.iter().find(|(k, _)| norm(k) == "discord") else {
-            continue;
-        };
-        let mut merged = base.clone();
-        super::telegram::merge(&mut merged, own.clone());
-        match serde_json::from_value::<DiscordConfig>(merged) {
-            Ok(dc) if dc.enabled => out.push(DiscordBot {
-                bot: id.clone(),
-                workspace: config
-                    .bot(id)
-                    .map(|b| b.workspace)
-                    .unwrap_or_else(|| expand_home(&config.agents.defaults.workspace)),
-                config: dc,
-            }),
-            Ok(_) => {}
-            Err(e) => problems.push(format!("bots.{id}.channels.discord: {e}")),
-        }
-    }
-    out
+    super::sections::resolve(config, "discord", global, |c| c.enabled, problems)
+        .into_iter()
+        .map(|s| DiscordBot {
+            bot: s.bot,
+            workspace: s.workspace,
+            config: s.config,
+        })
+        .collect()
 }
 
 /// Reports every problem of the Discord sections and lists their unknown keys in `unknown`.
@@ -157,11 +132,7 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
     }
     let mut tokens: BTreeMap<&str, &str> = BTreeMap::new();
     for dc in &bots {
-        let at = if config.bots.is_empty() {
-            "channels.discord".to_string()
-        } else {
-            format!("bots.{}.channels.discord", dc.bot)
-        };
+        let at = super::sections::path(config, "discord", &dc.bot);
         let c = &dc.config;
         if !config.bots.is_empty() {
             check_extras(&at, c, unknown);

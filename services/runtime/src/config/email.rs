@@ -10,8 +10,6 @@ use serde_json::Value;
 
 use super::load::norm;
 use super::schema::Config;
-use super::telegram::merge;
-use super::{DEFAULT_BOT, expand_home};
 
 /// `channels.email`: upstream's keys and defaults plus `leaseSecs`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -174,38 +172,14 @@ impl Config {
 
 fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<EmailBot> {
     let global = config.channels.email.clone();
-    let mut out = Vec::new();
-    if config.bots.is_empty() {
-        if let Some(email) = global.filter(|e| e.enabled) {
-            out.push(EmailBot {
-                bot: DEFAULT_BOT.into(),
-                workspace: expand_home(&config.agents.defaults.workspace),
-                config: email,
-            });
-        }
-        return out;
-    }
-    let base = serde_json::to_value(global.unwrap_or_default()).unwrap_or(Value::Null);
-    for (id, bot) in &config.bots {
-        let Some((_, own)) = bot.channels.iter().find(|(k, _)| norm(k) == "email") else {
-            continue;
-        };
-        let mut merged = base.clone();
-        merge(&mut merged, own.clone());
-        match serde_json::from_value::<EmailConfig>(merged) {
-            Ok(email) if email.enabled => out.push(EmailBot {
-                bot: id.clone(),
-                workspace: config
-                    .bot(id)
-                    .map(|b| b.workspace)
-                    .unwrap_or_else(|| expand_home(&config.agents.defaults.workspace)),
-                config: email,
-            }),
-            Ok(_) => {}
-            Err(e) => problems.push(format!("bots.{id}.channels.email: {e}")),
-        }
-    }
-    out
+    super::sections::resolve(config, "email", global, |c| c.enabled, problems)
+        .into_iter()
+        .map(|s| EmailBot {
+            bot: s.bot,
+            workspace: s.workspace,
+            config: s.config,
+        })
+        .collect()
 }
 
 /// Reports every problem of the email sections and lists their unknown keys in `unknown`.
@@ -216,11 +190,7 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
     }
     let mut mailboxes: BTreeMap<String, &str> = BTreeMap::new();
     for email in &bots {
-        let at = if config.bots.is_empty() {
-            "channels.email".to_string()
-        } else {
-            format!("bots.{}.channels.email", email.bot)
-        };
+        let at = super::sections::path(config, "email", &email.bot);
         let c = &email.config;
         if !config.bots.is_empty() {
             check_extras(&at, c, unknown);

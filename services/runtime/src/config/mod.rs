@@ -10,6 +10,7 @@ pub mod email;
 pub mod load;
 pub mod schema;
 pub mod secrets;
+mod sections;
 pub mod slack;
 pub mod telegram;
 mod tools;

@@ -12,7 +12,6 @@ use serde_json::Value;
 
 use super::load::norm;
 use super::schema::Config;
-use super::{DEFAULT_BOT, expand_home};
 
 /// Slack's public Web API root.
 pub const SLACK_API: &str = "https://slack.com/api";
@@ -163,52 +162,14 @@ impl Config {
 
 fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<SlackBot> {
     let global = config.channels.slack.clone();
-    if config.bots.is_empty() {
-        return global
-            .filter(|s| s.enabled)
-            .map(|s| SlackBot {
-                bot: DEFAULT_BOT.into(),
-                workspace: expand_home(&config.agents.defaults.workspace),
-                config: s,
-            })
-            .into_iter()
-            .collect();
-    }
-    let base = serde_json::to_value(global.unwrap_or_default()).unwrap_or(Value::Null);
-    let mut out = Vec::new();
-    for (id, bot) in &config.bots {
-        let Some((_, own)) = bot.channels.iter().find(|(k, _)| norm(k) == "slack") else {
-            continue;
-        };
-        let mut merged = base.clone();
-        merge(&mut merged, own.clone());
-        match serde_json::from_value::<SlackConfig>(merged) {
-            Ok(s) if s.enabled => out.push(SlackBot {
-                bot: id.clone(),
-                workspace: config
-                    .bot(id)
-                    .map(|b| b.workspace)
-                    .unwrap_or_else(|| expand_home(&config.agents.defaults.workspace)),
-                config: s,
-            }),
-            Ok(_) => {}
-            Err(e) => problems.push(format!("bots.{id}.channels.slack: {e}")),
-        }
-    }
-    out
-}
-
-fn merge(base: &mut Value, extra: Value) {
-    match (base, extra) {
-        (Value::Object(base), Value::Object(extra)) => {
-            for (key, value) in extra {
-                let existing = base.keys().find(|k| norm(k) == norm(&key)).cloned();
-                let slot = base.entry(existing.unwrap_or(key)).or_insert(Value::Null);
-                merge(slot, value);
-            }
-        }
-        (base, extra) => *base = extra,
-    }
+    super::sections::resolve(config, "slack", global, |c| c.enabled, problems)
+        .into_iter()
+        .map(|s| SlackBot {
+            bot: s.bot,
+            workspace: s.workspace,
+            config: s.config,
+        })
+        .collect()
 }
 
 /// Reports every problem of the Slack sections and lists their unknown keys in `unknown`.
@@ -219,11 +180,7 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
     }
     let mut tokens: BTreeMap<&str, &str> = BTreeMap::new();
     for s in &bots {
-        let at = if config.bots.is_empty() {
-            "channels.slack".to_string()
-        } else {
-            format!("bots.{}.channels.slack", s.bot)
-        };
+        let at = super::sections::path(config, "slack", &s.bot);
         let c = &s.config;
         if !config.bots.is_empty() {
             check_extras(&at, c, unknown);

@@ -13,7 +13,6 @@ use serde_json::Value;
 
 use super::load::norm;
 use super::schema::Config;
-use super::{DEFAULT_BOT, expand_home};
 
 /// Telegram's public Bot API root.
 pub const TELEGRAM_API: &str = "https://api.telegram.org";
@@ -140,40 +139,14 @@ impl Config {
 
 fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<TelegramBot> {
     let global = config.channels.telegram.clone();
-    let mut out = Vec::new();
-    if config.bots.is_empty() {
-        if let Some(tg) = global.filter(|t| t.enabled) {
-            let workspace = expand_home(&config.agents.defaults.workspace);
-            out.push(TelegramBot {
-                bot: DEFAULT_BOT.into(),
-                workspace,
-                config: tg,
-            });
-        }
-        return out;
-    }
-    let base = serde_json::to_value(global.unwrap_or_default()).unwrap_or(Value::Null);
-    for (id, bot) in &config.bots {
-        let Some((_, own)) = bot.channels.iter().find(|(k, _)| norm(k) == "telegram") else {
-            continue;
-        };
-        let mut merged = base.clone();
-        merge(&mut merged, own.clone());
-        let at = format!("bots.{id}.channels.telegram");
-        match serde_json::from_value::<TelegramConfig>(merged) {
-            Ok(tg) if tg.enabled => out.push(TelegramBot {
-                bot: id.clone(),
-                workspace: config
-                    .bot(id)
-                    .map(|b| b.workspace)
-                    .unwrap_or_else(|| expand_home(&config.agents.defaults.workspace)),
-                config: tg,
-            }),
-            Ok(_) => {}
-            Err(e) => problems.push(format!("{at}: {e}")),
-        }
-    }
-    out
+    super::sections::resolve(config, "telegram", global, |c| c.enabled, problems)
+        .into_iter()
+        .map(|s| TelegramBot {
+            bot: s.bot,
+            workspace: s.workspace,
+            config: s.config,
+        })
+        .collect()
 }
 
 /// Lays `extra` over `base`, keys matched in any spelling (`groupPolicy`, `group_policy`).
@@ -206,11 +179,7 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
     }
     let mut tokens: BTreeMap<&str, &str> = BTreeMap::new();
     for tg in &bots {
-        let at = if config.bots.is_empty() {
-            "channels.telegram".to_string()
-        } else {
-            format!("bots.{}.channels.telegram", tg.bot)
-        };
+        let at = super::sections::path(config, "telegram", &tg.bot);
         let c = &tg.config;
         if !config.bots.is_empty() {
             check_extras(&at, c, unknown);

@@ -1,0 +1,82 @@
+//! A chat channel's per-bot sections: with `bots`, each bot's `channels.<name>` merged over the
+//! global `channels.<name>`; without, the global section as the default bot's. One resolver
+//! for every channel.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::load::norm;
+use super::schema::Config;
+use super::telegram::merge;
+use super::{DEFAULT_BOT, expand_home};
+
+/// One bot's enabled section of a channel.
+#[derive(Debug, Clone)]
+pub(crate) struct Section<T> {
+    /// Bot id.
+    pub bot: String,
+    /// That bot's workspace.
+    pub workspace: PathBuf,
+    /// The merged settings.
+    pub config: T,
+}
+
+/// Returns every bot's enabled section of channel `name` (`global` is `channels.<name>`); a
+/// bot section that does not parse is a problem and is skipped.
+pub(crate) fn resolve<T>(
+    config: &Config,
+    name: &str,
+    global: Option<T>,
+    enabled: impl Fn(&T) -> bool,
+    problems: &mut Vec<String>,
+) -> Vec<Section<T>>
+where
+    T: Serialize + DeserializeOwned + Default,
+{
+    let default_workspace = || expand_home(&config.agents.defaults.workspace);
+    if config.bots.is_empty() {
+        return global
+            .filter(|c| enabled(c))
+            .map(|c| Section {
+                bot: DEFAULT_BOT.into(),
+                workspace: default_workspace(),
+                config: c,
+            })
+            .into_iter()
+            .collect();
+    }
+    let base = serde_json::to_value(global.unwrap_or_default()).unwrap_or(Value::Null);
+    let mut out = Vec::new();
+    for (id, bot) in &config.bots {
+        let Some((_, own)) = bot.channels.iter().find(|(k, _)| norm(k) == name) else {
+            continue;
+        };
+        let mut merged = base.clone();
+        merge(&mut merged, own.clone());
+        match serde_json::from_value::<T>(merged) {
+            Ok(c) if enabled(&c) => out.push(Section {
+                bot: id.clone(),
+                workspace: config
+                    .bot(id)
+                    .map(|b| b.workspace)
+                    .unwrap_or_else(default_workspace),
+                config: c,
+            }),
+            Ok(_) => {}
+            Err(e) => problems.push(format!("bots.{id}.channels.{name}: {e}")),
+        }
+    }
+    out
+}
+
+/// Where `bot`'s section of channel `name` is, for problem messages.
+pub(crate) fn path(config: &Config, name: &str, bot: &str) -> String {
+    if config.bots.is_empty() {
+        format!("channels.{name}")
+    } else {
+        format!("bots.{bot}.channels.{name}")
+    }
+}
