@@ -68,6 +68,13 @@ pub async fn run(
         .queue_subscribe(subjects::TOOL_LIST_ALL, group)
         .await
         .context("subscribe to tool lists")?;
+    // Once here, not per call: a blocking-pool hop on every call cost the round trip more
+    // than the tool itself (`docs/benchmarks.md`).
+    for bot in cfg.bots() {
+        if let Err(e) = std::fs::create_dir_all(&bot.workspace) {
+            tracing::warn!(bot = %bot.id, workspace = %bot.workspace.display(), error = %e, "cannot create workspace");
+        }
+    }
     let deps = Arc::new(Deps {
         client: client.clone(),
         registry: Arc::new(registry),

@@ -216,6 +216,44 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
 
 /// Returns the installed `server-everything` binary; panics with the install hint when it is
 /// missing (`make test` installs it, so a missing server is a failure, not a skip).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_bot_workspace_is_created_before_the_first_call() {
+    let nats = NatsServer::start().await;
+    let client = nats.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("not-yet").join("workspace");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let executor = tokio::spawn(nanobot_tools::run(
+        config(&nats.url, &workspace),
+        None,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exec = loop {
+        match request(
+            &client,
+            &call("exec", serde_json::json!({"command": "pwd"})),
+        )
+        .await
+        {
+            Ok(result) => break result,
+            Err(e) if Instant::now() > deadline => panic!("executor never answered: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    assert!(workspace.is_dir());
+    assert!(!exec.is_error, "{}", exec.content);
+    assert!(
+        exec.content.starts_with(&workspace.display().to_string()),
+        "{}",
+        exec.content
+    );
+    stop.send(()).unwrap();
+    executor.await.unwrap().unwrap();
+}
+
 fn everything_bin() -> PathBuf {
     let cache = std::env::var("NANOBOT_CACHE_DIR")
         .map(PathBuf::from)

@@ -133,9 +133,6 @@ async fn call(
             return Err(ServiceError::DeadlinePassed { late_ms });
         }
     }
-    if let Err(e) = tokio::fs::create_dir_all(&spec.workspace).await {
-        tracing::warn!(workspace = %spec.workspace.display(), error = %e, "cannot create workspace");
-    }
     let ctx = ToolContext {
         sandbox: Sandbox::new(&spec.workspace, deps.cfg.tools.restrict_to_workspace),
         session_key: request.session_key.clone(),
@@ -146,7 +143,7 @@ async fn call(
         },
         file_reads: request.file_reads,
     };
-    tracing::info!("tool call started");
+    tracing::debug!("tool call started");
     let started = std::time::Instant::now();
     let output = deps
         .registry
