@@ -72,6 +72,7 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
     assert_eq!(
         names,
         [
+            "apply_patch",
             "cron",
             "edit_file",
             "exec",

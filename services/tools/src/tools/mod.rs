@@ -6,6 +6,7 @@ use nanobot_runtime::config::ToolsConfig;
 
 use crate::registry::{RegistryError, Tool};
 
+pub mod apply_patch;
 pub mod cron;
 pub mod edit_file;
 pub mod exec;
@@ -36,6 +37,7 @@ pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
         tools.push(Arc::new(read_file::ReadFile));
         tools.push(Arc::new(write_file::WriteFile));
         tools.push(Arc::new(edit_file::EditFile));
+        tools.push(Arc::new(apply_patch::ApplyPatch));
         tools.push(Arc::new(list_dir::ListDir));
         tools.push(Arc::new(glob::Glob));
         tools.push(Arc::new(find_files::FindFiles));
