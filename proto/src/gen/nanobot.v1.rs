@@ -128,7 +128,8 @@ impl OutboundKind {
         }
     }
 }
-/// Runs one tool. Sent on `subjects::tool_call(bot, name)`; answered by `ToolCallResult`.
+/// Runs one tool. Sent on `subjects::tool_call(bot, name)` (or `subjects::tool_call_on` when
+/// `executor` is set); answered by `ToolCallResult`.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ToolCallRequest {
     #[prost(string, tag = "1")]
@@ -161,6 +162,11 @@ pub struct ToolCallRequest {
     /// upstream's "\[File unchanged since last read: …\]" whichever executor runs the call.
     #[prost(message, repeated, tag = "11")]
     pub file_reads: ::prost::alloc::vec::Vec<FileRead>,
+    /// When set, the call goes to this executor only (`subjects::tool_call_on`), not to the queue
+    /// group: `write_stdin` for an exec session, which lives in the executor that started it and
+    /// whose id names it (`exec::executor_of`). No responder means that executor stopped.
+    #[prost(string, tag = "12")]
+    pub executor: ::prost::alloc::string::String,
 }
 /// What a `read_file` call returned of a file (upstream's `ReadState`).
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]

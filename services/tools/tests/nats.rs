@@ -80,11 +80,13 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
             "glob",
             "grep",
             "list_dir",
+            "list_exec_sessions",
             "notebook_edit",
             "read_file",
             "web_fetch",
             "web_search",
-            "write_file"
+            "write_file",
+            "write_stdin"
         ]
     );
     assert!(

@@ -256,8 +256,7 @@ fn write_all(writes: &BTreeMap<PathBuf, String>) -> std::io::Result<()> {
 fn append_text(content: &str, addition: &str) -> String {
     let mut base = content.replace("\r\n", "\n");
     let extra = addition.replace("\r\n", "\n");
-    if !base.is_empty() && !extra.is_empty() && !base.ends_with('\n') && !extra.starts_with('\n')
-    {
+    if !base.is_empty() && !extra.is_empty() && !base.ends_with('\n') && !extra.starts_with('\n') {
         base.push('\n');
     }
     base.push_str(&extra);
@@ -352,9 +351,7 @@ mod tests {
     async fn call(ctx: &ToolContext, args: Value) -> ToolOutput {
         let mut registry = Registry::default();
         registry.register(std::sync::Arc::new(ApplyPatch));
-        registry
-            .call(ctx, "apply_patch", &args.to_string())
-            .await
+        registry.call(ctx, "apply_patch", &args.to_string()).await
     }
 
     fn ws(ctx: &ToolContext, name: &str) -> PathBuf {
