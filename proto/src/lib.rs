@@ -118,6 +118,13 @@ impl Rpc for ToolCallRequest {
     }
 }
 
+impl Rpc for ExecSessionsRequest {
+    type Response = ExecSessionsResponse;
+    fn subject(&self) -> String {
+        subjects::exec_sessions(&self.bot)
+    }
+}
+
 impl Rpc for ToolListRequest {
     type Response = ToolListResponse;
     fn subject(&self) -> String {

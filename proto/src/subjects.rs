@@ -52,6 +52,15 @@ pub const TOOL_CALL_ALL: &str = "nanobot.*.tools.call.*";
 /// Every bot's tool-list request.
 pub const TOOL_LIST_ALL: &str = "nanobot.*.tools.list";
 
+/// Every bot's exec-session listing (every executor answers; no queue group).
+pub const EXEC_SESSIONS_ALL: &str = "nanobot.*.tools.sessions";
+
+/// The exec-session listing of `bot`: an `ExecSessionsRequest` every executor answers with
+/// the sessions it runs for the asked chat session.
+pub fn exec_sessions(bot: &str) -> String {
+    format!("nanobot.{}.tools.sessions", token(bot))
+}
+
 /// Every tool call of every bot sent to executor `executor` itself (no queue group): what it
 /// subscribes to besides [`TOOL_CALL_ALL`]. See [`tool_call_on`].
 pub fn tool_call_on_all(executor: &str) -> String {
@@ -367,7 +376,7 @@ pub mod jetstream {
 ///   the origin session) publish inbound messages;
 /// - tool executors take tool calls (from the queue group and on their own subject, for exec
 ///   sessions), hear `/stop` (it ends the session's exec sessions) and publish nothing but
-///   replies;
+///   replies and the exec-session listing they ask each other;
 /// - only the CLI (the operator) creates or changes streams.
 ///
 /// Every role answers [`STATUS`] probes and reads its replies on [`INBOX_ALL`].
@@ -419,6 +428,9 @@ pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
             subscribe.extend(tools.clone());
             subscribe.push(tools_on.clone());
             subscribe.push(format!("nanobot.{b}.control.stop.*"));
+            // `list_exec_sessions` asks every executor for its sessions of the caller.
+            publish.push(format!("nanobot.{b}.tools.sessions"));
+            subscribe.push(format!("nanobot.{b}.tools.sessions"));
         }
         Role::Memory => {
             publish.extend([area("jobs"), area("events"), area("outbound")]);
@@ -478,6 +490,7 @@ mod tests {
             EVENTS_ALL,
             TOOL_CALL_ALL,
             TOOL_LIST_ALL,
+            EXEC_SESSIONS_ALL,
             STATUS,
             STOP_ALL,
         ] {
@@ -488,6 +501,7 @@ mod tests {
             outbound("b", "api", "x"),
             tool_call("b", "read_file"),
             tool_list("b"),
+            exec_sessions("b"),
             tool_call_on("b", "tools-1a2b3c4d", "write_stdin"),
             consolidate("b"),
             cron_fire("b"),
@@ -588,6 +602,8 @@ mod tests {
         assert!(allows(&tools.subscribe, &on));
         assert!(!allows(&tools.publish, &on));
         assert!(allows(&tools.subscribe, &stop("b", "api:x")));
+        assert!(allows(&tools.publish, &exec_sessions("b")));
+        assert!(allows(&tools.subscribe, &exec_sessions("b")));
         assert!(allows(&permissions(Role::Agent, None).publish, &on));
         let agent = permissions(Role::Agent, Some("alpha"));
         assert!(allows(&agent.publish, &tool_call("alpha", "exec")));

@@ -210,6 +210,25 @@ pub struct ToolCallResult {
     #[prost(message, optional, tag = "7")]
     pub file_read: ::core::option::Option<FileRead>,
 }
+/// Asks every executor (`subjects::exec_sessions(bot)`, no queue group) for the exec sessions
+/// of one chat session, for `list_exec_sessions`: they live in the executors that started them.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ExecSessionsRequest {
+    #[prost(string, tag = "1")]
+    pub bot: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub session_key: ::prost::alloc::string::String,
+}
+/// One executor's exec sessions of the asked chat session.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ExecSessionsResponse {
+    /// `list_exec_sessions` lines, one per session, each starting with the session id.
+    #[prost(string, repeated, tag = "1")]
+    pub lines: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// The answering executor's instance id.
+    #[prost(string, tag = "2")]
+    pub executor: ::prost::alloc::string::String,
+}
 /// Asks executors for the tools they serve.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ToolListRequest {

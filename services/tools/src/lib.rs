@@ -41,6 +41,28 @@ pub mod web;
 
 use handlers::Deps;
 
+/// Answers another executor's `list_exec_sessions` with this one's sessions of the caller.
+async fn answer_listing(
+    client: &async_nats::Client,
+    sessions: &tools::exec_session::ExecSessions,
+    executor: String,
+    msg: async_nats::Message,
+) {
+    use prost::Message as _;
+    let request = match nanobot_proto::ExecSessionsRequest::decode(msg.payload) {
+        Ok(request) => request,
+        Err(e) => {
+            tracing::warn!(error = %e, "undecodable exec sessions request");
+            return;
+        }
+    };
+    let answer = nanobot_proto::ExecSessionsResponse {
+        lines: sessions.lines_of(&request.bot, &request.session_key),
+        executor,
+    };
+    nanobot_runtime::bus::reply(client, msg.reply, &answer).await;
+}
+
 /// How often idle exec sessions are looked for.
 const REAP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 use registry::Registry;
@@ -61,6 +83,7 @@ pub async fn run(
     )));
     let started = service::start("tools", &cfg, health_addr, shutdown).await?;
     sessions.bind(&started.health.instance);
+    sessions.bind_peers(started.bus.client.clone());
     // MCP tools must be known before the first tool list is answered.
     let guard = web::guard::Guard::new(cfg.tools.ssrf_whitelist());
     for tool in mcp::connect_all(&cfg.tools.mcp_servers, &guard).await {
@@ -85,6 +108,10 @@ pub async fn run(
         .subscribe(subjects::STOP_ALL)
         .await
         .context("subscribe to stop requests")?;
+    let mut listings = client
+        .subscribe(subjects::EXEC_SESSIONS_ALL)
+        .await
+        .context("subscribe to exec session listings")?;
     let mut reap = tokio::time::interval(REAP_EVERY);
     let deps = Arc::new(Deps {
         client: client.clone(),
@@ -118,6 +145,13 @@ pub async fn run(
                     }
                 });
             }
+            Some(msg) = listings.next() => {
+                let (client, sessions) = (client.clone(), sessions.clone());
+                let executor = deps.health.instance.clone();
+                tracker.spawn(async move {
+                    answer_listing(&client, &sessions, executor, msg).await;
+                });
+            }
             _ = reap.tick() => {
                 let sessions = sessions.clone();
                 tracker.spawn(async move { sessions.reap_idle().await; });
@@ -128,7 +162,7 @@ pub async fn run(
 
     started.health.set_ready(false);
     // Stop pulling: no new message reaches this replica; the queue group routes to others.
-    for sub in [&mut calls, &mut lists, &mut own, &mut stops] {
+    for sub in [&mut calls, &mut lists, &mut own, &mut stops, &mut listings] {
         if let Err(e) = sub.unsubscribe().await {
             tracing::warn!(error = %e, "failed to unsubscribe");
         }

@@ -3,6 +3,7 @@
 //! process, whichever executor the queue group would pick for it, because the session id
 //! names its executor and the runner sends the call to that executor's own subject. When the
 //! owner is SIGKILLed, `write_stdin` answers at once that the session is gone.
+//! `list_exec_sessions`, taken by either executor, lists the sessions of both.
 
 use std::time::{Duration, Instant};
 
@@ -116,6 +117,26 @@ async fn write_stdin_reaches_the_executor_running_the_session_and_a_killed_one_i
     let [Some(first), Some(second)] = owners.clone() else {
         panic!("the queue group never picked both executors in {MAX_STARTS} starts: {owners:?}");
     };
+    // Whichever executor takes the listing, it lists the sessions of both.
+    let listed = tool_turn(
+        &mut fleet,
+        "list my sessions",
+        "list_exec_sessions",
+        json!({}),
+    )
+    .await;
+    let ids: Vec<&str> = listed
+        .lines()
+        .map(|l| l.split(" | ").next().unwrap_or_default())
+        .collect();
+    assert!(
+        ids.contains(&first.as_str()) && ids.contains(&second.as_str()),
+        "{listed}"
+    );
+    assert!(
+        listed.lines().all(|l| l.contains(" | running | ")),
+        "{listed}"
+    );
     let before = started_calls(&mut fleet, "write_stdin");
     assert_eq!(before, [0, 0]);
 

@@ -8,6 +8,9 @@
 //! executor that started it, whose instance id its id carries
 //! ([`nanobot_proto::exec::session_id`]): the runner sends `write_stdin` for it to that
 //! executor's own subject ([`nanobot_proto::subjects::tool_call_on`]), not to the queue group.
+//! `list_exec_sessions` (taken by any executor) asks every executor for the caller's sessions
+//! ([`nanobot_proto::subjects::exec_sessions`]) and lists those answering within
+//! [`GATHER_WINDOW`] besides its own.
 //!
 //! Limits: at most [`MAX_SESSIONS`] per executor; a session idle (not polled) for
 //! [`IDLE_TIMEOUT`] is killed, and so is one past its `exec` timeout (default 60 s, as
@@ -54,6 +57,8 @@ pub const MAX_SESSIONS: usize = 8;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(1_800);
 /// How long a poll of a running session waits for output once its yield time passed.
 const OUTPUT_DRAIN_GRACE: Duration = Duration::from_millis(100);
+/// How long `list_exec_sessions` waits for the other executors' sessions.
+pub const GATHER_WINDOW: Duration = Duration::from_millis(500);
 /// How long an exited session's output is still read (background children may hold pipes).
 const READER_GRACE: Duration = Duration::from_secs(2);
 
@@ -380,6 +385,8 @@ pub struct Start<'a> {
 pub struct ExecSessions {
     /// This executor's instance id (session ids carry it); `local` until bound.
     executor: OnceLock<String>,
+    /// The bus, to ask the other executors for their sessions; none until bound.
+    peers: OnceLock<async_nats::Client>,
     sessions: Mutex<BTreeMap<String, Arc<Session>>>,
     max_sessions: usize,
     idle_timeout: Duration,
@@ -397,6 +404,7 @@ impl ExecSessions {
     pub fn new(max_sessions: usize, idle_timeout: Duration) -> Self {
         Self {
             executor: OnceLock::new(),
+            peers: OnceLock::new(),
             sessions: Mutex::new(BTreeMap::new()),
             max_sessions,
             idle_timeout,
@@ -407,6 +415,62 @@ impl ExecSessions {
     /// Names the executor whose sessions these are (its instance id), once.
     pub fn bind(&self, executor: &str) {
         let _ = self.executor.set(executor.to_string());
+    }
+
+    /// Lets `list_exec_sessions` ask the other executors over `client`, once.
+    pub fn bind_peers(&self, client: async_nats::Client) {
+        let _ = self.peers.set(client);
+    }
+
+    /// Returns the `list_exec_sessions` lines of the sessions `bot`'s `session_key` owns here.
+    pub fn lines_of(&self, bot: &str, session_key: &str) -> Vec<String> {
+        let owner = Owner {
+            bot: bot.into(),
+            session_key: session_key.into(),
+        };
+        let now = Instant::now();
+        self.map()
+            .iter()
+            .filter(|(_, s)| s.owner == owner)
+            .map(|(id, s)| listing(id, s, now))
+            .collect()
+    }
+
+    /// Returns the other executors' lines for `owner` (those answering within
+    /// [`GATHER_WINDOW`]).
+    async fn peer_lines(&self, owner: &Owner) -> Vec<String> {
+        use futures::StreamExt as _;
+        use prost::Message as _;
+        let Some(client) = self.peers.get() else {
+            return Vec::new();
+        };
+        let me = self.executor.get().map_or("local", String::as_str);
+        let inbox = client.new_inbox();
+        let Ok(mut answers) = client.subscribe(inbox.clone()).await else {
+            return Vec::new();
+        };
+        let request = nanobot_proto::ExecSessionsRequest {
+            bot: owner.bot.clone(),
+            session_key: owner.session_key.clone(),
+        };
+        let subject = nanobot_proto::subjects::exec_sessions(&owner.bot);
+        let asked = client
+            .publish_with_reply(subject, inbox, request.encode_to_vec().into())
+            .await;
+        if let Err(e) = asked {
+            tracing::warn!(error = %e, "cannot ask the other executors for exec sessions");
+            return Vec::new();
+        }
+        let deadline = Instant::now() + GATHER_WINDOW;
+        let mut lines = Vec::new();
+        while let Ok(Some(msg)) = tokio::time::timeout_at(deadline, answers.next()).await {
+            match nanobot_proto::ExecSessionsResponse::decode(msg.payload) {
+                Ok(answer) if answer.executor != me => lines.extend(answer.lines),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "undecodable exec sessions answer"),
+            }
+        }
+        lines
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Session>>> {
@@ -584,6 +648,29 @@ struct Step<'a> {
 enum StepError {
     NotFound,
     Failed(String),
+}
+
+/// Returns one `list_exec_sessions` line (upstream's format).
+fn listing(id: &str, s: &Session, now: Instant) -> String {
+    let mut command = s.command.split_whitespace().collect::<Vec<_>>().join(" ");
+    if command.chars().count() > 120 {
+        command = command.chars().take(119).collect::<String>() + "...";
+    }
+    let status = if s.exited().is_some() {
+        "exited"
+    } else {
+        "running"
+    };
+    let remaining = match s.deadline {
+        Some(d) => format!("{:.1}s", d.saturating_duration_since(now).as_secs_f64()),
+        None => "infs".into(),
+    };
+    format!(
+        "{id} | {status} | elapsed={:.1}s | idle={:.1}s | remaining={remaining} | cwd={} | {command}",
+        s.started.elapsed().as_secs_f64(),
+        s.idle().as_secs_f64(),
+        s.cwd,
+    )
 }
 
 /// Reads one output stream into the session until EOF.
@@ -834,41 +921,13 @@ impl Tool for ListExecSessions {
     async fn execute(&self, ctx: &ToolContext, _args: Args) -> ToolOutput {
         self.sessions.reap_idle().await;
         let owner = Owner::of(ctx);
-        let mine: Vec<(String, Arc<Session>)> = self
-            .sessions
-            .map()
-            .iter()
-            .filter(|(_, s)| s.owner == owner)
-            .map(|(id, s)| (id.clone(), s.clone()))
-            .collect();
-        if mine.is_empty() {
+        let mut lines = self.sessions.lines_of(&owner.bot, &owner.session_key);
+        lines.extend(self.sessions.peer_lines(&owner).await);
+        if lines.is_empty() {
             return ToolOutput::text("No active exec sessions.");
         }
-        let now = Instant::now();
-        let lines: Vec<String> = mine
-            .iter()
-            .map(|(id, s)| {
-                let mut command = s.command.split_whitespace().collect::<Vec<_>>().join(" ");
-                if command.chars().count() > 120 {
-                    command = command.chars().take(119).collect::<String>() + "...";
-                }
-                let status = if s.exited().is_some() {
-                    "exited"
-                } else {
-                    "running"
-                };
-                let remaining = s
-                    .deadline
-                    .map_or(f64::INFINITY, |d| d.saturating_duration_since(now).as_secs_f64());
-                format!(
-                    "{id} | {status} | elapsed={:.1}s | idle={:.1}s | remaining={} | cwd={} | {command}",
-                    s.started.elapsed().as_secs_f64(),
-                    s.idle().as_secs_f64(),
-                    if remaining.is_finite() { format!("{remaining:.1}s") } else { "infs".into() },
-                    s.cwd,
-                )
-            })
-            .collect();
+        // Sorted by session id, as upstream.
+        lines.sort();
         ToolOutput::text(lines.join("\n"))
     }
 }
