@@ -321,3 +321,28 @@ fn error_text(name: &str, error: &AttemptError, timeout: Duration) -> String {
         AttemptError::Transport(cause) => format!("Error executing {name}: {cause}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_stdin_goes_to_the_executor_its_session_id_names() {
+        let args = json!({"session_id": "tools-1a2b3c4d-0123456789ab", "chars": "x"}).to_string();
+        assert_eq!(
+            exec_session("write_stdin", &args),
+            Some((
+                "tools-1a2b3c4d-0123456789ab".to_string(),
+                "tools-1a2b3c4d".to_string()
+            ))
+        );
+        assert_eq!(
+            exec_session("exec", &args),
+            None,
+            "other tools use the queue group"
+        );
+        let foreign = json!({"session_id": "0123456789ab"}).to_string();
+        assert_eq!(exec_session("write_stdin", &foreign), None);
+        assert_eq!(exec_session("write_stdin", "not json"), None);
+    }
+}

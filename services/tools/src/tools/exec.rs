@@ -286,7 +286,7 @@ pub(crate) fn command(
 /// Runs `argv` (`sh -c command`, possibly wrapped in a sandbox) in `cwd`.
 async fn run(
     argv: &[OsString],
-    cwd: &PathBuf,
+    cwd: &std::path::Path,
     env: &HashMap<String, String>,
     timeout: Option<u64>,
     max_chars: usize,
