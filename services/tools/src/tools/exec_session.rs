@@ -507,8 +507,11 @@ impl ExecSessions {
 
     /// Kills every session and refuses new ones (executor shutdown); returns how many.
     pub async fn close_all(&self) -> usize {
-        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
-        let all: Vec<Arc<Session>> = std::mem::take(&mut *self.map()).into_values().collect();
+        let all: Vec<Arc<Session>> = {
+            let mut map = self.map();
+            self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+            std::mem::take(&mut *map).into_values().collect()
+        };
         futures::future::join_all(all.iter().map(|s| s.terminate())).await;
         all.len()
     }
@@ -547,52 +550,60 @@ impl ExecSessions {
     /// Starts `start` as a session of the caller and polls it once.
     pub async fn start(&self, ctx: &ToolContext, start: Start<'_>) -> ToolOutput {
         self.reap_idle().await;
-        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
-            return ToolOutput::error("Error executing command: exec session manager is closed");
-        }
-        if self.len() >= self.max_sessions {
-            return ToolOutput::error(format!(
-                "Error executing command: maximum exec sessions reached ({})",
-                self.max_sessions
-            ));
-        }
-        let mut child = match command(start.argv, start.cwd, start.env, true) {
-            Ok(mut cmd) => match cmd.spawn() {
-                Ok(child) => child,
-                Err(e) => return ToolOutput::error(format!("Error executing command: {e}")),
-            },
-            Err(message) => return ToolOutput::error(message),
+        // Checked, spawned and inserted under one lock: concurrent starts never pass the cap,
+        // and none slips in after `close_all`.
+        let (id, session) = {
+            let mut map = self.map();
+            if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+                return ToolOutput::error(
+                    "Error executing command: exec session manager is closed",
+                );
+            }
+            if map.len() >= self.max_sessions {
+                return ToolOutput::error(format!(
+                    "Error executing command: maximum exec sessions reached ({})",
+                    self.max_sessions
+                ));
+            }
+            let mut child = match command(start.argv, start.cwd, start.env, true) {
+                Ok(mut cmd) => match cmd.spawn() {
+                    Ok(child) => child,
+                    Err(e) => return ToolOutput::error(format!("Error executing command: {e}")),
+                },
+                Err(message) => return ToolOutput::error(message),
+            };
+            let (exit_tx, exit_rx) = watch::channel(None);
+            let session = Arc::new(Session {
+                owner: Owner::of(ctx),
+                command: start.command.to_string(),
+                cwd: start.cwd.display().to_string(),
+                started: Instant::now(),
+                deadline: start
+                    .timeout
+                    .map(|secs| Instant::now() + Duration::from_secs(secs)),
+                last_access: Mutex::new(Instant::now()),
+                stdin: tokio::sync::Mutex::new(child.stdin.take()),
+                output: Mutex::new(Output {
+                    stdout: Bounded::new(MAX_OUTPUT_CHARS as usize),
+                    stderr: Bounded::new(MAX_OUTPUT_CHARS as usize),
+                }),
+                fresh: Notify::new(),
+                exit: exit_rx,
+                kill: Notify::new(),
+            });
+            let readers = [
+                tokio::spawn(read_into(child.stdout.take(), session.clone(), false)),
+                tokio::spawn(read_into(child.stderr.take(), session.clone(), true)),
+            ];
+            tokio::spawn(watchdog(child, session.clone(), readers, exit_tx));
+            let executor = self.executor.get().map_or("local", String::as_str);
+            let id = nanobot_proto::exec::session_id(
+                executor,
+                &uuid::Uuid::new_v4().simple().to_string()[..12],
+            );
+            map.insert(id.clone(), session.clone());
+            (id, session)
         };
-        let (exit_tx, exit_rx) = watch::channel(None);
-        let session = Arc::new(Session {
-            owner: Owner::of(ctx),
-            command: start.command.to_string(),
-            cwd: start.cwd.display().to_string(),
-            started: Instant::now(),
-            deadline: start
-                .timeout
-                .map(|secs| Instant::now() + Duration::from_secs(secs)),
-            last_access: Mutex::new(Instant::now()),
-            stdin: tokio::sync::Mutex::new(child.stdin.take()),
-            output: Mutex::new(Output {
-                stdout: Bounded::new(MAX_OUTPUT_CHARS as usize),
-                stderr: Bounded::new(MAX_OUTPUT_CHARS as usize),
-            }),
-            fresh: Notify::new(),
-            exit: exit_rx,
-            kill: Notify::new(),
-        });
-        let readers = [
-            tokio::spawn(read_into(child.stdout.take(), session.clone(), false)),
-            tokio::spawn(read_into(child.stderr.take(), session.clone(), true)),
-        ];
-        tokio::spawn(watchdog(child, session.clone(), readers, exit_tx));
-        let executor = self.executor.get().map_or("local", String::as_str);
-        let id = nanobot_proto::exec::session_id(
-            executor,
-            &uuid::Uuid::new_v4().simple().to_string()[..12],
-        );
-        self.map().insert(id.clone(), session.clone());
         tracing::info!(session = %id, "exec session started");
         let poll = session.poll(start.yield_ms, start.max_chars).await;
         if poll.exit.is_some() {
