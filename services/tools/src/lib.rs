@@ -137,11 +137,17 @@ pub async fn run(
                 tracker.spawn(handlers::dispatch(deps.clone(), msg));
             }
             Some(msg) = stops.next() => {
-                let sessions = sessions.clone();
+                let (client, sessions) = (client.clone(), sessions.clone());
                 tracker.spawn(async move {
                     let ended = sessions.terminate_for_stop(&msg.subject).await;
                     if ended > 0 {
                         tracing::info!(ended, subject = %msg.subject, "exec sessions stopped");
+                        // Counted in the `/stop` reply with the runners' turns, as upstream.
+                        if let Some(reply) = msg.reply
+                            && let Err(e) = client.publish(reply, ended.to_string().into()).await
+                        {
+                            tracing::warn!(error = %e, "failed to answer a stop request");
+                        }
                     }
                 });
             }

@@ -195,4 +195,39 @@ async fn write_stdin_reaches_the_executor_running_the_session_and_a_killed_one_i
         closed.starts_with("last\n\nStdin closed.\nExit code: 0\nElapsed: "),
         "{closed:?}"
     );
+
+    // `/stop` of the session ends its exec sessions, counted as upstream.
+    let started = tool_turn(
+        &mut fleet,
+        "start one more",
+        "exec",
+        json!({"command": "cat", "yield_time_ms": 0}),
+    )
+    .await;
+    assert!(
+        started.contains("Process running. session_id: "),
+        "{started}"
+    );
+    // The survivor's sessions: this one and any extra start it took above.
+    let running = tool_turn(
+        &mut fleet,
+        "list before stop",
+        "list_exec_sessions",
+        json!({}),
+    )
+    .await;
+    let count = running.lines().count();
+    assert!(count >= 1, "{running}");
+    assert_eq!(
+        ask(&mut fleet, "/stop", Some("cli:sessions")).await,
+        format!("Stopped {count} task(s).")
+    );
+    let listed = tool_turn(
+        &mut fleet,
+        "list what is left",
+        "list_exec_sessions",
+        json!({}),
+    )
+    .await;
+    assert_eq!(listed, "No active exec sessions.");
 }
