@@ -66,6 +66,7 @@ pub async fn over_nats(nats_url: &str, calls: usize) -> anyhow::Result<Summary> 
             heartbeat_ms: 0,
             in_cron: false,
             file_reads: Vec::new(),
+            executor: String::new(),
         };
         let start = Instant::now();
         let result = bus::request(&client, &request, CALL_TIMEOUT)
@@ -119,7 +120,8 @@ pub async fn nats_floor(nats_url: &str, calls: usize) -> anyhow::Result<Summary>
 
 /// Times `calls` sequential `read_file` calls through the tools crate's registry directly.
 pub async fn in_process(workspace: &Path, calls: usize) -> anyhow::Result<Summary> {
-    let registry = Registry::builtin(&ToolsConfig::default()).context("build the registry")?;
+    let registry = Registry::builtin(&ToolsConfig::default(), &Default::default())
+        .context("build the registry")?;
     let ctx = ToolContext {
         sandbox: Sandbox::new(workspace, false),
         session_key: "bench:tool-rtt".into(),

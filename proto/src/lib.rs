@@ -9,6 +9,7 @@
 //! - [`ErrorCode`]: stable error codes carried in the `Nanobot-Error-Code` header.
 #![forbid(unsafe_code)]
 
+pub mod exec;
 pub mod keys;
 pub mod subjects;
 
@@ -109,7 +110,18 @@ pub trait Rpc: prost::Message + Default {
 impl Rpc for ToolCallRequest {
     type Response = ToolCallResult;
     fn subject(&self) -> String {
-        subjects::tool_call(&self.bot, &self.name)
+        if self.executor.is_empty() {
+            subjects::tool_call(&self.bot, &self.name)
+        } else {
+            subjects::tool_call_on(&self.bot, &self.executor, &self.name)
+        }
+    }
+}
+
+impl Rpc for ExecSessionsRequest {
+    type Response = ExecSessionsResponse;
+    fn subject(&self) -> String {
+        subjects::exec_sessions(&self.bot)
     }
 }
 

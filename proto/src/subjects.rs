@@ -52,6 +52,21 @@ pub const TOOL_CALL_ALL: &str = "nanobot.*.tools.call.*";
 /// Every bot's tool-list request.
 pub const TOOL_LIST_ALL: &str = "nanobot.*.tools.list";
 
+/// Every bot's exec-session listing (every executor answers; no queue group).
+pub const EXEC_SESSIONS_ALL: &str = "nanobot.*.tools.sessions";
+
+/// The exec-session listing of `bot`: an `ExecSessionsRequest` every executor answers with
+/// the sessions it runs for the asked chat session.
+pub fn exec_sessions(bot: &str) -> String {
+    format!("nanobot.{}.tools.sessions", token(bot))
+}
+
+/// Every tool call of every bot sent to executor `executor` itself (no queue group): what it
+/// subscribes to besides [`TOOL_CALL_ALL`]. See [`tool_call_on`].
+pub fn tool_call_on_all(executor: &str) -> String {
+    format!("nanobot.*.tools.on.{}.*", token(executor))
+}
+
 /// Fleet status probe: every service instance answers (no queue group).
 pub const STATUS: &str = "nanobot.fleet.status";
 /// Cancels a running turn wherever it runs: `nanobot.<bot>.control.stop.<session>`.
@@ -140,6 +155,18 @@ pub fn tool_call(bot: &str, tool: &str) -> String {
     format!("nanobot.{}.tools.call.{}", token(bot), token(tool))
 }
 
+/// One tool of `bot` on one executor: `nanobot.<bot>.tools.on.<executor>.<tool>`, for a call
+/// only that executor can serve (`write_stdin` of an exec session it runs). No responder
+/// means the executor stopped.
+pub fn tool_call_on(bot: &str, executor: &str, tool: &str) -> String {
+    format!(
+        "nanobot.{}.tools.on.{}.{}",
+        token(bot),
+        token(executor),
+        token(tool)
+    )
+}
+
 /// The tool-list request of `bot`.
 pub fn tool_list(bot: &str) -> String {
     format!("nanobot.{}.tools.list", token(bot))
@@ -179,7 +206,8 @@ pub fn stop(bot: &str, session_key: &str) -> String {
 /// What a subject under [`TOOL_CALL_ALL`] or [`TOOL_LIST_ALL`] asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolSubject<'a> {
-    /// `nanobot.<bot>.tools.call.<tool>`: run the tool (tokens as published).
+    /// `nanobot.<bot>.tools.call.<tool>` or `nanobot.<bot>.tools.on.<executor>.<tool>`: run
+    /// the tool (tokens as published).
     Call {
         /// The bot token.
         bot: &'a str,
@@ -197,7 +225,9 @@ pub enum ToolSubject<'a> {
 pub fn parse_tool_subject(subject: &str) -> Option<ToolSubject<'_>> {
     let tokens: Vec<&str> = subject.split('.').collect();
     match tokens.as_slice() {
-        ["nanobot", bot, "tools", "call", tool] => Some(ToolSubject::Call { bot, tool }),
+        ["nanobot", bot, "tools", "call", tool] | ["nanobot", bot, "tools", "on", _, tool] => {
+            Some(ToolSubject::Call { bot, tool })
+        }
         ["nanobot", bot, "tools", "list"] => Some(ToolSubject::List { bot }),
         _ => None,
     }
@@ -344,7 +374,9 @@ pub mod jetstream {
 /// bot only. Everything else is refused by a nats-server configured with them:
 /// - only the gateway, the CLI and the agent (subagent announcements are inbound messages of
 ///   the origin session) publish inbound messages;
-/// - tool executors take tool calls and publish nothing but replies;
+/// - tool executors take tool calls (from the queue group and on their own subject, for exec
+///   sessions), hear `/stop` (it ends the session's exec sessions) and publish nothing but
+///   replies and the exec-session listing they ask each other;
 /// - only the CLI (the operator) creates or changes streams.
 ///
 /// Every role answers [`STATUS`] probes and reads its replies on [`INBOX_ALL`].
@@ -369,6 +401,8 @@ pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
         format!("nanobot.{b}.tools.call.*"),
         format!("nanobot.{b}.tools.list"),
     ];
+    // Calls for one executor (any executor: they share the role's user).
+    let tools_on = format!("nanobot.{b}.tools.on.*.*");
     match role {
         Role::Gateway => {
             publish.push(area("inbound"));
@@ -381,6 +415,7 @@ pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
             publish.extend([area("inbound"), area("outbound"), area("jobs")]);
             publish.push(format!("nanobot.{b}.control.stop.*"));
             publish.extend(tools.clone());
+            publish.push(tools_on.clone());
             consume(&mut publish, INBOUND_STREAM);
             consume(&mut publish, JOBS_STREAM);
             publish.extend(jetstream::direct_get(INBOUND_STREAM));
@@ -391,6 +426,11 @@ pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
         }
         Role::Tools => {
             subscribe.extend(tools.clone());
+            subscribe.push(tools_on.clone());
+            subscribe.push(format!("nanobot.{b}.control.stop.*"));
+            // `list_exec_sessions` asks every executor for its sessions of the caller.
+            publish.push(format!("nanobot.{b}.tools.sessions"));
+            subscribe.push(format!("nanobot.{b}.tools.sessions"));
         }
         Role::Memory => {
             publish.extend([area("jobs"), area("events"), area("outbound")]);
@@ -450,6 +490,7 @@ mod tests {
             EVENTS_ALL,
             TOOL_CALL_ALL,
             TOOL_LIST_ALL,
+            EXEC_SESSIONS_ALL,
             STATUS,
             STOP_ALL,
         ] {
@@ -460,6 +501,8 @@ mod tests {
             outbound("b", "api", "x"),
             tool_call("b", "read_file"),
             tool_list("b"),
+            exec_sessions("b"),
+            tool_call_on("b", "tools-1a2b3c4d", "write_stdin"),
             consolidate("b"),
             cron_fire("b"),
             subagent("b"),
@@ -524,6 +567,13 @@ mod tests {
             parse_tool_subject(&tool_list("b")),
             Some(ToolSubject::List { bot: "b" })
         );
+        assert_eq!(
+            parse_tool_subject(&tool_call_on("b", "tools-1", "write_stdin")),
+            Some(ToolSubject::Call {
+                bot: "b",
+                tool: "write_stdin"
+            })
+        );
         assert_eq!(parse_tool_subject("nanobot.b.tools.call"), None);
         assert_eq!(parse_tool_subject(&consolidate("b")), None);
     }
@@ -547,6 +597,14 @@ mod tests {
         assert!(!allows(&tools.publish, &tool_call("b", "exec")));
         assert!(!allows(&tools.publish, &outbound("b", "api", "x")));
         assert!(allows(&tools.publish, "_INBOX.abc.1"));
+        let on = tool_call_on("b", "tools-1a2b3c4d", "write_stdin");
+        assert!(subject_matches(&tool_call_on_all("tools-1a2b3c4d"), &on));
+        assert!(allows(&tools.subscribe, &on));
+        assert!(!allows(&tools.publish, &on));
+        assert!(allows(&tools.subscribe, &stop("b", "api:x")));
+        assert!(allows(&tools.publish, &exec_sessions("b")));
+        assert!(allows(&tools.subscribe, &exec_sessions("b")));
+        assert!(allows(&permissions(Role::Agent, None).publish, &on));
         let agent = permissions(Role::Agent, Some("alpha"));
         assert!(allows(&agent.publish, &tool_call("alpha", "exec")));
         assert!(!allows(&agent.publish, &tool_call("beta", "exec")));

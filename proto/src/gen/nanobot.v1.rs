@@ -128,7 +128,8 @@ impl OutboundKind {
         }
     }
 }
-/// Runs one tool. Sent on `subjects::tool_call(bot, name)`; answered by `ToolCallResult`.
+/// Runs one tool. Sent on `subjects::tool_call(bot, name)` (or `subjects::tool_call_on` when
+/// `executor` is set); answered by `ToolCallResult`.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ToolCallRequest {
     #[prost(string, tag = "1")]
@@ -161,6 +162,11 @@ pub struct ToolCallRequest {
     /// upstream's "\[File unchanged since last read: …\]" whichever executor runs the call.
     #[prost(message, repeated, tag = "11")]
     pub file_reads: ::prost::alloc::vec::Vec<FileRead>,
+    /// When set, the call goes to this executor only (`subjects::tool_call_on`), not to the queue
+    /// group: `write_stdin` for an exec session, which lives in the executor that started it and
+    /// whose id names it (`exec::executor_of`). No responder means that executor stopped.
+    #[prost(string, tag = "12")]
+    pub executor: ::prost::alloc::string::String,
 }
 /// What a `read_file` call returned of a file (upstream's `ReadState`).
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -203,6 +209,25 @@ pub struct ToolCallResult {
     /// `ToolCallRequest.file_reads` of the session.
     #[prost(message, optional, tag = "7")]
     pub file_read: ::core::option::Option<FileRead>,
+}
+/// Asks every executor (`subjects::exec_sessions(bot)`, no queue group) for the exec sessions
+/// of one chat session, for `list_exec_sessions`: they live in the executors that started them.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ExecSessionsRequest {
+    #[prost(string, tag = "1")]
+    pub bot: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub session_key: ::prost::alloc::string::String,
+}
+/// One executor's exec sessions of the asked chat session.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ExecSessionsResponse {
+    /// `list_exec_sessions` lines, one per session, each starting with the session id.
+    #[prost(string, repeated, tag = "1")]
+    pub lines: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// The answering executor's instance id.
+    #[prost(string, tag = "2")]
+    pub executor: ::prost::alloc::string::String,
 }
 /// Asks executors for the tools they serve.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use nanobot_proto::{ToolCallRequest, ToolCallResult, ToolListRequest, ToolSpec};
+use nanobot_proto::{ToolCallRequest, ToolCallResult, ToolListRequest, ToolSpec, exec};
 use nanobot_runtime::bus;
 
 pub mod file_reads;
@@ -208,6 +208,7 @@ impl ToolClient {
     ) -> ToolOutcome {
         let started = Instant::now();
         let deadline = chrono::Utc::now() + self.timeout;
+        let session = exec_session(name, arguments);
         let request = ToolCallRequest {
             bot: self.bot.clone(),
             session_key: scope.session_key.clone(),
@@ -224,6 +225,10 @@ impl ToolClient {
             } else {
                 Vec::new()
             },
+            executor: session
+                .as_ref()
+                .map(|(_, executor)| executor.clone())
+                .unwrap_or_default(),
         };
         let mut outcome = liveness::attempt(
             &self.client,
@@ -256,16 +261,31 @@ impl ToolClient {
             }
             Err(e) => {
                 tracing::warn!(tool = name, call_id, error = %e, "tool call failed");
+                let text = match (&e, &session) {
+                    (AttemptError::NoResponders, Some((id, _))) => {
+                        format!("Error: exec session {id} is gone: its executor stopped")
+                    }
+                    _ => error_text(name, &e, self.timeout),
+                };
                 ToolOutcome {
-                    content: Value::String(format!(
-                        "{}{RETRY_HINT}",
-                        error_text(name, &e, self.timeout)
-                    )),
+                    content: Value::String(format!("{text}{RETRY_HINT}")),
                     is_error: true,
                 }
             }
         }
     }
+}
+
+/// Returns the exec session a `write_stdin` call drives and the executor running it (named
+/// by the session id), so the call goes to that executor, not to the queue group.
+fn exec_session(name: &str, arguments: &str) -> Option<(String, String)> {
+    if name != exec::WRITE_STDIN {
+        return None;
+    }
+    let args: Value = serde_json::from_str(arguments).ok()?;
+    let id = args.get(exec::SESSION_ID_PARAM)?.as_str()?;
+    let executor = exec::executor_of(id)?;
+    Some((id.to_string(), executor.to_string()))
 }
 
 /// Returns what the model sees for a result (error text gets the retry hint).
@@ -299,5 +319,30 @@ fn error_text(name: &str, error: &AttemptError, timeout: Duration) -> String {
         ),
         AttemptError::Service { message, .. } => format!("Error: {message}"),
         AttemptError::Transport(cause) => format!("Error executing {name}: {cause}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_stdin_goes_to_the_executor_its_session_id_names() {
+        let args = json!({"session_id": "tools-1a2b3c4d-0123456789ab", "chars": "x"}).to_string();
+        assert_eq!(
+            exec_session("write_stdin", &args),
+            Some((
+                "tools-1a2b3c4d-0123456789ab".to_string(),
+                "tools-1a2b3c4d".to_string()
+            ))
+        );
+        assert_eq!(
+            exec_session("exec", &args),
+            None,
+            "other tools use the queue group"
+        );
+        let foreign = json!({"session_id": "0123456789ab"}).to_string();
+        assert_eq!(exec_session("write_stdin", &foreign), None);
+        assert_eq!(exec_session("write_stdin", "not json"), None);
     }
 }

@@ -1,9 +1,11 @@
 //! Tool executors: serve nanobot's builtin tools (`read_file`, `write_file`, `edit_file`,
-//! `list_dir`, `glob`, `grep`, `exec`, `web_search`, `web_fetch`) and the tools of configured
-//! MCP servers over NATS. Every replica joins the queue group [`subjects::TOOLS_QUEUE_GROUP`]
+//! `apply_patch`, `list_dir`, `glob`, `grep`, `exec`, `write_stdin`, `list_exec_sessions`,
+//! `web_search`, `web_fetch`, …) and the tools of configured MCP servers over NATS. Every replica joins the queue group [`subjects::TOOLS_QUEUE_GROUP`]
 //! on [`subjects::TOOL_CALL_ALL`] (answering `ToolCallRequest` with `ToolCallResult`) and
 //! [`subjects::TOOL_LIST_ALL`] (answering `ToolListRequest` with `ToolListResponse`), so any
-//! number of replicas share the load.
+//! number of replicas share the load. Each also takes the calls sent to it alone
+//! ([`subjects::tool_call_on_all`]: `write_stdin` of the exec sessions it runs) and hears
+//! `/stop` ([`subjects::STOP_ALL`]: the session's exec sessions end).
 //!
 //! # Layout
 //! - [`handlers`]: dispatch by subject; `call` and `list` request handlers.
@@ -38,6 +40,31 @@ pub mod tools;
 pub mod web;
 
 use handlers::Deps;
+
+/// Answers another executor's `list_exec_sessions` with this one's sessions of the caller.
+async fn answer_listing(
+    client: &async_nats::Client,
+    sessions: &tools::exec_session::ExecSessions,
+    executor: String,
+    msg: async_nats::Message,
+) {
+    use prost::Message as _;
+    let request = match nanobot_proto::ExecSessionsRequest::decode(msg.payload) {
+        Ok(request) => request,
+        Err(e) => {
+            tracing::warn!(error = %e, "undecodable exec sessions request");
+            return;
+        }
+    };
+    let answer = nanobot_proto::ExecSessionsResponse {
+        lines: sessions.lines_of(&request.bot, &request.session_key),
+        executor,
+    };
+    nanobot_runtime::bus::reply(client, msg.reply, &answer).await;
+}
+
+/// How often idle exec sessions are looked for.
+const REAP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 use registry::Registry;
 
 /// Runs a tool executor until `shutdown` completes: subscribes in the queue group, serves
@@ -48,11 +75,15 @@ pub async fn run(
     health_addr: Option<SocketAddr>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let mut registry = Registry::builtin(&cfg.tools).context("build the tool registry")?;
+    let sessions = Arc::new(tools::exec_session::ExecSessions::default());
+    let mut registry =
+        Registry::builtin(&cfg.tools, &sessions).context("build the tool registry")?;
     registry.register(std::sync::Arc::new(tools::cron::Cron::new(
         &cfg.agents.defaults.timezone,
     )));
     let started = service::start("tools", &cfg, health_addr, shutdown).await?;
+    sessions.bind(&started.health.instance);
+    sessions.bind_peers(started.bus.client.clone());
     // MCP tools must be known before the first tool list is answered.
     let guard = web::guard::Guard::new(cfg.tools.ssrf_whitelist());
     for tool in mcp::connect_all(&cfg.tools.mcp_servers, &guard).await {
@@ -75,6 +106,20 @@ pub async fn run(
             tracing::warn!(bot = %bot.id, workspace = %bot.workspace.display(), error = %e, "cannot create workspace");
         }
     }
+    // Calls only this executor can serve (exec sessions it runs), and `/stop` of a session.
+    let mut own = client
+        .subscribe(subjects::tool_call_on_all(&started.health.instance))
+        .await
+        .context("subscribe to this executor's calls")?;
+    let mut stops = client
+        .subscribe(subjects::STOP_ALL)
+        .await
+        .context("subscribe to stop requests")?;
+    let mut listings = client
+        .subscribe(subjects::EXEC_SESSIONS_ALL)
+        .await
+        .context("subscribe to exec session listings")?;
+    let mut reap = tokio::time::interval(REAP_EVERY);
     let deps = Arc::new(Deps {
         client: client.clone(),
         registry: Arc::new(registry),
@@ -95,13 +140,42 @@ pub async fn run(
             Some(msg) = lists.next() => {
                 tracker.spawn(handlers::dispatch(deps.clone(), msg));
             }
+            Some(msg) = own.next() => {
+                tracker.spawn(handlers::dispatch(deps.clone(), msg));
+            }
+            Some(msg) = stops.next() => {
+                let (client, sessions) = (client.clone(), sessions.clone());
+                tracker.spawn(async move {
+                    let ended = sessions.terminate_for_stop(&msg.subject).await;
+                    if ended > 0 {
+                        tracing::info!(ended, subject = %msg.subject, "exec sessions stopped");
+                        // Counted in the `/stop` reply with the runners' turns, as upstream.
+                        if let Some(reply) = msg.reply
+                            && let Err(e) = client.publish(reply, ended.to_string().into()).await
+                        {
+                            tracing::warn!(error = %e, "failed to answer a stop request");
+                        }
+                    }
+                });
+            }
+            Some(msg) = listings.next() => {
+                let (client, sessions) = (client.clone(), sessions.clone());
+                let executor = deps.health.instance.clone();
+                tracker.spawn(async move {
+                    answer_listing(&client, &sessions, executor, msg).await;
+                });
+            }
+            _ = reap.tick() => {
+                let sessions = sessions.clone();
+                tracker.spawn(async move { sessions.reap_idle().await; });
+            }
             else => break,
         }
     }
 
     started.health.set_ready(false);
     // Stop pulling: no new message reaches this replica; the queue group routes to others.
-    for sub in [&mut calls, &mut lists] {
+    for sub in [&mut calls, &mut lists, &mut own, &mut stops, &mut listings] {
         if let Err(e) = sub.unsubscribe().await {
             tracing::warn!(error = %e, "failed to unsubscribe");
         }
@@ -109,6 +183,8 @@ pub async fn run(
     tracker.close();
     tracing::info!(in_flight = tracker.len(), "draining tool calls");
     shutdown::drain("tool calls", tracker.wait()).await;
+    let killed = sessions.close_all().await;
+    tracing::info!(killed, "exec sessions ended");
     if let Err(e) = client.flush().await {
         tracing::warn!(error = %e, "failed to flush replies");
     }

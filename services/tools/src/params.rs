@@ -224,7 +224,24 @@ fn py_float(s: &str) -> Option<f64> {
 /// Returns Python's `repr` of a JSON value (`'a'`, `True`, `None`, `[1, 'x']`).
 pub fn py_repr(value: &Value) -> String {
     match value {
-        Value::String(s) => format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'")),
+        Value::String(s) => {
+            let mut out = String::from("'");
+            for c in s.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '\'' => out.push_str("\\'"),
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    '\t' => out.push_str("\\t"),
+                    c if u32::from(c) < 0x20 || c == '\x7f' => {
+                        out.push_str(&format!("\\x{:02x}", u32::from(c)));
+                    }
+                    c => out.push(c),
+                }
+            }
+            out.push('\'');
+            out
+        }
         other => py_str(other),
     }
 }

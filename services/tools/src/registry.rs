@@ -32,6 +32,8 @@ pub struct ToolContext {
 /// The chat a call's turn came from, for tools that act on it later (`cron`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Origin {
+    /// The bot the call is for.
+    pub bot: String,
     /// Channel of the turn.
     pub channel: String,
     /// Chat of the turn.
@@ -122,10 +124,14 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Returns the builtin tools enabled by `cfg`.
-    pub fn builtin(cfg: &ToolsConfig) -> Result<Self, RegistryError> {
+    /// Returns the builtin tools enabled by `cfg`, the exec tools keeping their sessions in
+    /// `sessions`.
+    pub fn builtin(
+        cfg: &ToolsConfig,
+        sessions: &Arc<tools::exec_session::ExecSessions>,
+    ) -> Result<Self, RegistryError> {
         let mut registry = Self::default();
-        for tool in tools::builtin(cfg)? {
+        for tool in tools::builtin(cfg, sessions)? {
             registry.register(tool);
         }
         Ok(registry)

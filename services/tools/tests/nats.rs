@@ -72,6 +72,7 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
     assert_eq!(
         names,
         [
+            "apply_patch",
             "cron",
             "edit_file",
             "exec",
@@ -79,11 +80,13 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
             "glob",
             "grep",
             "list_dir",
+            "list_exec_sessions",
             "notebook_edit",
             "read_file",
             "web_fetch",
             "web_search",
-            "write_file"
+            "write_file",
+            "write_stdin"
         ]
     );
     assert!(

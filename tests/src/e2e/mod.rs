@@ -13,6 +13,7 @@ mod deploy_credentials;
 mod discord;
 mod dropin;
 mod email;
+mod exec_sessions;
 mod executors;
 mod fleet_up;
 mod hardening;

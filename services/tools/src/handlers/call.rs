@@ -137,6 +137,7 @@ async fn call(
         sandbox: Sandbox::new(&spec.workspace, deps.cfg.tools.restrict_to_workspace),
         session_key: request.session_key.clone(),
         origin: Origin {
+            bot: spec.id.clone(),
             channel: request.channel.clone(),
             chat_id: request.chat_id.clone(),
             in_cron: request.in_cron,

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -15,6 +16,7 @@ use nanobot_runtime::config::ExecConfig;
 
 use super::exec_guard::{ExecPolicy, check_paths, working_dir_allowed};
 use super::exec_sandbox::ExecSandbox;
+use super::exec_session::{self, ExecSessions, Start, clamp};
 use super::exec_url::{Cidr, check_urls};
 use crate::registry::{
     Args, RegistryError, Tool, ToolContext, ToolOutput, arg_i64, arg_str, object_schema,
@@ -23,8 +25,6 @@ use crate::sandbox::BOUNDARY_NOTE;
 
 /// Largest per-call timeout in seconds.
 const MAX_TIMEOUT: u64 = 600;
-/// Output longer than this (in characters) keeps only its head and tail.
-const MAX_OUTPUT: usize = 10_000;
 /// Bytes kept per stream; the rest is read and dropped so the command never blocks.
 const CAPTURE_LIMIT: usize = 8 * 1024 * 1024;
 /// PATH when the executor itself has none.
@@ -37,6 +37,7 @@ pub struct Exec {
     cfg: ExecConfig,
     ssrf_whitelist: Vec<Cidr>,
     sandbox: ExecSandbox,
+    sessions: Arc<ExecSessions>,
 }
 
 impl Exec {
@@ -47,7 +48,14 @@ impl Exec {
             cfg: cfg.clone(),
             ssrf_whitelist: Vec::new(),
             sandbox: ExecSandbox::from_config(cfg)?,
+            sessions: Arc::default(),
         })
+    }
+
+    /// Keeps commands still running after `yield_time_ms` in `sessions`.
+    pub fn with_sessions(mut self, sessions: Arc<ExecSessions>) -> Self {
+        self.sessions = sessions;
+        self
     }
 
     /// Lets URLs on these internal ranges through (`tools.ssrfWhitelist`).
@@ -111,7 +119,10 @@ impl Tool for Exec {
     fn description(&self) -> &str {
         "Execute a shell command and return its output. Prefer read_file/write_file/edit_file \
          over cat/echo/sed, and list_dir over ls. Use -y or --yes flags to avoid interactive \
-         prompts. Output is truncated at 10,000 chars; timeout defaults to 60s (max 600s)."
+         prompts. For long-running or interactive commands, pass yield_time_ms; if the \
+         command keeps running, exec returns a session_id that can be polled or written to \
+         with write_stdin. Output is truncated at 10,000 chars; timeout defaults to 60s (max \
+         600s)."
     }
 
     fn parameters(&self) -> Value {
@@ -121,6 +132,12 @@ impl Tool for Exec {
                 "working_dir": {"type": "string", "description": "Optional working directory for the command"},
                 "timeout": {"type": "integer", "minimum": 1, "maximum": 600,
                     "description": "Timeout in seconds. Increase for long-running commands like compilation or installation (default 60, max 600)."},
+                "yield_time_ms": {"type": ["integer", "null"], "minimum": 0, "maximum": exec_session::MAX_YIELD_MS,
+                    "description": "Optional milliseconds to wait before returning output. When set, a still-running command returns a session_id that can be polled or written to with write_stdin. Omit this field to keep one-shot exec behavior."},
+                "max_output_chars": {"type": ["integer", "null"], "minimum": exec_session::MIN_OUTPUT_CHARS, "maximum": exec_session::MAX_OUTPUT_CHARS,
+                    "description": "Maximum output characters to return when yield_time_ms is used (default 10000, max 50000)."},
+                "max_output_tokens": {"type": ["integer", "null"], "minimum": exec_session::MIN_OUTPUT_CHARS, "maximum": exec_session::MAX_OUTPUT_CHARS,
+                    "description": "Compatibility alias for max_output_chars. The current runtime uses a character budget."},
             }),
             &["command"],
         )
@@ -149,7 +166,38 @@ impl Tool for Exec {
             Err(refusal) => return ToolOutput::error(refusal),
         };
         let timeout = self.timeout(arg_i64(&args, "timeout"));
-        run(&argv, &cwd, &env, timeout).await
+        let max_chars =
+            arg_i64(&args, "max_output_chars").or_else(|| arg_i64(&args, "max_output_tokens"));
+        if let Some(yield_ms) = arg_i64(&args, "yield_time_ms") {
+            let start = Start {
+                argv: &argv,
+                command,
+                cwd: &cwd,
+                env: &env,
+                timeout,
+                yield_ms: clamp(
+                    Some(yield_ms),
+                    exec_session::DEFAULT_YIELD_MS,
+                    0,
+                    exec_session::MAX_YIELD_MS,
+                ),
+                max_chars: clamp(
+                    max_chars,
+                    exec_session::DEFAULT_MAX_OUTPUT_CHARS,
+                    exec_session::MIN_OUTPUT_CHARS,
+                    exec_session::MAX_OUTPUT_CHARS,
+                ) as usize,
+            };
+            return self.sessions.start(ctx, start).await;
+        }
+        // One-shot output keeps 10 000 characters unless the call asks otherwise (upstream).
+        let max_chars = clamp(
+            max_chars,
+            10_000,
+            exec_session::MIN_OUTPUT_CHARS,
+            exec_session::MAX_OUTPUT_CHARS,
+        ) as usize;
+        run(&argv, &cwd, &env, timeout, max_chars).await
     }
 }
 
@@ -175,10 +223,16 @@ fn working_dir(ctx: &ToolContext, requested: Option<&str>) -> Result<PathBuf, St
 
 /// Kills a process group when dropped, unless disarmed: a call cancelled mid-run (or timed
 /// out) never leaves its processes behind.
-struct GroupKill(Option<u32>);
+pub(crate) struct GroupKill(Option<u32>);
 
 impl GroupKill {
-    fn kill_now(&mut self) {
+    /// Arms the kill for the process group led by `pid`.
+    pub(crate) fn new(pid: Option<u32>) -> Self {
+        Self(pid)
+    }
+
+    /// Kills the group now (once).
+    pub(crate) fn kill_now(&mut self) {
         let Some(pgid) = self.0.take() else { return };
         let pid = i32::try_from(pgid)
             .ok()
@@ -200,30 +254,47 @@ impl Drop for GroupKill {
     }
 }
 
-/// Runs `argv` (`sh -c command`, possibly wrapped in a sandbox) in `cwd`.
-async fn run(
+/// Returns the command line `argv` in `cwd` with `env` only, output piped, in a process
+/// group of its own (killed as a whole), stdin piped for a session or else `/dev/null`.
+pub(crate) fn command(
     argv: &[OsString],
-    cwd: &PathBuf,
+    cwd: &std::path::Path,
     env: &HashMap<String, String>,
-    timeout: Option<u64>,
-) -> ToolOutput {
+    stdin_piped: bool,
+) -> Result<tokio::process::Command, String> {
     let Some((program, args)) = argv.split_first() else {
-        return ToolOutput::error("Error executing command: empty command line");
+        return Err("Error executing command: empty command line".into());
     };
-    let mut child = match tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    command
         .args(args)
         .current_dir(cwd)
         .env_clear()
         .envs(env)
-        .stdin(Stdio::null())
+        .stdin(if stdin_piped {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-    {
-        Ok(child) => child,
-        Err(e) => return ToolOutput::error(format!("Error executing command: {e}")),
+        .kill_on_drop(true);
+    Ok(command)
+}
+
+/// Runs `argv` (`sh -c command`, possibly wrapped in a sandbox) in `cwd`.
+async fn run(
+    argv: &[OsString],
+    cwd: &std::path::Path,
+    env: &HashMap<String, String>,
+    timeout: Option<u64>,
+    max_chars: usize,
+) -> ToolOutput {
+    let mut child = match command(argv, cwd, env, false).map(|mut c| c.spawn()) {
+        Ok(Ok(child)) => child,
+        Ok(Err(e)) => return ToolOutput::error(format!("Error executing command: {e}")),
+        Err(message) => return ToolOutput::error(message),
     };
     let mut group = GroupKill(child.id());
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
@@ -247,7 +318,7 @@ async fn run(
         Ok(status) => status,
         Err(e) => return ToolOutput::error(format!("Error executing command: {e}")),
     };
-    ToolOutput::text(format_output(&out, &err, exit_code(status)))
+    ToolOutput::text(format_output(&out, &err, exit_code(status), max_chars))
 }
 
 async fn capture<R: AsyncRead + Unpin>(stream: Option<R>) -> Vec<u8> {
@@ -268,7 +339,7 @@ async fn capture<R: AsyncRead + Unpin>(stream: Option<R>) -> Vec<u8> {
 }
 
 /// Returns the exit code as Python reports it (`-signal` when killed by a signal).
-fn exit_code(status: std::process::ExitStatus) -> i32 {
+pub(crate) fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt as _;
     status
         .code()
@@ -277,7 +348,7 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 
 /// Formats output as upstream: stdout, `STDERR:` block, exit code, then head+tail
 /// truncation past 10 000 characters.
-fn format_output(stdout: &[u8], stderr: &[u8], code: i32) -> String {
+fn format_output(stdout: &[u8], stderr: &[u8], code: i32, max_chars: usize) -> String {
     let mut parts = Vec::new();
     if !stdout.is_empty() {
         parts.push(String::from_utf8_lossy(stdout).into_owned());
@@ -287,24 +358,24 @@ fn format_output(stdout: &[u8], stderr: &[u8], code: i32) -> String {
         parts.push(format!("STDERR:\n{err}"));
     }
     parts.push(format!("\nExit code: {code}"));
-    truncate(&parts.join("\n"))
+    truncate(&parts.join("\n"), max_chars)
 }
 
-fn truncate(text: &str) -> String {
+fn truncate(text: &str, max_chars: usize) -> String {
     let total = text.chars().count();
-    if total <= MAX_OUTPUT {
+    if total <= max_chars {
         return text.to_string();
     }
-    let half = MAX_OUTPUT / 2;
+    let half = max_chars / 2;
     let head: String = text.chars().take(half).collect();
     let tail: String = text.chars().skip(total - half).collect();
     format!(
         "{head}\n\n... ({} chars truncated) ...\n\n{tail}",
-        thousands(total - MAX_OUTPUT)
+        thousands(total - max_chars)
     )
 }
 
-fn thousands(n: usize) -> String {
+pub(crate) fn thousands(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

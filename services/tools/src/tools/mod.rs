@@ -6,11 +6,13 @@ use nanobot_runtime::config::ToolsConfig;
 
 use crate::registry::{RegistryError, Tool};
 
+pub mod apply_patch;
 pub mod cron;
 pub mod edit_file;
 pub mod exec;
 pub mod exec_guard;
 pub mod exec_sandbox;
+pub mod exec_session;
 pub mod exec_url;
 pub mod find_files;
 pub mod glob;
@@ -23,8 +25,11 @@ pub mod shell_split;
 pub mod write_file;
 
 /// Returns the builtin tools enabled by `cfg` (`tools.file.enable`, `tools.exec.enable`,
-/// `tools.web.enable`).
-pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
+/// `tools.web.enable`); `exec`, `write_stdin` and `list_exec_sessions` share `sessions`.
+pub fn builtin(
+    cfg: &ToolsConfig,
+    sessions: &Arc<exec_session::ExecSessions>,
+) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
     let file_enabled = cfg
         .extra
         .get("file")
@@ -36,6 +41,7 @@ pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
         tools.push(Arc::new(read_file::ReadFile));
         tools.push(Arc::new(write_file::WriteFile));
         tools.push(Arc::new(edit_file::EditFile));
+        tools.push(Arc::new(apply_patch::ApplyPatch));
         tools.push(Arc::new(list_dir::ListDir));
         tools.push(Arc::new(glob::Glob));
         tools.push(Arc::new(find_files::FindFiles));
@@ -45,8 +51,14 @@ pub fn builtin(cfg: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>>, RegistryError> {
     if cfg.exec.enable {
         let whitelist = cfg.ssrf_whitelist();
         tools.push(Arc::new(
-            exec::Exec::new(&cfg.exec)?.with_ssrf_whitelist(whitelist),
+            exec::Exec::new(&cfg.exec)?
+                .with_ssrf_whitelist(whitelist)
+                .with_sessions(sessions.clone()),
         ));
+        tools.push(Arc::new(exec_session::WriteStdin::new(sessions.clone())));
+        tools.push(Arc::new(exec_session::ListExecSessions::new(
+            sessions.clone(),
+        )));
     }
     tools.extend(crate::web::tools(cfg)?);
     Ok(tools)
