@@ -593,3 +593,85 @@ async fn servers_down_at_start_are_reached_later_by_a_call_or_the_tool_list() {
     let echo = call(&registry, "mcp_listed_echo", json!({"message": "listed"})).await;
     assert_eq!(echo, ToolOutput::text("Echo: listed"));
 }
+
+/// A recording reverse proxy in front of a real server: notes each request's method and
+/// `X-Api-Key` header, then forwards it and streams the answer back.
+struct Recorder {
+    seen: Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>,
+    port: u16,
+}
+
+impl Recorder {
+    async fn start(upstream: u16) -> Self {
+        use axum::body::Body;
+        use axum::extract::{Request, State};
+        use axum::response::Response;
+
+        type Seen = Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
+        async fn forward(State((seen, upstream)): State<(Seen, u16)>, req: Request) -> Response {
+            let key = req.headers().get("x-api-key");
+            let key = key.and_then(|v| v.to_str().ok()).map(str::to_string);
+            seen.lock().unwrap().push((req.method().to_string(), key));
+            let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            let url = format!("http://127.0.0.1:{upstream}{path}");
+            let (method, headers) = (req.method().clone(), req.headers().clone());
+            let body = axum::body::to_bytes(req.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            let answer = reqwest::Client::new()
+                .request(method, url)
+                .headers(headers)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let mut response = Response::builder().status(answer.status());
+            for (name, value) in answer.headers() {
+                if name != "transfer-encoding" && name != "content-length" {
+                    response = response.header(name, value);
+                }
+            }
+            response
+                .body(Body::from_stream(answer.bytes_stream()))
+                .unwrap()
+        }
+
+        let seen = Seen::default();
+        let app = axum::Router::new()
+            .fallback(forward)
+            .with_state((seen.clone(), upstream));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { seen, port }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_servers_get_the_configured_headers_on_the_stream_and_on_every_message() {
+    let bin = npm_bin("mcp-server-everything");
+    let sse = HttpServer::start_as(&bin, "sse", free_port());
+    let recorder = Recorder::start(sse.port).await;
+    let cfg = ServerConfig {
+        kind: Some("sse".into()),
+        url: format!("http://127.0.0.1:{}/sse", recorder.port),
+        headers: BTreeMap::from([("X-Api-Key".into(), "secret-1".into())]),
+        enabled_tools: vec!["echo".into()],
+        ..ServerConfig::default()
+    };
+    let (_server, registry) = connect("keyed", cfg, loopback()).await;
+    let echo = call(&registry, "mcp_keyed_echo", json!({"message": "with key"})).await;
+    assert_eq!(echo, ToolOutput::text("Echo: with key"));
+    let seen = recorder.seen.lock().unwrap().clone();
+    assert_eq!(seen[0], ("GET".to_string(), Some("secret-1".to_string())));
+    assert!(
+        seen.len() >= 3,
+        "initialize, initialized, tools/list, call: {seen:?}"
+    );
+    assert!(
+        seen[1..]
+            .iter()
+            .all(|s| *s == ("POST".to_string(), Some("secret-1".to_string()))),
+        "{seen:?}"
+    );
+}
