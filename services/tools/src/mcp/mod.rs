@@ -221,7 +221,8 @@ struct Later {
     server: Arc<Server>,
     /// `mcp_{server}_`, sanitised as tool names are.
     prefix: String,
-    tools: std::sync::RwLock<Vec<Arc<dyn Tool>>>,
+    /// `None` until the server is reached.
+    tools: std::sync::RwLock<Option<Vec<Arc<dyn Tool>>>>,
     discovering: tokio::sync::Mutex<()>,
 }
 
@@ -230,17 +231,21 @@ impl Later {
         Self {
             prefix: tool_name(&format!("mcp_{}_", server.name())),
             server,
-            tools: std::sync::RwLock::new(Vec::new()),
+            tools: std::sync::RwLock::new(None),
             discovering: tokio::sync::Mutex::new(()),
         }
     }
 
     fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        self.tools.read().map(|t| t.clone()).unwrap_or_default()
+        self.tools
+            .read()
+            .ok()
+            .and_then(|t| t.clone())
+            .unwrap_or_default()
     }
 
     fn reached(&self) -> bool {
-        self.tools.read().is_ok_and(|t| !t.is_empty())
+        self.tools.read().is_ok_and(|t| t.is_some())
     }
 
     /// Connects and discovers the server's tools, unless reached already.
@@ -253,7 +258,7 @@ impl Later {
             Ok(tools) => {
                 tracing::info!(server = %self.server.name(), tools = tools.len(), "mcp server connected");
                 if let Ok(mut known) = self.tools.write() {
-                    *known = tools;
+                    *known = Some(tools);
                 }
                 Ok(())
             }

@@ -30,9 +30,10 @@ pub enum SseError {
     /// The configured URL does not parse.
     #[error("invalid sse url: {0}")]
     Url(#[from] url::ParseError),
-    /// The request could not be sent or its body read.
+    /// The request could not be sent or its body read (the URL left out: it may hold a
+    /// token).
     #[error("sse request failed: {0}")]
-    Http(#[from] reqwest::Error),
+    Http(reqwest::Error),
     /// The server answered with an error status.
     #[error("sse server answered HTTP {0}")]
     Status(StatusCode),
@@ -147,5 +148,11 @@ impl Transport<RoleClient> for SseTransport {
 impl Drop for SseTransport {
     fn drop(&mut self) {
         self.reader.abort();
+    }
+}
+
+impl From<reqwest::Error> for SseError {
+    fn from(error: reqwest::Error) -> Self {
+        Self::Http(error.without_url())
     }
 }
