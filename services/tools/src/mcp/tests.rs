@@ -594,10 +594,13 @@ async fn servers_down_at_start_are_reached_later_by_a_call_or_the_tool_list() {
     assert_eq!(echo, ToolOutput::text("Echo: listed"));
 }
 
+/// Method and `X-Api-Key` header of each request a [`Recorder`] forwarded.
+type Seen = Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
+
 /// A recording reverse proxy in front of a real server: notes each request's method and
 /// `X-Api-Key` header, then forwards it and streams the answer back.
 struct Recorder {
-    seen: Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>,
+    seen: Seen,
     port: u16,
 }
 
@@ -607,7 +610,6 @@ impl Recorder {
         use axum::extract::{Request, State};
         use axum::response::Response;
 
-        type Seen = Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
         async fn forward(State((seen, upstream)): State<(Seen, u16)>, req: Request) -> Response {
             let key = req.headers().get("x-api-key");
             let key = key.and_then(|v| v.to_str().ok()).map(str::to_string);
