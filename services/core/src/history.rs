@@ -64,7 +64,7 @@ fn is_channel_delivery(m: &Value) -> bool {
 
 /// Returns the first index whose tool results all follow their assistant call (upstream
 /// `find_legal_message_start`).
-fn find_legal_message_start(messages: &[Value]) -> usize {
+pub(crate) fn find_legal_message_start(messages: &[Value]) -> usize {
     let mut declared = HashSet::new();
     let mut start = 0;
     for (i, m) in messages.iter().enumerate() {
@@ -204,7 +204,7 @@ fn newest_within(out: Vec<Value>, max_tokens: usize) -> Vec<Value> {
 /// Drops tool results whose call is not declared before them (or already answered), and
 /// gives every declared call without a result upstream's [`BACKFILL_CONTENT`] right after
 /// its assistant row's results, so a provider never sees an illegal tool sequence.
-fn legal_tool_rows(rows: Vec<Value>) -> Vec<Value> {
+pub(crate) fn legal_tool_rows(rows: Vec<Value>) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::with_capacity(rows.len());
     // Calls of the latest assistant row still waiting for their result, in call order.
     let mut open: Vec<(String, String)> = Vec::new();

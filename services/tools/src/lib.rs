@@ -9,7 +9,7 @@
 //!
 //! # Layout
 //! - [`handlers`]: dispatch by subject; `call` and `list` request handlers.
-//! - [`mcp`]: MCP servers through rmcp (stdio, streamable HTTP) as `mcp_*` tools.
+//! - [`mcp`]: MCP servers through rmcp (stdio, streamable HTTP, SSE) as `mcp_*` tools.
 //! - [`net`]: the address policy (internal ranges, `tools.ssrfWhitelist`) for network tools.
 //! - [`registry`]: the `Tool` contract, call context and output, the registry.
 //! - [`params`]: argument coercion, `cast_params` and `validate_params` with upstream's errors.
@@ -86,9 +86,11 @@ pub async fn run(
     sessions.bind_peers(started.bus.client.clone());
     // MCP tools must be known before the first tool list is answered.
     let guard = web::guard::Guard::new(cfg.tools.ssrf_whitelist());
-    for tool in mcp::connect_all(&cfg.tools.mcp_servers, &guard).await {
+    let (mcp_tools, pending) = mcp::connect_all(&cfg.tools.mcp_servers, &guard).await;
+    for tool in mcp_tools {
         registry.register(tool);
     }
+    registry.set_pending_mcp(pending);
     let client = started.bus.client.clone();
     let group = subjects::TOOLS_QUEUE_GROUP.to_string();
     let mut calls = client

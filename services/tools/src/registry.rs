@@ -117,10 +117,12 @@ pub enum RegistryError {
     },
 }
 
-/// The tools one executor serves, by name.
+/// The tools one executor serves, by name, and the MCP servers still to reach (whose tools
+/// join once they answer).
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    mcp: Arc<crate::mcp::Pending>,
 }
 
 impl Registry {
@@ -142,11 +144,27 @@ impl Registry {
         self.tools.insert(tool.name().to_string(), tool);
     }
 
+    /// Serves the tools of `pending` MCP servers once they are reached.
+    pub fn set_pending_mcp(&mut self, pending: crate::mcp::Pending) {
+        self.mcp = Arc::new(pending);
+    }
+
+    /// Returns the MCP servers not reached at start.
+    pub fn pending_mcp(&self) -> &crate::mcp::Pending {
+        &self.mcp
+    }
+
+    fn all(&self) -> Vec<Arc<dyn Tool>> {
+        let mut all: Vec<Arc<dyn Tool>> = self.tools.values().cloned().collect();
+        all.extend(self.mcp.tools());
+        all
+    }
+
     /// Returns the registered names in upstream's registration order: builtins (registered
     /// by class name, which sorts as their names do here), then MCP tools.
-    pub fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.tools.keys().map(String::as_str).collect();
-        names.sort_by_key(|n| (n.starts_with("mcp_"), *n));
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.all().iter().map(|t| t.name().to_string()).collect();
+        names.sort_by(|a, b| (a.starts_with("mcp_"), a).cmp(&(b.starts_with("mcp_"), b)));
         names
     }
 
@@ -154,8 +172,8 @@ impl Registry {
     /// prefix, as upstream).
     pub fn specs(&self) -> Vec<ToolSpec> {
         let mut specs: Vec<ToolSpec> = self
-            .tools
-            .values()
+            .all()
+            .iter()
             .map(|t| ToolSpec {
                 name: t.name().into(),
                 description: t.description().into(),
@@ -177,8 +195,15 @@ impl Registry {
         name: &str,
         arguments_json: &str,
     ) -> Result<(Arc<dyn Tool>, Args), String> {
-        let Some(tool) = self.tools.get(name) else {
-            return Err(params::unknown_tool_error(name, &self.names()));
+        let Some(tool) = self
+            .tools
+            .get(name)
+            .cloned()
+            .or_else(|| self.mcp.tool(name))
+        else {
+            let names = self.names();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            return Err(params::unknown_tool_error(name, &names));
         };
         let schema = tool.parameters();
         let raw = params::unwrap_arguments(params::coerce_arguments(arguments_json), &schema);
@@ -196,8 +221,14 @@ impl Registry {
         }
     }
 
-    /// Prepares and runs one call; every failure is a tool-level error result.
+    /// Prepares and runs one call; every failure is a tool-level error result. A call to a
+    /// tool of an MCP server not reached yet tries to reach it first.
     pub async fn call(&self, ctx: &ToolContext, name: &str, arguments_json: &str) -> ToolOutput {
+        if !self.tools.contains_key(name)
+            && let Some(Err(failure)) = self.mcp.reach_for(name).await
+        {
+            return ToolOutput::error(crate::mcp::failure_text("tool call", &failure));
+        }
         match self.prepare(name, arguments_json) {
             Ok((tool, args)) => tool.execute(ctx, args).await,
             Err(message) => ToolOutput::error(message),

@@ -45,7 +45,8 @@ pub fn input_budget(context_window: u32, max_tokens: u32) -> u64 {
     Budget::new(u64::from(context_window), u64::from(max_tokens), 1.0).budget
 }
 
-fn estimate(messages: &[Value], tool_tokens: u64) -> u64 {
+/// Returns the byte-heuristic estimate of a request: `messages` plus the tool definitions.
+pub(super) fn estimate(messages: &[Value], tool_tokens: u64) -> u64 {
     estimate_messages_by_bytes(messages) as u64 + tool_tokens
 }
 

@@ -13,11 +13,13 @@
 //! - `execute`: tool batches.
 //! - `compact`: in-flight compaction of this turn's large results when a request would
 //!   overflow the context window.
+//! - `snip`: then, still over budget, the oldest history left out of the request.
 
 pub mod compact;
 mod execute;
 pub mod prompts;
 mod request;
+pub mod snip;
 #[cfg(test)]
 mod tests;
 
@@ -58,8 +60,8 @@ pub struct RunSpec {
     pub model: String,
     /// Completion cap.
     pub max_tokens: u32,
-    /// `contextWindowTokens`: with it, this turn's large tool results are compacted when a
-    /// request would overflow (0: never).
+    /// `contextWindowTokens`: with it, this turn's large tool results are compacted, then the
+    /// oldest history snipped, when a request would overflow (0: never).
     pub context_window_tokens: u32,
     /// Temperature.
     pub temperature: f64,
@@ -399,6 +401,7 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
             run.tool_tokens,
             &mut run.compacted,
         );
+        let sent = snip::for_model(sent, budget, run.tool_tokens);
         let (mut response, cost) = run.requester.with_tools(&sent, run.definitions).await;
         drop(sent);
         run.charge(cost);

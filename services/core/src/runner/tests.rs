@@ -759,3 +759,140 @@ async fn large_results_of_this_turn_are_compacted_oldest_first_only_when_the_req
         "the session keeps every result"
     );
 }
+
+/// Returns each message of a request as `role: content` (tool calls as `call <name>`).
+fn outline(req: &ChatRequest<'_>) -> Vec<String> {
+    req.messages
+        .iter()
+        .map(|m| {
+            let content = match &m["content"] {
+                Value::String(s) if s.len() > 40 => format!("{}…", &s[..12]),
+                Value::String(s) => s.clone(),
+                _ => match m["tool_calls"][0]["function"]["name"].as_str() {
+                    Some(name) => format!("call {name}"),
+                    None => String::new(),
+                },
+            };
+            format!("{}: {content}", m["role"].as_str().unwrap_or(""))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn history_over_the_budget_is_snipped_to_the_newest_messages_from_a_user_message() {
+    let model = Model::new(vec![text("done")]);
+    let specs = Offered::new(Vec::new());
+    let deps = RunDeps {
+        model: &model,
+        tools: &Tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    let messages = vec![
+        json!({"role": "system", "content": "sys"}),
+        json!({"role": "user", "content": format!("old question {}", "y".repeat(4000))}),
+        json!({"role": "assistant", "content": "old answer"}),
+        json!({"role": "user", "content": "now"}),
+    ];
+    // Input budget 2124 − 100 − 1024 = 1000 tokens: the old question (about 1,000) does not
+    // fit next to the rest; the old answer does, but a request starts at a user message.
+    let r = run(
+        deps,
+        RunSpec {
+            messages: messages.clone(),
+            context_window_tokens: 2124,
+            ..spec(5)
+        },
+    )
+    .await;
+    assert_eq!(r.content, "done");
+    assert_eq!(outline(&model.requests()[0]), ["system: sys", "user: now"]);
+
+    // Without a context window nothing is snipped.
+    let model = Model::new(vec![text("done")]);
+    let deps = RunDeps {
+        model: &model,
+        tools: &Tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    run(
+        deps,
+        RunSpec {
+            messages,
+            ..spec(5)
+        },
+    )
+    .await;
+    assert_eq!(model.requests()[0].messages.len(), 4);
+}
+
+#[tokio::test]
+async fn a_snip_without_a_user_message_in_budget_keeps_the_turn_from_its_user_message() {
+    let call = |id: &str| {
+        let mut response = calls(&["fetch"]);
+        response.tool_calls[0].id = id.into();
+        response
+    };
+    let model = Model::new(vec![call("f1"), call("f2"), text("done")]);
+    // `fetch` results are not compactable: only the snip can shorten the request.
+    let specs = Offered::new(vec![tool_spec("fetch")]);
+    let deps = RunDeps {
+        model: &model,
+        tools: &Big,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    let r = run(
+        deps,
+        RunSpec {
+            messages: vec![
+                json!({"role": "system", "content": "sys"}),
+                json!({"role": "user", "content": "earlier"}),
+                json!({"role": "assistant", "content": "sure"}),
+                json!({"role": "user", "content": "go"}),
+            ],
+            context_window_tokens: 2124,
+            ..spec(5)
+        },
+    )
+    .await;
+    assert_eq!(r.content, "done");
+    let reqs = model.requests();
+    // One result (about 770 tokens) fits the 1,000-token budget: nothing is snipped.
+    assert_eq!(
+        outline(&reqs[1]),
+        [
+            "system: sys",
+            "user: earlier",
+            "assistant: sure",
+            "user: go",
+            "assistant: call fetch",
+            "tool: f1:xxxxxxxxx…",
+        ]
+    );
+    // Two do not: the newest messages that fit hold no user message, so the request restarts
+    // at the turn's own user message (over budget, as upstream) and drops what came before.
+    assert_eq!(
+        outline(&reqs[2]),
+        [
+            "system: sys",
+            "user: go",
+            "assistant: call fetch",
+            "tool: f1:xxxxxxxxx…",
+            "assistant: call fetch",
+            "tool: f2:xxxxxxxxx…",
+        ]
+    );
+    assert_eq!(
+        r.new_messages.len(),
+        5,
+        "the session keeps every message of the turn"
+    );
+}

@@ -26,6 +26,8 @@ fn list(deps: &Deps, subject: &str, payload: &[u8]) -> Result<ToolListResponse, 
         reason: format!("cannot decode ToolListRequest: {e}"),
     })?;
     bot_spec(&deps.cfg, bot_id(&request.bot, subject))?;
+    // MCP servers down so far are retried now; their tools are listed once they answer.
+    deps.registry.pending_mcp().reach_in_background();
     Ok(ToolListResponse {
         tools: deps.registry.specs(),
         executor: deps.health.instance.clone(),

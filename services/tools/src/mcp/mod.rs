@@ -1,11 +1,15 @@
 //! MCP servers from `tools.mcpServers` (through rmcp): each server is connected when the
-//! executor starts, over stdio (a child process with a minimal environment) or streamable
-//! HTTP (URL vetted by the SSRF guard, connection pinned to the vetted addresses), and its
-//! tools, resources and prompts become tools named `mcp_{server}_{name}`.
+//! executor starts, over stdio (a child process with a minimal environment), streamable
+//! HTTP or the legacy HTTP+SSE transport ([`sse`]; URLs vetted by the SSRF guard,
+//! connections pinned to the vetted addresses), and its tools, resources and prompts become
+//! tools named `mcp_{server}_{name}`.
 //!
 //! Calls carry the server's `toolTimeout`, are retried once after a transient transport
-//! error, and a session that ended (child exited, HTTP session gone) is reconnected before
-//! the call is retried.
+//! error, and a session that ended (child exited, HTTP session or SSE stream gone) is
+//! reconnected before the call is retried. A server that cannot be reached, at start or
+//! later, is reconnected lazily with backoff ([`server`]): a server down at start is kept in
+//! [`Pending`], retried in the background when the tool list is asked for and by the first
+//! call to one of its tools (`mcp_{server}_…`); its tools are served once it answers.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,13 +22,14 @@ use crate::registry::Tool;
 use crate::web::guard::Guard;
 
 mod server;
+mod sse;
 mod tool;
 
 #[cfg(test)]
 mod tests;
 
-pub use server::Server;
-pub use tool::McpTool;
+pub use server::{Failure, Server, backoff};
+pub use tool::{McpTool, failure_text};
 
 /// Longest tool name providers accept.
 const MAX_TOOL_NAME: usize = 64;
@@ -36,7 +41,7 @@ const HASH_LEN: usize = 8;
 pub enum Transport {
     /// A child process speaking JSON-RPC on stdin/stdout.
     Stdio,
-    /// The legacy HTTP+SSE transport (not supported by the rmcp client).
+    /// The legacy HTTP+SSE transport ([`sse`]).
     Sse,
     /// Streamable HTTP.
     StreamableHttp,
@@ -161,9 +166,13 @@ pub fn configs(servers: &BTreeMap<String, Value>) -> Vec<(String, ServerConfig)>
     parsed
 }
 
-/// Connects every configured server (concurrently) and returns the tools they expose.
-/// A server that cannot be reached is logged and skipped, as upstream.
-pub async fn connect_all(servers: &BTreeMap<String, Value>, guard: &Guard) -> Vec<Arc<dyn Tool>> {
+/// Connects every configured server (concurrently) and returns the tools of those reached,
+/// and the servers to reach later ([`Pending`]). A server whose config is refused (unknown
+/// transport, URL failing the SSRF guard) is logged and skipped, as upstream.
+pub async fn connect_all(
+    servers: &BTreeMap<String, Value>,
+    guard: &Guard,
+) -> (Vec<Arc<dyn Tool>>, Pending) {
     let mut connecting = tokio::task::JoinSet::new();
     for (name, cfg) in configs(servers) {
         let guard = guard.clone();
@@ -172,21 +181,135 @@ pub async fn connect_all(servers: &BTreeMap<String, Value>, guard: &Guard) -> Ve
             match server.discover().await {
                 Ok(tools) => {
                     tracing::info!(server = %name, tools = tools.len(), "mcp server connected");
-                    tools
+                    Ok(tools)
+                }
+                Err(e) if e.is_permanent() => {
+                    tracing::warn!(server = %name, error = %e, "mcp server refused, skipping");
+                    Ok(Vec::new())
                 }
                 Err(e) => {
-                    tracing::warn!(server = %name, error = %e, "mcp server unavailable, skipping");
-                    Vec::new()
+                    tracing::warn!(server = %name, error = %e, "mcp server unavailable, connecting later");
+                    Err(server)
                 }
             }
         });
     }
     let mut tools = Vec::new();
+    let mut pending = Vec::new();
     while let Some(joined) = connecting.join_next().await {
         match joined {
-            Ok(found) => tools.extend(found),
+            Ok(Ok(found)) => tools.extend(found),
+            Ok(Err(server)) => pending.push(Arc::new(Later::new(server))),
             Err(e) => tracing::warn!(error = %e, "mcp connection task failed"),
         }
     }
-    tools
+    pending.sort_by(|a, b| a.server.name().cmp(b.server.name()));
+    (tools, Pending { servers: pending })
+}
+
+/// Servers not reached when the executor started, connected lazily: in the background when
+/// the tool list is asked for ([`Pending::reach_in_background`]), or by a call to a tool
+/// named after one of them ([`Pending::reach_for`]), both under the server's backoff.
+#[derive(Debug, Default)]
+pub struct Pending {
+    servers: Vec<Arc<Later>>,
+}
+
+/// One server not reached at start, and its tools once it is.
+#[derive(Debug)]
+struct Later {
+    server: Arc<Server>,
+    /// `mcp_{server}_`, sanitised as tool names are.
+    prefix: String,
+    /// `None` until the server is reached.
+    tools: std::sync::RwLock<Option<Vec<Arc<dyn Tool>>>>,
+    discovering: tokio::sync::Mutex<()>,
+}
+
+impl Later {
+    fn new(server: Arc<Server>) -> Self {
+        Self {
+            prefix: tool_name(&format!("mcp_{}_", server.name())),
+            server,
+            tools: std::sync::RwLock::new(None),
+            discovering: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.tools
+            .read()
+            .ok()
+            .and_then(|t| t.clone())
+            .unwrap_or_default()
+    }
+
+    fn reached(&self) -> bool {
+        self.tools.read().is_ok_and(|t| t.is_some())
+    }
+
+    /// Connects and discovers the server's tools, unless reached already.
+    async fn reach(&self) -> Result<(), Failure> {
+        let _one_at_a_time = self.discovering.lock().await;
+        if self.reached() {
+            return Ok(());
+        }
+        match self.server.discover().await {
+            Ok(tools) => {
+                tracing::info!(server = %self.server.name(), tools = tools.len(), "mcp server connected");
+                if let Ok(mut known) = self.tools.write() {
+                    *known = Some(tools);
+                }
+                Ok(())
+            }
+            Err(e) => Err(self.server.unreachable(&e)),
+        }
+    }
+}
+
+impl Pending {
+    /// Returns the tools of the servers reached since the executor started.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.servers.iter().flat_map(|s| s.tools()).collect()
+    }
+
+    /// Returns the reached tool named `name`.
+    pub fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.servers
+            .iter()
+            .flat_map(|s| s.tools())
+            .find(|t| t.name() == name)
+    }
+
+    /// Returns the server a tool named `name` would belong to, when it is not reached yet
+    /// (the longest matching `mcp_{server}_` prefix).
+    fn unreached_owner(&self, name: &str) -> Option<&Arc<Later>> {
+        self.servers
+            .iter()
+            .filter(|s| name.starts_with(&s.prefix))
+            .max_by_key(|s| s.prefix.len())
+            .filter(|s| !s.reached())
+    }
+
+    /// Tries to reach the server `name` belongs to, when it is one not reached yet: `None`
+    /// when there is no such server, else whether it was reached (or why not).
+    pub async fn reach_for(&self, name: &str) -> Option<Result<(), Failure>> {
+        let owner = self.unreached_owner(name)?;
+        Some(owner.reach().await)
+    }
+
+    /// Starts an attempt to reach each server not reached yet (one at a time per server,
+    /// under its backoff); their tools are listed once they answer.
+    pub fn reach_in_background(&self) {
+        for later in &self.servers {
+            if later.reached() || later.discovering.try_lock().is_err() {
+                continue;
+            }
+            let later = later.clone();
+            tokio::spawn(async move {
+                // Failures are logged by the server and answered to calls; nothing to do.
+                let _ = later.reach().await;
+            });
+        }
+    }
 }

@@ -1,12 +1,18 @@
-//! One MCP server: opening its session (stdio child or streamable HTTP), discovering what
-//! it offers, and running requests with the timeout, one reconnect when the session ended
+//! One MCP server: opening its session (stdio child, streamable HTTP or SSE), discovering
+//! what it offers, and running requests with the timeout, one reconnect when the session ended
 //! and one retry after a transient transport error.
+//!
+//! A server that cannot be reached (down at start, or gone since) is reconnected lazily, by
+//! the next request that needs it, with backoff: after a failed attempt, requests fail at once
+//! with [`Failure::Unreachable`] until [`backoff`] has passed (1 s, doubling up to 60 s).
+//! Nothing of this outlives the process: an executor killed mid-way starts over at its next
+//! start, with fresh sessions.
 
 use std::future::Future;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::model::{ClientRequest, PingRequest};
@@ -17,6 +23,7 @@ use rmcp::{RoleClient, ServiceError, ServiceExt as _};
 use tokio::io::AsyncBufReadExt as _;
 use tokio::sync::{Mutex, RwLock};
 
+use super::sse::SseTransport;
 use super::tool::McpTool;
 use super::{ServerConfig, Transport, tool_name};
 use crate::registry::Tool;
@@ -33,6 +40,16 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long opening a session may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause after the first failed connection attempt; it doubles with each further failure.
+const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// Longest pause between connection attempts.
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// Returns the pause after `failures` consecutive failed connection attempts.
+pub fn backoff(failures: u32) -> Duration {
+    let doubled = BACKOFF_FIRST.saturating_mul(1 << failures.saturating_sub(1).min(16));
+    doubled.min(BACKOFF_MAX)
+}
 
 /// Why a server could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +70,16 @@ pub enum ConnectError {
         stage: &'static str,
         cause: String,
     },
+    /// The last attempt failed and the next one is not due yet.
+    #[error("mcp server {server}: unreachable, next attempt in {}s", retry_in.as_secs().max(1))]
+    BackingOff { server: String, retry_in: Duration },
+}
+
+impl ConnectError {
+    /// Returns whether retrying cannot help (the config itself is refused).
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, Self::Unsupported { .. } | Self::Blocked { .. })
+    }
 }
 
 /// Why one request failed.
@@ -64,6 +91,15 @@ pub enum Failure {
     AfterRetry(&'static str),
     /// The server answered with an error, or the session could not be reopened.
     Failed(&'static str, String),
+    /// The server cannot be reached; the next request after `retry_in` tries again.
+    Unreachable { server: String, retry_in: Duration },
+}
+
+/// The failed connection attempts since the server was last reached.
+#[derive(Debug, Clone, Copy)]
+struct Outage {
+    failures: u32,
+    retry_at: Instant,
 }
 
 /// One configured server and its current session.
@@ -74,6 +110,7 @@ pub struct Server {
     guard: Guard,
     session: RwLock<Option<Arc<Session>>>,
     reconnecting: Mutex<()>,
+    outage: std::sync::Mutex<Option<Outage>>,
     child_pid: AtomicU32,
 }
 
@@ -86,6 +123,7 @@ impl Server {
             guard,
             session: RwLock::new(None),
             reconnecting: Mutex::new(()),
+            outage: std::sync::Mutex::new(None),
             child_pid: AtomicU32::new(0),
         }
     }
@@ -98,6 +136,15 @@ impl Server {
     /// Returns the config.
     pub fn config(&self) -> &ServerConfig {
         &self.cfg
+    }
+
+    /// Returns the failed connection attempts since the server was last reached.
+    pub fn failed_attempts(&self) -> u32 {
+        self.outage
+            .lock()
+            .ok()
+            .and_then(|o| *o)
+            .map_or(0, |o| o.failures)
     }
 
     /// Returns the pid of the current stdio child (0 when none).
@@ -190,10 +237,7 @@ impl Server {
         loop {
             let session = match self.current().await {
                 Ok(session) => session,
-                Err(e) => {
-                    tracing::warn!(server = %self.name, error = %e, "mcp session unavailable");
-                    return Err(Failure::Failed("ConnectionError", e.to_string()));
-                }
+                Err(e) => return Err(self.unreachable(&e)),
             };
             let error = match tokio::time::timeout(timeout, op(session.clone())).await {
                 Ok(Ok(value)) => return Ok(value),
@@ -204,8 +248,9 @@ impl Server {
                     if !refreshed && self.is_http() && !responsive(&session).await {
                         refreshed = true;
                         tracing::warn!(server = %self.name, "mcp session unresponsive, reconnecting");
-                        if self.reconnect(Some(&session)).await.is_ok() {
-                            continue;
+                        match self.reconnect(Some(&session)).await {
+                            Ok(_) => continue,
+                            Err(e) => return Err(self.unreachable(&e)),
                         }
                     }
                     return Err(Failure::Timeout(timeout));
@@ -214,8 +259,9 @@ impl Server {
             if !refreshed && session_ended(&error) {
                 refreshed = true;
                 tracing::warn!(server = %self.name, error = %error, "mcp session ended, reconnecting");
-                if self.reconnect(Some(&session)).await.is_ok() {
-                    continue;
+                match self.reconnect(Some(&session)).await {
+                    Ok(_) => continue,
+                    Err(e) => return Err(self.unreachable(&e)),
                 }
             }
             if is_transient(&error) {
@@ -232,7 +278,77 @@ impl Server {
     }
 
     fn is_http(&self) -> bool {
-        self.cfg.transport() == Some(Transport::StreamableHttp)
+        matches!(
+            self.cfg.transport(),
+            Some(Transport::StreamableHttp | Transport::Sse)
+        )
+    }
+
+    /// Returns the failure of a request whose session could not be opened.
+    pub(crate) fn unreachable(&self, error: &ConnectError) -> Failure {
+        if let ConnectError::BackingOff { retry_in, .. } = error {
+            return Failure::Unreachable {
+                server: self.name.clone(),
+                retry_in: *retry_in,
+            };
+        }
+        if error.is_permanent() {
+            return Failure::Failed("ConnectionError", error.to_string());
+        }
+        let retry_in = self
+            .outage
+            .lock()
+            .ok()
+            .and_then(|o| *o)
+            .map_or(BACKOFF_FIRST, |o| {
+                o.retry_at.saturating_duration_since(Instant::now())
+            });
+        Failure::Unreachable {
+            server: self.name.clone(),
+            retry_in,
+        }
+    }
+
+    /// Returns [`ConnectError::BackingOff`] while the last failed attempt's pause runs.
+    fn check_backoff(&self) -> Result<(), ConnectError> {
+        let outage = self.outage.lock().ok().and_then(|o| *o);
+        match outage {
+            Some(o) if Instant::now() < o.retry_at => Err(ConnectError::BackingOff {
+                server: self.name.clone(),
+                retry_in: o.retry_at - Instant::now(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records the outcome of a connection attempt: a failure lengthens the pause, a success
+    /// ends the outage.
+    fn record_attempt(&self, result: &Result<Session, ConnectError>) {
+        let Ok(mut outage) = self.outage.lock() else {
+            return;
+        };
+        match result {
+            Ok(_) => {
+                if let Some(ended) = outage.take() {
+                    tracing::info!(server = %self.name, failures = ended.failures, "mcp server reachable again");
+                }
+            }
+            Err(e) => {
+                let failures = outage.map_or(0, |o| o.failures) + 1;
+                let pause = backoff(failures);
+                tracing::warn!(
+                    server = %self.name,
+                    error = %e,
+                    failures,
+                    retry_in_s = pause.as_secs(),
+                    "mcp server unreachable, backing off"
+                );
+                *outage = Some(Outage {
+                    failures,
+                    retry_at: Instant::now() + pause,
+                });
+            }
+        }
     }
 
     /// Returns the live session, reopening it when it ended (child exited, stream closed).
@@ -254,10 +370,12 @@ impl Server {
                 return Ok(current.clone());
             }
         }
+        self.check_backoff()?;
         let opened = tokio::time::timeout(CONNECT_TIMEOUT, self.open())
             .await
-            .map_err(|_| self.protocol("initialize", "timed out".into()))??;
-        let session = Arc::new(opened);
+            .unwrap_or_else(|_| Err(self.protocol("initialize", "timed out".into())));
+        self.record_attempt(&opened);
+        let session = Arc::new(opened?);
         // The old session (and its child) is dropped here, which closes it.
         *self.session.write().await = Some(session.clone());
         Ok(session)
@@ -275,10 +393,7 @@ impl Server {
         match self.cfg.transport() {
             Some(Transport::Stdio) => self.open_stdio().await,
             Some(Transport::StreamableHttp) => self.open_http().await,
-            Some(Transport::Sse) => Err(ConnectError::Unsupported {
-                server: self.name.clone(),
-                reason: "the legacy sse transport is not supported, use streamableHttp".into(),
-            }),
+            Some(Transport::Sse) => self.open_sse().await,
             None => Err(ConnectError::Unsupported {
                 server: self.name.clone(),
                 reason: "no command or url configured (or unknown type)".into(),
@@ -329,6 +444,30 @@ impl Server {
     }
 
     async fn open_http(&self) -> Result<Session, ConnectError> {
+        let client = self.http_client().await?;
+        let config = StreamableHttpClientTransportConfig::with_uri(self.cfg.url.clone());
+        let transport = StreamableHttpClientTransport::with_client(client, config);
+        ().serve(transport)
+            .await
+            .map_err(|e| self.protocol("initialize", e.to_string()))
+    }
+
+    async fn open_sse(&self) -> Result<Session, ConnectError> {
+        let client = self.http_client().await?;
+        let transport = SseTransport::connect(client, &self.cfg.url)
+            .await
+            .map_err(|e| ConnectError::Start {
+                server: self.name.clone(),
+                cause: e.to_string(),
+            })?;
+        ().serve(transport)
+            .await
+            .map_err(|e| self.protocol("initialize", e.to_string()))
+    }
+
+    /// Returns an HTTP client for the server's URL, once the SSRF guard vetted it: connections
+    /// go only to the vetted addresses, with the configured headers, never redirected.
+    async fn http_client(&self) -> Result<reqwest::Client, ConnectError> {
         let pins = Pins::default();
         self.guard
             .vet(&self.cfg.url, &pins)
@@ -348,7 +487,7 @@ impl Server {
             };
             headers.insert(name, value);
         }
-        let client = reqwest::Client::builder()
+        reqwest::Client::builder()
             .default_headers(headers)
             .dns_resolver(Arc::new(pins))
             .no_proxy()
@@ -358,12 +497,7 @@ impl Server {
             .map_err(|e| ConnectError::Start {
                 server: self.name.clone(),
                 cause: e.to_string(),
-            })?;
-        let config = StreamableHttpClientTransportConfig::with_uri(self.cfg.url.clone());
-        let transport = StreamableHttpClientTransport::with_client(client, config);
-        ().serve(transport)
-            .await
-            .map_err(|e| self.protocol("initialize", e.to_string()))
+            })
     }
 }
 

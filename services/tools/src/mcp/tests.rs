@@ -1,5 +1,5 @@
-//! MCP against the real npm servers (`@modelcontextprotocol/server-everything` over stdio
-//! and streamable HTTP, `@modelcontextprotocol/server-filesystem`), installed by
+//! MCP against the real npm servers (`@modelcontextprotocol/server-everything` over stdio,
+//! streamable HTTP and SSE, `@modelcontextprotocol/server-filesystem`), installed by
 //! `scripts/deps.sh mcp` (part of `make test`). A missing server fails the test with the
 //! install hint.
 
@@ -151,7 +151,7 @@ async fn stdio_server_tools_resources_and_prompts_are_served() {
         "mcp_everything_get-env",
     ] {
         assert!(
-            names.contains(&expected),
+            names.iter().any(|n| n == expected),
             "{expected} missing from {names:?}"
         );
     }
@@ -330,7 +330,7 @@ async fn transient_errors_reconnect_then_retry_once_then_give_up() {
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
 }
 
-/// `server-everything streamableHttp` on a free loopback port, killed on drop.
+/// `server-everything streamableHttp` (or `sse`) on a free loopback port, killed on drop.
 struct HttpServer {
     child: Child,
     port: u16,
@@ -338,8 +338,12 @@ struct HttpServer {
 
 impl HttpServer {
     fn start(bin: &Path, port: u16) -> Self {
+        Self::start_as(bin, "streamableHttp", port)
+    }
+
+    fn start_as(bin: &Path, transport: &str, port: u16) -> Self {
         let child = Command::new(bin)
-            .arg("streamableHttp")
+            .arg(transport)
             .env("PORT", port.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -425,7 +429,10 @@ async fn filesystem_server_reads_files_in_its_allowed_directory_and_readers_are_
     let cfg = stdio(&bin, &[root.to_str().unwrap()]);
     let (_server, registry) = connect("fs", cfg, Guard::default()).await;
     let names = registry.names();
-    assert!(names.contains(&"mcp_fs_read_text_file"), "{names:?}");
+    assert!(
+        names.iter().any(|n| n == "mcp_fs_read_text_file"),
+        "{names:?}"
+    );
     // `readOnlyHint` decides whether the runner may retry a call on another executor.
     let read_only = |name: &str| {
         let specs = registry.specs();
@@ -445,4 +452,228 @@ async fn filesystem_server_reads_files_in_its_allowed_directory_and_readers_are_
     )
     .await;
     assert!(outside.is_error, "{outside:?}");
+}
+
+fn loopback() -> Guard {
+    Guard::new(vec![Cidr::parse("127.0.0.1/32").unwrap()])
+}
+
+#[test]
+fn reconnect_attempts_back_off_from_one_second_doubling_up_to_a_minute() {
+    let secs: Vec<u64> = [1, 2, 3, 4, 6, 7, 40]
+        .map(|n| super::backoff(n).as_secs())
+        .to_vec();
+    assert_eq!(secs, [1, 2, 4, 8, 32, 60, 60]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_servers_are_ssrf_guarded_serve_tools_and_are_reconnected_after_a_restart() {
+    let bin = npm_bin("mcp-server-everything");
+    let sse = HttpServer::start_as(&bin, "sse", free_port());
+    // A URL ending in /sse selects the SSE transport.
+    let cfg = ServerConfig {
+        url: format!("http://127.0.0.1:{}/sse", sse.port),
+        enabled_tools: vec!["echo".into()],
+        tool_timeout: 3,
+        ..ServerConfig::default()
+    };
+    let refused = Arc::new(Server::new("remote".into(), cfg.clone(), Guard::default()));
+    let error = refused.discover().await.unwrap_err().to_string();
+    assert!(
+        error.contains(
+            "blocked unsafe url (Blocked: 127.0.0.1 resolves to private/internal address 127.0.0.1)"
+        ),
+        "{error}"
+    );
+
+    let (server, registry) = connect("remote", cfg, loopback()).await;
+    assert_eq!(registry.names(), ["mcp_remote_echo"]);
+    let echo = call(&registry, "mcp_remote_echo", json!({"message": "over sse"})).await;
+    assert_eq!(echo, ToolOutput::text("Echo: over sse"));
+
+    // The server goes away: the call fails at once with the reason, and the next calls do
+    // not try again before the backoff has passed.
+    let port = sse.port;
+    drop(sse);
+    let down = call(&registry, "mcp_remote_echo", json!({"message": "down"})).await;
+    assert_eq!(
+        down,
+        ToolOutput::error(
+            "(MCP tool call failed: server 'remote' is unreachable, next reconnect attempt in 1s)"
+        )
+    );
+    assert_eq!(server.failed_attempts(), 1);
+    for _ in 0..3 {
+        let backing_off = call(&registry, "mcp_remote_echo", json!({"message": "down"})).await;
+        assert!(
+            backing_off.is_error && backing_off.content.contains("is unreachable"),
+            "{backing_off:?}"
+        );
+    }
+    assert_eq!(server.failed_attempts(), 1, "no attempt while backing off");
+
+    // It comes back: a later call reconnects and goes through.
+    let _restarted = HttpServer::start_as(&bin, "sse", port);
+    nanobot_runtime::testsuite::wait_until(
+        || async {
+            call(&registry, "mcp_remote_echo", json!({"message": "back"})).await
+                == ToolOutput::text("Echo: back")
+        },
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("a call after the restart reconnects");
+    assert_eq!(
+        server.failed_attempts(),
+        0,
+        "reaching the server ends the outage"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_down_at_start_are_reached_later_by_a_call_or_the_tool_list() {
+    let bin = npm_bin("mcp-server-everything");
+    let (called_port, listed_port) = (free_port(), free_port());
+    let servers = BTreeMap::from([
+        (
+            "called".to_string(),
+            json!({"url": format!("http://127.0.0.1:{called_port}/sse"), "enabledTools": ["echo"]}),
+        ),
+        (
+            "listed".to_string(),
+            json!({"type": "streamableHttp", "url": format!("http://127.0.0.1:{listed_port}/mcp"), "enabledTools": ["echo"]}),
+        ),
+    ]);
+    let (tools, pending) = super::connect_all(&servers, &loopback()).await;
+    assert!(tools.is_empty(), "nothing is up yet");
+    let mut registry = Registry::default();
+    registry.set_pending_mcp(pending);
+    assert!(registry.names().is_empty());
+
+    // A call to a tool of a server not reached yet tries to reach it, and says why not.
+    let down = call(&registry, "mcp_called_echo", json!({"message": "hi"})).await;
+    assert_eq!(
+        down,
+        ToolOutput::error(
+            "(MCP tool call failed: server 'called' is unreachable, next reconnect attempt in 1s)"
+        )
+    );
+    // A name no configured server owns stays an unknown tool.
+    let unknown = call(&registry, "mcp_other_echo", json!({})).await;
+    assert!(
+        unknown
+            .content
+            .starts_with("Error: Tool 'mcp_other_echo' not found"),
+        "{unknown:?}"
+    );
+
+    let _called = HttpServer::start_as(&bin, "sse", called_port);
+    nanobot_runtime::testsuite::wait_until(
+        || async {
+            call(&registry, "mcp_called_echo", json!({"message": "hi"})).await
+                == ToolOutput::text("Echo: hi")
+        },
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("a call reaches the server once it is up");
+    assert_eq!(registry.names(), ["mcp_called_echo"]);
+
+    // The tool list retries the others in the background and lists them once reached.
+    let _listed = HttpServer::start(&bin, listed_port);
+    nanobot_runtime::testsuite::wait_until(
+        || async {
+            registry.pending_mcp().reach_in_background();
+            registry.specs().iter().any(|s| s.name == "mcp_listed_echo")
+        },
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("the tool list reaches the server once it is up");
+    let echo = call(&registry, "mcp_listed_echo", json!({"message": "listed"})).await;
+    assert_eq!(echo, ToolOutput::text("Echo: listed"));
+}
+
+/// Method and `X-Api-Key` header of each request a [`Recorder`] forwarded.
+type Seen = Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
+
+/// A recording reverse proxy in front of a real server: notes each request's method and
+/// `X-Api-Key` header, then forwards it and streams the answer back.
+struct Recorder {
+    seen: Seen,
+    port: u16,
+}
+
+impl Recorder {
+    async fn start(upstream: u16) -> Self {
+        use axum::body::Body;
+        use axum::extract::{Request, State};
+        use axum::response::Response;
+
+        async fn forward(State((seen, upstream)): State<(Seen, u16)>, req: Request) -> Response {
+            let key = req.headers().get("x-api-key");
+            let key = key.and_then(|v| v.to_str().ok()).map(str::to_string);
+            seen.lock().unwrap().push((req.method().to_string(), key));
+            let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            let url = format!("http://127.0.0.1:{upstream}{path}");
+            let (method, headers) = (req.method().clone(), req.headers().clone());
+            let body = axum::body::to_bytes(req.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            let answer = reqwest::Client::new()
+                .request(method, url)
+                .headers(headers)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let mut response = Response::builder().status(answer.status());
+            for (name, value) in answer.headers() {
+                if name != "transfer-encoding" && name != "content-length" {
+                    response = response.header(name, value);
+                }
+            }
+            response
+                .body(Body::from_stream(answer.bytes_stream()))
+                .unwrap()
+        }
+
+        let seen = Seen::default();
+        let app = axum::Router::new()
+            .fallback(forward)
+            .with_state((seen.clone(), upstream));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { seen, port }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_servers_get_the_configured_headers_on_the_stream_and_on_every_message() {
+    let bin = npm_bin("mcp-server-everything");
+    let sse = HttpServer::start_as(&bin, "sse", free_port());
+    let recorder = Recorder::start(sse.port).await;
+    let cfg = ServerConfig {
+        kind: Some("sse".into()),
+        url: format!("http://127.0.0.1:{}/sse", recorder.port),
+        headers: BTreeMap::from([("X-Api-Key".into(), "secret-1".into())]),
+        enabled_tools: vec!["echo".into()],
+        ..ServerConfig::default()
+    };
+    let (_server, registry) = connect("keyed", cfg, loopback()).await;
+    let echo = call(&registry, "mcp_keyed_echo", json!({"message": "with key"})).await;
+    assert_eq!(echo, ToolOutput::text("Echo: with key"));
+    let seen = recorder.seen.lock().unwrap().clone();
+    assert_eq!(seen[0], ("GET".to_string(), Some("secret-1".to_string())));
+    assert!(
+        seen.len() >= 3,
+        "initialize, initialized, tools/list, call: {seen:?}"
+    );
+    assert!(
+        seen[1..]
+            .iter()
+            .all(|s| *s == ("POST".to_string(), Some("secret-1".to_string()))),
+        "{seen:?}"
+    );
 }

@@ -187,13 +187,17 @@ impl McpTool {
 }
 
 /// Returns upstream's text for a failed request (`(MCP tool call timed out after 30s)`).
-fn failure_text(what: &str, failure: &Failure) -> String {
+pub fn failure_text(what: &str, failure: &Failure) -> String {
     match failure {
         Failure::Timeout(timeout) => {
             format!("(MCP {what} timed out after {}s)", timeout.as_secs())
         }
         Failure::AfterRetry(kind) => format!("(MCP {what} failed after retry: {kind})"),
         Failure::Failed(kind, _) => format!("(MCP {what} failed: {kind})"),
+        Failure::Unreachable { server, retry_in } => format!(
+            "(MCP {what} failed: server '{server}' is unreachable, next reconnect attempt in {}s)",
+            retry_in.as_secs_f64().ceil().max(1.0) as u64
+        ),
     }
 }
 
