@@ -41,6 +41,13 @@ pub struct DiscordConfig {
     /// Reaction set on a message when it is received (empty: none). Default 👀.
     #[serde(alias = "read_receipt_emoji")]
     pub read_receipt_emoji: String,
+    /// Show the reply while it is written: one message edited in place (upstream's
+    /// `send_delta`). Default true, as upstream.
+    pub streaming: bool,
+    /// Seconds between two edits of a streaming message (at least 0.1). Default 0.8, upstream's
+    /// fixed interval.
+    #[serde(alias = "stream_edit_interval")]
+    pub stream_edit_interval: f64,
     /// Overrides `channels.sendProgress` for this channel.
     #[serde(alias = "send_progress")]
     pub send_progress: Option<bool>,
@@ -58,7 +65,7 @@ pub struct DiscordConfig {
     #[serde(alias = "lease_secs")]
     pub lease_secs: f64,
     /// Upstream keys the fleet accepts without using (`workingEmoji`, `workingEmojiDelay`,
-    /// `streaming`, `proxy`, `proxyUsername`, `proxyPassword`; a set `proxy` is refused).
+    /// `proxy`, `proxyUsername`, `proxyPassword`; a set `proxy` is refused).
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
 }
@@ -73,6 +80,8 @@ impl Default for DiscordConfig {
             intents: DISCORD_INTENTS,
             group_policy: "mention".into(),
             read_receipt_emoji: "👀".into(),
+            streaming: true,
+            stream_edit_interval: 0.8,
             send_progress: None,
             send_tool_hints: None,
             api_base: DISCORD_API.into(),
@@ -87,7 +96,6 @@ impl Default for DiscordConfig {
 const DISCORD_EXTRAS: &[&str] = &[
     "workingEmoji",
     "workingEmojiDelay",
-    "streaming",
     "proxy",
     "proxyUsername",
     "proxyPassword",
@@ -146,6 +154,9 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
         }
         if !matches!(c.group_policy.as_str(), "mention" | "open") {
             problems.push(format!("{at}.groupPolicy: must be \"mention\" or \"open\""));
+        }
+        if c.stream_edit_interval.is_nan() || c.stream_edit_interval < 0.1 {
+            problems.push(format!("{at}.streamEditInterval: must be at least 0.1"));
         }
         if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
             problems.push(format!("{at}.leaseSecs: must be at least 1"));

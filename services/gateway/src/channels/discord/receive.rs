@@ -152,7 +152,7 @@ pub(super) async fn handle(
         })
         .to_string(),
         session_key: format!("{CHANNEL}:{chat}"),
-        stream: false,
+        stream: ch.cfg.streaming,
         reply_channel: String::new(),
         reply_chat_id: String::new(),
     };
