@@ -113,6 +113,31 @@ async fn a_dm_is_answered_once_as_a_reply_with_typing_while_the_turn_runs() {
 }
 
 #[tokio::test]
+async fn the_working_reaction_appears_while_a_slow_turn_runs_and_goes_with_the_reply() {
+    let (fleet, fake) = discord_fleet(json!({"workingEmojiDelay": 0.3})).await;
+    let gate = Gate::new();
+    fleet.llm.push(Reply::text("done").held_by(&gate));
+    let asked = fake.inject(DcMessage::dm(ALICE, ALICE_DM, "slow one"));
+    fake.wait_until("the working reaction", DEFAULT_WAIT, |f| {
+        f.reactions_on(asked)
+            .contains(&("🔧".to_string(), true))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    assert!(fake.sent_in(ALICE_DM).is_empty(), "added before the reply");
+    gate.open();
+    wait_sent(&fake, ALICE_DM, 1).await;
+    fake.wait_until("both reactions removed", DEFAULT_WAIT, |f| {
+        let r = f.reactions_on(asked);
+        (r.contains(&("🔧".to_string(), false)) && r.contains(&("👀".to_string(), false)))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
 async fn a_guild_message_is_answered_only_when_the_bot_is_mentioned_and_the_mention_is_stripped() {
     let (fleet, fake) = discord_fleet(json!({})).await;
     fleet.llm.set_fallback(Reply::echo());

@@ -11,7 +11,8 @@
 //! - Each message ([`receive`]): own and system messages dropped; in guilds only senders in
 //!   `allowFrom` (or paired), only in `allowChannels`, and only when @mentioned or replied to
 //!   (the mention stripped) unless `groupPolicy` is `open`; unknown DM senders get a pairing
-//!   code; the 👀 reaction, typing, attachments downloaded, then one inbound message.
+//!   code; the 👀 reaction, typing, the 🔧 working reaction after `workingEmojiDelay`,
+//!   attachments downloaded, then one inbound message.
 //! - Sending ([`outbound`]) through REST from whichever replica the delivery lands on: files,
 //!   then the text in chunks of at most 2,000 characters, the first a reply to the user's message.
 //!   With `streaming` (upstream's default), the reply is posted once and edited in place by the
@@ -66,6 +67,7 @@ pub struct DiscordChannel {
     download: reqwest::Client,
     me: OnceLock<Id<UserMarker>>,
     typing: typing::Typing,
+    working: typing::Working,
     /// Streaming previews (`streaming`).
     streams: Streamer,
 }
@@ -139,6 +141,7 @@ impl DiscordChannel {
             http,
             me: OnceLock::new(),
             typing: typing::Typing::default(),
+            working: typing::Working::default(),
         })
     }
 
@@ -226,6 +229,7 @@ impl Channel for DiscordChannel {
         );
         if done && let Ok(chat) = msg.chat_id.parse() {
             self.typing.stop(chat);
+            self.working.stop(chat);
         }
         if self.cfg.streaming {
             self.streams.observe(self, msg).await;

@@ -258,23 +258,24 @@ async fn read_file(path: &Path) -> Result<Vec<u8>, String> {
     tokio::fs::read(path).await.map_err(|e| e.to_string())
 }
 
-/// Removes the read-receipt reaction from the answered message (best effort).
+/// Removes the read-receipt and working reactions from the answered message (best effort).
 async fn clear_reaction(ch: &DiscordChannel, channel: Id<ChannelMarker>, reply_to: &str) {
+    ch.working.stop(channel.get());
     let Some(message) = message_id_of(reply_to).and_then(Id::<MessageMarker>::new_checked) else {
         return;
     };
-    if ch.cfg.read_receipt_emoji.is_empty() {
-        return;
-    }
-    let emoji = RequestReactionType::Unicode {
-        name: &ch.cfg.read_receipt_emoji,
-    };
-    if let Err(e) = ch
-        .http
-        .delete_current_user_reaction(channel, message, &emoji)
-        .await
-    {
-        tracing::debug!(bot = %ch.bot_id, error = %e, "discord reaction removal failed");
+    for name in [&ch.cfg.read_receipt_emoji, &ch.cfg.working_emoji] {
+        if name.is_empty() {
+            continue;
+        }
+        let emoji = RequestReactionType::Unicode { name };
+        if let Err(e) = ch
+            .http
+            .delete_current_user_reaction(channel, message, &emoji)
+            .await
+        {
+            tracing::debug!(bot = %ch.bot_id, error = %e, "discord reaction removal failed");
+        }
     }
 }
 

@@ -101,6 +101,7 @@ pub(super) async fn handle(
     }
     react(ch, msg).await;
     ch.typing.start(&ch.http, msg.channel_id);
+    ch.working.start(ch, msg.channel_id, msg.id);
     let mut markers = Vec::new();
     let mut paths = Vec::new();
     for attachment in &msg.attachments {
