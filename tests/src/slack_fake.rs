@@ -218,7 +218,10 @@ impl SlackFake {
             if !update.is_ok() || update.arg("channel") != Some(channel) {
                 continue;
             }
-            if let Some(p) = posted.iter_mut().find(|p| Some(p.ts.as_str()) == update.arg("ts")) {
+            if let Some(p) = posted
+                .iter_mut()
+                .find(|p| Some(p.ts.as_str()) == update.arg("ts"))
+            {
                 p.text = update.arg("text").unwrap_or_default().into();
                 p.edits += 1;
             }

@@ -254,12 +254,24 @@ async fn with_streaming_a_4500_character_reply_is_one_edited_preview_then_two_mo
         sent[0].edits >= 2,
         "the preview was edited while streaming and into the final first chunk: {sent:#?}"
     );
-    assert_eq!(sent[0].reply_to, Some(asked), "the preview replies to the DM");
-    assert!(sent[1..].iter().all(|m| m.edits == 0 && m.reply_to.is_none()));
+    assert_eq!(
+        sent[0].reply_to,
+        Some(asked),
+        "the preview replies to the DM"
+    );
+    assert!(
+        sent[1..]
+            .iter()
+            .all(|m| m.edits == 0 && m.reply_to.is_none())
+    );
     assert!(sent.iter().all(|m| m.content.chars().count() <= 2_000));
     let joined: String = sent.iter().map(|m| m.content.as_str()).collect();
     let strip = |s: &str| s.split_whitespace().collect::<String>();
-    assert_eq!(strip(&joined), strip(&answer), "the final text, nothing lost");
+    assert_eq!(
+        strip(&joined),
+        strip(&answer),
+        "the final text, nothing lost"
+    );
     // A second DM is the barrier: once it is answered, the long reply was delivered once.
     fleet.llm.push(Reply::text("second"));
     fake.inject(DcMessage::dm(ALICE, ALICE_DM, "again"));

@@ -519,7 +519,14 @@ async fn a_recreated_mailbox_is_not_answered_again_only_mail_arriving_after_it()
         .unwrap();
     assert_ne!(servers.uid_validity(&bot, "Bot").await.unwrap(), before);
     wait_log(&mut fleet, "email mailbox UIDVALIDITY changed").await;
-    let new = mail(&alice, &bot, "<new-1@example.test>", "New question", "", "new");
+    let new = mail(
+        &alice,
+        &bot,
+        "<new-1@example.test>",
+        "New question",
+        "",
+        "new",
+    );
     servers.deliver_to(&bot, "Bot", &new).await.unwrap();
     // One session: had the old mail been read again, its reply would come first.
     let sent = wait_sent(servers, &alice, 2).await;

@@ -145,8 +145,13 @@ async fn with_streaming_a_reply_in_a_thread_is_one_message_edited_into_the_final
     fleet
         .llm
         .push(Reply::text(answer).with_stream_pace(Duration::from_millis(300)));
-    fake.send_event(in_channel(ALICE, "1700000050.000100", "stream please", true))
-        .unwrap();
+    fake.send_event(in_channel(
+        ALICE,
+        "1700000050.000100",
+        "stream please",
+        true,
+    ))
+    .unwrap();
     let expected = format!("*Streaming* on Slack: {}done", "word ".repeat(60));
     let reply = fake
         .wait_posted("C0GENERAL", |p| p.text == expected)

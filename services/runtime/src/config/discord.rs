@@ -102,11 +102,7 @@ impl Default for DiscordConfig {
 }
 
 /// Upstream Discord keys accepted but not interpreted by the fleet.
-const DISCORD_EXTRAS: &[&str] = &[
-    "proxy",
-    "proxyUsername",
-    "proxyPassword",
-];
+const DISCORD_EXTRAS: &[&str] = &["proxy", "proxyUsername", "proxyPassword"];
 
 /// One bot's Discord settings, resolved.
 #[derive(Debug, Clone, PartialEq)]

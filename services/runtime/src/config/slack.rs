@@ -279,7 +279,10 @@ mod tests {
         assert_eq!(s.config.done_emoji, "white_check_mark");
         assert_eq!(s.config.webhook_path, "/slack/events");
         assert!(s.config.reply_in_thread && s.config.dm.enabled);
-        assert!(!s.config.streaming, "upstream's Slack channel does not stream");
+        assert!(
+            !s.config.streaming,
+            "upstream's Slack channel does not stream"
+        );
         assert_eq!(s.config.stream_edit_interval, 1.0);
         assert_eq!(s.config.allow_from, vec!["U1".to_string()]);
         let dump = c.dump_redacted();

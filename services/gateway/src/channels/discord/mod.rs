@@ -43,8 +43,8 @@ use nanobot_proto::{OutboundKind, OutboundMessage};
 use nanobot_runtime::config::{Config, DiscordBot, DiscordConfig};
 use nanobot_runtime::lease::Leases;
 
-use super::telegram::token_id;
 use super::stream::Streamer;
+use super::telegram::token_id;
 use super::{Channel, ChannelDeps, ChannelSettings, Inbound, Progress, SendError};
 
 /// Channel name (subject token, session prefix).

@@ -163,7 +163,12 @@ async fn send_streamed(
             continue;
         }
         let edited = match (i, preview.parse::<Id<MessageMarker>>()) {
-            (0, Ok(id)) => match ch.http.update_message(channel, id).content(Some(chunk)).await {
+            (0, Ok(id)) => match ch
+                .http
+                .update_message(channel, id)
+                .content(Some(chunk))
+                .await
+            {
                 Ok(_) => true,
                 Err(e) => match classify(&e) {
                     retry @ SendError::Transient(_) => return Err(retry),
