@@ -161,6 +161,19 @@ pub fn telegram_stream(bot: &str, reply_to: &str) -> String {
     format!("nanobot:{}:telegram:stream:{reply_to}", bot_tag(bot))
 }
 
+/// The streaming preview of one reply on Slack or Discord (`channel` is the channel name,
+/// `reply_to` the inbound id): `pending` while the first preview is posted, then the preview's
+/// message id while deltas edit it, `final` once the final reply took it over (with a TTL).
+pub fn stream_preview(bot: &str, channel: &str, reply_to: &str) -> String {
+    format!("nanobot:{}:{channel}:stream:{reply_to}", bot_tag(bot))
+}
+
+/// Held (with a short TTL) while a preview edit of [`stream_preview`] is in flight, so the
+/// final reply waits for it instead of being overwritten by it.
+pub fn stream_preview_edit(bot: &str, channel: &str, reply_to: &str) -> String {
+    format!("{}:edit", stream_preview(bot, channel, reply_to))
+}
+
 /// The parts of one album (`media_group_id` of a chat) received and not yet published: a list
 /// of the updates' JSON (TTL 10 min), in webhook mode where its parts may reach different
 /// replicas.
@@ -289,6 +302,8 @@ pub fn acl_patterns(role: crate::subjects::Role) -> Vec<String> {
             telegram_poller_fence(b, ID),
             telegram_offset(b, ID),
             telegram_stream(b, ID),
+            stream_preview(b, "slack", ID),
+            stream_preview(b, "discord", ID),
             email_poller(b, ID),
             email_poller_fence(b, ID),
             email_cursor(b, ID),
@@ -413,6 +428,8 @@ mod tests {
             telegram_poller_fence("b", "t"),
             telegram_offset("b", "t"),
             telegram_stream("b", "m"),
+            stream_preview("b", "slack", "m"),
+            stream_preview_edit("b", "slack", "m"),
             telegram_album("b", "t", -100, "g"),
             telegram_album_claim("b", "t", -100, "g"),
             telegram_albums("b", "t"),

@@ -6,7 +6,9 @@
 //!   checked for `Authorization: Bot {token}` (401 `401: Unauthorized` otherwise):
 //!   `GET /users/@me`, `GET /gateway/bot`, `POST /channels/{id}/messages` (JSON or multipart
 //!   with `payload_json` and `files[n]`; content over 2,000 characters, or no content and no
-//!   file, is a 400 `Invalid Form Body` as Discord answers), `POST /channels/{id}/typing`,
+//!   file, is a 400 `Invalid Form Body` as Discord answers), `PATCH /channels/{id}/messages/{id}`
+//!   (edits the content of a message the bot posted, same length rule; another message is a 404
+//!   `Unknown Message`), `POST /channels/{id}/typing`,
 //!   `PUT`/`DELETE /channels/{id}/messages/{id}/reactions/{emoji}/@me`; files users attached
 //!   are served at `GET /attachments/{id}/{name}` (no token, as Discord's CDN).
 //! - The gateway at `ws://127.0.0.1:PORT/gateway` (twilight appends `/?v=10&encoding=json`) speaking API v10 JSON: HELLO (op 10), then
@@ -32,7 +34,7 @@ use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUp
 use axum::extract::{FromRequest as _, Multipart, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{get, patch, post, put};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
@@ -108,6 +110,8 @@ pub struct Sent {
     pub reply_to: Option<u64>,
     /// Names of the files attached.
     pub files: Vec<String>,
+    /// How many times the bot edited it (its content is the latest).
+    pub edits: usize,
 }
 
 /// Identified gateway sessions of the token.
@@ -201,6 +205,10 @@ impl DiscordFake {
             .route("/api/v10/users/@me", get(users_me))
             .route("/api/v10/gateway/bot", get(gateway_bot))
             .route("/api/v10/channels/{channel}/messages", post(create_message))
+            .route(
+                "/api/v10/channels/{channel}/messages/{message}",
+                patch(edit_message),
+            )
             .route("/api/v10/channels/{channel}/typing", post(typing))
             .route(
                 "/api/v10/channels/{channel}/messages/{message}/reactions/{emoji}/@me",
@@ -449,6 +457,7 @@ async fn create_message(
             content,
             reply_to,
             files,
+            edits: 0,
         };
         inner.sent.push(sent.clone());
         sent
@@ -460,6 +469,50 @@ async fn create_message(
         "content": sent.content, "timestamp": "2026-11-25T06:00:00.000000+00:00",
         "edited_timestamp": null, "tts": false, "mention_everyone": false, "mentions": [],
         "mention_roles": [], "attachments": [], "embeds": [], "pinned": false, "type": 0,
+    }))
+    .into_response()
+}
+
+async fn edit_message(
+    State(s): State<Arc<Shared>>,
+    Path((channel, message)): Path<(u64, u64)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !s.authorized(&headers) {
+        return unauthorized();
+    }
+    let payload: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let Some(content) = payload["content"].as_str() else {
+        return bad_form("content is required");
+    };
+    if content.chars().count() > 2000 {
+        return bad_form("Must be 2000 or fewer in length.");
+    }
+    let edited = s.with(|inner| {
+        let sent = inner
+            .sent
+            .iter_mut()
+            .find(|m| m.id == message && m.channel == channel)?;
+        sent.content = content.to_string();
+        sent.edits += 1;
+        Some(sent.clone())
+    });
+    let Some(sent) = edited else {
+        return (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"message": "Unknown Message", "code": 10008})),
+        )
+            .into_response();
+    };
+    let mut me = user(BOT_ID);
+    me["username"] = json!("nano_test_bot");
+    axum::Json(json!({
+        "id": sent.id.to_string(), "channel_id": channel.to_string(), "author": me,
+        "content": sent.content, "timestamp": "2026-11-25T06:00:00.000000+00:00",
+        "edited_timestamp": "2026-11-25T06:00:01.000000+00:00", "tts": false,
+        "mention_everyone": false, "mentions": [], "mention_roles": [], "attachments": [],
+        "embeds": [], "pinned": false, "type": 0,
     }))
     .into_response()
 }

@@ -177,6 +177,51 @@ impl MailServers {
         Ok(())
     }
 
+    /// Creates the mailbox `mailbox` of `user` (empty).
+    pub async fn create_mailbox(&self, user: &str, mailbox: &str) -> anyhow::Result<()> {
+        let mut session = self.session(user).await?;
+        session.create(mailbox).await?;
+        session.logout().await?;
+        Ok(())
+    }
+
+    /// Delivers `raw` into `user`'s `mailbox`, unseen (IMAP APPEND).
+    pub async fn deliver_to(&self, user: &str, mailbox: &str, raw: &[u8]) -> anyhow::Result<()> {
+        let mut session = self.session(user).await?;
+        session.append(mailbox, None, None, raw).await?;
+        session.logout().await?;
+        Ok(())
+    }
+
+    /// Replaces `user`'s `mailbox` by a new one (a new UIDVALIDITY) holding `mails`, unseen:
+    /// they are appended to a fresh mailbox which then takes the old one's name in one RENAME,
+    /// so a client never sees the name empty.
+    pub async fn recreate_mailbox(
+        &self,
+        user: &str,
+        mailbox: &str,
+        mails: &[&[u8]],
+    ) -> anyhow::Result<()> {
+        let mut session = self.session(user).await?;
+        let fresh = format!("{mailbox}-recreated");
+        session.create(&fresh).await?;
+        for raw in mails {
+            session.append(&fresh, None, None, raw).await?;
+        }
+        session.delete(mailbox).await?;
+        session.rename(&fresh, mailbox).await?;
+        session.logout().await?;
+        Ok(())
+    }
+
+    /// Returns the UIDVALIDITY of `user`'s `mailbox`.
+    pub async fn uid_validity(&self, user: &str, mailbox: &str) -> anyhow::Result<u32> {
+        let mut session = self.session(user).await?;
+        let selected = session.select(mailbox).await?;
+        let _ = session.logout().await;
+        selected.uid_validity.context("no UIDVALIDITY")
+    }
+
     /// Returns the UIDs of `user`'s INBOX mail that is still unseen.
     pub async fn unseen(&self, user: &str) -> anyhow::Result<Vec<u32>> {
         let mut session = self.session(user).await?;

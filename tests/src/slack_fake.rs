@@ -7,7 +7,8 @@
 //!   arguments; a wrong token answers `{"ok": false, "error": "invalid_auth"}`, an unknown method
 //!   `unknown_method`. Methods: `auth.test`, `apps.connections.open` (app token; hands out a
 //!   `ws://` URL), `chat.postMessage` (needs `channel` and a 1..=40,000-character `text`;
-//!   answers a fresh `ts`), `reactions.add` / `reactions.remove`, `files.getUploadURLExternal`
+//!   answers a fresh `ts`), `chat.update` (`channel`, the `ts` of a message the bot posted
+//!   there, else `message_not_found`, and a text as for posting), `reactions.add` / `reactions.remove`, `files.getUploadURLExternal`
 //!   (hands out an upload URL on the fake), `files.completeUploadExternal`;
 //! - the upload URL takes the file (multipart or raw body);
 //! - `GET /files/{id}` serves a file added with [`SlackFake::add_file`] to the bot token only
@@ -81,6 +82,8 @@ pub struct Posted {
     pub thread_ts: Option<String>,
     /// Its own ts.
     pub ts: String,
+    /// How many times the bot edited it (`chat.update`; `text` is the latest).
+    pub edits: usize,
 }
 
 /// A file the bot uploaded.
@@ -197,9 +200,10 @@ impl SlackFake {
             .collect()
     }
 
-    /// Returns the messages the bot posted in `channel`, in order.
+    /// Returns the messages the bot posted in `channel`, in order, as last edited.
     pub fn posted(&self, channel: &str) -> Vec<Posted> {
-        self.calls_of("chat.postMessage")
+        let mut posted: Vec<Posted> = self
+            .calls_of("chat.postMessage")
             .into_iter()
             .filter(|c| c.is_ok() && c.arg("channel") == Some(channel))
             .map(|c| Posted {
@@ -207,8 +211,22 @@ impl SlackFake {
                 text: c.arg("text").unwrap_or_default().into(),
                 thread_ts: c.arg("thread_ts").map(str::to_string),
                 ts: c.result["ts"].as_str().unwrap_or_default().into(),
+                edits: 0,
             })
-            .collect()
+            .collect();
+        for update in self.calls_of("chat.update") {
+            if !update.is_ok() || update.arg("channel") != Some(channel) {
+                continue;
+            }
+            if let Some(p) = posted
+                .iter_mut()
+                .find(|p| Some(p.ts.as_str()) == update.arg("ts"))
+            {
+                p.text = update.arg("text").unwrap_or_default().into();
+                p.edits += 1;
+            }
+        }
+        posted
     }
 
     /// Returns the files uploaded so far.
@@ -436,6 +454,24 @@ fn answer(s: &Shared, method: &str, p: &Value) -> Value {
                 Some(channel) => {
                     json!({"ok": true, "channel": channel, "ts": format!("{}.000100", s.next_id())})
                 }
+            }
+        }
+        "chat.update" => {
+            let text = p["text"].as_str().unwrap_or_default();
+            let (Some(channel), Some(ts)) = (p["channel"].as_str(), p["ts"].as_str()) else {
+                return err("invalid_arguments");
+            };
+            let known = s.calls.lock().unwrap().iter().any(|c| {
+                c.method == "chat.postMessage"
+                    && c.is_ok()
+                    && c.arg("channel") == Some(channel)
+                    && c.result["ts"].as_str() == Some(ts)
+            });
+            match () {
+                _ if !known => err("message_not_found"),
+                _ if text.is_empty() => err("no_text"),
+                _ if text.chars().count() > 40_000 => err("msg_too_long"),
+                _ => json!({"ok": true, "channel": channel, "ts": ts, "text": text}),
             }
         }
         "reactions.add" | "reactions.remove" => {

@@ -33,6 +33,7 @@ fn section(fake: &DiscordFake, extra: Value) -> Value {
         "gatewayUrl": fake.gateway_url(),
         "allowFrom": [ALICE.to_string()],
         "leaseSecs": 2,
+        "streaming": false,
     });
     if let (Value::Object(base), Value::Object(extra)) = (&mut section, extra) {
         base.extend(extra);
@@ -105,6 +106,31 @@ async fn a_dm_is_answered_once_as_a_reply_with_typing_while_the_turn_runs() {
     fake.wait_until("the read receipt removed", DEFAULT_WAIT, |f| {
         f.reactions_on(asked)
             .contains(&("👀".to_string(), false))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_working_reaction_appears_while_a_slow_turn_runs_and_goes_with_the_reply() {
+    let (fleet, fake) = discord_fleet(json!({"workingEmojiDelay": 0.3})).await;
+    let gate = Gate::new();
+    fleet.llm.push(Reply::text("done").held_by(&gate));
+    let asked = fake.inject(DcMessage::dm(ALICE, ALICE_DM, "slow one"));
+    fake.wait_until("the working reaction", DEFAULT_WAIT, |f| {
+        f.reactions_on(asked)
+            .contains(&("🔧".to_string(), true))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    assert!(fake.sent_in(ALICE_DM).is_empty(), "added before the reply");
+    gate.open();
+    wait_sent(&fake, ALICE_DM, 1).await;
+    fake.wait_until("both reactions removed", DEFAULT_WAIT, |f| {
+        let r = f.reactions_on(asked);
+        (r.contains(&("🔧".to_string(), false)) && r.contains(&("👀".to_string(), false)))
             .then_some(())
     })
     .await
@@ -208,6 +234,56 @@ async fn a_4500_character_reply_arrives_as_three_messages_of_at_most_2000() {
     assert_eq!(strip(&joined), strip(&answer), "nothing lost");
     assert!(sent[0].reply_to.is_some());
     assert!(sent[1..].iter().all(|m| m.reply_to.is_none()));
+}
+
+#[tokio::test]
+async fn with_streaming_a_4500_character_reply_is_one_edited_preview_then_two_more_messages() {
+    let (fleet, fake) = discord_fleet(json!({"streaming": true, "streamEditInterval": 0.1})).await;
+    let body = "All work and no play. ".repeat(20);
+    let mut paragraphs = vec![format!("{body}Jack ok."); 9];
+    paragraphs.push(format!("{body}Jack okay."));
+    let answer = paragraphs.join("\n\n");
+    // Paced like a real model: three deltas of 1,500 characters, 300 ms apart.
+    fleet
+        .llm
+        .push(Reply::text(answer.clone()).with_stream_pace(Duration::from_millis(300)));
+    let asked = fake.inject(DcMessage::dm(ALICE, ALICE_DM, "tell me a long story"));
+    let sent = wait_sent(&fake, ALICE_DM, 3).await;
+    assert_eq!(sent.len(), 3, "{sent:#?}");
+    assert!(
+        sent[0].edits >= 2,
+        "the preview was edited while streaming and into the final first chunk: {sent:#?}"
+    );
+    assert_eq!(
+        sent[0].reply_to,
+        Some(asked),
+        "the preview replies to the DM"
+    );
+    assert!(
+        sent[1..]
+            .iter()
+            .all(|m| m.edits == 0 && m.reply_to.is_none())
+    );
+    assert!(sent.iter().all(|m| m.content.chars().count() <= 2_000));
+    let joined: String = sent.iter().map(|m| m.content.as_str()).collect();
+    let strip = |s: &str| s.split_whitespace().collect::<String>();
+    assert_eq!(
+        strip(&joined),
+        strip(&answer),
+        "the final text, nothing lost"
+    );
+    // A second DM is the barrier: once it is answered, the long reply was delivered once.
+    fleet.llm.push(Reply::text("second"));
+    fake.inject(DcMessage::dm(ALICE, ALICE_DM, "again"));
+    let sent = fake
+        .wait_until("the second answer", DEFAULT_WAIT, |f| {
+            let sent = f.sent_in(ALICE_DM);
+            sent.iter().any(|m| m.content == "second").then_some(sent)
+        })
+        .await
+        .unwrap();
+    assert_eq!(sent.len(), 4, "{sent:#?}");
+    assert_eq!(fleet.llm.request_count(), 2);
 }
 
 #[tokio::test]

@@ -461,3 +461,77 @@ async fn progress_and_tool_hints_are_never_mailed_only_the_final_reply() {
     assert!(sent[0].body.contains("Done looking."), "{sent:#?}");
     assert_eq!(fleet.llm.request_count(), 2, "the tool call ran");
 }
+
+#[tokio::test]
+async fn new_mail_is_answered_at_once_through_imap_idle_even_with_a_ten_minute_poll_interval() {
+    let servers = MailServers::shared().await.expect("mail servers");
+    let bot = bot_address("bot");
+    let alice = person("alice");
+    let fleet = email_fleet(
+        servers,
+        &bot,
+        json!({"allowFrom": [alice], "pollIntervalSeconds": 600}),
+    )
+    .await;
+    fleet.llm.set_fallback(Reply::text("answered"));
+    // Each mail arrives while the poller waits: without IDLE it would be read in ten minutes.
+    for (n, subject) in [(1, "First"), (2, "Second")] {
+        let id = format!("<idle-{n}@example.test>");
+        servers
+            .deliver(&bot, &mail(&alice, &bot, &id, subject, "", "hello"))
+            .await
+            .unwrap();
+        let sent = wait_sent(servers, &alice, n).await;
+        assert_eq!(sent[n - 1].subject, format!("Re: {subject}"));
+    }
+}
+
+#[tokio::test]
+async fn a_recreated_mailbox_is_not_answered_again_only_mail_arriving_after_it() {
+    let servers = MailServers::shared().await.expect("mail servers");
+    let bot = bot_address("bot");
+    let alice = person("alice");
+    servers.create_mailbox(&bot, "Bot").await.unwrap();
+    // markSeen off: mail answered before stays unseen, as on a server that keeps no flags.
+    let mut fleet = email_fleet(
+        servers,
+        &bot,
+        json!({"allowFrom": [alice], "imapMailbox": "Bot", "markSeen": false}),
+    )
+    .await;
+    fleet.llm.set_fallback(Reply::text("answered"));
+    // No Message-ID: nothing but the mailbox position tells this mail apart.
+    let old = format!(
+        "Authentication-Results: mx.fleet.test; spf=pass; dkim=pass\r\n\
+         From: {alice}\r\nTo: {bot}\r\nSubject: Old question\r\n\
+         Date: Wed, 25 Nov 2026 07:00:00 +0000\r\nContent-Type: text/plain\r\n\r\nold\r\n"
+    );
+    servers
+        .deliver_to(&bot, "Bot", old.as_bytes())
+        .await
+        .unwrap();
+    wait_sent(servers, &alice, 1).await;
+    let before = servers.uid_validity(&bot, "Bot").await.unwrap();
+    // The mailbox is recreated with the old mail in it (a restore, a migration): new UIDs.
+    servers
+        .recreate_mailbox(&bot, "Bot", &[old.as_bytes()])
+        .await
+        .unwrap();
+    assert_ne!(servers.uid_validity(&bot, "Bot").await.unwrap(), before);
+    wait_log(&mut fleet, "email mailbox UIDVALIDITY changed").await;
+    let new = mail(
+        &alice,
+        &bot,
+        "<new-1@example.test>",
+        "New question",
+        "",
+        "new",
+    );
+    servers.deliver_to(&bot, "Bot", &new).await.unwrap();
+    // One session: had the old mail been read again, its reply would come first.
+    let sent = wait_sent(servers, &alice, 2).await;
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert_eq!(sent[0].subject, "Re: Old question");
+    assert_eq!(sent[1].subject, "Re: New question", "{sent:#?}");
+    assert_eq!(fleet.llm.request_count(), 2);
+}

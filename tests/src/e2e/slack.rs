@@ -1,6 +1,8 @@
 //! The Slack channel end to end: the fleet's processes against the project's Slack fake over
 //! real HTTP and WebSocket (`channels.slack.apiBase` points at it) and the scripted LLM.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::e2e::session_rows;
@@ -133,6 +135,51 @@ async fn a_dm_is_answered_once_in_mrkdwn_with_the_receipt_reaction_swapped_for_d
     .collect();
     assert_eq!(reactions, expected);
     assert_eq!(fake.posted("D0ALICE").len(), 1);
+}
+
+#[tokio::test]
+async fn with_streaming_a_reply_in_a_thread_is_one_message_edited_into_the_final_mrkdwn() {
+    let (fleet, fake) = slack_fleet(json!({"streaming": true, "streamEditInterval": 0.1})).await;
+    let answer = "**Streaming** on Slack: ".to_string() + &"word ".repeat(60) + "done";
+    // Paced like a real model, so the preview is up and edited before the final reply.
+    fleet
+        .llm
+        .push(Reply::text(answer).with_stream_pace(Duration::from_millis(300)));
+    fake.send_event(in_channel(
+        ALICE,
+        "1700000050.000100",
+        "stream please",
+        true,
+    ))
+    .unwrap();
+    let expected = format!("*Streaming* on Slack: {}done", "word ".repeat(60));
+    let reply = fake
+        .wait_posted("C0GENERAL", |p| p.text == expected)
+        .await
+        .unwrap();
+    assert_eq!(reply.thread_ts.as_deref(), Some("1700000050.000100"));
+    assert!(
+        reply.edits >= 2,
+        "previewed, edited while streaming and into the final text: {reply:#?}"
+    );
+    let first = &fake.calls_of("chat.postMessage")[0];
+    let preview = first.arg("text").unwrap();
+    assert!(
+        preview.starts_with("*Streaming* on Slack: word") && preview.len() < expected.len(),
+        "the first post was a preview of the start: {preview}"
+    );
+    // A second message is the barrier: once it is answered, the first reply is still the one
+    // message, never posted again.
+    fleet.llm.push(Reply::text("second"));
+    fake.send_event(in_channel(ALICE, "1700000051.000100", "again", true))
+        .unwrap();
+    fake.wait_posted("C0GENERAL", |p| p.text == "second")
+        .await
+        .unwrap();
+    let posted = fake.posted("C0GENERAL");
+    assert_eq!(posted.len(), 2, "{posted:#?}");
+    assert_eq!(posted[0].text, expected);
+    assert_eq!(fleet.llm.request_count(), 2);
 }
 
 #[tokio::test]

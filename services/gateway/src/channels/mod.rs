@@ -8,6 +8,8 @@
 //! - [`acl`]: `allowFrom` matching.
 //! - [`delivery`]: the durable outbound consumer shared by the gateway replicas, with the
 //!   delivered-record that keeps a redelivery from sending twice.
+//! - [`stream`]: edit-in-place streaming (one preview message per reply, edited as deltas
+//!   arrive, taken over by the final reply) for Slack and Discord.
 //! - [`telegram`]: Telegram through teloxide.
 //! - [`email`]: email, IMAP polling in and SMTP out.
 //! - [`slack`]: Slack (Socket Mode or the Events API) over reqwest and tokio-tungstenite.
@@ -19,6 +21,7 @@ pub mod delivery;
 pub mod discord;
 pub mod email;
 pub mod slack;
+mod stream;
 pub mod telegram;
 mod typing;
 pub mod websocket;

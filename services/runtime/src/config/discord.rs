@@ -41,6 +41,20 @@ pub struct DiscordConfig {
     /// Reaction set on a message when it is received (empty: none). Default 👀.
     #[serde(alias = "read_receipt_emoji")]
     pub read_receipt_emoji: String,
+    /// Reaction added while the turn runs, `workingEmojiDelay` seconds after receipt, removed
+    /// with the final reply (empty: none). Default 🔧.
+    #[serde(alias = "working_emoji")]
+    pub working_emoji: String,
+    /// Seconds after receipt before `workingEmoji` is added. Default 2.
+    #[serde(alias = "working_emoji_delay")]
+    pub working_emoji_delay: f64,
+    /// Show the reply while it is written: one message edited in place (upstream's
+    /// `send_delta`). Default true, as upstream.
+    pub streaming: bool,
+    /// Seconds between two edits of a streaming message (at least 0.1). Default 0.8, upstream's
+    /// fixed interval.
+    #[serde(alias = "stream_edit_interval")]
+    pub stream_edit_interval: f64,
     /// Overrides `channels.sendProgress` for this channel.
     #[serde(alias = "send_progress")]
     pub send_progress: Option<bool>,
@@ -57,8 +71,8 @@ pub struct DiscordConfig {
     /// after the holder dies. Default 10.
     #[serde(alias = "lease_secs")]
     pub lease_secs: f64,
-    /// Upstream keys the fleet accepts without using (`workingEmoji`, `workingEmojiDelay`,
-    /// `streaming`, `proxy`, `proxyUsername`, `proxyPassword`; a set `proxy` is refused).
+    /// Upstream keys the fleet accepts without using (`proxy`, `proxyUsername`,
+    /// `proxyPassword`; a set `proxy` is refused).
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
 }
@@ -73,6 +87,10 @@ impl Default for DiscordConfig {
             intents: DISCORD_INTENTS,
             group_policy: "mention".into(),
             read_receipt_emoji: "👀".into(),
+            working_emoji: "🔧".into(),
+            working_emoji_delay: 2.0,
+            streaming: true,
+            stream_edit_interval: 0.8,
             send_progress: None,
             send_tool_hints: None,
             api_base: DISCORD_API.into(),
@@ -84,14 +102,7 @@ impl Default for DiscordConfig {
 }
 
 /// Upstream Discord keys accepted but not interpreted by the fleet.
-const DISCORD_EXTRAS: &[&str] = &[
-    "workingEmoji",
-    "workingEmojiDelay",
-    "streaming",
-    "proxy",
-    "proxyUsername",
-    "proxyPassword",
-];
+const DISCORD_EXTRAS: &[&str] = &["proxy", "proxyUsername", "proxyPassword"];
 
 /// One bot's Discord settings, resolved.
 #[derive(Debug, Clone, PartialEq)]
@@ -146,6 +157,14 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
         }
         if !matches!(c.group_policy.as_str(), "mention" | "open") {
             problems.push(format!("{at}.groupPolicy: must be \"mention\" or \"open\""));
+        }
+        if !(c.working_emoji_delay >= 0.0 && c.working_emoji_delay <= 3600.0) {
+            problems.push(format!(
+                "{at}.workingEmojiDelay: must be between 0 and 3600 seconds"
+            ));
+        }
+        if c.stream_edit_interval.is_nan() || c.stream_edit_interval < 0.1 {
+            problems.push(format!("{at}.streamEditInterval: must be at least 0.1"));
         }
         if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
             problems.push(format!("{at}.leaseSecs: must be at least 1"));
@@ -219,6 +238,10 @@ mod tests {
         assert_eq!(dc.config.intents, 37377);
         assert_eq!(dc.config.group_policy, "mention");
         assert_eq!(dc.config.read_receipt_emoji, "👀");
+        assert_eq!(dc.config.working_emoji, "🔧");
+        assert_eq!(dc.config.working_emoji_delay, 2.0);
+        assert!(dc.config.streaming);
+        assert_eq!(dc.config.stream_edit_interval, 0.8);
         assert_eq!(dc.config.api_base, DISCORD_API);
         assert!(dc.config.gateway_url.is_empty());
         assert!(
@@ -234,6 +257,7 @@ mod tests {
         let err = parse(
             r#"{"channels":{"discord":{"enabled":true,"tokn":"x","groupPolicy":"all",
                 "apiBase":"ftp://x","gatewayUrl":"http://x","leaseSecs":0,
+                "streamEditInterval":0.01,"workingEmojiDelay":-1,
                 "proxy":"http://u:pa55word@p:1"}}}"#,
         )
         .unwrap_err()
@@ -245,6 +269,8 @@ mod tests {
             "channels.discord.apiBase",
             "channels.discord.gatewayUrl",
             "channels.discord.leaseSecs",
+            "channels.discord.streamEditInterval: must be at least 0.1",
+            "channels.discord.workingEmojiDelay: must be between",
             "channels.discord.proxy: not supported",
         ] {
             assert!(err.contains(needle), "missing {needle:?} in:\n{err}");

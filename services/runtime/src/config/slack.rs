@@ -90,6 +90,13 @@ pub struct SlackConfig {
     /// Reaction name set once it is answered (empty: none). Default `white_check_mark`.
     #[serde(alias = "done_emoji")]
     pub done_emoji: String,
+    /// Show the reply while it is written: one message posted, then edited in place
+    /// (`chat.update`). Default false (upstream's Slack channel does not stream).
+    pub streaming: bool,
+    /// Seconds between two edits of a streaming message (at least 0.1). Default 1 (Slack
+    /// allows about one `chat.update` per second per channel).
+    #[serde(alias = "stream_edit_interval")]
+    pub stream_edit_interval: f64,
     /// Direct messages.
     pub dm: SlackDmConfig,
     /// Path of the Events API route. Default `/slack/events`.
@@ -125,6 +132,8 @@ impl Default for SlackConfig {
             reply_in_thread: true,
             react_emoji: "eyes".into(),
             done_emoji: "white_check_mark".into(),
+            streaming: false,
+            stream_edit_interval: 1.0,
             dm: SlackDmConfig::default(),
             webhook_path: "/slack/events".into(),
             webhook_listen_host: "127.0.0.1".into(),
@@ -214,6 +223,9 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
                 "{at}.groupPolicy: must be \"mention\", \"open\" or \"allowlist\""
             ));
         }
+        if c.stream_edit_interval.is_nan() || c.stream_edit_interval < 0.1 {
+            problems.push(format!("{at}.streamEditInterval: must be at least 0.1"));
+        }
         if !matches!(c.dm.policy.as_str(), "open" | "allowlist") {
             problems.push(format!("{at}.dm.policy: must be \"open\" or \"allowlist\""));
         }
@@ -267,6 +279,11 @@ mod tests {
         assert_eq!(s.config.done_emoji, "white_check_mark");
         assert_eq!(s.config.webhook_path, "/slack/events");
         assert!(s.config.reply_in_thread && s.config.dm.enabled);
+        assert!(
+            !s.config.streaming,
+            "upstream's Slack channel does not stream"
+        );
+        assert_eq!(s.config.stream_edit_interval, 1.0);
         assert_eq!(s.config.allow_from, vec!["U1".to_string()]);
         let dump = c.dump_redacted();
         assert!(!dump.contains("xoxb-1-secret") && !dump.contains("xapp-1-secret"));

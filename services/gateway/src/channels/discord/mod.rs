@@ -11,9 +11,13 @@
 //! - Each message ([`receive`]): own and system messages dropped; in guilds only senders in
 //!   `allowFrom` (or paired), only in `allowChannels`, and only when @mentioned or replied to
 //!   (the mention stripped) unless `groupPolicy` is `open`; unknown DM senders get a pairing
-//!   code; the 👀 reaction, typing, attachments downloaded, then one inbound message.
+//!   code; the 👀 reaction, typing, the 🔧 working reaction after `workingEmojiDelay`,
+//!   attachments downloaded, then one inbound message.
 //! - Sending ([`outbound`]) through REST from whichever replica the delivery lands on: files,
 //!   then the text in chunks of at most 2,000 characters, the first a reply to the user's message.
+//!   With `streaming` (upstream's default), the reply is posted once and edited in place by the
+//!   channel layer's [`Streamer`](super::stream::Streamer); the final reply edits it into its
+//!   first chunk and sends the rest as new messages.
 //! - REST goes to `apiBase`, the gateway to `gatewayUrl` when set.
 //!
 //! The token is never logged and never part of a key: keys use [`token_id`].
@@ -39,6 +43,7 @@ use nanobot_proto::{OutboundKind, OutboundMessage};
 use nanobot_runtime::config::{Config, DiscordBot, DiscordConfig};
 use nanobot_runtime::lease::Leases;
 
+use super::stream::Streamer;
 use super::telegram::token_id;
 use super::{Channel, ChannelDeps, ChannelSettings, Inbound, Progress, SendError};
 
@@ -62,6 +67,9 @@ pub struct DiscordChannel {
     download: reqwest::Client,
     me: OnceLock<Id<UserMarker>>,
     typing: typing::Typing,
+    working: typing::Working,
+    /// Streaming previews (`streaming`).
+    streams: Streamer,
 }
 
 impl std::fmt::Debug for DiscordChannel {
@@ -116,7 +124,9 @@ impl DiscordChannel {
                 .unwrap_or(cfg.channels.send_tool_hints),
         };
         let lease_ttl = Duration::from_secs_f64(dc.config.lease_secs);
+        let interval = Duration::from_secs_f64(dc.config.stream_edit_interval);
         Ok(Self {
+            streams: Streamer::new(CHANNEL, &dc.bot, deps.redis.clone(), interval),
             token_id: token_id(&dc.config.token),
             media_dir: dc.workspace.join(".nanobot").join("media").join(CHANNEL),
             pairing: PairingStore::new(deps.redis.clone(), &dc.bot),
@@ -131,6 +141,7 @@ impl DiscordChannel {
             http,
             me: OnceLock::new(),
             typing: typing::Typing::default(),
+            working: typing::Working::default(),
         })
     }
 
@@ -218,6 +229,10 @@ impl Channel for DiscordChannel {
         );
         if done && let Ok(chat) = msg.chat_id.parse() {
             self.typing.stop(chat);
+            self.working.stop(chat);
+        }
+        if self.cfg.streaming {
+            self.streams.observe(self, msg).await;
         }
     }
 }

@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+use async_trait::async_trait;
 use twilight_http::error::ErrorType;
 use twilight_http::request::channel::reaction::RequestReactionType;
 use twilight_model::channel::message::AllowedMentions;
@@ -18,8 +19,17 @@ use nanobot_proto::{OutboundKind, OutboundMessage};
 
 use super::DiscordChannel;
 use super::receive::{MAX_ATTACHMENT_BYTES, message_id_of};
+use crate::channels::stream::Editor;
 use crate::channels::{Progress, SendError};
 use crate::render::telegram::split_markdown;
+
+/// Replies mention nobody (the user being answered is not pinged).
+static NO_PING: AllowedMentions = AllowedMentions {
+    parse: Vec::new(),
+    replied_user: false,
+    roles: Vec::new(),
+    users: Vec::new(),
+};
 
 /// Discord's message length limit, in characters.
 pub(super) const MAX_MESSAGE_LEN: usize = 2000;
@@ -56,16 +66,46 @@ pub(super) async fn send(
         true => message_id_of(&msg.reply_to).and_then(Id::<MessageMarker>::new_checked),
         false => None,
     };
-    let no_ping = AllowedMentions {
-        replied_user: false,
-        ..AllowedMentions::default()
-    };
+    if last
+        && ch.cfg.streaming
+        && !msg.content.is_empty()
+        && let Some(preview) = ch.streams.finish(msg).await?
+    {
+        return send_streamed(ch, channel, msg, &preview, progress).await;
+    }
+    let (failed, sent_media) = send_files(ch, channel, msg, 0, &mut reference, progress).await?;
+    let chunks = build_chunks(&msg.content, &failed, sent_media);
+    for (i, chunk) in chunks.iter().enumerate() {
+        let part = msg.media.len() + i;
+        if part < progress.done() {
+            continue;
+        }
+        let reply = if i == 0 { reference } else { None };
+        create(ch, channel, chunk, reply).await?;
+        progress.part_done().await;
+    }
+    if last {
+        clear_reaction(ch, channel, &msg.reply_to).await;
+    }
+    Ok(())
+}
+
+/// Sends the files of `msg` (part `first_part + i` is file `i`), the first a reply to
+/// `reference` (then cleared); returns the names of the files not sent and whether any was.
+async fn send_files(
+    ch: &DiscordChannel,
+    channel: Id<ChannelMarker>,
+    msg: &OutboundMessage,
+    first_part: usize,
+    reference: &mut Option<Id<MessageMarker>>,
+    progress: &mut Progress,
+) -> Result<(Vec<String>, bool), SendError> {
     let mut failed = Vec::new();
     let mut sent_media = false;
     for (i, path) in msg.media.iter().enumerate() {
-        if i < progress.done() {
+        if first_part + i < progress.done() {
             sent_media = true;
-            reference = None;
+            *reference = None;
             continue;
         }
         let path = Path::new(path);
@@ -77,16 +117,16 @@ pub(super) async fn send(
             Ok(bytes) => {
                 let files = [Attachment::from_bytes(name.clone(), bytes, 0)];
                 let mut request = ch.http.create_message(channel).attachments(&files);
-                if let Some(reply) = reference {
+                if let Some(reply) = *reference {
                     request = request
                         .reply(reply)
                         .fail_if_not_exists(false)
-                        .allowed_mentions(Some(&no_ping));
+                        .allowed_mentions(Some(&NO_PING));
                 }
                 match request.await {
                     Ok(_) => {
                         sent_media = true;
-                        reference = None;
+                        *reference = None;
                     }
                     Err(e) => match classify(&e) {
                         retry @ SendError::Transient(_) => return Err(retry),
@@ -104,28 +144,112 @@ pub(super) async fn send(
         }
         progress.part_done().await;
     }
-    let chunks = build_chunks(&msg.content, &failed, sent_media);
+    Ok((failed, sent_media))
+}
+
+/// Finishes a streamed reply: the preview `preview` edited into the first chunk (posted anew
+/// when Discord refuses the edit, e.g. the preview was deleted), the other chunks as new
+/// messages, then the files. Parts: chunk `i` is part `i`, the files follow.
+async fn send_streamed(
+    ch: &DiscordChannel,
+    channel: Id<ChannelMarker>,
+    msg: &OutboundMessage,
+    preview: &str,
+    progress: &mut Progress,
+) -> Result<(), SendError> {
+    let chunks = build_chunks(&msg.content, &[], false);
     for (i, chunk) in chunks.iter().enumerate() {
-        let part = msg.media.len() + i;
-        if part < progress.done() {
+        if i < progress.done() {
             continue;
         }
-        let mut request = ch.http.create_message(channel).content(chunk);
-        if i == 0
-            && let Some(reply) = reference
-        {
-            request = request
-                .reply(reply)
-                .fail_if_not_exists(false)
-                .allowed_mentions(Some(&no_ping));
+        let edited = match (i, preview.parse::<Id<MessageMarker>>()) {
+            (0, Ok(id)) => match ch
+                .http
+                .update_message(channel, id)
+                .content(Some(chunk))
+                .await
+            {
+                Ok(_) => true,
+                Err(e) => match classify(&e) {
+                    retry @ SendError::Transient(_) => return Err(retry),
+                    SendError::Permanent(why) => {
+                        tracing::warn!(bot = %ch.bot_id, error = %why, "discord preview not edited; posting the reply");
+                        false
+                    }
+                },
+            },
+            _ => false,
+        };
+        if !edited {
+            create(ch, channel, chunk, None).await?;
         }
-        request.await.map_err(|e| classify(&e))?;
         progress.part_done().await;
     }
-    if last {
-        clear_reaction(ch, channel, &msg.reply_to).await;
-    }
+    send_files(ch, channel, msg, chunks.len(), &mut None, progress).await?;
+    clear_reaction(ch, channel, &msg.reply_to).await;
     Ok(())
+}
+
+/// Posts `text`, as a reply to `reply` (without pinging its author) when set; returns
+/// Discord's answer.
+async fn create(
+    ch: &DiscordChannel,
+    channel: Id<ChannelMarker>,
+    text: &str,
+    reply: Option<Id<MessageMarker>>,
+) -> Result<twilight_http::Response<twilight_model::channel::Message>, SendError> {
+    let mut request = ch.http.create_message(channel).content(text);
+    if let Some(reply) = reply {
+        request = request
+            .reply(reply)
+            .fail_if_not_exists(false)
+            .allowed_mentions(Some(&NO_PING));
+    }
+    request.await.map_err(|e| classify(&e))
+}
+
+#[async_trait]
+impl Editor for DiscordChannel {
+    async fn post_preview(&self, msg: &OutboundMessage, text: &str) -> Result<String, SendError> {
+        let channel: Id<ChannelMarker> = msg
+            .chat_id
+            .parse()
+            .map_err(|_| SendError::Permanent(format!("chat id {:?}", msg.chat_id)))?;
+        // A reply to the user's message, as the final reply would be.
+        let reply = message_id_of(&msg.reply_to).and_then(Id::<MessageMarker>::new_checked);
+        let answer = create(self, channel, text, reply).await?;
+        // Only the id is needed: read it without the whole message model.
+        let body = answer
+            .bytes()
+            .await
+            .map_err(|e| SendError::Transient(format!("discord answer unreadable: {e}")))?;
+        serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|m| m["id"].as_str().map(str::to_string))
+            .ok_or_else(|| SendError::Permanent("discord answered no message id".into()))
+    }
+
+    async fn edit(&self, msg: &OutboundMessage, id: &str, text: &str) -> Result<(), SendError> {
+        let (Ok(channel), Ok(id)) = (
+            msg.chat_id.parse::<Id<ChannelMarker>>(),
+            id.parse::<Id<MessageMarker>>(),
+        ) else {
+            return Err(SendError::Permanent("not a discord message".into()));
+        };
+        self.http
+            .update_message(channel, id)
+            .content(Some(text))
+            .await
+            .map(drop)
+            .map_err(|e| classify(&e))
+    }
+
+    fn first_chunk(&self, text: &str) -> String {
+        build_chunks(text, &[], false)
+            .into_iter()
+            .next()
+            .unwrap_or_default()
+    }
 }
 
 /// Reads a file to attach, refusing what Discord would refuse anyway.
@@ -139,23 +263,24 @@ async fn read_file(path: &Path) -> Result<Vec<u8>, String> {
     tokio::fs::read(path).await.map_err(|e| e.to_string())
 }
 
-/// Removes the read-receipt reaction from the answered message (best effort).
+/// Removes the read-receipt and working reactions from the answered message (best effort).
 async fn clear_reaction(ch: &DiscordChannel, channel: Id<ChannelMarker>, reply_to: &str) {
+    ch.working.stop(channel.get());
     let Some(message) = message_id_of(reply_to).and_then(Id::<MessageMarker>::new_checked) else {
         return;
     };
-    if ch.cfg.read_receipt_emoji.is_empty() {
-        return;
-    }
-    let emoji = RequestReactionType::Unicode {
-        name: &ch.cfg.read_receipt_emoji,
-    };
-    if let Err(e) = ch
-        .http
-        .delete_current_user_reaction(channel, message, &emoji)
-        .await
-    {
-        tracing::debug!(bot = %ch.bot_id, error = %e, "discord reaction removal failed");
+    for name in [&ch.cfg.read_receipt_emoji, &ch.cfg.working_emoji] {
+        if name.is_empty() {
+            continue;
+        }
+        let emoji = RequestReactionType::Unicode { name };
+        if let Err(e) = ch
+            .http
+            .delete_current_user_reaction(channel, message, &emoji)
+            .await
+        {
+            tracing::debug!(bot = %ch.bot_id, error = %e, "discord reaction removal failed");
+        }
     }
 }
 

@@ -101,6 +101,7 @@ pub(super) async fn handle(
     }
     react(ch, msg).await;
     ch.typing.start(&ch.http, msg.channel_id);
+    ch.working.start(ch, msg.channel_id, msg.id);
     let mut markers = Vec::new();
     let mut paths = Vec::new();
     for attachment in &msg.attachments {
@@ -152,7 +153,7 @@ pub(super) async fn handle(
         })
         .to_string(),
         session_key: format!("{CHANNEL}:{chat}"),
-        stream: false,
+        stream: ch.cfg.streaming,
         reply_channel: String::new(),
         reply_chat_id: String::new(),
     };

@@ -1,5 +1,6 @@
 //! The IMAP connection: implicit TLS (`imapUseSsl`, rustls with the web PKI roots) or plain
-//! TCP, then LOGIN and SELECT, as upstream's `imaplib.IMAP4_SSL` / `IMAP4`.
+//! TCP, then LOGIN and SELECT, as upstream's `imaplib.IMAP4_SSL` / `IMAP4`; between polls IDLE
+//! (RFC 2177) when the server offers it.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -54,6 +55,10 @@ pub(super) struct Mailbox {
     pub(super) session: Session<Stream>,
     /// The mailbox's UIDVALIDITY (0 when the server sends none).
     pub(super) validity: u32,
+    /// The mailbox's UIDNEXT at SELECT, when the server sent it.
+    uid_next: Option<u32>,
+    /// Whether the server offers IDLE.
+    pub(super) idle: bool,
 }
 
 /// Connects, logs in and selects `cfg.imap_mailbox`.
@@ -77,10 +82,13 @@ pub(super) async fn open(cfg: &EmailConfig) -> Result<Mailbox, ImapError> {
                 async_imap::error::Error::No(text) => ImapError::LoginRefused(text),
                 other => ImapError::Failed(other.to_string()),
             })?;
+        let idle = session.capabilities().await?.has_str("IDLE");
         let selected = session.select(&cfg.imap_mailbox).await?;
         Ok(Mailbox {
             session,
             validity: selected.uid_validity.unwrap_or(0),
+            uid_next: selected.uid_next,
+            idle,
         })
     };
     tokio::time::timeout(TIMEOUT, connect)
@@ -100,6 +108,38 @@ impl Mailbox {
         let mut uids: Vec<u32> = found.into_iter().filter(|uid| *uid > last).collect();
         uids.sort_unstable();
         Ok(uids)
+    }
+
+    /// Returns the highest UID in the mailbox (0 when it is empty): UIDNEXT − 1 from SELECT,
+    /// else the largest of `UID SEARCH ALL`.
+    pub(super) async fn highest_uid(&mut self) -> Result<u32, ImapError> {
+        if let Some(next) = self.uid_next {
+            return Ok(next.saturating_sub(1));
+        }
+        let all = timed(self.session.uid_search("ALL")).await?;
+        Ok(all.into_iter().max().unwrap_or(0))
+    }
+
+    /// Waits in IDLE until the server reports a change of the mailbox (new mail) or `max`
+    /// passed, then ends the IDLE; the session is handed back for the next poll.
+    pub(super) async fn idle(self, max: Duration) -> Result<Self, ImapError> {
+        let Self {
+            session,
+            validity,
+            uid_next,
+            idle,
+        } = self;
+        let mut handle = session.idle();
+        timed(handle.init()).await?;
+        let (wait, _stop) = handle.wait_with_timeout(max);
+        wait.await?;
+        let session = timed(handle.done()).await?;
+        Ok(Self {
+            session,
+            validity,
+            uid_next,
+            idle,
+        })
     }
 
     /// Returns the raw mail of `uid` without marking it seen; `None` when it is gone.

@@ -1,7 +1,16 @@
 //! Mailbox polling under a lease: every replica tries to take [`keys::email_poller`]; the one
 //! that holds it logs in, searches the unseen mail above the cursor, handles each mail in UID
-//! order, marks it seen and moves the cursor under the lease's fence, then waits
-//! `pollIntervalSeconds`. A replica that loses the lease drops its session at once.
+//! order, marks it seen and moves the cursor under the lease's fence, then waits for the next
+//! poll: in IMAP IDLE when the server offers it (new mail wakes it at once; it polls again
+//! after `pollIntervalSeconds` anyway), else `pollIntervalSeconds` (then NOOP to check the
+//! connection). A replica that loses the lease drops its session at once.
+//!
+//! The cursor is `<uidvalidity>:<uid>`. When the mailbox's UIDVALIDITY changes (the mailbox was
+//! recreated or its UIDs renumbered), the stored UID means nothing any more: the cursor is
+//! reset to the new validity and the mailbox's current highest UID, so only mail arriving
+//! after that is answered; mail already in the recreated mailbox, read or not, is left alone
+//! (it may be mail answered before). With no cursor yet (first start), every unseen mail is
+//! read, as upstream.
 //!
 //! A SIGKILL mid-poll: a mail whose inbound message was published but whose cursor was not
 //! written yet is read again by the next holder (within `leaseSecs`) and published again with
@@ -93,10 +102,10 @@ async fn poll(
         }
     };
     let cursor_key = keys::email_cursor(&ch.bot_id, &ch.mailbox_id);
-    let mut last = match read_cursor(ch, &cursor_key, mailbox.validity).await {
+    let mut last = match read_cursor(ch, lease, &cursor_key, &mut mailbox).await {
         Ok(last) => last,
         Err(e) => {
-            tracing::warn!(bot = %ch.bot_id, error = %e, "email cursor unreadable");
+            tracing::warn!(bot = %ch.bot_id, error = format!("{e:#}"), "email cursor not read");
             return failed(backoff, Duration::from_secs(1));
         }
     };
@@ -110,6 +119,19 @@ async fn poll(
                 tracing::warn!(bot = %ch.bot_id, mailbox_id = %ch.mailbox_id, error = format!("{e:#}"), "email poll failed; logging in again");
                 return failed(backoff, Duration::from_secs(1));
             }
+        }
+        if mailbox.idle {
+            mailbox = tokio::select! {
+                _ = cancel.cancelled() => return Ended::Stopped,
+                idled = mailbox.idle(interval) => match idled {
+                    Ok(mailbox) => mailbox,
+                    Err(e) => {
+                        tracing::warn!(bot = %ch.bot_id, error = %e, "email IMAP IDLE failed; logging in again");
+                        return failed(backoff, Duration::from_secs(1));
+                    }
+                },
+            };
+            continue;
         }
         tokio::select! {
             _ = cancel.cancelled() => {
@@ -156,22 +178,33 @@ async fn poll_once(
     Ok(true)
 }
 
-/// Returns the last processed UID of the mailbox, 0 when there is none or the mailbox's
-/// UIDVALIDITY changed (its UIDs were renumbered: the unseen mail is read from the start).
-async fn read_cursor(ch: &EmailChannel, key: &str, validity: u32) -> redis::RedisResult<u32> {
+/// Returns the last processed UID of the mailbox: 0 when there is no cursor yet (every unseen
+/// mail is read); when the mailbox's UIDVALIDITY changed, the mailbox's highest UID, written as
+/// the new cursor under the lease's fence (only mail arriving after it is read).
+async fn read_cursor(
+    ch: &EmailChannel,
+    lease: &Lease,
+    key: &str,
+    mailbox: &mut Mailbox,
+) -> anyhow::Result<u32> {
     let mut conn = ch.redis.clone();
     let cursor: Option<String> = conn.get(key).await?;
     let Some(cursor) = cursor else { return Ok(0) };
     let parsed = cursor
         .split_once(':')
         .and_then(|(v, uid)| Some((v.parse::<u32>().ok()?, uid.parse::<u32>().ok()?)));
-    match parsed {
-        Some((v, uid)) if v == validity => Ok(uid),
-        _ => {
-            tracing::info!(bot = %ch.bot_id, %cursor, validity, "email mailbox UIDVALIDITY changed; reading its unseen mail from the start");
-            Ok(0)
-        }
+    if let Some((v, uid)) = parsed
+        && v == mailbox.validity
+    {
+        return Ok(uid);
     }
+    let highest = mailbox.highest_uid().await?;
+    let reset = format!("{}:{highest}", mailbox.validity);
+    if !lease.fence().set(&ch.redis, key, &reset).await? {
+        anyhow::bail!("the email poller lease was taken over");
+    }
+    tracing::warn!(bot = %ch.bot_id, mailbox_id = %ch.mailbox_id, old = %cursor, new = %reset, "email mailbox UIDVALIDITY changed; mail already in it is left alone, mail arriving from now on is answered");
+    Ok(highest)
 }
 
 fn failed(backoff: &mut Duration, at_least: Duration) -> Ended {

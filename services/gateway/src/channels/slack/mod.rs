@@ -16,7 +16,9 @@
 //!   the runners de-duplicate if two replicas handle the same event at once.
 //! - Sending ([`outbound`]): mrkdwn chunks with `chat.postMessage` in the message's thread,
 //!   files through `files.getUploadURLExternal`/`files.completeUploadExternal`, the receipt
-//!   reaction swapped for the done reaction on the final reply.
+//!   reaction swapped for the done reaction on the final reply. With `streaming`, the reply is
+//!   posted once and edited in place (`chat.update`) by the channel layer's
+//!   [`Streamer`](super::stream::Streamer).
 //!
 //! Tokens and the signing secret are never logged: errors carry Slack's error codes only.
 //!
@@ -42,6 +44,7 @@ use nanobot_core::pairing::PairingStore;
 use nanobot_proto::OutboundMessage;
 use nanobot_runtime::config::{Config, SlackBot, SlackConfig};
 
+use super::stream::Streamer;
 use super::{Channel, ChannelDeps, ChannelSettings, Inbound, Progress, SendError};
 
 pub use self::inbound::{FileRef, Parsed, inbound_id, parse, session_key, thread_of};
@@ -63,6 +66,8 @@ pub struct SlackChannel {
     media_dir: PathBuf,
     /// The bot's own user id (`auth.test`).
     me: OnceLock<String>,
+    /// Streaming previews (`streaming`).
+    streams: Streamer,
 }
 
 impl std::fmt::Debug for SlackChannel {
@@ -94,7 +99,9 @@ impl SlackChannel {
             send_progress: c.send_progress.unwrap_or(cfg.channels.send_progress),
             send_tool_hints: c.send_tool_hints.unwrap_or(cfg.channels.send_tool_hints),
         };
+        let interval = Duration::from_secs_f64(c.stream_edit_interval);
         Ok(Self {
+            streams: Streamer::new(CHANNEL, &slack.bot, deps.redis.clone(), interval),
             api: api::Api::new(http.clone(), &c.api_base, &c.bot_token),
             app_api: api::Api::new(http, &c.api_base, &c.app_token),
             media_dir: slack.workspace.join(".nanobot").join("media").join(CHANNEL),
@@ -168,5 +175,11 @@ impl Channel for SlackChannel {
 
     async fn send(&self, msg: &OutboundMessage, progress: &mut Progress) -> Result<(), SendError> {
         outbound::send(self, msg, progress).await
+    }
+
+    async fn observe(&self, msg: &OutboundMessage) {
+        if self.cfg.streaming {
+            self.streams.observe(self, msg).await;
+        }
     }
 }

@@ -4,9 +4,12 @@
 //! (`files.getUploadURLExternal`, the upload, `files.completeUploadExternal`) in the same
 //! thread; a file that cannot be sent becomes `[Failed to send: {name}]`. A final reply swaps
 //! the receipt reaction for `doneEmoji` (best effort). Tool hints are a quote of literal text.
+//! With `streaming`, a final reply whose deltas were previewed edits the preview into its first
+//! chunk (`chat.update`) instead of posting it.
 
 use std::path::Path;
 
+use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use nanobot_proto::{OutboundKind, OutboundMessage};
@@ -14,6 +17,7 @@ use nanobot_proto::{OutboundKind, OutboundMessage};
 use super::SlackChannel;
 use super::api::ApiError;
 use super::inbound::{thread_of, ts_of};
+use crate::channels::stream::Editor;
 use crate::channels::{Progress, SendError};
 use crate::render::slack::{MAX_MESSAGE_LEN, split_mrkdwn, tool_hint};
 
@@ -30,6 +34,23 @@ pub(super) async fn send(
         OutboundKind::ToolHint => vec![tool_hint(&msg.content)],
         _ => split_mrkdwn(&msg.content, MAX_MESSAGE_LEN),
     };
+    let last = matches!(kind, OutboundKind::Final | OutboundKind::Error);
+    if ch.cfg.streaming
+        && last
+        && let Some(first) = chunks.first()
+        && let Some(ts) = ch.streams.finish(msg).await?
+        && progress.done() == 0
+    {
+        match update(ch, chat, &ts, first).await {
+            Ok(_) => {}
+            Err(e) if e.is_transient() => return Err(classify(e)),
+            Err(e) => {
+                tracing::warn!(bot = %ch.bot_id, error = %e, "slack preview not updated; posting the reply");
+                post(ch, chat, thread, first).await.map_err(classify)?;
+            }
+        }
+        progress.part_done().await;
+    }
     for (i, chunk) in chunks.iter().enumerate() {
         if i < progress.done() {
             continue;
@@ -56,7 +77,7 @@ pub(super) async fn send(
         }
         progress.part_done().await;
     }
-    if matches!(kind, OutboundKind::Final | OutboundKind::Error) {
+    if last {
         swap_reaction(ch, chat, &msg.reply_to).await;
     }
     Ok(())
@@ -73,6 +94,40 @@ async fn post(
         body["thread_ts"] = json!(ts);
     }
     ch.api.call("chat.postMessage", &body).await
+}
+
+/// Replaces the text of message `ts` (`chat.update`).
+async fn update(ch: &SlackChannel, chat: &str, ts: &str, text: &str) -> Result<Value, ApiError> {
+    let body = json!({"channel": chat, "ts": ts, "text": text, "mrkdwn": true});
+    ch.api.call("chat.update", &body).await
+}
+
+#[async_trait]
+impl Editor for SlackChannel {
+    async fn post_preview(&self, msg: &OutboundMessage, text: &str) -> Result<String, SendError> {
+        let chat = msg.chat_id.as_str();
+        let posted = post(self, chat, thread_of(&msg.session_key, chat), text)
+            .await
+            .map_err(classify)?;
+        posted["ts"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| SendError::Permanent("chat.postMessage answered no ts".into()))
+    }
+
+    async fn edit(&self, msg: &OutboundMessage, id: &str, text: &str) -> Result<(), SendError> {
+        update(self, &msg.chat_id, id, text)
+            .await
+            .map(drop)
+            .map_err(classify)
+    }
+
+    fn first_chunk(&self, text: &str) -> String {
+        split_mrkdwn(text, MAX_MESSAGE_LEN)
+            .into_iter()
+            .next()
+            .unwrap_or_default()
+    }
 }
 
 /// Uploads one file into the conversation (and thread).

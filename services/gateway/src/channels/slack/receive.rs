@@ -133,7 +133,7 @@ async fn handle_message(ch: &SlackChannel, inbound: &Inbound, msg: &Parsed) -> a
         })
         .to_string(),
         session_key: msg.session_key.clone(),
-        stream: false,
+        stream: ch.cfg.streaming,
         reply_channel: String::new(),
         reply_chat_id: String::new(),
     };
