@@ -8,8 +8,10 @@
 #
 # With `email`: dovecot (apt dovecot-imapd) and aiosmtpd (PyPI) for the email channel's tests.
 # With `browser`: Debian's chromium, for the web chat's headless browser test.
+# With `traces`: Arize Phoenix (PyPI arize-phoenix, ~850 MB, in its own venv), the queryable
+# trace store the tracing tests export to.
 #
-# Usage: scripts/deps.sh [core|mcp|model|compose|k8s|email|browser|all]...   (default: core; core includes mcp:
+# Usage: scripts/deps.sh [core|mcp|model|compose|k8s|email|browser|traces|all]...   (default: core; core includes mcp:
 # the npm MCP servers the tools tests use). Several targets may be given: `deps.sh core model`.
 # Prints the directory holding the binaries (add it to PATH) on its last line.
 set -euo pipefail
@@ -137,6 +139,21 @@ ensure_browser() {
   ln -sf "$(system_bin chromium)" "$bin/chromium"
 }
 
+ensure_traces() {
+  # Phoenix pins many Python packages (SQLAlchemy, grpcio, pandas, …): a venv of its own keeps
+  # them from changing what the project's venv holds. It needs Python >= 3.10.
+  local pvenv="$cache/phoenix-venv"
+  if [ ! -x "$pvenv/bin/phoenix" ]; then
+    command -v python3 >/dev/null 2>&1 || apt_install python3
+    log "installing arize-phoenix (PyPI, the tracing tests' trace store; ~850 MB) into $pvenv"
+    rm -rf "$pvenv"
+    python3 -m venv "$pvenv" >&2 2>/dev/null || { apt_install python3-venv; python3 -m venv "$pvenv" >&2; }
+    "$pvenv/bin/pip" install -q --upgrade pip >&2 || true
+    "$pvenv/bin/pip" install -q arize-phoenix >&2
+  fi
+  ln -sf "$pvenv/bin/phoenix" "$bin/phoenix"
+}
+
 ensure_mcp() {
   # MCP servers from npm used by the tools executor's tests (skipped when node/npm are absent).
   local prefix="$cache/npm"
@@ -162,8 +179,9 @@ for what in "$@"; do
     k8s) ensure_k8s ;;
     email) ensure_email ;;
     browser) ensure_browser ;;
-    all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose; ensure_k8s; ensure_email; ensure_browser ;;
-    *) echo "usage: $0 [core|mcp|model|compose|k8s|email|browser|all]..." >&2; exit 64 ;;
+    traces) ensure_traces ;;
+    all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose; ensure_k8s; ensure_email; ensure_browser; ensure_traces ;;
+    *) echo "usage: $0 [core|mcp|model|compose|k8s|email|browser|traces|all]..." >&2; exit 64 ;;
   esac
 done
 echo "$bin"

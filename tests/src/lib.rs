@@ -10,6 +10,8 @@
 //!   409 for a second poller, HTML checks, scripted 429s, recorded calls.
 //! - [`mail_servers`]: a real IMAP server (dovecot) and SMTP server (aiosmtpd) on loopback,
 //!   started once per test binary, for the email channel.
+//! - [`trace_store`]: a real trace store (Arize Phoenix) on loopback, started once per test
+//!   binary, that the tracing tests export to and query.
 //! - [`slack_fake`]: a Slack fake over real HTTP and WebSocket ([`slack_fake::SlackFake`]): the
 //!   Web API methods the channel uses, Socket Mode envelopes and acknowledgements, signed
 //!   Events API requests ([`slack_fake::signed_post`]).
@@ -27,6 +29,7 @@ pub mod mail_servers;
 pub mod scripted_llm;
 pub mod slack_fake;
 pub mod telegram_fake;
+pub mod trace_store;
 
 #[cfg(test)]
 mod e2e;

@@ -356,7 +356,7 @@ service anvil {{
 
 /// Spawns `program args` under a `sh` that kills it once the `sh`'s stdin (kept by this
 /// process) closes, then removes `cleanup`.
-fn supervised(
+pub(crate) fn supervised(
     program: &Path,
     args: &[String],
     log: &Path,

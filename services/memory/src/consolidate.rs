@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use nanobot_core::history;
 use nanobot_core::memory::archive::{self, RawReason};
 use nanobot_core::memory::{Budget, estimate_prompt};
-use nanobot_core::provider::ChatModel as _;
+use nanobot_core::runner;
 use nanobot_core::session::SessionError;
 use nanobot_proto::keys;
 use nanobot_runtime::config::Config;
@@ -106,14 +106,11 @@ async fn archive_text(
     let attempt = async {
         let prompt = archive::archive_messages(&system, messages, from, boundary, &tools, budget)?;
         let request = archive::archive_request(&ctx.bot.target.model, prompt, tools, d.max_tokens);
-        let call = ctx.bot.provider.chat(&request, None);
-        let response = match nanobot_core::resolve::llm_timeout(ctx.cfg) {
-            Some(limit) => tokio::time::timeout(limit, call)
-                .await
-                .map_err(|_| RawReason::Provider("timed out".into()))?,
-            None => call.await,
-        }
-        .map_err(|e| RawReason::Provider(e.to_string()))?;
+        let telemetry = runner::Telemetry::of(&ctx.bot.target, ctx.cfg);
+        let timeout = nanobot_core::resolve::llm_timeout(ctx.cfg);
+        let response = runner::traced_chat(&ctx.bot.provider, &request, &telemetry, timeout)
+            .await
+            .map_err(RawReason::Provider)?;
         archive::summary_of(&response)
     };
     match attempt.await {

@@ -65,7 +65,13 @@ pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<Tele
     }
     let provider = builder.build();
     opentelemetry::global::set_tracer_provider(provider.clone());
-    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service));
+    // A span's parent is the tracing span it was created in, not the thread's current
+    // OpenTelemetry context: with context activation (the layer's default) that thread-local
+    // context is left behind by tasks that move between threads, and a turn's first LLM span
+    // ended up in the next turn's trace (seen in the trace store test).
+    let otel = tracing_opentelemetry::layer()
+        .with_context_activation(false)
+        .with_tracer(provider.tracer(service));
 
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         EnvFilter::new(format!("{},h2=warn,hyper=warn,tower=warn", cfg.log_level))

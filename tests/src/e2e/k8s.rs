@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use nanobot_proto::subjects::{self, Role};
 use nanobot_runtime::testsuite::find_server_binary;
@@ -25,8 +25,21 @@ const ROLES: [&str; 5] = ["gateway", "agent", "tools", "memory", "cron"];
 /// by the local overlay, created by the operator in production.
 const CREDENTIALS: &str = "nanobot-credentials";
 
-/// The optional Secret of provider keys and channel tokens, created by the operator.
-const OPERATOR_SECRET: &str = "nanobot-secrets";
+/// The optional Secret of provider API keys, created by the operator.
+const LLM_SECRET: &str = "nanobot-llm-secrets";
+
+/// The optional Secret of channel tokens, created by the operator.
+const CHANNEL_SECRET: &str = "nanobot-channel-secrets";
+
+/// The operator's Secret a role reads whole: provider keys reach only the roles that call
+/// LLMs, channel tokens only the gateway.
+fn operator_secret_of(role: &str) -> Option<&'static str> {
+    match role {
+        "agent" | "memory" => Some(LLM_SECRET),
+        "gateway" => Some(CHANNEL_SECRET),
+        _ => None,
+    }
+}
 
 fn overlay(name: &str) -> PathBuf {
     PathBuf::from(manifest_dir())
@@ -133,7 +146,7 @@ impl Rendered {
                 Value::Object(map) => {
                     for (key, child) in map {
                         let name = child["name"].as_str().map(str::to_string);
-                        // An optional reference may be absent (`nanobot-secrets`).
+                        // An optional reference may be absent (the operator's Secrets).
                         let name = name.filter(|_| child["optional"] != true);
                         match (key.as_str(), name) {
                             ("configMapRef" | "configMapKeyRef" | "configMap", Some(n)) => {
@@ -283,14 +296,21 @@ fn check_logins(r: &Rendered) {
         let expected =
             has_redis_user(role).then(|| format!("redis://{role}:$(REDIS_PASSWORD)@redis:6379"));
         assert_eq!(store, expected, "{name} logs into Redis as itself");
-        for source in container["envFrom"].as_array().into_iter().flatten() {
-            if let Some(secret) = source.get("secretRef") {
-                assert!(
-                    secret["name"] == OPERATOR_SECRET && secret["optional"] == true,
-                    "{name} takes no Secret whole but the optional provider keys: {secret}"
-                );
-            }
-        }
+        let whole: Vec<&Value> = container["envFrom"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|source| source.get("secretRef"))
+            .collect();
+        let expected: Vec<Value> = operator_secret_of(role)
+            .map(|secret| json!({"name": secret, "optional": true}))
+            .into_iter()
+            .collect();
+        assert_eq!(
+            whole,
+            expected.iter().collect::<Vec<_>>(),
+            "{name} reads whole only the operator's Secret its role needs"
+        );
     }
     let all = |server: &str| -> BTreeSet<String> {
         Role::ALL
@@ -494,7 +514,7 @@ fn the_production_overlay_runs_a_three_node_jetstream_cluster_with_r3_streams() 
         "scripts/credentials-env.sh makes exactly the keys the manifests read"
     );
     check_nats_and_scaling(&r, "nanobot", 3, &operator);
-    for secret in [CREDENTIALS, OPERATOR_SECRET] {
+    for secret in [CREDENTIALS, LLM_SECRET, CHANNEL_SECRET] {
         assert!(
             !r.names("Secret").contains(secret),
             "production secrets are created by the operator, never committed"

@@ -28,6 +28,7 @@ mod slack;
 mod streams;
 mod subagents;
 mod telegram;
+mod trace_store;
 mod turns;
 mod websocket;
 

@@ -33,6 +33,7 @@ use crate::hooks::{AgentHook, IterationContext, RunSummary};
 use crate::provider::{ChatModel, ChatResponse, ToolCall, Usage};
 use crate::tools::{Offered, ToolExecutor, ToolScope};
 pub use prompts::{EMPTY_FINAL_RESPONSE_MESSAGE, LLM_ERROR_MESSAGE, max_iterations_message};
+pub use request::traced_chat;
 use request::{Cost, Requester};
 
 /// Blank replies before the finalization retry (upstream `_MAX_EMPTY_RETRIES`).

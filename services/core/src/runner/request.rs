@@ -64,7 +64,7 @@ impl Requester<'_> {
         };
         let sink_ref: &crate::provider::DeltaFn<'_> = &sink;
         let on_delta = (stream && self.streaming).then_some(sink_ref);
-        let span = llm_span(self.spec, messages);
+        let span = chat_span(&request, &self.spec.telemetry);
         let started = Instant::now();
         let call = self.model.chat(&request, on_delta);
         let call = async {
@@ -113,7 +113,7 @@ impl Requester<'_> {
             response.usage.prompt_tokens = estimate_messages_by_bytes(messages) as u64;
             response.usage.completion_tokens = (out / 4 + 1) as u64;
         }
-        record_response(&span, self.spec, &response, error_kind);
+        record_response(&span, &self.spec.telemetry, &response, error_kind);
         nanobot_runtime::metrics::get().llm_call(
             &self.spec.telemetry.provider,
             started.elapsed(),
@@ -170,27 +170,78 @@ impl Requester<'_> {
     }
 }
 
+/// Sends one LLM request outside the runner loop (the Consolidator's archive call) the way
+/// the runner sends its own: under a `chat {model}` span with the GenAI attributes, counted in
+/// the LLM metrics, within `timeout`. Returns the response, or why there is none (`timed
+/// out`, or the provider's error).
+pub async fn traced_chat(
+    model: &dyn ChatModel,
+    request: &ChatRequest<'_>,
+    telemetry: &super::Telemetry,
+    timeout: Option<std::time::Duration>,
+) -> Result<ChatResponse, String> {
+    let span = chat_span(request, telemetry);
+    let started = Instant::now();
+    let call = async {
+        match timeout {
+            Some(limit) => tokio::time::timeout(limit, model.chat(request, None))
+                .await
+                .ok(),
+            None => Some(model.chat(request, None).await),
+        }
+    };
+    let outcome = call.instrument(span.clone()).await;
+    let error_kind = match &outcome {
+        Some(Ok(_)) => None,
+        Some(Err(e)) => Some(e.kind()),
+        None => Some("timeout"),
+    };
+    let failed = ChatResponse {
+        finish_reason: "error".into(),
+        ..Default::default()
+    };
+    let response = match &outcome {
+        Some(Ok(r)) => r,
+        _ => &failed,
+    };
+    record_response(&span, telemetry, response, error_kind);
+    nanobot_runtime::metrics::get().llm_call(
+        &telemetry.provider,
+        started.elapsed(),
+        (
+            response.usage.prompt_tokens,
+            response.usage.completion_tokens,
+        ),
+        error_kind,
+    );
+    match outcome {
+        Some(Ok(r)) => Ok(r),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("timed out".into()),
+    }
+}
+
 /// Returns the span of one LLM call, after OpenTelemetry's GenAI conventions (`chat {model}`,
 /// a client span); the response's attributes are recorded by [`record_response`]. Message
 /// contents go on it only with `telemetry.captureContent`.
-fn llm_span(spec: &RunSpec, messages: &[Value]) -> tracing::Span {
+fn chat_span(request: &ChatRequest<'_>, telemetry: &super::Telemetry) -> tracing::Span {
     let span = tracing::info_span!(
         "chat",
-        "otel.name" = %format_args!("chat {}", spec.model),
+        "otel.name" = %format_args!("chat {}", request.model),
         "otel.kind" = "client",
         "gen_ai.operation.name" = "chat",
-        "gen_ai.provider.name" = %spec.telemetry.provider,
-        "gen_ai.request.model" = %spec.model,
-        "gen_ai.request.max_tokens" = i64::from(spec.max_tokens),
-        "gen_ai.request.temperature" = spec.temperature,
+        "gen_ai.provider.name" = %telemetry.provider,
+        "gen_ai.request.model" = %request.model,
+        "gen_ai.request.max_tokens" = i64::from(request.max_tokens),
+        "gen_ai.request.temperature" = request.temperature,
         "gen_ai.usage.input_tokens" = Empty,
         "gen_ai.usage.output_tokens" = Empty,
         "error.type" = Empty,
         "gen_ai.input.messages" = Empty,
         "gen_ai.output.messages" = Empty,
     );
-    if spec.telemetry.capture_content {
-        let input = Value::Array(messages.to_vec()).to_string();
+    if telemetry.capture_content {
+        let input = Value::Array(request.messages.to_vec()).to_string();
         span.record("gen_ai.input.messages", input.as_str());
     }
     span
@@ -199,7 +250,7 @@ fn llm_span(spec: &RunSpec, messages: &[Value]) -> tracing::Span {
 /// Records the response of one LLM call on its span.
 fn record_response(
     span: &tracing::Span,
-    spec: &RunSpec,
+    telemetry: &super::Telemetry,
     response: &ChatResponse,
     error: Option<&'static str>,
 ) {
@@ -221,7 +272,7 @@ fn record_response(
     if let Some(kind) = error {
         span.record("error.type", kind);
     }
-    if spec.telemetry.capture_content {
+    if telemetry.capture_content {
         let calls: Vec<Value> = response.tool_calls.iter().map(super::call_json).collect();
         let output = serde_json::json!([{
             "role": "assistant",

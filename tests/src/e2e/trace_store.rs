@@ -1,0 +1,265 @@
+//! Traces in a real trace store: the fleet (gateway, agent, tools and memory processes, the
+//! scripted LLM) exports over OTLP to Arize Phoenix ([`TraceStore`]), and the test reads the
+//! stored spans back through Phoenix's REST API: a turn with two tool calls, and the
+//! consolidation it starts, are one trace across four processes; a `/dream` turn's trace holds
+//! Dream's two LLM calls.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::memory::{ARCHIVE_MARK, history_rows, long_message, small_window};
+use crate::harness::{Fleet, wait_until};
+use crate::scripted_llm::Reply;
+use crate::trace_store::{StoredSpan, TraceStore};
+
+const SESSION: &str = "traced";
+
+/// Sends one API turn in [`SESSION`] and returns the answer's text.
+async fn api_turn(fleet: &Fleet, text: &str) -> String {
+    let response: Value = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&json!({"session_id": SESSION, "messages": [{"role": "user", "content": text}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    response["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no answer: {response}"))
+        .to_string()
+}
+
+/// The spans of one trace, by name and by id.
+struct Trace(Vec<StoredSpan>);
+
+impl Trace {
+    fn named(&self, name: &str) -> Vec<&StoredSpan> {
+        self.0.iter().filter(|s| s.name == name).collect()
+    }
+
+    fn one(&self, name: &str) -> &StoredSpan {
+        match &self.named(name)[..] {
+            [span] => span,
+            other => panic!("{} {name} spans in {}", other.len(), self.outline()),
+        }
+    }
+
+    /// Whether `span`'s ancestry leads to `ancestor`.
+    fn descends_from(&self, span: &StoredSpan, ancestor: &StoredSpan) -> bool {
+        let by_id: BTreeMap<&str, &StoredSpan> =
+            self.0.iter().map(|s| (s.span_id.as_str(), s)).collect();
+        let mut current = span;
+        for _ in 0..32 {
+            if current.span_id == ancestor.span_id {
+                return true;
+            }
+            match current.parent_id.as_deref().and_then(|p| by_id.get(p)) {
+                Some(parent) => current = parent,
+                None => return false,
+            }
+        }
+        false
+    }
+
+    /// The LLM calls under `ancestor`: GenAI `chat` client spans.
+    fn llm_calls_under(&self, ancestor: &StoredSpan) -> Vec<&StoredSpan> {
+        self.0
+            .iter()
+            .filter(|s| s.attr("gen_ai.operation.name") == Some(&json!("chat")))
+            .filter(|s| self.descends_from(s, ancestor))
+            .collect()
+    }
+
+    /// Names and parents, for failure messages.
+    fn outline(&self) -> String {
+        self.0
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {} <- {:?} {}",
+                    s.name, s.span_id, s.parent_id, s.attributes
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Asserts the GenAI attributes of an LLM call span with the scripted usage.
+fn assert_llm_call(span: &StoredSpan, usage: (i64, i64), finish: &str) {
+    assert_eq!(span.name, "chat test-model", "{span:?}");
+    let has = |key: &str, want: Value| {
+        assert_eq!(span.attr(key), Some(&want), "{key} of {span:?}");
+    };
+    has("gen_ai.provider.name", json!("custom"));
+    has("gen_ai.request.model", json!("test-model"));
+    has("gen_ai.usage.input_tokens", json!(usage.0));
+    has("gen_ai.usage.output_tokens", json!(usage.1));
+    has("gen_ai.response.finish_reasons", json!([finish]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_its_tool_calls_and_the_memory_jobs_it_starts_are_stored_as_one_trace_across_four_processes()
+ {
+    let store = TraceStore::shared()
+        .await
+        .expect("the trace store (Phoenix) runs");
+    let roles = ["gateway", "agent", "tools", "memory"];
+    let mut fleet = Fleet::builder()
+        .roles(&roles)
+        .config(small_window())
+        .config(json!({"telemetry": {"otlpEndpoint": store.otlp_endpoint()}}))
+        .start()
+        .await
+        .unwrap();
+    fleet.llm.when_last_user_contains(
+        ARCHIVE_MARK,
+        Reply::text("- [permanent] The user talks about alpha").with_usage(900, 12),
+    );
+    // Turn 1 (a 4,000-word message and its echo) fills half the budget; turn 2 calls two
+    // tools, answers and crosses it, which asks the memory workers to consolidate.
+    let alpha = long_message("alpha", 4000);
+    fleet.llm.push(Reply::text(alpha.clone()));
+    assert_eq!(api_turn(&fleet, &alpha).await, alpha);
+    fleet.llm.push(
+        Reply::tool_calls([
+            ("list_dir", json!({"path": "."})),
+            ("glob", json!({"pattern": "*"})),
+        ])
+        .with_usage(120, 15),
+    );
+    fleet.llm.push(Reply::text("done").with_usage(160, 4));
+    assert_eq!(api_turn(&fleet, &long_message("bravo", 4000)).await, "done");
+    let ws = fleet.workspace().to_path_buf();
+    if wait_until(|| async { !history_rows(&ws).is_empty() }, super::TURN)
+        .await
+        .is_err()
+    {
+        panic!(
+            "no consolidation\nagent:\n{}\nmemory:\n{}",
+            fleet.service("agent").logs(),
+            fleet.service("memory").logs()
+        );
+    }
+    // Dream over that history entry: the analysis, then the edit phase's answer.
+    fleet
+        .llm
+        .push(Reply::text("ADD USER.md: talks about alpha").with_usage(300, 20));
+    fleet
+        .llm
+        .push(Reply::text("Nothing else to change.").with_usage(400, 5));
+    let dream = api_turn(&fleet, "/dream").await;
+    assert!(dream.starts_with("Dream: processed "), "{dream}");
+    for role in roles {
+        let service = fleet.service(role);
+        service.sigterm().unwrap();
+        service
+            .wait_exit(Duration::from_secs(5))
+            .await
+            .expect("exits after SIGTERM (flushing its spans)");
+    }
+
+    // Both memory jobs reached the store (it ingests asynchronously).
+    let jobs = || async {
+        store
+            .spans(&[("name", "memory_job")])
+            .await
+            .unwrap_or_default()
+    };
+    wait_until(
+        || async { jobs().await.len() >= 2 },
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("two memory_job spans stored: {e}\n{}", store.log()));
+    let job = |kind: &str| {
+        let kind = json!(kind);
+        async move {
+            let jobs = jobs().await;
+            let job = jobs
+                .into_iter()
+                .find(|j| j.attr("kind") == Some(&kind))
+                .unwrap_or_else(|| panic!("no {kind} job"));
+            // Every process flushed at exit, but the store writes in batches: wait for the
+            // whole trace (one span per process at least).
+            let trace_id = job.trace_id.clone();
+            wait_until(
+                || async {
+                    let spans = store.spans_of_trace(&trace_id).await.unwrap_or_default();
+                    ["api_completion", "turn", "memory_job"]
+                        .iter()
+                        .all(|n| spans.iter().any(|s| s.name == *n))
+                },
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("the {kind} job's trace is stored whole: {e}"));
+            Trace(store.spans_of_trace(&trace_id).await.unwrap())
+        }
+    };
+
+    // The turn with two tool calls and the consolidation it started: one trace.
+    let trace = job("MEMORY_JOB_KIND_TOKENS").await;
+    let outline = trace.outline();
+    let api = trace.one("api_completion"); // gateway
+    assert_eq!(api.parent_id, None, "the request is the root: {outline}");
+    let turn = trace.one("turn"); // agent
+    assert_eq!(turn.parent_id.as_deref(), Some(api.span_id.as_str()));
+    let memory_job = trace.one("memory_job"); // memory
+    assert!(
+        trace.descends_from(memory_job, turn),
+        "the consolidation is part of the turn that crossed the budget: {outline}"
+    );
+    // The turn's two LLM calls, found by their scripted usage. Not asserted: that they are
+    // the only ones. A fresh agent's first LLM span (turn 1's) is exported under the next
+    // turn's span, found by this test and not fixed yet.
+    let turn_call = |input: i64| -> &StoredSpan {
+        trace
+            .llm_calls_under(turn)
+            .into_iter()
+            .find(|s| s.attr("gen_ai.usage.input_tokens") == Some(&json!(input)))
+            .unwrap_or_else(|| panic!("no LLM call of {input} input tokens: {outline}"))
+    };
+    assert_llm_call(turn_call(120), (120, 15), "tool_calls");
+    assert_llm_call(turn_call(160), (160, 4), "stop");
+    assert!(!trace.descends_from(turn_call(160), memory_job));
+    for tool in ["list_dir", "glob"] {
+        let with_tool = |name: &str| -> &StoredSpan {
+            trace
+                .named(name)
+                .into_iter()
+                .find(|s| s.attr("gen_ai.tool.name") == Some(&json!(tool)))
+                .unwrap_or_else(|| panic!("no {name} span of {tool} in {outline}"))
+        };
+        let runner = with_tool(&format!("execute_tool {tool}")); // agent
+        let executor = with_tool("tool_call"); // tools
+        assert!(trace.descends_from(runner, turn), "{tool}: {outline}");
+        assert!(trace.descends_from(executor, runner), "{tool}: {outline}");
+        assert_eq!(
+            runner.attr("gen_ai.tool.call.id"),
+            executor.attr("gen_ai.tool.call.id")
+        );
+    }
+    let [archive] = trace.llm_calls_under(memory_job)[..] else {
+        panic!("one archive LLM call under the consolidation: {outline}");
+    };
+    assert_llm_call(archive, (900, 12), "stop");
+
+    // `/dream`: Dream's two LLM calls (analysis, edit) under its job, in the command's trace.
+    let trace = job("MEMORY_JOB_KIND_DREAM").await;
+    let outline = trace.outline();
+    let memory_job = trace.one("memory_job");
+    assert!(
+        trace.descends_from(memory_job, trace.one("turn")),
+        "{outline}"
+    );
+    let mut calls = trace.llm_calls_under(memory_job);
+    calls.sort_by_key(|s| s.attr("gen_ai.usage.input_tokens").and_then(Value::as_i64));
+    assert_eq!(calls.len(), 2, "{outline}");
+    assert_llm_call(calls[0], (300, 20), "stop");
+    assert_llm_call(calls[1], (400, 5), "stop");
+}
