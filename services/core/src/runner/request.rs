@@ -183,6 +183,7 @@ fn llm_span(spec: &RunSpec, messages: &[Value]) -> tracing::Span {
         "gen_ai.request.model" = %spec.model,
         "gen_ai.request.max_tokens" = i64::from(spec.max_tokens),
         "gen_ai.request.temperature" = spec.temperature,
+        "gen_ai.response.model" = Empty,
         "gen_ai.usage.input_tokens" = Empty,
         "gen_ai.usage.output_tokens" = Empty,
         "error.type" = Empty,
@@ -208,6 +209,13 @@ fn record_response(
         "gen_ai.response.finish_reasons",
         &[response.finish_reason.as_str()],
     );
+    // The model that answered: a fallback model's name when the primary failed.
+    if error.is_none() {
+        span.record(
+            "gen_ai.response.model",
+            response.model.as_deref().unwrap_or(&spec.model),
+        );
+    }
     // As i64: OpenTelemetry has no unsigned integers (a u64 would be exported as text).
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     span.record(
