@@ -623,6 +623,49 @@ mod tests {
     }
 
     #[test]
+    fn the_breaker_opens_after_three_consecutive_failures_and_half_opens_after_the_cooldown() {
+        let breaker = Breaker {
+            cooldown: Duration::from_millis(50),
+            state: std::sync::Mutex::new((0, None)),
+        };
+        assert_eq!((breaker.failed(), breaker.failed()), (None, None));
+        breaker.succeeded();
+        assert_eq!((breaker.failed(), breaker.failed()), (None, None));
+        assert!(breaker.available(), "a success reset the count");
+        assert_eq!(breaker.failed(), Some(3));
+        assert!(!breaker.available(), "open for the cooldown");
+        let opened = breaker.state().1.unwrap();
+        while opened.elapsed() < breaker.cooldown {
+            std::hint::spin_loop();
+        }
+        assert!(breaker.available(), "half-open: one probe");
+        assert_eq!(breaker.failed(), Some(4), "a failed probe opens it again");
+        assert!(!breaker.available());
+    }
+
+    #[test]
+    fn fallback_follows_upstreams_error_classes() {
+        let status = |status, body: &str| LlmError::Status {
+            status,
+            body: body.into(),
+            retry_after: None,
+        };
+        for falls_back in [
+            status(503, ""),
+            status(429, "slow down"),
+            status(429, "insufficient_quota"),
+            status(401, "bad key"),
+            status(403, ""),
+            LlmError::Transport("refused".into()),
+        ] {
+            assert!(falls_back.falls_back(), "{falls_back}");
+        }
+        for stays in [status(400, "bad"), status(404, ""), status(422, "")] {
+            assert!(!stays.falls_back(), "{stays}");
+        }
+    }
+
+    #[test]
     fn errors_are_counted_by_kind() {
         let status = |status, body: &str| LlmError::Status {
             status,

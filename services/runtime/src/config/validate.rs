@@ -117,10 +117,20 @@ fn is_url(url: &str, schemes: &[&str]) -> bool {
 /// values `agents.defaults` checks for its own.
 fn model_presets(config: &Config, problems: &mut Vec<String>) {
     let presets = &config.model_presets;
-    let names = || {
-        let mut names: Vec<&str> = presets.keys().map(String::as_str).collect();
-        names.insert(0, "default");
-        names.join(", ")
+    let names = |with_default: bool| {
+        let mut names: Vec<&str> = presets
+            .keys()
+            .map(String::as_str)
+            .filter(|n| *n != "default")
+            .collect();
+        if with_default {
+            names.insert(0, "default");
+        }
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
     };
     for (name, preset) in presets {
         let at = format!("modelPresets.{name}");
@@ -152,7 +162,7 @@ fn model_presets(config: &Config, problems: &mut Vec<String>) {
     {
         problems.push(format!(
             "agents.defaults.modelPreset: model preset '{name}' not found in modelPresets (available: {})",
-            names()
+            names(true)
         ));
     }
     for (i, entry) in d.fallback_models.iter().enumerate() {
@@ -161,7 +171,7 @@ fn model_presets(config: &Config, problems: &mut Vec<String>) {
             super::FallbackModel::Preset(name) if !presets.contains_key(name) => {
                 problems.push(format!(
                     "{at}: model preset '{name}' not found in modelPresets (available: {})",
-                    names()
+                    names(false)
                 ));
             }
             super::FallbackModel::Inline(inline) if inline.model.trim().is_empty() => {
@@ -288,7 +298,7 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
     if config.runner.redeliver_after_secs.is_nan() || config.runner.redeliver_after_secs < 1.0 {
         problems.push("runner.redeliverAfterSecs: must be at least 1".into());
     }
-    if !(config.runner.fallback_cooldown_secs >= 0.0) {
+    if config.runner.fallback_cooldown_secs.is_nan() || config.runner.fallback_cooldown_secs < 0.0 {
         problems.push("runner.fallbackCooldownSecs: must be 0 or more".into());
     }
     model_presets(config, &mut problems);
