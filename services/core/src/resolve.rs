@@ -550,16 +550,29 @@ mod tests {
                 "modelPresets":{"cheap":{"model":"gpt-4o-mini","provider":"openai","temperature":0.2}}}"#,
         );
         let primary = default_preset(&c, &c.bots()[0]);
-        let specs: Vec<(String, String, f64, u32, Option<String>)> =
-            fallback_presets(&c, &primary)
-                .into_iter()
-                .map(|p| (p.model, p.provider, p.temperature, p.max_tokens, p.reasoning_effort))
-                .collect();
+        let specs: Vec<(String, String, f64, u32, Option<String>)> = fallback_presets(&c, &primary)
+            .into_iter()
+            .map(|p| {
+                (
+                    p.model,
+                    p.provider,
+                    p.temperature,
+                    p.max_tokens,
+                    p.reasoning_effort,
+                )
+            })
+            .collect();
         assert_eq!(
             specs,
             [
                 ("gpt-4o-mini".into(), "openai".into(), 0.2, 8192, None),
-                ("deepseek/deepseek-chat".into(), "auto".into(), 0.1, 111, Some("low".into())),
+                (
+                    "deepseek/deepseek-chat".into(),
+                    "auto".into(),
+                    0.1,
+                    111,
+                    Some("low".into())
+                ),
             ]
         );
         assert!(fallback_presets(&cfg("{}"), &primary).is_empty());
@@ -577,7 +590,14 @@ mod tests {
         assert_eq!(models.names(), ["default", "Deep", "fast"]);
         let fast = models.configured();
         assert_eq!(
-            (fast.preset.as_str(), fast.target.model.as_str(), fast.max_tokens, fast.context_window_tokens, fast.temperature, fast.reasoning_effort.as_deref()),
+            (
+                fast.preset.as_str(),
+                fast.target.model.as_str(),
+                fast.max_tokens,
+                fast.context_window_tokens,
+                fast.temperature,
+                fast.reasoning_effort.as_deref()
+            ),
             ("fast", "fast-model", 512, 4096, 0.7, Some("low"))
         );
         assert_eq!(models.named("deep").unwrap().target.model, "deep-model");
@@ -591,7 +611,11 @@ mod tests {
         meta.insert(crate::session::meta::MODEL_PRESET.into(), "Deep".into());
         assert_eq!(models.for_session(&meta).target.model, "deep-model");
         meta.insert(crate::session::meta::MODEL_PRESET.into(), "removed".into());
-        assert_eq!(models.for_session(&meta).preset, "fast", "a removed preset falls back");
+        assert_eq!(
+            models.for_session(&meta).preset,
+            "fast",
+            "a removed preset falls back"
+        );
     }
 
     #[test]

@@ -344,7 +344,9 @@ impl Fallbacks {
                     self.breaker.succeeded();
                     return Ok(r);
                 }
-                Err(e) if !e.falls_back() || streamed.load(std::sync::atomic::Ordering::Relaxed) => {
+                Err(e)
+                    if !e.falls_back() || streamed.load(std::sync::atomic::Ordering::Relaxed) =>
+                {
                     return Err(e);
                 }
                 Err(e) => {

@@ -426,7 +426,11 @@ mod tests {
             ("f", "auto", 5)
         );
         assert_eq!(
-            (fast.context_window_tokens, fast.temperature, &fast.reasoning_effort),
+            (
+                fast.context_window_tokens,
+                fast.temperature,
+                &fast.reasoning_effort
+            ),
             (200_000, 0.1, &None)
         );
         assert_eq!(c.agents.defaults.model_preset.as_deref(), Some("fast"));
@@ -439,7 +443,10 @@ mod tests {
             FallbackModel::Inline(f) if f.model == "m2" && f.max_tokens == Some(9) && f.temperature.is_none()
         ));
         assert_eq!(c.runner.fallback_cooldown_secs, 2.5);
-        assert_eq!(parse("{}", &[]).unwrap().runner.fallback_cooldown_secs, 60.0);
+        assert_eq!(
+            parse("{}", &[]).unwrap().runner.fallback_cooldown_secs,
+            60.0
+        );
 
         let err = parse(
             r#"{"agents":{"defaults":{"modelPreset":"gone","fallbackModels":["missing",{"model":"x"},7]}},

@@ -166,10 +166,7 @@ pub struct ModelPreset {
     #[serde(default = "default_max_tokens", alias = "max_tokens")]
     pub max_tokens: u32,
     /// Context window in tokens. Default 200000.
-    #[serde(
-        default = "default_context_window",
-        alias = "context_window_tokens"
-    )]
+    #[serde(default = "default_context_window", alias = "context_window_tokens")]
     pub context_window_tokens: u32,
     /// Sampling temperature. Default 0.1.
     #[serde(default = "default_temperature")]

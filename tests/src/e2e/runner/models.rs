@@ -60,7 +60,10 @@ async fn model_switches_the_sessions_preset_and_the_next_turn_on_another_runner_
 
     // Another session keeps the configured model.
     ask(&mut fleet, "hi", Some("cli:other")).await;
-    assert_eq!(fleet.llm.requests().pop().unwrap().body["model"], "test-model");
+    assert_eq!(
+        fleet.llm.requests().pop().unwrap().body["model"],
+        "test-model"
+    );
 }
 
 #[tokio::test]
@@ -77,7 +80,10 @@ async fn an_unknown_preset_is_refused_with_upstreams_text_and_changes_nothing() 
     );
     assert!(session_metadata(&fleet, "cli:u").await["_nanobot_model_preset"].is_null());
     ask(&mut fleet, "hi", Some("cli:u")).await;
-    assert_eq!(fleet.llm.requests().pop().unwrap().body["model"], "test-model");
+    assert_eq!(
+        fleet.llm.requests().pop().unwrap().body["model"],
+        "test-model"
+    );
 }
 
 /// Requests to `model` so far.
