@@ -1,6 +1,7 @@
 //! A scripted OpenAI- and Anthropic-compatible LLM server owned by the test suite.
 //!
-//! Every request is recorded. The reply is chosen, in order, from the first matching
+//! Every request is recorded. The reply is chosen, in order, from the
+//! [`ScriptedLlm::when_model`] rule of the request's model, the first matching
 //! [`ScriptedLlm::when_last_user_contains`] rule, then the FIFO queue filled by
 //! [`ScriptedLlm::push`], then the fallback (by default [`Reply::echo`]: `echo: <last user
 //! message text>`, without the agent's `[Runtime Context]` block).
@@ -102,6 +103,8 @@ impl Drop for ServerTask {
 #[derive(Debug)]
 struct Shared {
     rules: Mutex<Vec<(String, Vec<Reply>)>>,
+    /// Replies by the request's `model` (every request to it).
+    model_rules: Mutex<BTreeMap<String, Reply>>,
     queue: Mutex<VecDeque<Reply>>,
     fallback: Mutex<Reply>,
     requests: Mutex<Vec<Recorded>>,
@@ -150,6 +153,7 @@ impl Builder {
         let addr = listener.local_addr().context("read scripted llm address")?;
         let shared = Arc::new(Shared {
             rules: Mutex::new(Vec::new()),
+            model_rules: Mutex::new(BTreeMap::new()),
             queue: Mutex::new(VecDeque::new()),
             fallback: Mutex::new(self.fallback),
             requests: Mutex::new(Vec::new()),
@@ -228,6 +232,25 @@ impl ScriptedLlm {
     /// Stateless, so it stays deterministic when sessions run in parallel.
     pub fn when_last_user_contains_seq(&self, needle: impl Into<String>, replies: Vec<Reply>) {
         lock(&self.shared.rules).push((needle.into(), replies));
+    }
+
+    /// Answers every request whose `model` is `model` with `reply` (before any other rule),
+    /// until [`Self::clear_model`]; e.g. an error reply makes that model fail.
+    pub fn when_model(&self, model: impl Into<String>, reply: Reply) {
+        lock(&self.shared.model_rules).insert(model.into(), reply);
+    }
+
+    /// Removes the [`Self::when_model`] rule of `model`.
+    pub fn clear_model(&self, model: &str) {
+        lock(&self.shared.model_rules).remove(model);
+    }
+
+    /// Returns the `model` of every recorded request, oldest first.
+    pub fn models(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .map(|r| r.body["model"].as_str().unwrap_or_default().to_string())
+            .collect()
     }
 
     /// Sets what `/v1/audio/transcriptions` (OpenAI-compatible, as Groq's) answers.
@@ -330,7 +353,11 @@ impl Shared {
         let body = serde_json::from_slice::<Value>(raw)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(raw).into_owned()));
         let (last, step) = last_user(path, &body).unwrap_or_default();
-        let reply = self.pick(&last, step);
+        let by_model = body
+            .get("model")
+            .and_then(Value::as_str)
+            .and_then(|m| lock(&self.model_rules).get(m).cloned());
+        let reply = by_model.unwrap_or_else(|| self.pick(&last, step));
         let mut next_id = || format!("call_{}", self.next_id.fetch_add(1, Ordering::SeqCst));
         let resolved = reply.resolve(&last, raw.len(), &mut next_id);
         if self.record {

@@ -8,8 +8,7 @@ use std::time::Duration;
 use nanobot_runtime::store::Store;
 
 use nanobot_core::context::ContextBuilder;
-use nanobot_core::provider::Provider;
-use nanobot_core::resolve::{self, Target};
+use nanobot_core::resolve;
 use nanobot_core::session::SessionStore;
 use nanobot_core::tools::{Replies, ToolClient};
 use nanobot_runtime::config::{BotSpec, Config};
@@ -23,10 +22,9 @@ pub struct Bot {
     pub sessions: SessionStore,
     /// Its tools.
     pub tools: ToolClient,
-    /// Its LLM client.
-    pub provider: Provider,
-    /// Where the LLM calls go.
-    pub target: Target,
+    /// Its models: the configured one and one per model preset, each with its LLM client
+    /// (and fallback models); a turn picks its session's ([`resolve::Models::for_session`]).
+    pub models: resolve::Models,
     /// Its prompt builder.
     pub context: ContextBuilder,
     /// Its enabled chat channels (where the `message` tool and the heartbeat may deliver).
@@ -59,8 +57,9 @@ pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<
     cfg.bots()
         .into_iter()
         .map(|spec| {
-            let (target, provider) = resolve::provider_for(cfg, &spec);
-            tracing::info!(bot = %spec.id, provider = %target.provider, model = %target.model, "bot ready");
+            let models = resolve::Models::build(cfg, &spec);
+            let target = &models.configured().target;
+            tracing::info!(bot = %spec.id, provider = %target.provider, model = %target.model, presets = models.names().len() - 1, "bot ready");
             let bot = Bot {
                 sessions: SessionStore::new(redis.clone(), &spec.id),
                 // The runner serves `message` and `spawn` itself.
@@ -70,8 +69,7 @@ pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<
                         crate::message_tool::spec(),
                         nanobot_core::subagent::spec(),
                     ]),
-                provider,
-                target,
+                models,
                 context: ContextBuilder::new(
                     spec.workspace.clone(),
                     skills.clone(),

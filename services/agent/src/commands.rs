@@ -29,6 +29,8 @@ pub enum Command {
     Restart,
     /// `/status`: runtime, model, tokens, context, session, uptime, tasks.
     Status,
+    /// `/model [preset]`: show the session's model and the presets, or switch its preset.
+    Model(Option<String>),
     /// `/history [n]`: the last n (10, at most 50) persisted user/assistant messages.
     History(Option<String>),
     /// `/dream`: run Dream now and answer when it is done.
@@ -56,6 +58,7 @@ enum Name {
     Stop,
     Restart,
     Status,
+    Model,
     History,
     Dream,
     DreamLog,
@@ -67,9 +70,9 @@ enum Name {
 }
 
 /// Supported commands with upstream's help lines (`BUILTIN_COMMAND_SPECS`), in upstream's
-/// order; whether each takes an argument. Upstream's `/model`, `/goal`, `/trigger` and
-/// `/evaluator-prompt` are not offered (the fleet has no model presets, goal mode, local
-/// triggers or heartbeat evaluator prompt yet), so they are neither listed nor accepted.
+/// order; whether each takes an argument. Upstream's `/goal`, `/trigger` and
+/// `/evaluator-prompt` are not offered (the fleet has no goal mode, local triggers or
+/// heartbeat evaluator prompt yet), so they are neither listed nor accepted.
 const COMMANDS: &[(Name, &str, &str, bool)] = &[
     (
         Name::New,
@@ -95,6 +98,12 @@ const COMMANDS: &[(Name, &str, &str, bool)] = &[
         "/status",
         "Display runtime, provider, and channel status.",
         false,
+    ),
+    (
+        Name::Model,
+        "/model [preset]",
+        "Show or switch the active model preset.",
+        true,
     ),
     (
         Name::History,
@@ -169,6 +178,7 @@ impl Command {
             Name::Stop => Self::Stop,
             Name::Restart => Self::Restart,
             Name::Status => Self::Status,
+            Name::Model => Self::Model(arg),
             Name::History => Self::History(arg),
             Name::Dream => Self::Dream,
             Name::DreamLog => Self::DreamLog(arg),
@@ -260,6 +270,9 @@ pub async fn answer(
             history_text(&session, arg.as_deref())
         }
         Kind::Command(Command::Skill) => skill_text(&bot.context.skills()),
+        Kind::Command(Command::Model(arg)) => {
+            model_command(bot, sessions, &input.session_key, arg.as_deref()).await?
+        }
         Kind::Command(Command::Pairing(arg)) => {
             let store = PairingStore::new(deps.redis.clone(), &bot.spec.id);
             pairing_command(&store, &input.channel, arg.as_deref().unwrap_or_default()).await?
@@ -463,21 +476,72 @@ async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<Str
         history::MAX_REPLAY_MESSAGES,
     );
     let d = &deps.cfg.agents.defaults;
+    let model = bot.models.for_session(&session.metadata);
     Ok(status_text(&StatusInfo {
         version: env!("CARGO_PKG_VERSION").into(),
-        model: bot.target.model.clone(),
+        model: model.target.model.clone(),
         last_usage: (
             usage.prompt_tokens,
             usage.completion_tokens,
             usage.cached_tokens,
         ),
-        context_window: u64::from(d.context_window_tokens),
-        budget: Budget::of(d).budget,
+        context_window: u64::from(model.context_window_tokens),
+        budget: Budget::new(
+            u64::from(model.context_window_tokens),
+            u64::from(model.max_tokens),
+            d.consolidation_ratio,
+        )
+        .budget,
         session_messages: session.messages.len(),
         context_tokens: estimate_messages(&replay) as u64,
         uptime_secs: deps.started.elapsed().as_secs(),
         active_tasks: deps.active.len(),
     }))
+}
+
+/// Upstream's `/model [preset]`: without a name, the session's model, preset and the presets;
+/// with one, the session's preset switched (stored in its metadata, so every runner replica's
+/// next turn of the session uses it) or upstream's error with the presets.
+async fn model_command(
+    bot: &Bot,
+    sessions: &SessionWriter,
+    session_key: &str,
+    arg: Option<&str>,
+) -> anyhow::Result<String> {
+    let session = sessions.load(session_key).await?;
+    let models = &bot.models;
+    let names = models
+        .names()
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let Some(name) = arg.map(str::trim).filter(|a| !a.is_empty()) else {
+        return Ok(match models.selected(&session.metadata) {
+            Ok(runtime) => format!(
+                "## Model\n- Current model: `{}`\n- Current preset: `{}`\n- Available presets: {names}",
+                runtime.target.model, runtime.preset
+            ),
+            Err(e) => format!(
+                "## Model\n- Current selection error: {e}\n- Available presets: {names}\n- Switch with `/model <preset>`."
+            ),
+        });
+    };
+    let runtime = match models.named(name) {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            return Ok(format!(
+                "Could not switch model preset: {e}\n\nAvailable presets: {names}"
+            ));
+        }
+    };
+    let mut metadata = session.metadata;
+    metadata.insert(meta::MODEL_PRESET.into(), runtime.preset.clone().into());
+    sessions.set_metadata(session_key, &metadata).await?;
+    Ok(format!(
+        "Switched model preset to `{}`.\n- Scope: current session\n- Model: `{}`\n- Context window: {}\n- Max output tokens: {}",
+        runtime.preset, runtime.target.model, runtime.context_window_tokens, runtime.max_tokens
+    ))
 }
 
 /// `/new`: archives the unconsolidated tail through the memory workers and clears the session.
@@ -798,7 +862,7 @@ mod tests {
     fn help_and_status_texts_have_upstream_lines() {
         assert_eq!(
             help_text(),
-            "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/compact — Compact this chat's context and continue the conversation.\n/stop — Cancel the active agent turn for this chat.\n/restart — Restart the bot process.\n/status — Display runtime, provider, and channel status.\n/history [n] — Print the last N persisted conversation messages.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/skill — List all enabled skills available to the agent.\n/help — List available slash commands.\n/pairing [list|approve <code>|deny <code>|revoke <user_id>] — List, approve, deny or revoke pairing requests."
+            "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/compact — Compact this chat's context and continue the conversation.\n/stop — Cancel the active agent turn for this chat.\n/restart — Restart the bot process.\n/status — Display runtime, provider, and channel status.\n/model [preset] — Show or switch the active model preset.\n/history [n] — Print the last N persisted conversation messages.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/skill — List all enabled skills available to the agent.\n/help — List available slash commands.\n/pairing [list|approve <code>|deny <code>|revoke <user_id>] — List, approve, deny or revoke pairing requests."
         );
         let s = status_text(&StatusInfo {
             version: "0.1.0".into(),

@@ -256,13 +256,15 @@ pub async fn execute(deps: &Deps, bot: &Bot, task: &SubagentTask) -> (bool, Stri
         json!({"role": "system", "content": bot.context.subagent_prompt()}),
         json!({"role": "user", "content": task.task}),
     ];
+    // Subagents run on the bot's configured model (a session's `/model` choice is its own).
+    let runtime = bot.models.configured();
     // As upstream, a subagent whose iterations run out gets no finalization pass.
     let options = RunOptions {
         on_budget_exhausted: OnBudgetExhausted::Stop,
     };
     let result = runner::run_with(
         RunDeps {
-            model: &bot.provider,
+            model: &runtime.provider,
             tools: &tools,
             specs: &Offered::new(specs),
             hook: &LoggingHook,
@@ -271,18 +273,18 @@ pub async fn execute(deps: &Deps, bot: &Bot, task: &SubagentTask) -> (bool, Stri
         },
         RunSpec {
             messages,
-            model: bot.target.model.clone(),
-            max_tokens: d.max_tokens,
-            context_window_tokens: d.context_window_tokens,
+            model: runtime.target.model.clone(),
+            max_tokens: runtime.max_tokens,
+            context_window_tokens: runtime.context_window_tokens,
             temperature: task
                 .temperature
-                .or(bot.target.temperature)
-                .unwrap_or(d.temperature),
-            reasoning_effort: d.reasoning_effort.clone(),
+                .or(runtime.target.temperature)
+                .unwrap_or(runtime.temperature),
+            reasoning_effort: runtime.reasoning_effort.clone(),
             max_iterations: d.max_tool_iterations,
             llm_timeout: resolve::llm_timeout(&deps.cfg),
-            capped_replies: bot.target.caps_replies(),
-            telemetry: runner::Telemetry::of(&bot.target, &deps.cfg),
+            capped_replies: runtime.target.caps_replies(),
+            telemetry: runner::Telemetry::of(&runtime.target, &deps.cfg),
             scope: ToolScope {
                 session_key: task.origin_session_key.clone(),
                 channel: task.origin_channel.clone(),

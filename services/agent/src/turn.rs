@@ -143,10 +143,12 @@ pub async fn run(
     let sessions = ctx.sessions;
     let cfg = &deps.cfg;
     let d = &cfg.agents.defaults;
+    // The turn's model: its session's `/model` preset, else the bot's configured one.
+    let model = bot.models.for_session(&session.metadata);
     // Upstream HEAD replays within a token budget; the seeds' message cap stays alongside.
     let replay = session.replay_within(
         MAX_REPLAY_MESSAGES,
-        core_memory::budget::Budget::replay_tokens(d),
+        core_memory::budget::Budget::replay_tokens(model.context_window_tokens, model.max_tokens),
     );
     let replay_len = replay.len();
     let summary = core_memory::summary_section(&session.metadata);
@@ -265,7 +267,7 @@ pub async fn run(
         output.clone(),
     ]);
     let deps_run = RunDeps {
-        model: &bot.provider,
+        model: &model.provider,
         tools: &tools,
         specs: &offered,
         hook: &hook,
@@ -276,15 +278,15 @@ pub async fn run(
         deps_run,
         RunSpec {
             messages,
-            model: bot.target.model.clone(),
-            max_tokens: d.max_tokens,
-            context_window_tokens: d.context_window_tokens,
-            temperature: bot.target.temperature.unwrap_or(d.temperature),
-            reasoning_effort: d.reasoning_effort.clone(),
+            model: model.target.model.clone(),
+            max_tokens: model.max_tokens,
+            context_window_tokens: model.context_window_tokens,
+            temperature: model.temperature,
+            reasoning_effort: model.reasoning_effort.clone(),
             max_iterations: d.max_tool_iterations,
             llm_timeout: resolve::llm_timeout(cfg),
-            capped_replies: bot.target.caps_replies(),
-            telemetry: runner::Telemetry::of(&bot.target, cfg),
+            capped_replies: model.target.caps_replies(),
+            telemetry: runner::Telemetry::of(&model.target, cfg),
             scope: ToolScope {
                 session_key: input.session_key.clone(),
                 channel: input.channel.clone(),

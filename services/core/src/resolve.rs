@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use nanobot_runtime::config::{BotSpec, Config, ProviderConfig};
+use nanobot_runtime::config::{BotSpec, Config, FallbackModel, ModelPreset, ProviderConfig};
 
 use crate::provider::{AnthropicProvider, Endpoint, Fallback, Fallbacks, OpenAiProvider, Provider};
 use crate::registry::{self, Backend, ProviderSpec};
@@ -247,73 +247,223 @@ pub fn provider(target: &Target) -> Provider {
     }
 }
 
-/// Returns the target and provider client of `bot`, with upstream's
-/// `agents.defaults.fallbackModels` behind it when any are configured.
+/// Returns the target and provider client of `bot`'s configured model (its preset when
+/// `agents.defaults.modelPreset` applies), with upstream's `agents.defaults.fallbackModels`
+/// behind it when any are configured.
 pub fn provider_for(cfg: &Config, bot: &BotSpec) -> (Target, Provider) {
-    let target = resolve(cfg, bot);
+    let runtime = runtime(cfg, bot, DEFAULT_PRESET, &configured_preset(cfg, bot));
+    (runtime.target, runtime.provider)
+}
+
+/// The name of the preset `agents.defaults` stands for (upstream's implicit `default`).
+pub const DEFAULT_PRESET: &str = "default";
+
+/// Upstream's `LLMRuntime` of one preset: where a turn's LLM calls go and with which settings.
+#[derive(Debug)]
+pub struct Runtime {
+    /// `default` or the preset's name.
+    pub preset: String,
+    /// Where the calls go.
+    pub target: Target,
+    /// The client (with the fallback models behind it, when configured).
+    pub provider: Provider,
+    /// Completion cap.
+    pub max_tokens: u32,
+    /// Context window.
+    pub context_window_tokens: u32,
+    /// Temperature (a per-model override wins over the preset's).
+    pub temperature: f64,
+    /// `reasoning_effort`.
+    pub reasoning_effort: Option<String>,
+}
+
+/// Every runtime of a bot, built once per runner: `default` (the bot's model, or the preset
+/// `agents.defaults.modelPreset` names) and one per `modelPresets` entry. Each has its own
+/// fallback chain and circuit breaker.
+#[derive(Debug)]
+pub struct Models {
+    runtimes: Vec<Runtime>,
+    /// The runtime a session without a selection uses.
+    configured: usize,
+}
+
+impl Models {
+    /// Builds the runtimes of `bot`.
+    pub fn build(cfg: &Config, bot: &BotSpec) -> Self {
+        let mut runtimes = vec![runtime(cfg, bot, DEFAULT_PRESET, &default_preset(cfg, bot))];
+        for (name, preset) in &cfg.model_presets {
+            runtimes.push(runtime(cfg, bot, name, preset));
+        }
+        let configured = bot_preset_name(cfg, bot)
+            .and_then(|name| runtimes.iter().position(|r| r.preset == name))
+            .unwrap_or(0);
+        Self {
+            runtimes,
+            configured,
+        }
+    }
+
+    /// The runtime of sessions without a `/model` selection.
+    pub fn configured(&self) -> &Runtime {
+        &self.runtimes[self.configured]
+    }
+
+    /// Preset names as `/model` lists them: `default` first, then the others sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.runtimes.iter().map(|r| r.preset.as_str()).collect()
+    }
+
+    /// The runtime of preset `name` (exact, else the one case-insensitive match); the error is
+    /// upstream's `model_preset 'x' not found. Available: …`.
+    pub fn named(&self, name: &str) -> Result<&Runtime, String> {
+        let name = name.trim();
+        if name.is_empty() {
+            return Err("model_preset must be a non-empty string".into());
+        }
+        if let Some(r) = self.runtimes.iter().find(|r| r.preset == name) {
+            return Ok(r);
+        }
+        let folded: Vec<&Runtime> = self
+            .runtimes
+            .iter()
+            .filter(|r| r.preset.to_lowercase() == name.to_lowercase())
+            .collect();
+        match folded[..] {
+            [one] => Ok(one),
+            _ => {
+                // Upstream lists the catalog in config order with `default` last.
+                let mut names: Vec<&str> = self.names()[1..].to_vec();
+                names.push(DEFAULT_PRESET);
+                Err(format!(
+                    "model_preset '{name}' not found. Available: {}",
+                    names.join(", ")
+                ))
+            }
+        }
+    }
+
+    /// The runtime a session's turn uses: its `/model` selection, else the configured one. A
+    /// selection naming a preset no longer configured falls back to the configured runtime.
+    pub fn for_session(&self, metadata: &serde_json::Map<String, serde_json::Value>) -> &Runtime {
+        self.selected(metadata).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "session selects a removed model preset, using the configured model");
+            self.configured()
+        })
+    }
+
+    /// The runtime a session selected with `/model` (the configured one without a selection);
+    /// the error of a selection naming no configured preset.
+    pub fn selected(
+        &self,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<&Runtime, String> {
+        match metadata.get(crate::session::meta::MODEL_PRESET) {
+            None => Ok(self.configured()),
+            Some(serde_json::Value::String(name)) => self.named(name),
+            Some(_) => Err("session model preset must be a non-empty string".into()),
+        }
+    }
+}
+
+/// The preset `bot` is configured with: `agents.defaults.modelPreset`, unless the bot sets its
+/// own `model` under `bots.<id>`.
+fn bot_preset_name<'a>(cfg: &'a Config, bot: &BotSpec) -> Option<&'a str> {
+    let own_model = cfg.bots.get(&bot.id).is_some_and(|b| b.model.is_some());
+    cfg.agents
+        .defaults
+        .model_preset
+        .as_deref()
+        .filter(|_| !own_model)
+}
+
+/// The settings of `bot`'s `default` preset (upstream `resolve_default_preset`).
+fn default_preset(cfg: &Config, bot: &BotSpec) -> ModelPreset {
+    let d = &cfg.agents.defaults;
+    ModelPreset {
+        model: bot.model.clone(),
+        provider: bot.provider.clone(),
+        max_tokens: d.max_tokens,
+        context_window_tokens: d.context_window_tokens,
+        temperature: d.temperature,
+        reasoning_effort: d.reasoning_effort.clone(),
+    }
+}
+
+/// The settings of `bot`'s configured preset.
+fn configured_preset(cfg: &Config, bot: &BotSpec) -> ModelPreset {
+    bot_preset_name(cfg, bot)
+        .and_then(|name| cfg.model_presets.get(name))
+        .cloned()
+        .unwrap_or_else(|| default_preset(cfg, bot))
+}
+
+/// Builds the runtime of `preset` (named `name`) for `bot`.
+fn runtime(cfg: &Config, bot: &BotSpec, name: &str, preset: &ModelPreset) -> Runtime {
+    let spec = |p: &ModelPreset| BotSpec {
+        model: p.model.clone(),
+        provider: p.provider.clone(),
+        ..bot.clone()
+    };
+    let target = resolve(cfg, &spec(preset));
     let primary = provider(&target);
-    let chain: Vec<Fallback> = fallback_specs(cfg, bot)
+    let chain: Vec<Fallback> = fallback_presets(cfg, preset)
         .iter()
-        .map(|(spec, temperature)| {
-            let t = resolve(cfg, spec);
+        .map(|fallback| {
+            let t = resolve(cfg, &spec(fallback));
             Fallback {
                 provider: provider(&t),
+                temperature: t.temperature.unwrap_or(fallback.temperature),
+                max_tokens: fallback.max_tokens,
+                reasoning_effort: fallback.reasoning_effort.clone(),
                 model: t.model,
-                temperature: temperature.or(t.temperature),
             }
         })
         .collect();
-    if chain.is_empty() {
-        return (target, primary);
+    let provider = if chain.is_empty() {
+        primary
+    } else {
+        let cooldown = Duration::from_secs_f64(cfg.runner.fallback_cooldown_secs.max(0.0));
+        Provider::Fallback(std::sync::Arc::new(Fallbacks::new(
+            primary,
+            target.model.clone(),
+            chain,
+            cooldown,
+        )))
+    };
+    Runtime {
+        preset: name.to_string(),
+        temperature: target.temperature.unwrap_or(preset.temperature),
+        max_tokens: preset.max_tokens,
+        context_window_tokens: preset.context_window_tokens,
+        reasoning_effort: preset.reasoning_effort.clone(),
+        provider,
+        target,
     }
-    let provider = Provider::Fallback(std::sync::Arc::new(Fallbacks { primary, chain }));
-    (target, provider)
 }
 
-/// The bots `agents.defaults.fallbackModels` stands for, in order: each entry is a model
-/// preset's name (`modelPresets.<name>`) or an inline `{model, provider, temperature}`; the
-/// provider defaults to `auto` (detected from the model as for the bot). Entries naming no
-/// model are skipped with a warning.
-pub fn fallback_specs(cfg: &Config, bot: &BotSpec) -> Vec<(BotSpec, Option<f64>)> {
-    let extra = &cfg.agents.defaults.extra;
-    let Some(entries) = extra
-        .get("fallbackModels")
-        .or_else(|| extra.get("fallback_models"))
-        .and_then(|v| v.as_array())
-    else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let preset = match entry {
-            serde_json::Value::String(name) => cfg.model_presets.get(name),
-            other => Some(other),
-        };
-        let model = preset
-            .and_then(|p| p.get("model"))
-            .and_then(|m| m.as_str())
-            .filter(|m| !m.is_empty());
-        let Some(model) = model else {
-            tracing::warn!(entry = %entry, "fallback model entry names no model; skipped");
-            continue;
-        };
-        let provider = preset
-            .and_then(|p| p.get("provider"))
-            .and_then(|m| m.as_str())
-            .unwrap_or("auto");
-        let temperature = preset
-            .and_then(|p| p.get("temperature"))
-            .and_then(|t| t.as_f64());
-        out.push((
-            BotSpec {
-                model: model.to_string(),
-                provider: provider.to_string(),
-                ..bot.clone()
-            },
-            temperature,
-        ));
-    }
-    out
+/// The models `agents.defaults.fallbackModels` stands for behind `primary`, in order: a
+/// preset's settings, or an inline entry whose unset fields are the primary's (upstream
+/// `_inline_fallback_preset`; its `reasoningEffort` is its own). Names of no preset (the
+/// config check rejects them) are skipped.
+pub fn fallback_presets(cfg: &Config, primary: &ModelPreset) -> Vec<ModelPreset> {
+    cfg.agents
+        .defaults
+        .fallback_models
+        .iter()
+        .filter_map(|entry| match entry {
+            FallbackModel::Preset(name) => cfg.model_presets.get(name).cloned(),
+            FallbackModel::Inline(f) => Some(ModelPreset {
+                model: f.model.clone(),
+                provider: f.provider.clone(),
+                max_tokens: f.max_tokens.unwrap_or(primary.max_tokens),
+                context_window_tokens: f
+                    .context_window_tokens
+                    .unwrap_or(primary.context_window_tokens),
+                temperature: f.temperature.unwrap_or(primary.temperature),
+                reasoning_effort: f.reasoning_effort.clone(),
+            }),
+        })
+        .collect()
 }
 
 /// Returns the LLM wall timeout (`runner.llmTimeoutSecs`, 0 disables).
@@ -394,23 +544,78 @@ mod tests {
     }
 
     #[test]
-    fn fallback_models_are_presets_or_inline_entries_in_order() {
+    fn fallback_models_are_presets_or_inline_entries_inheriting_the_primary() {
         let c = cfg(
-            r#"{"agents":{"defaults":{"model":"primary","fallbackModels":["cheap",{"model":"deepseek/deepseek-chat"},{"provider":"x"},"missing"]}},
+            r#"{"agents":{"defaults":{"model":"primary","maxTokens":111,"fallbackModels":["cheap",{"model":"deepseek/deepseek-chat","provider":"auto","reasoningEffort":"low"}]}},
                 "modelPresets":{"cheap":{"model":"gpt-4o-mini","provider":"openai","temperature":0.2}}}"#,
         );
-        let specs: Vec<(String, String, Option<f64>)> = fallback_specs(&c, &c.bots()[0])
+        let primary = default_preset(&c, &c.bots()[0]);
+        let specs: Vec<(String, String, f64, u32, Option<String>)> = fallback_presets(&c, &primary)
             .into_iter()
-            .map(|(b, t)| (b.model, b.provider, t))
+            .map(|p| {
+                (
+                    p.model,
+                    p.provider,
+                    p.temperature,
+                    p.max_tokens,
+                    p.reasoning_effort,
+                )
+            })
             .collect();
         assert_eq!(
             specs,
             [
-                ("gpt-4o-mini".into(), "openai".into(), Some(0.2)),
-                ("deepseek/deepseek-chat".into(), "auto".into(), None),
+                ("gpt-4o-mini".into(), "openai".into(), 0.2, 8192, None),
+                (
+                    "deepseek/deepseek-chat".into(),
+                    "auto".into(),
+                    0.1,
+                    111,
+                    Some("low".into())
+                ),
             ]
         );
-        assert!(fallback_specs(&cfg("{}"), &cfg("{}").bots()[0]).is_empty());
+        assert!(fallback_presets(&cfg("{}"), &primary).is_empty());
+    }
+
+    #[test]
+    fn presets_resolve_by_name_case_insensitively_and_sessions_pick_theirs() {
+        let c = cfg(
+            r#"{"agents":{"defaults":{"model":"base-model","modelPreset":"fast"}},
+                "providers":{"custom":{"apiBase":"http://127.0.0.1:9/v1"}},
+                "modelPresets":{"fast":{"model":"fast-model","maxTokens":512,"contextWindowTokens":4096,"temperature":0.7,"reasoningEffort":"low"},
+                                "Deep":{"model":"deep-model"}}}"#,
+        );
+        let models = Models::build(&c, &c.bots()[0]);
+        assert_eq!(models.names(), ["default", "Deep", "fast"]);
+        let fast = models.configured();
+        assert_eq!(
+            (
+                fast.preset.as_str(),
+                fast.target.model.as_str(),
+                fast.max_tokens,
+                fast.context_window_tokens,
+                fast.temperature,
+                fast.reasoning_effort.as_deref()
+            ),
+            ("fast", "fast-model", 512, 4096, 0.7, Some("low"))
+        );
+        assert_eq!(models.named("deep").unwrap().target.model, "deep-model");
+        assert_eq!(models.named("default").unwrap().target.model, "base-model");
+        assert_eq!(
+            models.named("nope").unwrap_err(),
+            "model_preset 'nope' not found. Available: Deep, fast, default"
+        );
+        let mut meta = serde_json::Map::new();
+        assert_eq!(models.for_session(&meta).preset, "fast");
+        meta.insert(crate::session::meta::MODEL_PRESET.into(), "Deep".into());
+        assert_eq!(models.for_session(&meta).target.model, "deep-model");
+        meta.insert(crate::session::meta::MODEL_PRESET.into(), "removed".into());
+        assert_eq!(
+            models.for_session(&meta).preset,
+            "fast",
+            "a removed preset falls back"
+        );
     }
 
     #[test]

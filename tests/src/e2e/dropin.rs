@@ -209,7 +209,7 @@ async fn a_primary_model_that_keeps_failing_falls_back_to_the_configured_fallbac
     let mut fleet = Fleet::builder()
         .roles(&["agent", "tools"])
         .config(json!({
-            "agents": {"defaults": {"fallbackModels": ["backup", {"model": "inline-model"}]}},
+            "agents": {"defaults": {"fallbackModels": ["backup", {"model": "inline-model", "provider": "custom"}]}},
             "modelPresets": {"backup": {"model": "backup-model", "provider": "custom"}},
         }))
         .start()

@@ -4,6 +4,7 @@
 
 mod fidelity;
 mod golden;
+mod models;
 mod recovery;
 
 use std::time::Duration;
@@ -181,7 +182,7 @@ pub(super) async fn kill_and_restart_agent(fleet: &mut Fleet) {
 }
 
 /// Upstream's `/help` for the commands the fleet offers (`BUILTIN_COMMAND_SPECS` order).
-const HELP: &str = "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/compact — Compact this chat's context and continue the conversation.\n/stop — Cancel the active agent turn for this chat.\n/restart — Restart the bot process.\n/status — Display runtime, provider, and channel status.\n/history [n] — Print the last N persisted conversation messages.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/skill — List all enabled skills available to the agent.\n/help — List available slash commands.\n/pairing [list|approve <code>|deny <code>|revoke <user_id>] — List, approve, deny or revoke pairing requests.";
+const HELP: &str = "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/compact — Compact this chat's context and continue the conversation.\n/stop — Cancel the active agent turn for this chat.\n/restart — Restart the bot process.\n/status — Display runtime, provider, and channel status.\n/model [preset] — Show or switch the active model preset.\n/history [n] — Print the last N persisted conversation messages.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/skill — List all enabled skills available to the agent.\n/help — List available slash commands.\n/pairing [list|approve <code>|deny <code>|revoke <user_id>] — List, approve, deny or revoke pairing requests.";
 
 #[tokio::test]
 async fn history_skill_pairing_and_restart_answer_as_upstream() {

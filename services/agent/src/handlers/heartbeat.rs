@@ -149,8 +149,9 @@ fn last_answer(rows: &[Value]) -> Option<String> {
 
 /// Asks the notification gate; any failure is silence (upstream fails closed).
 async fn gate(bot: &Bot, task: &str, response: &str) -> bool {
+    let runtime = bot.models.configured();
     let request = ChatRequest {
-        model: bot.target.model.clone(),
+        model: runtime.target.model.clone(),
         messages: heartbeat::gate_messages(task, response).into(),
         tools: vec![heartbeat::gate_tool()].into(),
         max_tokens: GATE_MAX_TOKENS,
@@ -158,7 +159,7 @@ async fn gate(bot: &Bot, task: &str, response: &str) -> bool {
         reasoning_effort: None,
         tool_choice: None,
     };
-    match bot.provider.chat_with_retry(&request, None).await {
+    match runtime.provider.chat_with_retry(&request, None).await {
         Ok(answer) => heartbeat::gate_says_notify(&answer),
         Err(e) => {
             tracing::warn!(error = %e, "heartbeat: notification gate failed, staying silent");

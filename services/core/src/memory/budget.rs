@@ -42,9 +42,9 @@ impl Budget {
     /// Returns the tokens the replayed history of a turn may take (upstream's replay budget:
     /// the [`budget`](Self::budget) with a completion cap of at least 1, or `max(128, window /
     /// 2)` when that leaves nothing).
-    pub fn replay_tokens(d: &AgentDefaults) -> usize {
-        let window = u64::from(d.context_window_tokens);
-        let budget = Self::new(window, u64::from(d.max_tokens.max(1)), 1.0).budget;
+    pub fn replay_tokens(context_window_tokens: u32, max_tokens: u32) -> usize {
+        let window = u64::from(context_window_tokens);
+        let budget = Self::new(window, u64::from(max_tokens.max(1)), 1.0).budget;
         let tokens = if budget > 0 {
             budget
         } else {
@@ -198,12 +198,12 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(Budget::of(&d), Budget::new(4096, 1024, 0.25));
-        assert_eq!(Budget::replay_tokens(&d), 4096 - 1024 - 1024);
-        let tiny = AgentDefaults {
-            context_window_tokens: 1000,
-            ..d
-        };
-        assert_eq!(Budget::replay_tokens(&tiny), 500, "max(128, window / 2)");
+        assert_eq!(Budget::replay_tokens(4096, 1024), 4096 - 1024 - 1024);
+        assert_eq!(
+            Budget::replay_tokens(1000, 1024),
+            500,
+            "max(128, window / 2)"
+        );
     }
 
     #[test]

@@ -117,6 +117,8 @@ pub struct ChatResponse {
     pub reasoning_content: Option<String>,
     /// Anthropic thinking blocks, kept verbatim (with signatures) for replay.
     pub thinking_blocks: Vec<Value>,
+    /// The model that answered when it is not the requested one (a fallback model).
+    pub model: Option<String>,
 }
 
 /// Provider errors.
@@ -154,6 +156,20 @@ impl LlmError {
 }
 
 impl LlmError {
+    /// Whether another model may answer where this one failed (upstream
+    /// `FallbackProvider._should_fallback`): what retrying may fix (timeouts, connection
+    /// errors, 408/409/429, 5xx), an exhausted quota, and a key the provider refuses
+    /// (401/403); not a request the provider rejects as such (400, 404, 422, ...).
+    pub fn falls_back(&self) -> bool {
+        match self {
+            Self::Status { status, .. } => {
+                self.retryable() || self.is_arrearage() || matches!(status, 401 | 403)
+            }
+            Self::Transport(_) => true,
+            Self::Malformed(_) => false,
+        }
+    }
+
     /// The error's kind as metrics and spans name it: `quota`, `rate_limited`,
     /// `client_error`, `server_error`, `transport` or `malformed`.
     pub fn kind(&self) -> &'static str {
@@ -215,16 +231,27 @@ pub enum Provider {
     Fallback(std::sync::Arc<Fallbacks>),
 }
 
-/// Upstream's `agents.defaults.fallbackModels`: when the primary's call fails on a transient
-/// error (timeout, connection, 5xx, rate limit, overloaded) after its retries, and before any
-/// content was streamed, the fallbacks are tried in order, each with its own retries.
+/// Upstream's `agents.defaults.fallbackModels` (`providers/fallback_provider.py`): when the
+/// primary's call fails with an error another model may not share ([`LlmError::falls_back`])
+/// after its retries, and before any content was streamed, the fallbacks are tried in order,
+/// each with its own retries and settings. A circuit breaker skips the primary for a cooldown
+/// (upstream: 60 s) after [`BREAKER_THRESHOLD`] consecutive such failures; then one call probes
+/// it again (a failed probe opens the breaker again). The breaker lives in this value: one per
+/// bot, preset and runner process.
 #[derive(Debug)]
 pub struct Fallbacks {
     /// The bot's own provider.
     pub primary: Provider,
-    /// Each fallback: its provider, the model name sent on the wire and a forced temperature.
+    /// The primary's model name on the wire (for logs).
+    primary_model: String,
+    /// Each fallback: its provider, the model name sent on the wire and its settings.
     pub chain: Vec<Fallback>,
+    breaker: Breaker,
 }
+
+/// Consecutive failures of the primary that open its circuit breaker (upstream
+/// `_PRIMARY_FAILURE_THRESHOLD`).
+pub const BREAKER_THRESHOLD: u32 = 3;
 
 /// One fallback model.
 #[derive(Debug)]
@@ -233,11 +260,70 @@ pub struct Fallback {
     pub provider: Provider,
     /// The model name sent on the wire.
     pub model: String,
-    /// Temperature forced by a per-model override (or the entry's own).
-    pub temperature: Option<f64>,
+    /// Its temperature (a per-model override, else the entry's).
+    pub temperature: f64,
+    /// Its completion cap.
+    pub max_tokens: u32,
+    /// Its `reasoning_effort` (none sent when unset).
+    pub reasoning_effort: Option<String>,
+}
+
+/// The primary's circuit breaker: consecutive failures and when it opened.
+#[derive(Debug)]
+struct Breaker {
+    cooldown: Duration,
+    state: std::sync::Mutex<(u32, Option<std::time::Instant>)>,
+}
+
+impl Breaker {
+    fn state(&self) -> std::sync::MutexGuard<'_, (u32, Option<std::time::Instant>)> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Closed, or open for longer than the cooldown (half-open: one probe may go).
+    fn available(&self) -> bool {
+        self.state()
+            .1
+            .is_none_or(|opened| opened.elapsed() >= self.cooldown)
+    }
+
+    fn succeeded(&self) {
+        *self.state() = (0, None);
+    }
+
+    /// Counts a failure; returns the count when it opened (or re-opened) the breaker.
+    fn failed(&self) -> Option<u32> {
+        let mut state = self.state();
+        state.0 += 1;
+        (state.0 >= BREAKER_THRESHOLD).then(|| {
+            state.1 = Some(std::time::Instant::now());
+            state.0
+        })
+    }
 }
 
 impl Fallbacks {
+    /// `primary` (sending `primary_model`) with `chain` behind it; the breaker keeps the
+    /// primary off for `cooldown` once open.
+    pub fn new(
+        primary: Provider,
+        primary_model: String,
+        chain: Vec<Fallback>,
+        cooldown: Duration,
+    ) -> Self {
+        Self {
+            primary,
+            primary_model,
+            chain,
+            breaker: Breaker {
+                cooldown,
+                state: std::sync::Mutex::new((0, None)),
+            },
+        }
+    }
+
     async fn chat(
         &self,
         req: &ChatRequest<'_>,
@@ -251,26 +337,59 @@ impl Fallbacks {
             }
         };
         let sink: Option<&DeltaFn<'_>> = on_delta.map(|_| &forward as &DeltaFn<'_>);
-        let mut error = match self.primary.chat_with_retry(req, sink).await {
-            Ok(r) => return Ok(r),
-            Err(e) => e,
-        };
+        let mut error = None;
+        if self.breaker.available() {
+            match self.primary.chat_with_retry(req, sink).await {
+                Ok(r) => {
+                    self.breaker.succeeded();
+                    return Ok(r);
+                }
+                Err(e)
+                    if !e.falls_back() || streamed.load(std::sync::atomic::Ordering::Relaxed) =>
+                {
+                    return Err(e);
+                }
+                Err(e) => {
+                    if let Some(failures) = self.breaker.failed() {
+                        tracing::warn!(model = %self.primary_model, failures, cooldown = ?self.breaker.cooldown, "primary model circuit open, skipping it for the cooldown");
+                    }
+                    error = Some(e);
+                }
+            }
+        } else {
+            tracing::debug!(model = %self.primary_model, "primary model circuit open, skipped");
+        }
         for fallback in &self.chain {
-            if !error.retryable() || streamed.load(std::sync::atomic::Ordering::Relaxed) {
+            if streamed.load(std::sync::atomic::Ordering::Relaxed) {
                 break;
             }
-            tracing::warn!(model = %fallback.model, error = %error, "llm call failed, trying the next fallback model");
+            match &error {
+                Some(e) => {
+                    tracing::warn!(model = %fallback.model, error = %e, "llm call failed, trying the next fallback model");
+                }
+                None => {
+                    tracing::info!(model = %fallback.model, "primary model skipped, trying a fallback model");
+                }
+            }
             let mut next = req.clone();
             next.model = fallback.model.clone();
-            if let Some(t) = fallback.temperature {
-                next.temperature = t;
+            next.temperature = fallback.temperature;
+            next.max_tokens = fallback.max_tokens;
+            next.reasoning_effort = fallback.reasoning_effort.clone();
+            match fallback.provider.chat_with_retry(&next, sink).await {
+                Ok(mut r) => {
+                    r.model = Some(fallback.model.clone());
+                    return Ok(r);
+                }
+                Err(e) => error = Some(e),
             }
-            error = match fallback.provider.chat_with_retry(&next, sink).await {
-                Ok(r) => return Ok(r),
-                Err(e) => e,
-            };
         }
-        Err(error)
+        Err(error.unwrap_or_else(|| {
+            LlmError::Transport(format!(
+                "primary model '{}' circuit open and no fallbacks available",
+                self.primary_model
+            ))
+        }))
     }
 }
 
@@ -503,6 +622,49 @@ mod tests {
         assert!(status(503, "").retryable());
         assert!(!status(429, "{\"error\":{\"code\":\"insufficient_quota\"}}").retryable());
         assert!(!status(400, "bad").retryable());
+    }
+
+    #[test]
+    fn the_breaker_opens_after_three_consecutive_failures_and_half_opens_after_the_cooldown() {
+        let breaker = Breaker {
+            cooldown: Duration::from_millis(50),
+            state: std::sync::Mutex::new((0, None)),
+        };
+        assert_eq!((breaker.failed(), breaker.failed()), (None, None));
+        breaker.succeeded();
+        assert_eq!((breaker.failed(), breaker.failed()), (None, None));
+        assert!(breaker.available(), "a success reset the count");
+        assert_eq!(breaker.failed(), Some(3));
+        assert!(!breaker.available(), "open for the cooldown");
+        let opened = breaker.state().1.unwrap();
+        while opened.elapsed() < breaker.cooldown {
+            std::hint::spin_loop();
+        }
+        assert!(breaker.available(), "half-open: one probe");
+        assert_eq!(breaker.failed(), Some(4), "a failed probe opens it again");
+        assert!(!breaker.available());
+    }
+
+    #[test]
+    fn fallback_follows_upstreams_error_classes() {
+        let status = |status, body: &str| LlmError::Status {
+            status,
+            body: body.into(),
+            retry_after: None,
+        };
+        for falls_back in [
+            status(503, ""),
+            status(429, "slow down"),
+            status(429, "insufficient_quota"),
+            status(401, "bad key"),
+            status(403, ""),
+            LlmError::Transport("refused".into()),
+        ] {
+            assert!(falls_back.falls_back(), "{falls_back}");
+        }
+        for stays in [status(400, "bad"), status(404, ""), status(422, "")] {
+            assert!(!stays.falls_back(), "{stays}");
+        }
     }
 
     #[test]

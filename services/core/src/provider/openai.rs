@@ -281,6 +281,7 @@ fn parse_completion(value: &Value) -> Result<ChatResponse, LlmError> {
             .and_then(Value::as_str)
             .map(str::to_string),
         thinking_blocks: Vec::new(),
+        model: None,
     })
 }
 

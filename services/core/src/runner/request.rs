@@ -113,7 +113,7 @@ impl Requester<'_> {
             response.usage.prompt_tokens = estimate_messages_by_bytes(messages) as u64;
             response.usage.completion_tokens = (out / 4 + 1) as u64;
         }
-        record_response(&span, &self.spec.telemetry, &response, error_kind);
+        record_response(&span, &self.spec.telemetry, &self.spec.model, &response, error_kind);
         nanobot_runtime::metrics::get().llm_call(
             &self.spec.telemetry.provider,
             started.elapsed(),
@@ -204,7 +204,7 @@ pub async fn traced_chat(
         Some(Ok(r)) => r,
         _ => &failed,
     };
-    record_response(&span, telemetry, response, error_kind);
+    record_response(&span, telemetry, &request.model, response, error_kind);
     nanobot_runtime::metrics::get().llm_call(
         &telemetry.provider,
         started.elapsed(),
@@ -234,6 +234,7 @@ fn chat_span(request: &ChatRequest<'_>, telemetry: &super::Telemetry) -> tracing
         "gen_ai.request.model" = %request.model,
         "gen_ai.request.max_tokens" = i64::from(request.max_tokens),
         "gen_ai.request.temperature" = request.temperature,
+        "gen_ai.response.model" = Empty,
         "gen_ai.usage.input_tokens" = Empty,
         "gen_ai.usage.output_tokens" = Empty,
         "error.type" = Empty,
@@ -251,6 +252,7 @@ fn chat_span(request: &ChatRequest<'_>, telemetry: &super::Telemetry) -> tracing
 fn record_response(
     span: &tracing::Span,
     telemetry: &super::Telemetry,
+    request_model: &str,
     response: &ChatResponse,
     error: Option<&'static str>,
 ) {
@@ -259,6 +261,13 @@ fn record_response(
         "gen_ai.response.finish_reasons",
         &[response.finish_reason.as_str()],
     );
+    // The model that answered: a fallback model's name when the primary failed.
+    if error.is_none() {
+        span.record(
+            "gen_ai.response.model",
+            response.model.as_deref().unwrap_or(request_model),
+        );
+    }
     // As i64: OpenTelemetry has no unsigned integers (a u64 would be exported as text).
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     span.record(

@@ -14,6 +14,8 @@ pub const INJECTED_IDS: &str = "_injected_ids";
 pub const INJECTED_SEQ: &str = "_injected_seq";
 /// The last turn's token usage (for `/status`), a [`Usage`].
 pub const LAST_USAGE: &str = "last_usage";
+/// The session's `/model` preset (upstream's `SESSION_MODEL_PRESET_METADATA_KEY`).
+pub const MODEL_PRESET: &str = "_nanobot_model_preset";
 /// The last archive summary (`{"text", "last_active"}`), written by memory, read into the
 /// next turn's prompt and removed by `/new`.
 pub const LAST_SUMMARY: &str = "_last_summary";

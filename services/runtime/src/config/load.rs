@@ -284,8 +284,7 @@ fn typed(root: &Value, problems: &mut Vec<String>, unknown: &mut Vec<String>) ->
                 Some(())
             }
             "modelpresets" => {
-                config.model_presets = value.clone();
-                Some(())
+                section(key, value, problems, unknown).map(|v| config.model_presets = v)
             }
             "bus" => section(key, value, problems, unknown).map(|v| config.bus = v),
             "store" => section(key, value, problems, unknown).map(|v| config.store = v),

@@ -412,6 +412,73 @@ mod tests {
     }
 
     #[test]
+    fn model_presets_are_typed_with_upstream_defaults_and_bad_ones_are_listed() {
+        let c = parse(
+            r#"{"agents":{"defaults":{"model_preset":"fast","fallbackModels":["deep",{"model":"m2","provider":"custom","max_tokens":9}]}},
+                "model_presets":{"fast":{"model":"f","max_tokens":5},"deep":{"model":"d","provider":"openrouter"}},
+                "runner":{"fallbackCooldownSecs":2.5}}"#,
+            &[],
+        )
+        .unwrap();
+        let fast = &c.model_presets["fast"];
+        assert_eq!(
+            (fast.model.as_str(), fast.provider.as_str(), fast.max_tokens),
+            ("f", "auto", 5)
+        );
+        assert_eq!(
+            (
+                fast.context_window_tokens,
+                fast.temperature,
+                &fast.reasoning_effort
+            ),
+            (200_000, 0.1, &None)
+        );
+        assert_eq!(c.agents.defaults.model_preset.as_deref(), Some("fast"));
+        assert_eq!(
+            c.agents.defaults.fallback_models[0],
+            FallbackModel::Preset("deep".into())
+        );
+        assert!(matches!(
+            &c.agents.defaults.fallback_models[1],
+            FallbackModel::Inline(f) if f.model == "m2" && f.max_tokens == Some(9) && f.temperature.is_none()
+        ));
+        assert_eq!(c.runner.fallback_cooldown_secs, 2.5);
+        assert_eq!(
+            parse("{}", &[]).unwrap().runner.fallback_cooldown_secs,
+            60.0
+        );
+
+        let err = parse(
+            r#"{"agents":{"defaults":{"modelPreset":"gone","fallbackModels":["missing",{"model":"x"},7]}},
+                "modelPresets":{"default":{"model":"d"},"nomodel":{"maxTokens":1},"hot":{"model":"h","temperature":3}}}"#,
+            &[],
+        )
+        .unwrap_err();
+        let problems = err.problems.join("\n");
+        for expected in [
+            "modelPresets.nomodel: missing field `model`",
+            "agents.defaults.fallbackModels[1]: inline fallback model: missing field `provider`",
+        ] {
+            assert!(problems.contains(expected), "{expected} in {problems}");
+        }
+        let err = parse(
+            r#"{"agents":{"defaults":{"modelPreset":"gone","fallbackModels":["missing"]}},
+                "modelPresets":{"default":{"model":"d"},"hot":{"model":"h","temperature":3}}}"#,
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "modelPresets.default: the name 'default' is reserved for agents.defaults",
+                "modelPresets.hot.temperature: 3 is outside 0..=2",
+                "agents.defaults.modelPreset: model preset 'gone' not found in modelPresets (available: default, hot)",
+                "agents.defaults.fallbackModels[0]: model preset 'missing' not found in modelPresets (available: hot)",
+            ]
+        );
+    }
+
+    #[test]
     fn tools_web_and_ssrf_whitelist_are_typed_and_bad_entries_are_listed_with_other_problems() {
         let c = parse(
             r#"{"tools":{"web":{"userAgent":"ua","search":{"provider":"brave","api_key":"k"}},

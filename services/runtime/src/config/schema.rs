@@ -1,8 +1,8 @@
 //! The typed config tree: nanobot's `config.json` schema (camelCase or snake_case keys,
 //! upstream defaults) plus the fleet sections `bus`, `store`, `telemetry`, `runner` and `bots`.
 //!
-//! Sections the fleet does not interpret yet (other channels, transcription, model presets,
-//! web search settings) are kept as JSON so an upstream config loads unchanged.
+//! Sections the fleet does not interpret yet (other channels, transcription, web search
+//! settings) are kept as JSON so an upstream config loads unchanged.
 
 use std::collections::BTreeMap;
 
@@ -29,9 +29,10 @@ pub struct Config {
     pub tools: ToolsConfig,
     /// Audio transcription (kept as given; not used by the fleet yet).
     pub transcription: Value,
-    /// Model presets (kept as given).
+    /// Named models with their generation settings (`/model <name>`, `agents.defaults.modelPreset`,
+    /// `agents.defaults.fallbackModels`); `default` is reserved for `agents.defaults`.
     #[serde(alias = "model_presets")]
-    pub model_presets: Value,
+    pub model_presets: BTreeMap<String, ModelPreset>,
     /// NATS connection.
     pub bus: BusConfig,
     /// Redis connection.
@@ -62,6 +63,11 @@ pub struct AgentsConfig {
 pub struct AgentDefaults {
     /// Workspace directory (`~` expanded). Default `~/.nanobot/workspace`.
     pub workspace: String,
+    /// The model preset (`modelPresets.<name>`) bots use instead of `model`, `provider`,
+    /// `maxTokens`, `contextWindowTokens`, `temperature` and `reasoningEffort` below (a bot
+    /// with its own `model` keeps it). `None` or `default`: those fields.
+    #[serde(alias = "model_preset")]
+    pub model_preset: Option<String>,
     /// Model name, e.g. `anthropic/claude-opus-4-5`.
     pub model: String,
     /// Provider name or `auto` (detected from the model).
@@ -74,6 +80,10 @@ pub struct AgentDefaults {
     pub context_window_tokens: u32,
     /// Sampling temperature. Default 0.1.
     pub temperature: f64,
+    /// Models tried in order when the model's call still fails on a transient error after its
+    /// retries (upstream `fallbackModels`): preset names or inline entries.
+    #[serde(alias = "fallback_models")]
+    pub fallback_models: Vec<FallbackModel>,
     /// Maximum LLM/tool iterations per turn. Default 200.
     #[serde(alias = "max_tool_iterations")]
     pub max_tool_iterations: u32,
@@ -119,6 +129,8 @@ impl Default for AgentDefaults {
     fn default() -> Self {
         Self {
             workspace: "~/.nanobot/workspace".into(),
+            model_preset: None,
+            fallback_models: Vec::new(),
             model: "anthropic/claude-opus-4-5".into(),
             provider: "auto".into(),
             max_tokens: 8192,
@@ -136,6 +148,91 @@ impl Default for AgentDefaults {
             idle_compact_check_interval_seconds: 60.0,
             dream: DreamConfig::default(),
             extra: BTreeMap::new(),
+        }
+    }
+}
+
+/// `modelPresets.<name>`: a model with its generation settings (upstream
+/// `ModelPresetConfig`, same defaults).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelPreset {
+    /// Model name (required).
+    pub model: String,
+    /// Provider name or `auto` (detected from the model). Default `auto`.
+    #[serde(default = "auto")]
+    pub provider: String,
+    /// Completion token cap. Default 8192.
+    #[serde(default = "default_max_tokens", alias = "max_tokens")]
+    pub max_tokens: u32,
+    /// Context window in tokens. Default 200000.
+    #[serde(default = "default_context_window", alias = "context_window_tokens")]
+    pub context_window_tokens: u32,
+    /// Sampling temperature. Default 0.1.
+    #[serde(default = "default_temperature")]
+    pub temperature: f64,
+    /// Reasoning effort hint.
+    #[serde(default, alias = "reasoning_effort")]
+    pub reasoning_effort: Option<String>,
+}
+
+fn auto() -> String {
+    "auto".into()
+}
+fn default_max_tokens() -> u32 {
+    8192
+}
+fn default_context_window() -> u32 {
+    200_000
+}
+fn default_temperature() -> f64 {
+    0.1
+}
+
+/// One `agents.defaults.fallbackModels` entry: a preset's name, or an inline model whose
+/// unset fields are the primary's (upstream `InlineFallbackConfig`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum FallbackModel {
+    /// `modelPresets.<name>`.
+    Preset(String),
+    /// `{model, provider, maxTokens?, contextWindowTokens?, temperature?, reasoningEffort?}`.
+    Inline(InlineFallback),
+}
+
+/// An inline fallback model.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InlineFallback {
+    /// Model name.
+    pub model: String,
+    /// Provider name or `auto`.
+    pub provider: String,
+    /// Completion cap (the primary's when unset).
+    #[serde(default, alias = "max_tokens")]
+    pub max_tokens: Option<u32>,
+    /// Context window (the primary's when unset).
+    #[serde(default, alias = "context_window_tokens")]
+    pub context_window_tokens: Option<u32>,
+    /// Temperature (the primary's when unset).
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// Reasoning effort (none when unset, as upstream).
+    #[serde(default, alias = "reasoning_effort")]
+    pub reasoning_effort: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for FallbackModel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match Value::deserialize(d)? {
+            Value::String(name) => Ok(Self::Preset(name)),
+            v @ Value::Object(_) => serde_json::from_value(v)
+                .map(Self::Inline)
+                .map_err(|e| D::Error::custom(format!("inline fallback model: {e}"))),
+            other => Err(D::Error::custom(format!(
+                "expected a model preset name or an inline {{\"model\", \"provider\"}} object, got {other}"
+            ))),
         }
     }
 }
@@ -517,6 +614,10 @@ pub struct RunnerConfig {
     /// it (died). Default 30.
     #[serde(alias = "redeliver_after_secs")]
     pub redeliver_after_secs: f64,
+    /// With `agents.defaults.fallbackModels`: seconds a model is skipped after 3 consecutive
+    /// failed calls (upstream's circuit breaker, 60 s), per runner process. Default 60.
+    #[serde(alias = "fallback_cooldown_secs")]
+    pub fallback_cooldown_secs: f64,
 }
 
 impl Default for RunnerConfig {
@@ -526,6 +627,7 @@ impl Default for RunnerConfig {
             max_waiting_messages: 256,
             session_lease_secs: 10.0,
             redeliver_after_secs: 30.0,
+            fallback_cooldown_secs: 60.0,
             llm_timeout_secs: 300,
             local_model_url: "http://127.0.0.1:18080/v1".into(),
             local_model: "SmolLM2-135M-Instruct".into(),

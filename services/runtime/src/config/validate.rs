@@ -9,9 +9,7 @@ use super::schema::Config;
 
 /// Upstream keys of `agents.defaults` the fleet accepts but does not interpret.
 const AGENT_EXTRAS: &[&str] = &[
-    "modelPreset",
     "contextBlockLimit",
-    "fallbackModels",
     "failOnToolError",
     "providerRetryMode",
     "toolHintMaxLength",
@@ -112,6 +110,76 @@ fn is_url(url: &str, schemes: &[&str]) -> bool {
     schemes
         .iter()
         .any(|s| url.starts_with(&format!("{s}://")) && url.len() > s.len() + 3)
+}
+
+/// Upstream's rules for `modelPresets`, `agents.defaults.modelPreset` and
+/// `agents.defaults.fallbackModels` (`Config._validate_model_preset`), plus the preset
+/// values `agents.defaults` checks for its own.
+fn model_presets(config: &Config, problems: &mut Vec<String>) {
+    let presets = &config.model_presets;
+    let names = |with_default: bool| {
+        let mut names: Vec<&str> = presets
+            .keys()
+            .map(String::as_str)
+            .filter(|n| *n != "default")
+            .collect();
+        if with_default {
+            names.insert(0, "default");
+        }
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    };
+    for (name, preset) in presets {
+        let at = format!("modelPresets.{name}");
+        if name == "default" {
+            problems.push(format!(
+                "{at}: the name 'default' is reserved for agents.defaults"
+            ));
+        }
+        if name.trim().is_empty() {
+            problems.push("modelPresets: a preset name must not be empty".into());
+        }
+        if preset.model.trim().is_empty() {
+            problems.push(format!("{at}.model: must not be empty"));
+        }
+        if preset.max_tokens == 0 {
+            problems.push(format!("{at}.maxTokens: must be at least 1"));
+        }
+        if !(0.0..=2.0).contains(&preset.temperature) {
+            problems.push(format!(
+                "{at}.temperature: {} is outside 0..=2",
+                preset.temperature
+            ));
+        }
+    }
+    let d = &config.agents.defaults;
+    if let Some(name) = &d.model_preset
+        && name != "default"
+        && !presets.contains_key(name)
+    {
+        problems.push(format!(
+            "agents.defaults.modelPreset: model preset '{name}' not found in modelPresets (available: {})",
+            names(true)
+        ));
+    }
+    for (i, entry) in d.fallback_models.iter().enumerate() {
+        let at = format!("agents.defaults.fallbackModels[{i}]");
+        match entry {
+            super::FallbackModel::Preset(name) if !presets.contains_key(name) => {
+                problems.push(format!(
+                    "{at}: model preset '{name}' not found in modelPresets (available: {})",
+                    names(false)
+                ));
+            }
+            super::FallbackModel::Inline(inline) if inline.model.trim().is_empty() => {
+                problems.push(format!("{at}.model: must not be empty"));
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Returns every semantic problem of a parsed config; unknown keys go to `unknown`.
@@ -230,6 +298,10 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
     if config.runner.redeliver_after_secs.is_nan() || config.runner.redeliver_after_secs < 1.0 {
         problems.push("runner.redeliverAfterSecs: must be at least 1".into());
     }
+    if config.runner.fallback_cooldown_secs.is_nan() || config.runner.fallback_cooldown_secs < 0.0 {
+        problems.push("runner.fallbackCooldownSecs: must be 0 or more".into());
+    }
+    model_presets(config, &mut problems);
     for (name, provider) in &config.providers {
         if let Some(base) = &provider.api_base
             && !is_url(base, &["http", "https"])
