@@ -113,7 +113,13 @@ impl Requester<'_> {
             response.usage.prompt_tokens = estimate_messages_by_bytes(messages) as u64;
             response.usage.completion_tokens = (out / 4 + 1) as u64;
         }
-        record_response(&span, &self.spec.telemetry, &self.spec.model, &response, error_kind);
+        record_response(
+            &span,
+            &self.spec.telemetry,
+            &self.spec.model,
+            &response,
+            error_kind,
+        );
         nanobot_runtime::metrics::get().llm_call(
             &self.spec.telemetry.provider,
             started.elapsed(),

@@ -144,7 +144,7 @@ async fn call(
         },
         file_reads: request.file_reads,
     };
-    tracing::debug!("tool call started");
+    tracing::info!("tool call started");
     let started = std::time::Instant::now();
     let output = deps
         .registry

@@ -111,14 +111,17 @@ async fn an_unchanged_file_read_again_on_another_runner_answers_file_unchanged_u
 #[tokio::test]
 async fn history_is_replayed_within_the_token_budget_from_a_user_row_and_think_tags_never_reach_the_user()
  {
-    // Replay budget: 3000 − 1000 − 1024 = 976 tokens, about two of these turns.
+    // Input budget: 9000 − 1000 − 1024 = 6976 tokens (by bytes / 4). The replayed history
+    // fits it (4 turns of about 1,500 tokens), but the whole request does not: the tool
+    // definitions take about 4,400 tokens, so upstream's snip keeps the newest messages that
+    // fit, from a user row: the last turn or two, never the first.
     let mut fleet = Fleet::builder()
         .roles(&["agent", "tools"])
-        .config(json!({"agents": {"defaults": {"contextWindowTokens": 3000, "maxTokens": 1000}}}))
+        .config(json!({"agents": {"defaults": {"contextWindowTokens": 9000, "maxTokens": 1000}}}))
         .start()
         .await
         .unwrap();
-    let filler = "word ".repeat(150);
+    let filler = "word ".repeat(600);
     for i in 0..4 {
         fleet.llm.push(Reply::text(format!("reply {i} {filler}")));
         ask(&mut fleet, &format!("question {i} {filler}"), None).await;
