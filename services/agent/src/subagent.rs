@@ -276,6 +276,7 @@ pub async fn execute(deps: &Deps, bot: &Bot, task: &SubagentTask) -> (bool, Stri
             model: runtime.target.model.clone(),
             max_tokens: runtime.max_tokens,
             context_window_tokens: runtime.context_window_tokens,
+            context_block_limit: d.context_block_limit,
             temperature: task
                 .temperature
                 .or(runtime.target.temperature)

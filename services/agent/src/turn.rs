@@ -281,6 +281,7 @@ pub async fn run(
             model: model.target.model.clone(),
             max_tokens: model.max_tokens,
             context_window_tokens: model.context_window_tokens,
+            context_block_limit: d.context_block_limit,
             temperature: model.temperature,
             reasoning_effort: model.reasoning_effort.clone(),
             max_iterations: d.max_tool_iterations,

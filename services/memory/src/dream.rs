@@ -205,6 +205,7 @@ fn spec(ctx: Ctx<'_>, messages: Vec<Value>, max_iterations: u32, session_key: &s
             .unwrap_or_else(|| ctx.bot.target.model.clone()),
         max_tokens: d.max_tokens,
         context_window_tokens: d.context_window_tokens,
+        context_block_limit: d.context_block_limit,
         temperature: ctx.bot.target.temperature.unwrap_or(d.temperature),
         reasoning_effort: d.reasoning_effort.clone(),
         max_iterations,

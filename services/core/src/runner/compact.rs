@@ -40,9 +40,13 @@ pub fn compacted_text(name: &str) -> String {
     )
 }
 
-/// The input budget of a run: `context_window − max_tokens − 1024` (0: no compaction).
-pub fn input_budget(context_window: u32, max_tokens: u32) -> u64 {
-    Budget::new(u64::from(context_window), u64::from(max_tokens), 1.0).budget
+/// The input budget of a run: `contextBlockLimit` when set, else `context_window −
+/// max_tokens − 1024` (0: no compaction).
+pub fn input_budget(context_window: u32, max_tokens: u32, block_limit: Option<u32>) -> u64 {
+    match block_limit {
+        Some(limit) if limit > 0 => u64::from(limit),
+        _ => Budget::new(u64::from(context_window), u64::from(max_tokens), 1.0).budget,
+    }
 }
 
 /// Returns the byte-heuristic estimate of a request: `messages` plus the tool definitions.

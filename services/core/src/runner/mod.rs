@@ -64,6 +64,9 @@ pub struct RunSpec {
     /// `contextWindowTokens`: with it, this turn's large tool results are compacted, then the
     /// oldest history snipped, when a request would overflow (0: never).
     pub context_window_tokens: u32,
+    /// `contextBlockLimit`: the input budget itself, in place of the one derived from the
+    /// window (`None`: derived).
+    pub context_block_limit: Option<u32>,
     /// Temperature.
     pub temperature: f64,
     /// `reasoning_effort`, when set.
@@ -386,7 +389,11 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
     };
     // The byte heuristic of the definitions as one JSON array.
     run.tool_tokens = deps.specs.definitions_bytes().div_ceil(4) as u64;
-    let budget = compact::input_budget(spec.context_window_tokens, spec.max_tokens);
+    let budget = compact::input_budget(
+        spec.context_window_tokens,
+        spec.max_tokens,
+        spec.context_block_limit,
+    );
     let _ = deps.hook.before_run(&run.messages);
     run.result.streamed = streaming;
     let hook = deps.hook;

@@ -727,6 +727,7 @@ async fn large_results_of_this_turn_are_compacted_oldest_first_only_when_the_req
         deps,
         RunSpec {
             context_window_tokens: 3300,
+            context_block_limit: None,
             ..spec(10)
         },
     )
@@ -758,6 +759,49 @@ async fn large_results_of_this_turn_are_compacted_oldest_first_only_when_the_req
             .all(|m| m["content"].as_str().unwrap().len() > 3000),
         "the session keeps every result"
     );
+}
+
+#[tokio::test]
+async fn context_block_limit_is_the_input_budget_in_place_of_the_window() {
+    let call = |name: &str, id: &str| {
+        let mut response = calls(&[name]);
+        response.tool_calls[0].id = id.into();
+        response
+    };
+    let model = Model::new(vec![
+        call("read_file", "r1"),
+        call("grep", "g1"),
+        call("read_file", "r2"),
+        text("done"),
+    ]);
+    let specs = Offered::new(vec![tool_spec("read_file"), tool_spec("grep")]);
+    let deps = RunDeps {
+        model: &model,
+        tools: &Big,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    // A window that never overflows, and upstream's `contextBlockLimit` of 2176 tokens: the
+    // same budget as the test above, so the oldest large result is compacted the same way.
+    let r = run(
+        deps,
+        RunSpec {
+            context_window_tokens: 200_000,
+            context_block_limit: Some(2176),
+            ..spec(10)
+        },
+    )
+    .await;
+    assert_eq!(r.content, "done");
+    let reqs = model.requests();
+    let first_tool = reqs[3]
+        .messages
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_string());
+    assert_eq!(first_tool, Some(compact::compacted_text("read_file")));
 }
 
 /// Returns each message of a request as `role: content` (tool calls as `call <name>`).
@@ -803,6 +847,7 @@ async fn history_over_the_budget_is_snipped_to_the_newest_messages_from_a_user_m
         RunSpec {
             messages: messages.clone(),
             context_window_tokens: 2124,
+            context_block_limit: None,
             ..spec(5)
         },
     )
@@ -859,6 +904,7 @@ async fn a_snip_without_a_user_message_in_budget_keeps_the_turn_from_its_user_me
                 json!({"role": "user", "content": "go"}),
             ],
             context_window_tokens: 2124,
+            context_block_limit: None,
             ..spec(5)
         },
     )

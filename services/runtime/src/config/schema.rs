@@ -78,6 +78,10 @@ pub struct AgentDefaults {
     /// Context window in tokens. Default 200000.
     #[serde(alias = "context_window_tokens")]
     pub context_window_tokens: u32,
+    /// The input budget of in-flight compaction and the snip pass, in tokens, in place of
+    /// `contextWindowTokens − maxTokens − 1024` (upstream `contextBlockLimit`; null: derived).
+    #[serde(alias = "context_block_limit")]
+    pub context_block_limit: Option<u32>,
     /// Sampling temperature. Default 0.1.
     pub temperature: f64,
     /// Models tried in order when the model's call still fails on a transient error after its
@@ -135,6 +139,7 @@ impl Default for AgentDefaults {
             provider: "auto".into(),
             max_tokens: 8192,
             context_window_tokens: 200_000,
+            context_block_limit: None,
             temperature: 0.1,
             max_tool_iterations: 200,
             max_tool_result_chars: 16_000,

@@ -9,7 +9,6 @@ use super::schema::Config;
 
 /// Upstream keys of `agents.defaults` the fleet accepts but does not interpret.
 const AGENT_EXTRAS: &[&str] = &[
-    "contextBlockLimit",
     "failOnToolError",
     "providerRetryMode",
     "toolHintMaxLength",
