@@ -78,6 +78,10 @@ pub struct OutboundMessage {
     /// command replies, errors, progress and stream events.
     #[prost(message, optional, tag = "14")]
     pub usage: ::core::option::Option<Usage>,
+    /// On a final reply of a model turn: the model that gave the answer (a fallback's name when
+    /// the primary failed). Empty on command replies, errors, progress and stream events.
+    #[prost(string, tag = "15")]
+    pub model: ::prost::alloc::string::String,
 }
 /// Token usage, summed over the LLM calls of a turn (OpenAI's `usage` object).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]

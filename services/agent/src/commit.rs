@@ -27,6 +27,8 @@ pub struct Reply {
     pub streamed: u32,
     /// The turn's token usage, carried on its final reply.
     pub usage: Option<nanobot_proto::Usage>,
+    /// The model that answered (a fallback's when the primary failed); empty for commands.
+    pub model: String,
 }
 
 impl Reply {
@@ -56,6 +58,7 @@ pub async fn finish(
         let mut m = outbox.message(*kind, text, 0);
         m.answers = answers.clone();
         m.usage = reply.usage;
+        m.model = reply.model.clone();
         m
     });
     let encoded = message.as_ref().map(outbox::encode);

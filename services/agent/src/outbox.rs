@@ -68,6 +68,7 @@ impl Outbox {
             answers: Vec::new(),
             content_ref: String::new(),
             usage: None,
+            model: String::new(),
         }
     }
 

@@ -348,6 +348,7 @@ pub async fn run(
             completion_tokens: result.usage.completion_tokens,
             total_tokens: result.usage.total(),
         }),
+        model: result.model.clone().unwrap_or_default(),
         ..if answered {
             Reply::default()
         } else {

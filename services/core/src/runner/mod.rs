@@ -197,6 +197,9 @@ pub struct RunResult {
     pub streamed: bool,
     /// Follow-up messages injected into the run.
     pub injected: usize,
+    /// The model that gave the run's last answer: the requested one, or a fallback's when
+    /// the primary failed (`None` until a request succeeds).
+    pub model: Option<String>,
 }
 
 fn is_blank(text: &str) -> bool {
@@ -268,6 +271,17 @@ impl Run<'_> {
         true
     }
 
+    /// Records which model answered (a fallback names itself on the response).
+    fn answered(&mut self, response: &ChatResponse) {
+        if response.finish_reason != "error" {
+            let model = response
+                .model
+                .as_deref()
+                .unwrap_or(&self.requester.spec.model);
+            self.result.model = Some(model.to_string());
+        }
+    }
+
     fn charge(&mut self, cost: Cost) {
         self.result.usage.add(&cost.usage);
         self.result.llm_calls += cost.calls;
@@ -330,6 +344,7 @@ impl Run<'_> {
             )
             .await;
         self.charge(cost);
+        self.answered(&response);
         let clean = self
             .deps
             .hook
@@ -413,6 +428,7 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
         let (mut response, cost) = run.requester.with_tools(&sent, run.definitions).await;
         drop(sent);
         run.charge(cost);
+        run.answered(&response);
         let mut usage = cost.usage;
         let terminal_reason = matches!(
             response.finish_reason.as_str(),
@@ -446,6 +462,7 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
                 .finalize(&run.messages, prompts::FINALIZATION_RETRY_PROMPT)
                 .await;
             run.charge(more);
+            run.answered(&retry);
             usage.add(&more.usage);
             response = retry;
             clean = hook.finalize_content(response.content.clone().unwrap_or_default());

@@ -176,7 +176,13 @@ impl Turn {
             match reply.kind() {
                 OutboundKind::Final => {
                     nanobot_runtime::metrics::get().delivery(API_CHANNEL, "delivered");
-                    return Ok((self.model, reply.content, reply.usage));
+                    // The model that answered: a fallback's when the primary failed.
+                    let model = if reply.model.is_empty() {
+                        self.model
+                    } else {
+                        reply.model
+                    };
+                    return Ok((model, reply.content, reply.usage));
                 }
                 OutboundKind::Error => return Err(ApiError::Agent(reply.content)),
                 // Progress, tool hints and stream events are not part of a JSON answer.

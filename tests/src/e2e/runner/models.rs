@@ -150,3 +150,41 @@ async fn a_failing_primary_falls_back_and_is_skipped_after_three_failures_until_
         "after the cooldown the primary answers the turn itself"
     );
 }
+
+#[tokio::test]
+async fn the_api_reply_names_the_model_that_answered_a_fallback_when_the_primary_failed() {
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({
+            "agents": {"defaults": {"fallbackModels": [{"model": "backup-model", "provider": "custom"}]}},
+        }))
+        .start()
+        .await
+        .unwrap();
+    let api_model = |text: &'static str| {
+        let url = format!("{}/v1/chat/completions", fleet.api_base());
+        async move {
+            let response: serde_json::Value = reqwest::Client::new()
+                .post(url)
+                .json(&json!({"session_id": "fb-api", "messages": [{"role": "user", "content": text}]}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(
+                response["choices"][0]["message"]["content"],
+                format!("echo: {text}"),
+                "{response}"
+            );
+            response["model"].as_str().unwrap_or_default().to_string()
+        }
+    };
+    assert_eq!(api_model("first").await, "test-model");
+    fleet.llm.when_model(
+        "test-model",
+        Reply::error(503, r#"{"error":{"message":"overloaded"}}"#).with_retry_after(0),
+    );
+    assert_eq!(api_model("second").await, "backup-model");
+}
