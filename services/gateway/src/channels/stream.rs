@@ -31,14 +31,14 @@ use nanobot_proto::{OutboundKind, OutboundMessage, keys};
 use super::SendError;
 
 /// How long a stream's record lives.
-const RECORD_TTL_SECS: u64 = 3600;
+pub(super) const RECORD_TTL_SECS: u64 = 3600;
 /// The record while the first preview is being posted.
-const PENDING: &str = "pending";
+pub(super) const PENDING: &str = "pending";
 /// The record's prefix once the final reply took the preview over (`final:<id>`, or `final`
 /// when there was no preview).
-const FINAL: &str = "final";
+pub(super) const FINAL: &str = "final";
 /// How long the final reply waits for a preview being posted or edited.
-const PENDING_WAIT: Duration = Duration::from_secs(5);
+pub(super) const PENDING_WAIT: Duration = Duration::from_secs(5);
 /// Longest a preview edit holds the edit key (a killed editor releases it by expiry).
 const EDIT_HOLD_MS: u64 = 10_000;
 
@@ -138,16 +138,8 @@ impl Streamer {
         let owner = match preview.owner {
             Owner::Elsewhere => return,
             Owner::Unclaimed => {
-                let claimed: redis::RedisResult<Option<String>> = redis::cmd("SET")
-                    .arg(&key)
-                    .arg(PENDING)
-                    .arg("NX")
-                    .arg("EX")
-                    .arg(RECORD_TTL_SECS)
-                    .query_async(&mut conn)
-                    .await;
-                let owner = match claimed {
-                    Ok(Some(_)) => match editor.post_preview(msg, &first).await {
+                let owner = match claim(&mut conn, &key).await {
+                    Ok(true) => match editor.post_preview(msg, &first).await {
                         Ok(id) => {
                             let _: redis::RedisResult<()> =
                                 conn.set_ex(&key, &id, RECORD_TTL_SECS).await;
@@ -209,14 +201,7 @@ impl Streamer {
         let key = self.key(&msg.reply_to);
         let mut conn = self.redis.clone();
         let unreadable = |e: redis::RedisError| SendError::Transient(format!("stream record: {e}"));
-        let deadline = Instant::now() + PENDING_WAIT;
-        let state = loop {
-            let state: Option<String> = conn.get(&key).await.map_err(unreadable)?;
-            if state.as_deref() != Some(PENDING) || Instant::now() >= deadline {
-                break state;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let state = settled(&mut conn, &key).await.map_err(unreadable)?;
         let preview = match state.as_deref() {
             None | Some(PENDING) | Some(FINAL) => None,
             Some(s) => Some(s.strip_prefix("final:").unwrap_or(s).to_string()),
@@ -240,5 +225,32 @@ impl Streamer {
             }
         }
         Ok(preview)
+    }
+}
+
+/// Claims the preview of a reply for this replica: sets its record to [`PENDING`] unless one
+/// exists (`true`: this replica posts the preview).
+pub(super) async fn claim(conn: &mut Store, key: &str) -> redis::RedisResult<bool> {
+    let claimed: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(PENDING)
+        .arg("NX")
+        .arg("EX")
+        .arg(RECORD_TTL_SECS)
+        .query_async(conn)
+        .await?;
+    Ok(claimed.is_some())
+}
+
+/// Reads a preview record, waiting up to [`PENDING_WAIT`] while another replica is still
+/// posting the preview (the record says [`PENDING`]).
+pub(super) async fn settled(conn: &mut Store, key: &str) -> redis::RedisResult<Option<String>> {
+    let deadline = Instant::now() + PENDING_WAIT;
+    loop {
+        let state: Option<String> = conn.get(key).await?;
+        if state.as_deref() != Some(PENDING) || Instant::now() >= deadline {
+            return Ok(state);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -16,17 +16,9 @@ use nanobot_proto::{OutboundKind, OutboundMessage, keys};
 
 use super::outbound::{self, Target};
 use super::{TelegramChannel, thread_of};
+use crate::channels::stream::{self, FINAL, RECORD_TTL_SECS};
 use crate::channels::{Progress, SendError};
 use crate::render::telegram::{HtmlChunk, MAX_MESSAGE_LEN, strip_markdown};
-
-/// How long a stream's record lives.
-const RECORD_TTL_SECS: u64 = 3600;
-/// The record's value once the final reply took the preview over.
-const FINAL: &str = "final";
-/// The record's value while the first preview is being sent.
-const PENDING: &str = "pending";
-/// How long the final reply waits for a preview being sent.
-const PENDING_WAIT: Duration = Duration::from_secs(5);
 
 /// Previews this replica is editing, by the inbound id they answer.
 #[derive(Debug, Default)]
@@ -93,15 +85,7 @@ async fn delta(ch: &TelegramChannel, msg: &OutboundMessage) {
         return;
     }
     let Some(id) = preview.message_id else {
-        let claimed: redis::RedisResult<Option<String>> = redis::cmd("SET")
-            .arg(&key)
-            .arg(PENDING)
-            .arg("NX")
-            .arg("EX")
-            .arg(RECORD_TTL_SECS)
-            .query_async(&mut conn)
-            .await;
-        if !matches!(claimed, Ok(Some(_))) {
+        if !matches!(stream::claim(&mut conn, &key).await, Ok(true)) {
             return;
         }
         let target = Target {
@@ -163,17 +147,9 @@ pub(super) async fn finish(
     }
     let key = keys::telegram_stream(&ch.bot_id, &msg.reply_to);
     let mut conn = ch.redis.clone();
-    let deadline = Instant::now() + PENDING_WAIT;
-    let state = loop {
-        let state: Option<String> = conn
-            .get(&key)
-            .await
-            .map_err(|e| SendError::Transient(format!("read stream record: {e}")))?;
-        if state.as_deref() != Some(PENDING) || Instant::now() >= deadline {
-            break state;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let state = stream::settled(&mut conn, &key)
+        .await
+        .map_err(|e| SendError::Transient(format!("read stream record: {e}")))?;
     let preview: Option<i32> = state.as_deref().and_then(|s| s.parse().ok());
     let _: redis::RedisResult<()> = conn.set_ex(&key, FINAL, RECORD_TTL_SECS).await;
     let Some(id) = preview else {
