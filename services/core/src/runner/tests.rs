@@ -698,9 +698,9 @@ impl ToolExecutor for Big {
     }
 }
 
-#[tokio::test]
-async fn large_results_of_this_turn_are_compacted_oldest_first_only_when_the_request_would_overflow()
- {
+/// Runs a turn whose three tool calls (read_file, grep, read_file) each return a large result,
+/// then answers "done"; returns the result and the model with the requests it received.
+async fn three_large_results(spec: RunSpec) -> (RunResult, Model) {
     let call = |name: &str, id: &str| {
         let mut response = calls(&[name]);
         response.tool_calls[0].id = id.into();
@@ -721,16 +721,20 @@ async fn large_results_of_this_turn_are_compacted_oldest_first_only_when_the_req
         checkpoints: None,
         injections: None,
     };
+    let r = run(deps, spec).await;
+    (r, model)
+}
+
+#[tokio::test]
+async fn large_results_of_this_turn_are_compacted_oldest_first_only_when_the_request_would_overflow()
+ {
     // Input budget 3300 − 100 − 1024 = 2176 tokens: two results (about 770 each) fit, three
     // do not, and two plus a compacted one are under 85% of it.
-    let r = run(
-        deps,
-        RunSpec {
-            context_window_tokens: 3300,
-            context_block_limit: None,
-            ..spec(10)
-        },
-    )
+    let (r, model) = three_large_results(RunSpec {
+        context_window_tokens: 3300,
+        context_block_limit: None,
+        ..spec(10)
+    })
     .await;
     assert_eq!(r.content, "done");
     let tool_texts = |req: &ChatRequest<'_>| -> Vec<String> {
@@ -763,36 +767,13 @@ async fn large_results_of_this_turn_are_compacted_oldest_first_only_when_the_req
 
 #[tokio::test]
 async fn context_block_limit_is_the_input_budget_in_place_of_the_window() {
-    let call = |name: &str, id: &str| {
-        let mut response = calls(&[name]);
-        response.tool_calls[0].id = id.into();
-        response
-    };
-    let model = Model::new(vec![
-        call("read_file", "r1"),
-        call("grep", "g1"),
-        call("read_file", "r2"),
-        text("done"),
-    ]);
-    let specs = Offered::new(vec![tool_spec("read_file"), tool_spec("grep")]);
-    let deps = RunDeps {
-        model: &model,
-        tools: &Big,
-        specs: &specs,
-        hook: &NoopHook,
-        checkpoints: None,
-        injections: None,
-    };
     // A window that never overflows, and upstream's `contextBlockLimit` of 2176 tokens: the
     // same budget as the test above, so the oldest large result is compacted the same way.
-    let r = run(
-        deps,
-        RunSpec {
-            context_window_tokens: 200_000,
-            context_block_limit: Some(2176),
-            ..spec(10)
-        },
-    )
+    let (r, model) = three_large_results(RunSpec {
+        context_window_tokens: 200_000,
+        context_block_limit: Some(2176),
+        ..spec(10)
+    })
     .await;
     assert_eq!(r.content, "done");
     let reqs = model.requests();
