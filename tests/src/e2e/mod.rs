@@ -59,6 +59,20 @@ pub(crate) async fn ask(fleet: &mut Fleet, text: &str, session: Option<&str>) ->
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Sends one non-streamed completion in `session` through the gateway's API and returns the
+/// JSON body; fails unless the status is 200.
+pub(crate) async fn api_completion(fleet: &Fleet, session: &str, text: &str) -> Value {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&serde_json::json!({"session_id": session, "messages": [{"role": "user", "content": text}]}))
+        .timeout(TURN * 2)
+        .send()
+        .await
+        .expect("send a completion");
+    assert_eq!(response.status(), 200, "completion in {session}");
+    response.json().await.expect("a JSON completion")
+}
+
 /// Reads a session's stored rows from Redis.
 pub(crate) async fn session_rows(fleet: &Fleet, bot: &str, session: &str) -> Vec<Value> {
     let mut conn = fleet.redis_conn().await.expect("redis");

@@ -24,15 +24,7 @@ const ANNOUNCED: &str = "[Subagent 'stars' completed successfully]";
 
 /// Sends one chat message through the API and returns the reply text.
 async fn chat(fleet: &Fleet, session: &str, text: &str) -> String {
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", fleet.api_base()))
-        .json(&json!({"session_id": session, "messages": [{"role": "user", "content": text}]}))
-        .timeout(TURN * 2)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
+    let body = super::api_completion(fleet, session, text).await;
     body["choices"][0]["message"]["content"]
         .as_str()
         .unwrap_or_default()

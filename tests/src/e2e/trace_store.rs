@@ -18,15 +18,7 @@ const SESSION: &str = "traced";
 
 /// Sends one API turn in [`SESSION`] and returns the answer's text.
 async fn api_turn(fleet: &Fleet, text: &str) -> String {
-    let response: Value = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", fleet.api_base()))
-        .json(&json!({"session_id": SESSION, "messages": [{"role": "user", "content": text}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let response = super::api_completion(fleet, SESSION, text).await;
     response["choices"][0]["message"]["content"]
         .as_str()
         .unwrap_or_else(|| panic!("no answer: {response}"))

@@ -162,17 +162,9 @@ async fn the_api_reply_names_the_model_that_answered_a_fallback_when_the_primary
         .await
         .unwrap();
     let api_model = |text: &'static str| {
-        let url = format!("{}/v1/chat/completions", fleet.api_base());
+        let fleet = &fleet;
         async move {
-            let response: serde_json::Value = reqwest::Client::new()
-                .post(url)
-                .json(&json!({"session_id": "fb-api", "messages": [{"role": "user", "content": text}]}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let response = crate::e2e::api_completion(fleet, "fb-api", text).await;
             assert_eq!(
                 response["choices"][0]["message"]["content"],
                 format!("echo: {text}"),
