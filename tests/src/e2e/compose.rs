@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 
 use saphyr::{LoadableYamlNode as _, YamlOwned};
 use serde_json::{Map, Value};
+use sha2::Digest as _;
 
 use nanobot_proto::subjects::Role;
 
@@ -61,6 +62,23 @@ fn expected_credentials() -> BTreeSet<String> {
     Role::ALL.iter().flat_map(|r| own_keys(r.name())).collect()
 }
 
+/// The SHA-256 of each Redis password, which is all the Redis service gets
+/// (`NANOBOT_REDIS_AGENT_PASSWORD_SHA256`).
+fn redis_password_hashes() -> BTreeSet<String> {
+    Role::ALL
+        .iter()
+        .filter(|r| has_redis_user(r.name()))
+        .map(|r| format!("{}_SHA256", password_key("REDIS", r.name())))
+        .collect()
+}
+
+/// What `make compose-env` writes: the credentials and the Redis password hashes.
+fn expected_env_keys() -> BTreeSet<String> {
+    let mut keys = expected_credentials();
+    keys.extend(redis_password_hashes());
+    keys
+}
+
 #[test]
 fn docker_compose_gives_each_role_only_its_own_logins() {
     let dir = tempfile::tempdir().unwrap();
@@ -68,9 +86,17 @@ fn docker_compose_gives_each_role_only_its_own_logins() {
     let creds = credentials_env(&env_file, &[root().join("docker-compose.yml")]);
     assert_eq!(
         creds.keys().cloned().collect::<BTreeSet<_>>(),
-        expected_credentials(),
-        "make compose-env writes every role's logins and the API key"
+        expected_env_keys(),
+        "make compose-env writes every role's logins, the API key and the Redis hashes"
     );
+    for hash in redis_password_hashes() {
+        let password = &creds[hash.trim_end_matches("_SHA256")];
+        assert_eq!(
+            creds[&hash],
+            hex::encode(sha2::Sha256::digest(password.as_bytes())),
+            "{hash} is the SHA-256 of its password"
+        );
+    }
     let services = render(&env_file);
     // The credentials a service's rendered config holds, anywhere in it.
     let holds = |service: &str| -> BTreeSet<String> {
@@ -134,7 +160,13 @@ fn docker_compose_gives_each_role_only_its_own_logins() {
         all("NATS"),
         "NATS checks every NATS password"
     );
-    assert_eq!(holds("redis"), all("REDIS"), "Redis every Redis password");
+    assert_eq!(
+        holds("redis"),
+        redis_password_hashes(),
+        "Redis gets each Redis password's hash and no password, so `docker inspect` and `ps` \
+         show none"
+    );
+    assert!(all("REDIS").len() > 3);
     assert_eq!(
         holds("bus-init"),
         BTreeSet::from([password_key("NATS", "cli")]),
@@ -223,7 +255,7 @@ fn compose_env_generates_private_credentials_once_and_rotates_one() {
     let first = run();
     assert_eq!(
         first.keys().cloned().collect::<BTreeSet<_>>(),
-        expected_credentials()
+        expected_env_keys()
     );
     for (key, value) in &first {
         assert!(
@@ -237,8 +269,9 @@ fn compose_env_generates_private_credentials_once_and_rotates_one() {
     assert_eq!(mode & 0o777, 0o600);
     assert_eq!(run(), first, "kept on the next run");
 
-    // Rotation: delete one line, run again; only that credential changes.
-    let rotated = password_key("NATS", "tools");
+    // Rotation: delete one line, run again; only that credential (and its hash) changes.
+    let rotated = password_key("REDIS", "agent");
+    let rotated_hash = format!("{rotated}_SHA256");
     let text = std::fs::read_to_string(&env_file).unwrap();
     let kept: String = text
         .lines()
@@ -248,7 +281,7 @@ fn compose_env_generates_private_credentials_once_and_rotates_one() {
     std::fs::write(&env_file, kept).unwrap();
     let second = run();
     for (key, value) in &first {
-        if *key == rotated {
+        if *key == rotated || *key == rotated_hash {
             assert_ne!(&second[key], value, "{key} is new");
         } else {
             assert_eq!(&second[key], value, "{key} is kept");

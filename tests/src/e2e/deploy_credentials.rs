@@ -435,15 +435,15 @@ fn the_deployed_server_configs_are_the_generators_output() {
         .iter()
         .map(|(k, v)| format!("{k}={v}\n"))
         .collect();
-    std::fs::write(dir.path().join("redis-secrets.env"), secrets).unwrap();
+    std::fs::write(dir.path().join("redis-secrets.env"), &secrets).unwrap();
     let acl = deploy(&["redis-acl"], &dir.path().join("users.acl"));
     let generated: Vec<String> = acl.lines().map(str::to_string).collect();
 
+    // The same passwords in compose's env file; `make compose-env` fills in the rest and
+    // the hashes compose gives Redis.
     let env_file = dir.path().join(".env");
-    let mut creds = credentials_env(&env_file, &[root().join("docker-compose.yml")]);
-    creds.extend(passwords.clone());
-    let text: String = creds.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
-    std::fs::write(&env_file, text).unwrap();
+    std::fs::write(&env_file, &secrets).unwrap();
+    credentials_env(&env_file, &[root().join("docker-compose.yml")]);
     let compose = Deployed::compose(&env_file);
     let r = super::k8s::render("local");
     let redis = &r.find("StatefulSet", "redis")["spec"]["template"]["spec"]["containers"][0];
