@@ -49,6 +49,8 @@ pub struct Entry {
     pub seq: u64,
     /// The message; `None` when it cannot be decoded (it is skipped).
     pub incoming: Option<Incoming>,
+    /// Its NATS headers: the W3C trace context of whoever published it.
+    pub headers: Option<async_nats::HeaderMap>,
 }
 
 impl Mailbox {
@@ -68,6 +70,7 @@ impl Mailbox {
             Ok(m) => Ok(Some(Entry {
                 seq: m.sequence,
                 incoming: Incoming::decode(m.payload).ok(),
+                headers: Some(m.headers),
             })),
             Err(e) if e.kind() == DirectGetErrorKind::NotFound => Ok(None),
             Err(e) => Err(anyhow::anyhow!("read session mailbox {subject}: {e}")),

@@ -206,9 +206,15 @@ async fn a_turn_its_tool_calls_and_the_memory_jobs_it_starts_are_stored_as_one_t
         trace.descends_from(memory_job, turn),
         "the consolidation is part of the turn that crossed the budget: {outline}"
     );
-    // The turn's two LLM calls, found by their scripted usage. Not asserted: that they are
-    // the only ones. A fresh agent's first LLM span (turn 1's) is exported under the next
-    // turn's span, found by this test and not fixed yet.
+    // The turn's own two LLM calls (the archive call is the memory job's), found by their
+    // scripted usage. Turn 2 is sent as soon as turn 1 is answered, so the runner still
+    // finishing turn 1 drains it: its calls are still its own trace's.
+    let own_calls: Vec<&StoredSpan> = trace
+        .llm_calls_under(turn)
+        .into_iter()
+        .filter(|s| !trace.descends_from(s, memory_job))
+        .collect();
+    assert_eq!(own_calls.len(), 2, "{outline}");
     let turn_call = |input: i64| -> &StoredSpan {
         trace
             .llm_calls_under(turn)
@@ -240,6 +246,18 @@ async fn a_turn_its_tool_calls_and_the_memory_jobs_it_starts_are_stored_as_one_t
         panic!("one archive LLM call under the consolidation: {outline}");
     };
     assert_llm_call(archive, (900, 12), "stop");
+
+    // Turn 1: its one LLM call is in its own trace (the one turn without a memory job).
+    let turns = store.spans(&[("name", "turn")]).await.unwrap();
+    assert_eq!(turns.len(), 3, "three turns: {turns:?}");
+    let mut first = Vec::new();
+    for t in &turns {
+        let spans = Trace(store.spans_of_trace(&t.trace_id).await.unwrap());
+        if spans.named("memory_job").is_empty() {
+            first.push(spans.llm_calls_under(spans.one("turn")).len());
+        }
+    }
+    assert_eq!(first, [1], "turn 1's trace holds its one LLM call");
 
     // `/dream`: Dream's two LLM calls (analysis, edit) under its job, in the command's trace.
     let trace = job("MEMORY_JOB_KIND_DREAM").await;

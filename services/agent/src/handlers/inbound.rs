@@ -38,7 +38,9 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         Err(e) => return terminate(&msg, &format!("no stream sequence: {e}")).await,
     };
     let session_key = inbound.effective_session_key();
-    let span = tracing::info_span!("turn", session_id = %session_key, channel = %inbound.origin().0, message_id = %inbound.id);
+    // The receipt: priority commands, waiting for the session and draining it. Each drained
+    // message's turn is a `turn` span of that message's own trace (`session::drain`).
+    let span = tracing::info_span!("inbound", session_id = %session_key, channel = %inbound.origin().0, message_id = %inbound.id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
         // Priority commands bypass the session (upstream's router tier); drainers skip them.

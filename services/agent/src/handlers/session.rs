@@ -10,9 +10,11 @@ use std::time::Duration;
 use rand::Rng as _;
 use redis::AsyncCommands as _;
 use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument as _;
 
 use nanobot_core::session::{Commit, SessionWriter};
 use nanobot_proto::keys;
+use nanobot_runtime::telemetry;
 
 use super::Deps;
 use crate::attempts;
@@ -146,8 +148,13 @@ pub async fn drain(
         };
         match turn {
             Some(incoming) => {
+                // Each message is its own trace, whichever runner's receipt drains it: the
+                // turn continues the trace of the message's publisher.
+                let m = &incoming.message;
+                let span = tracing::info_span!("turn", session_id = %session_key, channel = %m.origin().0, message_id = %m.id);
+                telemetry::set_parent_from(&span, entry.headers.as_ref());
                 let last = run_one(deps, bot, &sessions, lease, subject, entry.seq, &incoming);
-                cursor = last.await?;
+                cursor = last.instrument(span).await?;
             }
             None => {
                 let skip = Commit {
