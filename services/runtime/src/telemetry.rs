@@ -67,8 +67,7 @@ pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<Tele
     opentelemetry::global::set_tracer_provider(provider.clone());
     // A span's parent is the tracing span it was created in, not the thread's current
     // OpenTelemetry context: with context activation (the layer's default) that thread-local
-    // context is left behind by tasks that move between threads, and a turn's first LLM span
-    // ended up in the next turn's trace (seen in the trace store test).
+    // context follows threads, and async tasks move between them.
     let otel = tracing_opentelemetry::layer()
         .with_context_activation(false)
         .with_tracer(provider.tracer(service));
