@@ -1,6 +1,7 @@
-//! Leader election: one cron replica holds the lease `keys::CRON_LEADER` (the fleet's one
+//! Leader election: one cron replica holds the lease `keys::cron_leader` (the fleet's one
 //! lease primitive, [`nanobot_runtime::lease`]); the others stand by and take over once a dead
-//! leader's lease expires.
+//! leader's lease expires. A cron role scoped to one bot (`--bot`, a per-bot deployment)
+//! elects its leader among that bot's replicas only.
 
 use std::time::Duration;
 
@@ -17,14 +18,18 @@ pub const LEASE: Duration = Duration::from_secs(9);
 pub struct Leadership {
     leases: Leases,
     held: Option<Lease>,
+    /// The lease key and its fence.
+    keys: (String, String),
 }
 
 impl Leadership {
-    /// Returns a stand-by replica named `instance`.
-    pub fn new(redis: Store, instance: &str) -> Self {
+    /// Returns a stand-by replica named `instance`, of the cron role of every bot (`scope` =
+    /// `None`) or of one bot's.
+    pub fn new(redis: Store, instance: &str, scope: Option<&str>) -> Self {
         Self {
             leases: Leases::new(redis, instance, LEASE),
             held: None,
+            keys: (keys::cron_leader(scope), keys::cron_leader_fence(scope)),
         }
     }
 
@@ -34,11 +39,7 @@ impl Leadership {
             return true;
         }
         self.held = None;
-        match self
-            .leases
-            .try_acquire(keys::CRON_LEADER, keys::CRON_LEADER_FENCE)
-            .await
-        {
+        match self.leases.try_acquire(&self.keys.0, &self.keys.1).await {
             Ok(lease) => self.held = lease,
             Err(e) => tracing::warn!(error = %e, "failed to take the cron leadership"),
         }
