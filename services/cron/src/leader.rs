@@ -53,3 +53,28 @@ impl Leadership {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nanobot_runtime::testsuite::Redis;
+
+    #[tokio::test]
+    async fn each_bots_cron_replicas_elect_their_own_leader() {
+        let redis = Redis::start().await.unwrap();
+        let store = redis.conn().await.unwrap();
+        let mut alpha = Leadership::new(store.clone(), "alpha-1", Some("alpha"));
+        let mut standby = Leadership::new(store.clone(), "alpha-2", Some("alpha"));
+        let mut beta = Leadership::new(store.clone(), "beta-1", Some("beta"));
+        assert!(alpha.hold().await);
+        assert!(!standby.hold().await, "one leader among a bot's replicas");
+        assert!(beta.hold().await, "beta's cron leads beside alpha's");
+        let mut every_bot = Leadership::new(store, "all-1", None);
+        assert!(
+            every_bot.hold().await,
+            "a fleet-wide cron role has its own lease"
+        );
+        alpha.resign().await;
+        assert!(standby.hold().await, "the standby takes over its bot");
+    }
+}

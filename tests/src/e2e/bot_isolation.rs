@@ -87,10 +87,23 @@ impl PerBot {
         let nats = Nats::start_with_config(&self.path("nats.conf"))
             .await
             .unwrap();
+        let config = self.path("operator.json");
+        std::fs::write(&config, json!({"bus": {"url": nats.url()}}).to_string()).unwrap();
         for bot in BOTS {
-            bus::init_streams(&self.jetstream(&nats, "cli", bot).await, 1)
+            let (user, password) = self.login("NATS", "cli", bot);
+            let out = tokio::process::Command::new(bin_path("nanobot").unwrap())
+                .arg("--config")
+                .arg(&config)
+                .args(["bus", "init"])
+                .env("NANOBOT_BUS__USER", user)
+                .env("NANOBOT_BUS__PASSWORD", password)
+                .output()
                 .await
-                .unwrap_or_else(|e| panic!("cli-{bot} creates its account's streams: {e:#}"));
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "cli-{bot} creates its account's streams: {out:?}"
+            );
         }
         nats
     }
@@ -415,4 +428,30 @@ async fn each_bots_fleet_answers_with_its_own_credentials_on_shared_servers() {
         !logs.contains("Violation"),
         "a role was refused something:\n{logs}"
     );
+}
+
+#[test]
+fn a_role_run_for_a_bot_missing_from_its_config_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(
+        &config,
+        json!({"bots": {"alpha": {}, "beta": {}}}).to_string(),
+    )
+    .unwrap();
+    for role in ["gateway", "agent", "tools", "memory", "cron"] {
+        let out = std::process::Command::new(bin_path(&format!("nanobot-{role}")).unwrap())
+            .arg("--config")
+            .arg(&config)
+            .args(["--bot", "gamma"])
+            .env_remove("NANOBOT_BOT")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{role}: {stderr}");
+        assert!(
+            stderr.contains("--bot gamma: no such bot in the config (bots: alpha, beta)"),
+            "{role}: {stderr}"
+        );
+    }
 }
