@@ -11,7 +11,8 @@
 //!
 //! Session keys and bot ids are user data: a tag that would contain a brace (which would end
 //! the tag early, or leave it empty so Redis hashes the whole key) is replaced by `#` and a
-//! SHA-256 digest of it, so every key of one session still shares one slot.
+//! SHA-256 digest of it, so every key of one session still shares one slot; of a session key
+//! only the session part is digested (`{<bot>:#<digest>}`), so per-bot ACLs still cover it.
 
 use sha2::{Digest as _, Sha256};
 
