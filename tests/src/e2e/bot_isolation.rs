@@ -286,7 +286,7 @@ async fn a_bots_agent_redis_user_is_refused_another_bots_session_keys() {
     assert!(e.to_string().contains("no permissions"), "{e}");
 }
 
-/// One bot's roles (`gateway`, `agent`, `tools`), each run with `--bot` and logged in as that
+/// One bot's roles (every role but the CLI), each run with `--bot` and logged in as that
 /// bot's user; returns them and the API base.
 fn spawn_bot(
     deployed: &PerBot,
@@ -298,7 +298,7 @@ fn spawn_bot(
     let api_port = free_port().unwrap().to_string();
     let gateway_port = free_port().unwrap().to_string();
     let mut procs = Vec::new();
-    for role in ["gateway", "agent", "tools"] {
+    for role in ["gateway", "agent", "tools", "memory", "cron"] {
         let (user, password) = deployed.login("NATS", role, bot);
         let mut env = vec![
             ("RUST_LOG".to_string(), "info".to_string()),
@@ -320,6 +320,16 @@ fn spawn_bot(
         procs.push((format!("http://{health}/ready"), proc));
     }
     (procs, format!("http://127.0.0.1:{api_port}"))
+}
+
+/// Sends one completion in `session` to the API at `api`.
+async fn complete(api: String, session: &str, text: String) -> reqwest::Result<reqwest::Response> {
+    reqwest::Client::new()
+        .post(format!("{api}/v1/chat/completions"))
+        .json(&json!({"session_id": session, "messages": [{"role": "user", "content": text}]}))
+        .timeout(TURN * 2)
+        .send()
+        .await
 }
 
 #[tokio::test]
@@ -384,12 +394,7 @@ async fn each_bots_fleet_answers_with_its_own_credentials_on_shared_servers() {
         }
     }
     for (bot, (_, api)) in &fleets {
-        let response = http
-            .post(format!("{api}/v1/chat/completions"))
-            .json(&json!({"session_id": "s1",
-                "messages": [{"role": "user", "content": format!("ping {bot}")}]}))
-            .timeout(TURN * 2)
-            .send()
+        let response = complete(api.clone(), "s1", format!("ping {bot}"))
             .await
             .unwrap();
         assert_eq!(response.status(), 200, "{bot}");
@@ -413,6 +418,45 @@ async fn each_bots_fleet_answers_with_its_own_credentials_on_shared_servers() {
             .unwrap();
         assert_eq!(rows, 4, "{bot}'s turn is in its session");
     }
+    // Each bot's cron role leads its own bot (one fleet-wide lease would leave one bot's
+    // jobs unfired).
+    for bot in BOTS {
+        let conn = redis_conn(&deployed.redis_url(&redis, "cli", bot)).await;
+        let leader = keys::cron_leader(Some(bot));
+        let leads = || {
+            let mut conn = conn.clone();
+            let leader = leader.clone();
+            async move {
+                let holder: Option<String> = redis::cmd("GET")
+                    .arg(&leader)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                holder.is_some()
+            }
+        };
+        wait_until(leads, TURN)
+            .await
+            .unwrap_or_else(|_| panic!("{bot}'s cron role leads"));
+    }
+    // A `/stop` of an alpha session reaches alpha's runner on alpha's stop subject.
+    llm.when_last_user_contains(
+        "hold alpha",
+        Reply::text("never delivered").with_delay(Duration::from_secs(60)),
+    );
+    let asked = llm.request_count();
+    let held = tokio::spawn(complete(fleets[0].1.1.clone(), "s2", "hold alpha".into()));
+    wait_until(|| async { llm.request_count() > asked }, TURN)
+        .await
+        .unwrap();
+    let (user, password) = deployed.login("NATS", "cli", "alpha");
+    let (cli, _) = connect_as(&nats.url(), &user, &password).await;
+    let stopped = cli
+        .request(subjects::stop("alpha", "api:s2"), "".into())
+        .await
+        .expect("alpha's runner answers the stop request");
+    assert_eq!(&stopped.payload[..], b"1", "one turn stopped");
+    held.abort();
     for (bot, (procs, _)) in &fleets {
         for (_, proc) in procs {
             let log = proc.logs().to_lowercase();
