@@ -572,6 +572,22 @@ mod tests {
             ),
             "{refs}"
         );
+
+        let keyed = dir.path().join("nkeys").join("nats.conf");
+        std::fs::create_dir_all(keyed.parent().unwrap()).unwrap();
+        run(&DeployCommand::NatsConfig {
+            out: keyed.clone(),
+            nkeys: true,
+            env_refs: false,
+            bots: bots(&["alpha"]),
+        })
+        .unwrap();
+        let conf = std::fs::read_to_string(&keyed).unwrap();
+        let seeds = parse_env(&std::fs::read_to_string(secrets_path(&keyed, "nats")).unwrap());
+        let seed = &seeds["NANOBOT_NATS_AGENT_ALPHA_NKEY_SEED"];
+        let public = nkeys::KeyPair::from_seed(seed).unwrap().public_key();
+        assert!(conf.contains(&format!("nkey: \"{public}\"")), "{conf}");
+        assert!(conf.contains("  \"alpha\": {") && !conf.contains(seed.as_str()));
     }
 
     #[test]
