@@ -11,12 +11,17 @@
 //!
 //! Session keys and bot ids are user data: a tag that would contain a brace (which would end
 //! the tag early, or leave it empty so Redis hashes the whole key) is replaced by `#` and a
-//! SHA-256 digest of it, so every key of one session still shares one slot.
+//! SHA-256 digest of it, so every key of one session still shares one slot; of a session key
+//! only the session part is digested (`{<bot>:#<digest>}`), so per-bot ACLs still cover it.
 
 use sha2::{Digest as _, Sha256};
 
-/// The hash tag of a session: `{<bot>:<session>}`.
+/// The hash tag of a session: `{<bot>:<session>}`. A session key with a brace keeps its bot
+/// in the tag (`{<bot>:#<digest>}`), so a per-bot ACL (`{<bot>:*}`) still covers it.
 fn session_tag(bot: &str, session: &str) -> String {
+    if session.contains(['{', '}']) && !bot.is_empty() && !bot.contains(['{', '}']) {
+        return format!("{{{bot}:#{}}}", digest(session));
+    }
     tag(&format!("{bot}:{session}"))
 }
 
@@ -27,12 +32,16 @@ fn bot_tag(bot: &str) -> String {
 
 fn tag(value: &str) -> String {
     if value.is_empty() || value.contains(['{', '}']) {
-        let digest = Sha256::digest(value.as_bytes());
-        let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-        format!("{{#{hex}}}")
+        format!("{{#{}}}", digest(value))
     } else {
         format!("{{{value}}}")
     }
+}
+
+/// The first 12 bytes of `value`'s SHA-256, in hex.
+fn digest(value: &str) -> String {
+    let digest = Sha256::digest(value.as_bytes());
+    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Session metadata hash: `created_at`, `updated_at`, `last_consolidated`, `metadata` (JSON).
@@ -126,6 +135,24 @@ pub fn subagent_result(bot: &str, id: &str) -> String {
 pub const CRON_LEADER: &str = "nanobot:{fleet}:cron:leader";
 /// Fence counter of the cron leader lease.
 pub const CRON_LEADER_FENCE: &str = "nanobot:{fleet}:cron:fence";
+
+/// The cron leader lease of a fleet serving every bot of its config (`scope` = `None`:
+/// [`CRON_LEADER`]) or of one bot's cron role in a per-bot deployment (`--bot`): each bot's
+/// cron replicas elect their own leader.
+pub fn cron_leader(scope: Option<&str>) -> String {
+    scope.map_or_else(
+        || CRON_LEADER.into(),
+        |bot| format!("nanobot:{}:cron:leader", bot_tag(bot)),
+    )
+}
+
+/// Fence counter of [`cron_leader`].
+pub fn cron_leader_fence(scope: Option<&str>) -> String {
+    scope.map_or_else(
+        || CRON_LEADER_FENCE.into(),
+        |bot| format!("nanobot:{}:cron:fence", bot_tag(bot)),
+    )
+}
 
 /// The Redis Cluster hash tag of `key` (what decides its slot): the text between the first
 /// `{` and the next `}` when not empty, else the whole key.
@@ -279,6 +306,14 @@ pub fn pairing_approved(bot: &str, channel: &str) -> String {
 /// its hash tag and ids turned into `*`. The tools role keeps nothing in Redis; the CLI (the
 /// operator: pairing, status) may read and write every key of the fleet.
 pub fn acl_patterns(role: crate::subjects::Role) -> Vec<String> {
+    acl_patterns_of(role, None)
+}
+
+/// [`acl_patterns`] for every bot (`bot` = `None`) or for one bot's keys only (a per-bot
+/// deployment, `nanobot deploy redis-acl --bot`): its session keys `{<bot>:*}`, its per-bot
+/// keys `{<bot>}`, its cron role's own leader lease ([`cron_leader`]). `bot` must be a plain
+/// id (letters, digits, `-`, `_`) so that no pattern matches another bot's keys.
+pub fn acl_patterns_of(role: crate::subjects::Role, bot: Option<&str>) -> Vec<String> {
     use crate::subjects::Role;
     const ID: &str = "*";
     let (b, s) = ("b", "s");
@@ -328,11 +363,38 @@ pub fn acl_patterns(role: crate::subjects::Role) -> Vec<String> {
             keys.extend([memory_lock(b), memory_fence(b), memory_job_done(b, ID)]);
             keys
         }
-        Role::Cron => vec![CRON_LEADER.into(), CRON_LEADER_FENCE.into()],
+        Role::Cron => {
+            let scope = bot.map(|_| b);
+            vec![cron_leader(scope), cron_leader_fence(scope)]
+        }
         Role::Tools => Vec::new(),
-        Role::Cli => return vec!["nanobot:*".into()],
+        Role::Cli => match bot {
+            None => return vec!["nanobot:*".into()],
+            // Every key of the bot: its per-bot keys and its sessions'.
+            Some(bot) => {
+                return vec![
+                    format!("nanobot:{{{bot}}}:*"),
+                    format!("nanobot:{{{bot}:*}}:*"),
+                ];
+            }
+        },
     };
-    keys.iter().map(|k| any_tag(k)).collect()
+    keys.iter()
+        .map(|k| match bot {
+            None => any_tag(k),
+            Some(bot) => bot_tagged(k, bot),
+        })
+        .collect()
+}
+
+/// `key` (built with bot `b` and session `s`) with its hash tag made `bot`'s: `{<bot>}` for a
+/// per-bot key, `{<bot>:*}` for a session key.
+fn bot_tagged(key: &str, bot: &str) -> String {
+    match hash_tag(key) {
+        "b" => key.replacen("{b}", &format!("{{{bot}}}"), 1),
+        "b:s" => key.replacen("{b:s}", &format!("{{{bot}:*}}"), 1),
+        _ => key.to_string(),
+    }
 }
 
 /// `key` with its hash tag replaced by `{*}` (any bot, any session).
@@ -391,6 +453,10 @@ mod tests {
             hash_tag(&session_meta("b", "a}c")),
             "digested tags still tell sessions apart"
         );
+        assert!(
+            session_meta("b", "{x}").starts_with("nanobot:{b:#"),
+            "a braced session key keeps its bot in the tag"
+        );
     }
 
     #[test]
@@ -401,6 +467,11 @@ mod tests {
         }
         assert_eq!(hash_tag(CRON_LEADER), hash_tag(CRON_LEADER_FENCE));
         assert_eq!(hash_tag(CRON_LEADER), "fleet");
+        assert_eq!(cron_leader(None), CRON_LEADER);
+        assert_eq!(cron_leader_fence(None), CRON_LEADER_FENCE);
+        let (leader, fence) = (cron_leader(Some("a")), cron_leader_fence(Some("a")));
+        assert_eq!((hash_tag(&leader), hash_tag(&fence)), ("a", "a"));
+        assert_ne!(cron_leader(Some("a")), cron_leader(Some("b")));
     }
 
     #[test]
@@ -493,5 +564,37 @@ mod tests {
         assert!(!allowed(Role::Cron, &lease));
         assert!(acl_patterns(Role::Tools).is_empty());
         assert!(!allowed(Role::Agent, "other:key"));
+
+        let of = |role: Role, bot: &str, key: &str| {
+            acl_patterns_of(role, Some(bot))
+                .iter()
+                .any(|p| glob(p, key))
+        };
+        for role in [Role::Agent, Role::Memory, Role::Cli] {
+            assert!(of(role, "alpha", &lease), "{role:?}");
+            assert!(
+                of(role, "alpha", &session_messages("alpha", "api:{x}")),
+                "{role:?}"
+            );
+            assert!(
+                !of(role, "alpha", &session_lease("beta", "telegram:42")),
+                "{role:?}"
+            );
+            assert!(
+                !of(role, "alpha", &session_lease("alpha-2", "x")),
+                "{role:?}"
+            );
+            assert!(!of(role, "alpha", &sessions("beta")), "{role:?}");
+        }
+        assert!(of(Role::Agent, "alpha", &sessions("alpha")));
+        assert!(of(Role::Memory, "alpha", &memory_lock("alpha")));
+        assert!(!of(Role::Memory, "alpha", &memory_lock("beta")));
+        assert!(of(Role::Gateway, "alpha", &pairing_index("alpha")));
+        assert!(!of(Role::Gateway, "alpha", &pairing_index("beta")));
+        assert!(of(Role::Cron, "alpha", &cron_leader(Some("alpha"))));
+        assert!(!of(Role::Cron, "alpha", &cron_leader(Some("beta"))));
+        assert!(!of(Role::Cron, "alpha", CRON_LEADER));
+        assert!(of(Role::Cli, "alpha", &cron_leader(Some("alpha"))));
+        assert!(acl_patterns_of(Role::Tools, Some("alpha")).is_empty());
     }
 }

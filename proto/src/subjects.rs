@@ -233,6 +233,16 @@ pub fn parse_tool_subject(subject: &str) -> Option<ToolSubject<'_>> {
     }
 }
 
+/// `pattern` (an every-bot pattern, `nanobot.*.…`) for the bots a process serves: unchanged for
+/// every bot (`scope` = `None`), else for that bot only (`nanobot.<bot>.…`), as a role run with
+/// `--bot` subscribes, since a per-bot user may subscribe to its bot's subjects only.
+pub fn scoped(pattern: &str, scope: Option<&str>) -> String {
+    match (scope, pattern.strip_prefix("nanobot.*.")) {
+        (Some(bot), Some(rest)) => format!("nanobot.{}.{rest}", token(bot)),
+        _ => pattern.to_string(),
+    }
+}
+
 /// Returns the bot token of any `nanobot.<bot>.…` subject.
 pub fn bot_of(subject: &str) -> Option<&str> {
     let mut parts = subject.split('.');
@@ -605,6 +615,23 @@ mod tests {
         assert!(allows(&tools.publish, &exec_sessions("b")));
         assert!(allows(&tools.subscribe, &exec_sessions("b")));
         assert!(allows(&permissions(Role::Agent, None).publish, &on));
+        let tools = permissions(Role::Tools, Some("alpha"));
+        for pattern in [
+            TOOL_CALL_ALL.to_string(),
+            TOOL_LIST_ALL.into(),
+            EXEC_SESSIONS_ALL.into(),
+            STOP_ALL.into(),
+            tool_call_on_all("tools-1"),
+        ] {
+            let own = scoped(&pattern, Some("alpha"));
+            assert!(allows(&tools.subscribe, &own), "{own}");
+            assert!(!allows(&tools.subscribe, &pattern), "{pattern}");
+            assert_eq!(scoped(&pattern, None), pattern);
+        }
+        assert!(allows(
+            &permissions(Role::Agent, Some("alpha")).subscribe,
+            &scoped(STOP_ALL, Some("alpha"))
+        ));
         let agent = permissions(Role::Agent, Some("alpha"));
         assert!(allows(&agent.publish, &tool_call("alpha", "exec")));
         assert!(!allows(&agent.publish, &tool_call("beta", "exec")));

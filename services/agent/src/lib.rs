@@ -101,6 +101,7 @@ pub async fn run(
     }));
     let stop_server = tokio::spawn(stop::serve(
         deps.nats.clone(),
+        subjects::scoped(subjects::STOP_ALL, deps.cfg.scope.as_deref()),
         deps.active.clone(),
         cancel.clone(),
     ));

@@ -86,13 +86,15 @@ impl ActiveTurns {
     }
 }
 
-/// Answers stop requests for local turns until `cancel` fires.
+/// Answers stop requests (on `subject`: [`subjects::STOP_ALL`], or its bot's part for a runner
+/// run with `--bot`) for local turns until `cancel` fires.
 pub async fn serve(
     client: async_nats::Client,
+    subject: String,
     active: std::sync::Arc<ActiveTurns>,
     cancel: CancellationToken,
 ) {
-    let mut sub = match client.subscribe(subjects::STOP_ALL).await {
+    let mut sub = match client.subscribe(subject).await {
         Ok(s) => s,
         Err(e) => {
             tracing::error!("failed to subscribe to stop requests: {e}");

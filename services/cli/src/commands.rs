@@ -95,7 +95,8 @@ pub enum Command {
         action: crate::cron::CronAction,
     },
     /// Server-side security configuration: per-role NATS users and permissions
-    /// (`nats-config`), per-role Redis ACL users (`redis-acl`).
+    /// (`nats-config`), per-role Redis ACL users (`redis-acl`); with `--bot`, per bot too
+    /// (one NATS account and Redis users per bot).
     Deploy {
         /// What to write.
         #[command(subcommand)]

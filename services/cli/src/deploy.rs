@@ -1,10 +1,15 @@
 //! `nanobot deploy nats-config` and `nanobot deploy redis-acl`: server-side configurations
 //! with one user per fleet role and the least rights each role needs, derived from
-//! `nanobot_proto::subjects::permissions` and `nanobot_proto::keys::acl_patterns`.
+//! `nanobot_proto::subjects::permissions` and `nanobot_proto::keys::acl_patterns_of`.
 //!
 //! Each writes the server file and, next to it, an env file (mode 0600) with every role's
 //! generated password; running the command again keeps the passwords already in that file,
 //! so a deployed fleet keeps working when its configuration is regenerated.
+//!
+//! With `--bot` (repeatable), each bot is isolated: NATS gets one account per bot (its own
+//! JetStream: streams, consumers and payload store exist per bot, so one bot's users cannot
+//! even name another's), Redis one user per role and bot allowed that bot's keys only; the
+//! users are `<role>-<bot>` and the role processes of each bot run with `--bot <bot>`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -22,6 +27,7 @@ use nanobot_runtime::config::secrets::{random_secret, write_private};
 pub enum DeployCommand {
     /// Write a nats-server configuration: one user per role (gateway, agent, tools, memory,
     /// cron, cli) allowed only the subjects it needs; passwords go to `nats-secrets.env`.
+    /// With `--bot`: one account per bot, users `<role>-<bot>`.
     NatsConfig {
         /// The file to write (mode 0600: it holds the passwords the server checks).
         #[arg(long, default_value = "nats.conf")]
@@ -35,14 +41,102 @@ pub enum DeployCommand {
         /// ConfigMap or a checked-in file) and no env file.
         #[arg(long, conflicts_with = "nkeys")]
         env_refs: bool,
+        /// Isolate this bot (repeatable): its own NATS account (its own streams, consumers
+        /// and payload store) with users `<role>-<bot>` allowed only its subjects; variables
+        /// `NANOBOT_NATS_<ROLE>_<BOT>_PASSWORD`. Run each bot's roles with `--bot <bot>` and
+        /// `nanobot bus init` once per account, as its `cli-<bot>` user. Bot ids: letters,
+        /// digits, `-` and `_`.
+        #[arg(long = "bot", value_name = "BOT")]
+        bots: Vec<String>,
     },
     /// Write a Redis ACL file (`aclfile`): one user per role allowed only its keys and
-    /// data commands, the `default` user off; passwords go to `redis-secrets.env`.
+    /// data commands, the `default` user off; passwords go to `redis-secrets.env`. With
+    /// `--bot`: users `<role>-<bot>` allowed only that bot's keys.
     RedisAcl {
         /// The file to write (passwords are stored as SHA-256 hashes).
         #[arg(long, default_value = "users.acl")]
         out: PathBuf,
+        /// Isolate this bot (repeatable): users `<role>-<bot>` whose keys are that bot's only
+        /// (`NANOBOT_REDIS_<ROLE>_<BOT>_PASSWORD`). Bot ids: letters, digits, `-` and `_`.
+        #[arg(long = "bot", value_name = "BOT")]
+        bots: Vec<String>,
     },
+}
+
+/// One user `nanobot deploy` writes: a role's, for every bot (`bot` = `None`) or for one bot
+/// of a per-bot deployment.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Login {
+    bot: Option<String>,
+    role: Role,
+}
+
+impl Login {
+    /// Every role's login, for every bot (no `bots`) or for each of `bots`.
+    fn all(bots: &[String], roles: &[Role]) -> Vec<Login> {
+        let scopes: Vec<Option<String>> = if bots.is_empty() {
+            vec![None]
+        } else {
+            bots.iter().cloned().map(Some).collect()
+        };
+        scopes
+            .iter()
+            .flat_map(|bot| {
+                roles.iter().map(|role| Login {
+                    bot: bot.clone(),
+                    role: *role,
+                })
+            })
+            .collect()
+    }
+
+    /// The user name: the role's (`agent`), or `agent-<bot>`.
+    fn user(&self) -> String {
+        match &self.bot {
+            None => self.role.name().to_string(),
+            Some(bot) => format!("{}-{bot}", self.role.name()),
+        }
+    }
+
+    /// The env variable holding this login's `what` (`PASSWORD`, `NKEY_SEED`) for `server`.
+    fn var(&self, server: &str, what: &str) -> String {
+        let user = self.user().to_ascii_uppercase().replace('-', "_");
+        format!("NANOBOT_{server}_{user}_{what}")
+    }
+}
+
+/// Checks the bot ids of a per-bot deployment. Each names a NATS account and is part of user
+/// names, env variables (upper-cased, `-` as `_`), subjects and Redis key patterns: only
+/// letters, digits, `-` and `_` are safe in all of them (a brace would digest the bot's Redis
+/// hash tag, `*` or `?` would widen its key patterns, `.` would split its subjects).
+fn check_bots(bots: &[String]) -> anyhow::Result<()> {
+    let mut vars: BTreeMap<String, &str> = BTreeMap::new();
+    for bot in bots {
+        if bot.is_empty()
+            || !bot
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            anyhow::bail!(
+                "--bot {bot:?}: a per-bot deployment needs bot ids of letters, digits, '-' and '_' only \
+                 (the id names a NATS account, users, env variables and Redis key patterns)"
+            );
+        }
+        if bot.len() > subjects::MAX_TOKEN {
+            anyhow::bail!(
+                "--bot {bot}: longer than {} characters",
+                subjects::MAX_TOKEN
+            );
+        }
+        let var = bot.to_ascii_uppercase().replace('-', "_");
+        if let Some(other) = vars.insert(var.clone(), bot) {
+            anyhow::bail!(
+                "--bot {other} and --bot {bot} would share the env variables NANOBOT_…_{var}_PASSWORD; \
+                 give each bot once, with ids that differ in more than case or '-'/'_'"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Runs a deploy command and prints what it wrote.
@@ -51,14 +145,16 @@ pub fn run(command: &DeployCommand) -> anyhow::Result<()> {
         DeployCommand::NatsConfig {
             out,
             env_refs: true,
+            bots,
             ..
         } => {
-            let logins = Role::ALL
+            check_bots(bots)?;
+            let logins = Login::all(bots, &Role::ALL)
                 .into_iter()
-                .map(|role| {
-                    let var = password_var("NATS", role);
-                    let login = format!("user: \"{}\"\n      password: ${var}", role.name());
-                    (role, login)
+                .map(|login| {
+                    let var = login.var("NATS", "PASSWORD");
+                    let text = format!("user: \"{}\"\n      password: ${var}", login.user());
+                    (login, text)
                 })
                 .collect();
             std::fs::write(out, nats_config(&logins, ENV_REFS_NOTE))
@@ -69,38 +165,42 @@ pub fn run(command: &DeployCommand) -> anyhow::Result<()> {
             );
             return Ok(());
         }
-        DeployCommand::NatsConfig { out, nkeys, .. } => {
+        DeployCommand::NatsConfig {
+            out, nkeys, bots, ..
+        } => {
+            check_bots(bots)?;
             let secrets = secrets_path(out, "nats");
             let kind = if *nkeys {
                 Secret::NkeySeed
             } else {
                 Secret::Password
             };
-            let generated = generate(&secrets, "NATS", kind, &Role::ALL)?;
+            let generated = generate(&secrets, "NATS", kind, Login::all(bots, &Role::ALL))?;
             let logins = generated
                 .into_iter()
-                .map(|(role, secret)| {
-                    let login = match kind {
+                .map(|(login, secret)| {
+                    let text = match kind {
                         Secret::Password => {
-                            format!("user: \"{}\"\n      password: \"{secret}\"", role.name())
+                            format!("user: \"{}\"\n      password: \"{secret}\"", login.user())
                         }
                         Secret::NkeySeed => {
                             let pair = nkeys::KeyPair::from_seed(&secret).map_err(|e| {
-                                anyhow::anyhow!("nkey seed of {}: {e}", role.name())
+                                anyhow::anyhow!("nkey seed of {}: {e}", login.user())
                             })?;
                             format!("nkey: \"{}\"", pair.public_key())
                         }
                     };
-                    Ok((role, login))
+                    Ok((login, text))
                 })
                 .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
             write_private(out, &nats_config(&logins, ""))
                 .with_context(|| format!("write {}", out.display()))?;
             (out, secrets)
         }
-        DeployCommand::RedisAcl { out } => {
+        DeployCommand::RedisAcl { out, bots } => {
+            check_bots(bots)?;
             let secrets = secrets_path(out, "redis");
-            let passwords = generate(&secrets, "REDIS", Secret::Password, &redis_roles())?;
+            let passwords = generate(&secrets, "REDIS", Secret::Password, redis_logins(bots))?;
             write_private(out, &redis_acl(&passwords))
                 .with_context(|| format!("write {}", out.display()))?;
             (out, secrets)
@@ -129,36 +229,26 @@ enum Secret {
 /// The env variable holding `role`'s password for `server` (`NATS`, `REDIS`):
 /// `NANOBOT_NATS_AGENT_PASSWORD`.
 pub fn password_var(server: &str, role: Role) -> String {
-    format!(
-        "NANOBOT_{server}_{}_PASSWORD",
-        role.name().to_ascii_uppercase()
-    )
+    Login { bot: None, role }.var(server, "PASSWORD")
 }
 
-/// The env variable holding `role`'s NKey seed: `NANOBOT_NATS_AGENT_NKEY_SEED`.
-pub fn nkey_seed_var(role: Role) -> String {
-    format!(
-        "NANOBOT_NATS_{}_NKEY_SEED",
-        role.name().to_ascii_uppercase()
-    )
-}
-
-/// Roles with a Redis user: every role but the tool executors, which keep nothing there.
-fn redis_roles() -> Vec<Role> {
-    Role::ALL
+/// Logins with a Redis user: every role but the tool executors, which keep nothing there.
+fn redis_logins(bots: &[String]) -> Vec<Login> {
+    let roles: Vec<Role> = Role::ALL
         .into_iter()
         .filter(|r| !keys::acl_patterns(*r).is_empty())
-        .collect()
+        .collect();
+    Login::all(bots, &roles)
 }
 
-/// Each role's password or seed: kept from the env file at `path` when it has one, else
+/// Each login's password or seed: kept from the env file at `path` when it has one, else
 /// generated; the file is (re)written at mode 0600.
 fn generate(
     path: &Path,
     server: &str,
     kind: Secret,
-    roles: &[Role],
-) -> anyhow::Result<BTreeMap<Role, String>> {
+    logins: Vec<Login>,
+) -> anyhow::Result<BTreeMap<Login, String>> {
     let existing = match std::fs::read_to_string(path) {
         Ok(text) => parse_env(&text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
@@ -172,10 +262,16 @@ fn generate(
          # NANOBOT_STORE__URL=redis://agent:$NANOBOT_REDIS_AGENT_PASSWORD@host:6379, or\n\
          # NANOBOT_BUS__NKEY_SEED=$NANOBOT_NATS_AGENT_NKEY_SEED.\n"
     );
-    for role in roles {
+    if logins.iter().any(|l| l.bot.is_some()) {
+        text.push_str(
+            "# Per bot: user agent-<bot> with NANOBOT_NATS_AGENT_<BOT>_PASSWORD, and the role\n\
+             # run with --bot <bot>.\n",
+        );
+    }
+    for login in logins {
         let var = match kind {
-            Secret::Password => password_var(server, *role),
-            Secret::NkeySeed => nkey_seed_var(*role),
+            Secret::Password => login.var(server, "PASSWORD"),
+            Secret::NkeySeed => login.var(server, "NKEY_SEED"),
         };
         let fresh = || match kind {
             Secret::Password => Ok(random_secret()),
@@ -199,7 +295,7 @@ fn generate(
             None => fresh()?,
         };
         let _ = writeln!(text, "{var}={password}");
-        out.insert(*role, password);
+        out.insert(login, password);
     }
     write_private(path, &text).with_context(|| format!("write {}", path.display()))?;
     Ok(out)
@@ -219,9 +315,15 @@ pub fn parse_env(text: &str) -> BTreeMap<String, String> {
 const ENV_REFS_NOTE: &str =
     "# Each password is read from the server's environment: NANOBOT_NATS_<ROLE>_PASSWORD.\n";
 
-/// The nats-server `authorization` block: one user per role (`logins`: its `user`/`password`
-/// or `nkey` lines) with its permissions, after the header and `note`.
-fn nats_config(logins: &BTreeMap<Role, String>, note: &str) -> String {
+/// The header lines of a per-bot `nats-config`.
+const PER_BOT_NOTE: &str = "# One account per bot: its own JetStream (streams, consumers, payloads), users\n\
+     # <role>-<bot> allowed only that bot's subjects. Run `nanobot bus init` once per account\n\
+     # (as cli-<bot>) and each bot's roles with --bot <bot>.\n";
+
+/// The nats-server configuration: one user per login (`logins`: its `user`/`password` or
+/// `nkey` lines) with its permissions, after the header and `note`; all in the `authorization`
+/// block, or per bot in its own account.
+fn nats_config(logins: &BTreeMap<Login, String>, note: &str) -> String {
     let list = |items: &[String]| {
         items
             .iter()
@@ -235,19 +337,41 @@ fn nats_config(logins: &BTreeMap<Role, String>, note: &str) -> String {
          # config (`nats-server -c nats.conf -js …`) or `include` it in yours.\n",
     );
     text.push_str(note);
-    text.push_str("authorization {\n  users = [\n");
-    for (role, login) in logins {
-        let p = subjects::permissions(*role, None);
+    let mut accounts: BTreeMap<Option<&str>, String> = BTreeMap::new();
+    for (login, entry) in logins {
+        let p = subjects::permissions(login.role, login.bot.as_deref());
+        let users = accounts.entry(login.bot.as_deref()).or_default();
         let _ = write!(
-            text,
-            "    {{\n      {login}\n      permissions: {{\n        \
+            users,
+            "    {{\n      {entry}\n      permissions: {{\n        \
              publish: {{ allow: [{}] }}\n        subscribe: {{ allow: [{}] }}\n      }}\n    }}\n",
             list(&p.publish),
             list(&p.subscribe),
         );
     }
-    text.push_str("  ]\n}\n");
+    if let Some(users) = accounts.get(&None) {
+        text.push_str("authorization {\n  users = [\n");
+        text.push_str(users);
+        text.push_str("  ]\n}\n");
+        return text;
+    }
+    text.push_str(PER_BOT_NOTE);
+    text.push_str("accounts {\n");
+    for (bot, users) in &accounts {
+        let bot = bot.unwrap_or_default();
+        let _ = write!(
+            text,
+            "  \"{bot}\": {{\n    jetstream: enabled\n    users = [\n{}    ]\n  }}\n",
+            indent(users, "    ")
+        );
+    }
+    text.push_str("}\n");
     text
+}
+
+/// `text` with `prefix` before each line.
+fn indent(text: &str, prefix: &str) -> String {
+    text.lines().map(|l| format!("{prefix}{l}\n")).collect()
 }
 
 /// Data commands a role may run: reads, writes, scripts (session writes are Lua), MULTI,
@@ -256,22 +380,22 @@ fn nats_config(logins: &BTreeMap<Role, String>, note: &str) -> String {
 const REDIS_COMMANDS: &str =
     "-@all +@read +@write +@scripting +@transaction +@connection +select +wait -@admin -@dangerous";
 
-/// The Redis ACL file: `default` off, one user per role with its key patterns.
-pub fn redis_acl(passwords: &BTreeMap<Role, String>) -> String {
+/// The Redis ACL file: `default` off, one user per login with its key patterns.
+fn redis_acl(passwords: &BTreeMap<Login, String>) -> String {
     let mut text = String::from("user default off resetkeys resetchannels -@all\n");
-    for (role, password) in passwords {
+    for (login, password) in passwords {
         let hash: String = Sha256::digest(password.as_bytes())
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
-        let patterns: Vec<String> = keys::acl_patterns(*role)
+        let patterns: Vec<String> = keys::acl_patterns_of(login.role, login.bot.as_deref())
             .iter()
             .map(|p| format!("~{p}"))
             .collect();
         let _ = writeln!(
             text,
             "user {} on #{hash} resetkeys {} resetchannels {REDIS_COMMANDS}",
-            role.name(),
+            login.user(),
             patterns.join(" ")
         );
     }
@@ -291,6 +415,7 @@ mod tests {
             out: out.clone(),
             nkeys: false,
             env_refs: false,
+            bots: Vec::new(),
         })
         .unwrap();
         let secrets = secrets_path(&out, "nats");
@@ -309,6 +434,7 @@ mod tests {
             out: out.clone(),
             nkeys: false,
             env_refs: false,
+            bots: Vec::new(),
         })
         .unwrap();
         let second = parse_env(&std::fs::read_to_string(&secrets).unwrap());
@@ -320,6 +446,7 @@ mod tests {
             out: out.clone(),
             nkeys: false,
             env_refs: false,
+            bots: Vec::new(),
         })
         .unwrap_err()
         .to_string();
@@ -339,6 +466,7 @@ mod tests {
             out: out.clone(),
             nkeys: false,
             env_refs: true,
+            bots: Vec::new(),
         })
         .unwrap();
         let conf = std::fs::read_to_string(&out).unwrap();
@@ -359,6 +487,7 @@ mod tests {
             out: with_passwords.clone(),
             nkeys: false,
             env_refs: false,
+            bots: Vec::new(),
         })
         .unwrap();
         let permissions = |text: &str| -> Vec<String> {
@@ -378,7 +507,11 @@ mod tests {
     fn the_acl_file_disables_default_and_stores_only_password_hashes() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("users.acl");
-        run(&DeployCommand::RedisAcl { out: out.clone() }).unwrap();
+        run(&DeployCommand::RedisAcl {
+            out: out.clone(),
+            bots: Vec::new(),
+        })
+        .unwrap();
         let acl = std::fs::read_to_string(&out).unwrap();
         let secrets = parse_env(&std::fs::read_to_string(secrets_path(&out, "redis")).unwrap());
         assert!(acl.starts_with("user default off"), "{acl}");
@@ -388,5 +521,135 @@ mod tests {
         }
         assert!(acl.contains("user agent on #"), "{acl}");
         assert!(acl.contains("-@dangerous"), "{acl}");
+    }
+
+    fn bots(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|b| (*b).to_string()).collect()
+    }
+
+    #[test]
+    fn per_bot_nats_config_gives_each_bot_its_own_account_and_users() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("nats.conf");
+        let nats = |bots: Vec<String>| DeployCommand::NatsConfig {
+            out: out.clone(),
+            nkeys: false,
+            env_refs: false,
+            bots,
+        };
+        run(&nats(bots(&["alpha", "beta-2"]))).unwrap();
+        let conf = std::fs::read_to_string(&out).unwrap();
+        let secrets = parse_env(&std::fs::read_to_string(secrets_path(&out, "nats")).unwrap());
+        assert_eq!(secrets.len(), 2 * Role::ALL.len(), "{secrets:?}");
+        assert!(!conf.contains("authorization"), "{conf}");
+        for (bot, var) in [("alpha", "ALPHA"), ("beta-2", "BETA_2")] {
+            assert!(conf.contains(&format!("  \"{bot}\": {{\n    jetstream: enabled\n")));
+            for role in Role::ALL {
+                let user = format!("user: \"{}-{bot}\"", role.name());
+                assert!(conf.contains(&user), "{user} in {conf}");
+                let key = format!("NANOBOT_NATS_{}_{var}_PASSWORD", role.name().to_uppercase());
+                assert!(conf.contains(&secrets[&key]), "{key}");
+            }
+            let inbound = format!("\"nanobot.{bot}.inbound.>\"");
+            assert!(conf.contains(&inbound), "{inbound} in {conf}");
+        }
+        assert!(
+            !conf.contains("nanobot.*."),
+            "no user may reach every bot: {conf}"
+        );
+
+        run(&DeployCommand::NatsConfig {
+            out: out.clone(),
+            nkeys: false,
+            env_refs: true,
+            bots: bots(&["alpha"]),
+        })
+        .unwrap();
+        let refs = std::fs::read_to_string(&out).unwrap();
+        assert!(
+            refs.contains(
+                "user: \"agent-alpha\"\n          password: $NANOBOT_NATS_AGENT_ALPHA_PASSWORD\n"
+            ),
+            "{refs}"
+        );
+
+        let keyed = dir.path().join("nkeys").join("nats.conf");
+        std::fs::create_dir_all(keyed.parent().unwrap()).unwrap();
+        run(&DeployCommand::NatsConfig {
+            out: keyed.clone(),
+            nkeys: true,
+            env_refs: false,
+            bots: bots(&["alpha"]),
+        })
+        .unwrap();
+        let conf = std::fs::read_to_string(&keyed).unwrap();
+        let seeds = parse_env(&std::fs::read_to_string(secrets_path(&keyed, "nats")).unwrap());
+        let seed = &seeds["NANOBOT_NATS_AGENT_ALPHA_NKEY_SEED"];
+        let public = nkeys::KeyPair::from_seed(seed).unwrap().public_key();
+        assert!(conf.contains(&format!("nkey: \"{public}\"")), "{conf}");
+        assert!(conf.contains("  \"alpha\": {") && !conf.contains(seed.as_str()));
+    }
+
+    #[test]
+    fn per_bot_mode_refuses_bot_ids_that_cannot_name_an_account_a_variable_or_a_key_pattern() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("users.acl");
+        for (ids, needle) in [
+            (bots(&["a.b"]), "\"a.b\""),
+            (bots(&["{x}"]), "\"{x}\""),
+            (bots(&["a*"]), "\"a*\""),
+            (bots(&[""]), "\"\""),
+            (bots(&["a-b", "A_B"]), "--bot a-b and --bot A_B"),
+            (bots(&["x", "x"]), "--bot x and --bot x"),
+        ] {
+            let err = run(&DeployCommand::RedisAcl {
+                out: out.clone(),
+                bots: ids.clone(),
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(needle), "{ids:?}: {err}");
+            let err = run(&DeployCommand::NatsConfig {
+                out: dir.path().join("nats.conf"),
+                nkeys: false,
+                env_refs: true,
+                bots: ids,
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+        assert!(
+            !out.exists() && !dir.path().join("nats.conf").exists(),
+            "nothing written"
+        );
+    }
+
+    #[test]
+    fn per_bot_acl_users_reach_only_their_bots_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("users.acl");
+        run(&DeployCommand::RedisAcl {
+            out: out.clone(),
+            bots: bots(&["alpha", "beta"]),
+        })
+        .unwrap();
+        let acl = std::fs::read_to_string(&out).unwrap();
+        let secrets = parse_env(&std::fs::read_to_string(secrets_path(&out, "redis")).unwrap());
+        assert!(
+            secrets.contains_key("NANOBOT_REDIS_AGENT_BETA_PASSWORD"),
+            "{secrets:?}"
+        );
+        let agent = acl
+            .lines()
+            .find(|l| l.starts_with("user agent-alpha on #"))
+            .unwrap_or_else(|| panic!("{acl}"));
+        assert!(
+            agent.contains("~nanobot:{alpha:*}:session:messages"),
+            "{agent}"
+        );
+        assert!(!agent.contains("beta") && !agent.contains("{*}"), "{agent}");
+        assert!(!acl.contains("user tools-"), "{acl}");
+        assert!(acl.contains("user cron-beta on #"), "{acl}");
     }
 }

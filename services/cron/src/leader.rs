@@ -1,6 +1,7 @@
-//! Leader election: one cron replica holds the lease `keys::CRON_LEADER` (the fleet's one
+//! Leader election: one cron replica holds the lease `keys::cron_leader` (the fleet's one
 //! lease primitive, [`nanobot_runtime::lease`]); the others stand by and take over once a dead
-//! leader's lease expires.
+//! leader's lease expires. A cron role scoped to one bot (`--bot`, a per-bot deployment)
+//! elects its leader among that bot's replicas only.
 
 use std::time::Duration;
 
@@ -17,14 +18,18 @@ pub const LEASE: Duration = Duration::from_secs(9);
 pub struct Leadership {
     leases: Leases,
     held: Option<Lease>,
+    /// The lease key and its fence.
+    keys: (String, String),
 }
 
 impl Leadership {
-    /// Returns a stand-by replica named `instance`.
-    pub fn new(redis: Store, instance: &str) -> Self {
+    /// Returns a stand-by replica named `instance`, of the cron role of every bot (`scope` =
+    /// `None`) or of one bot's.
+    pub fn new(redis: Store, instance: &str, scope: Option<&str>) -> Self {
         Self {
             leases: Leases::new(redis, instance, LEASE),
             held: None,
+            keys: (keys::cron_leader(scope), keys::cron_leader_fence(scope)),
         }
     }
 
@@ -34,11 +39,7 @@ impl Leadership {
             return true;
         }
         self.held = None;
-        match self
-            .leases
-            .try_acquire(keys::CRON_LEADER, keys::CRON_LEADER_FENCE)
-            .await
-        {
+        match self.leases.try_acquire(&self.keys.0, &self.keys.1).await {
             Ok(lease) => self.held = lease,
             Err(e) => tracing::warn!(error = %e, "failed to take the cron leadership"),
         }
@@ -50,5 +51,30 @@ impl Leadership {
         if let Some(lease) = self.held.take() {
             lease.release().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nanobot_runtime::testsuite::Redis;
+
+    #[tokio::test]
+    async fn each_bots_cron_replicas_elect_their_own_leader() {
+        let redis = Redis::start().await.unwrap();
+        let store = redis.conn().await.unwrap();
+        let mut alpha = Leadership::new(store.clone(), "alpha-1", Some("alpha"));
+        let mut standby = Leadership::new(store.clone(), "alpha-2", Some("alpha"));
+        let mut beta = Leadership::new(store.clone(), "beta-1", Some("beta"));
+        assert!(alpha.hold().await);
+        assert!(!standby.hold().await, "one leader among a bot's replicas");
+        assert!(beta.hold().await, "beta's cron leads beside alpha's");
+        let mut every_bot = Leadership::new(store, "all-1", None);
+        assert!(
+            every_bot.hold().await,
+            "a fleet-wide cron role has its own lease"
+        );
+        alpha.resign().await;
+        assert!(standby.hold().await, "the standby takes over its bot");
     }
 }

@@ -47,7 +47,7 @@ pub async fn run(
     tracing::info!(%instance, "cron scheduler ready");
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut leadership = leader::Leadership::new(redis.clone(), &instance);
+    let mut leadership = leader::Leadership::new(redis.clone(), &instance, cfg.scope.as_deref());
     let mut leading = false;
     loop {
         tokio::select! {

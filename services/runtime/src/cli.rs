@@ -19,13 +19,24 @@ pub struct CommonArgs {
     /// Print the effective config (secrets masked) and exit.
     #[arg(long)]
     pub dump_config: bool,
+    /// Serve only this bot of the config (a per-bot deployment: one set of role processes
+    /// per bot, each logged in as that bot's users; see `nanobot deploy nats-config --bot`).
+    #[arg(long, env = "NANOBOT_BOT")]
+    pub bot: Option<String>,
 }
 
 impl CommonArgs {
     /// Loads the config with overrides from the process environment.
     pub fn load_config(&self) -> Result<Config, config::ConfigError> {
         let env: HashMap<String, String> = std::env::vars().collect();
-        config::load(self.config.as_deref(), &env)
+        let mut cfg = config::load(self.config.as_deref(), &env)?;
+        if let Some(bot) = &self.bot {
+            cfg.serve_only(bot).map_err(|problem| config::ConfigError {
+                path: config::resolve_path(self.config.as_deref(), &env),
+                problems: vec![problem],
+            })?;
+        }
+        Ok(cfg)
     }
 }
 

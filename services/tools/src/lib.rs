@@ -93,12 +93,14 @@ pub async fn run(
     registry.set_pending_mcp(pending);
     let client = started.bus.client.clone();
     let group = subjects::TOOLS_QUEUE_GROUP.to_string();
+    // A role run with `--bot` subscribes to its bot's subjects only (its user may no more).
+    let scoped = |pattern: &str| subjects::scoped(pattern, cfg.scope.as_deref());
     let mut calls = client
-        .queue_subscribe(subjects::TOOL_CALL_ALL, group.clone())
+        .queue_subscribe(scoped(subjects::TOOL_CALL_ALL), group.clone())
         .await
         .context("subscribe to tool calls")?;
     let mut lists = client
-        .queue_subscribe(subjects::TOOL_LIST_ALL, group)
+        .queue_subscribe(scoped(subjects::TOOL_LIST_ALL), group)
         .await
         .context("subscribe to tool lists")?;
     // Once here, not per call: a blocking-pool hop on every call cost the round trip more
@@ -110,15 +112,17 @@ pub async fn run(
     }
     // Calls only this executor can serve (exec sessions it runs), and `/stop` of a session.
     let mut own = client
-        .subscribe(subjects::tool_call_on_all(&started.health.instance))
+        .subscribe(scoped(&subjects::tool_call_on_all(
+            &started.health.instance,
+        )))
         .await
         .context("subscribe to this executor's calls")?;
     let mut stops = client
-        .subscribe(subjects::STOP_ALL)
+        .subscribe(scoped(subjects::STOP_ALL))
         .await
         .context("subscribe to stop requests")?;
     let mut listings = client
-        .subscribe(subjects::EXEC_SESSIONS_ALL)
+        .subscribe(scoped(subjects::EXEC_SESSIONS_ALL))
         .await
         .context("subscribe to exec session listings")?;
     let mut reap = tokio::time::interval(REAP_EVERY);

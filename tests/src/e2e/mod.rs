@@ -5,6 +5,7 @@
 mod api;
 mod background;
 mod backpressure;
+mod bot_isolation;
 mod chaos;
 mod cli;
 mod compose;

@@ -80,6 +80,22 @@ impl Config {
             .collect()
     }
 
+    /// Keeps only bot `id` (`--bot`): the process then serves that bot alone (its channels,
+    /// runners, tools, memory and cron jobs), as a per-bot deployment needs, where each bot
+    /// has its own NATS account and Redis users. An unknown id is an error naming the bots.
+    pub fn serve_only(&mut self, id: &str) -> Result<(), String> {
+        if self.bot(id).is_none() {
+            let known: Vec<String> = self.bots().into_iter().map(|b| b.id).collect();
+            return Err(format!(
+                "--bot {id}: no such bot in the config (bots: {})",
+                known.join(", ")
+            ));
+        }
+        self.bots.retain(|name, _| name == id);
+        self.scope = Some(id.to_string());
+        Ok(())
+    }
+
     /// Returns the bot with id `id`.
     pub fn bot(&self, id: &str) -> Option<BotSpec> {
         self.bots().into_iter().find(|b| b.id == id)
@@ -551,5 +567,29 @@ mod tests {
         let seed = parse(r#"{"bus":{"nkeySeed":"SUSEED"}}"#, &[]).unwrap();
         assert_eq!(seed.bus.nkey_seed.as_deref(), Some("SUSEED"));
         assert!(!seed.dump_redacted().contains("SUSEED"));
+    }
+
+    #[test]
+    fn serving_one_bot_keeps_only_its_bot_and_refuses_an_unknown_one() {
+        let json = r#"{"bots":{"alpha":{"model":"m-a"},"beta":{"model":"m-b"}}}"#;
+        let mut c = parse(json, &[]).unwrap();
+        c.serve_only("beta").unwrap();
+        let ids: Vec<String> = c.bots().into_iter().map(|b| b.id).collect();
+        assert_eq!(ids, ["beta"]);
+        assert_eq!(c.bot("beta").unwrap().model, "m-b");
+        assert_eq!(c.scope.as_deref(), Some("beta"));
+
+        let mut c = parse(json, &[]).unwrap();
+        let err = c.serve_only("gamma").unwrap_err();
+        assert!(
+            err.contains("gamma") && err.contains("alpha, beta"),
+            "{err}"
+        );
+        assert_eq!(c.bots().len(), 2, "an error changes nothing");
+
+        let mut single = parse("{}", &[]).unwrap();
+        single.serve_only(DEFAULT_BOT).unwrap();
+        assert_eq!(single.bots().len(), 1);
+        assert!(parse("{}", &[]).unwrap().serve_only("alpha").is_err());
     }
 }

@@ -47,6 +47,10 @@ pub struct Config {
     /// logs them once at start. Empty in strict mode, where they are load errors.
     #[serde(skip)]
     pub unknown_keys: Vec<String>,
+    /// The one bot this process serves (`--bot`, [`Config::serve_only`]): set when a per-bot
+    /// deployment scopes each role to its bot's NATS account and Redis keys.
+    #[serde(skip)]
+    pub scope: Option<String>,
 }
 
 /// `agents` section.
