@@ -12,6 +12,7 @@
 //! On a cluster every key one script or pipeline touches must share a hash tag
 //! (`nanobot_proto::keys` makes sure they do).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -22,16 +23,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::StoreConfig;
 
+mod replicate;
 mod sentinel;
 
+pub use replicate::ReplicaGate;
 pub use sentinel::SentinelStore;
 
 /// Scheme of a Redis Cluster URL.
 const CLUSTER_SCHEME: &str = "redis+cluster://";
 /// Scheme of a Redis Sentinel URL.
 const SENTINEL_SCHEME: &str = "redis+sentinel://";
-/// How long [`Store::replicate`] waits for a replica to confirm (ms).
-const REPLICATE_TIMEOUT_MS: u64 = 1_000;
 
 /// Redis errors.
 #[derive(Debug, thiserror::Error)]
@@ -50,45 +51,40 @@ pub enum StoreError {
 pub enum Store {
     /// One Redis server.
     Node(ConnectionManager),
-    /// A Redis Cluster.
-    Cluster(ClusterConnection),
-    /// The master of a Sentinel-monitored group.
-    Sentinel(SentinelStore),
+    /// A Redis Cluster, and its `WAIT` budget.
+    Cluster(ClusterConnection, Arc<ReplicaGate>),
+    /// The master of a Sentinel-monitored group, and its `WAIT` budget.
+    Sentinel(SentinelStore, Arc<ReplicaGate>),
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Node(_) => "Store::Node",
-            Self::Cluster(_) => "Store::Cluster",
-            Self::Sentinel(_) => "Store::Sentinel",
+            Self::Cluster(..) => "Store::Cluster",
+            Self::Sentinel(..) => "Store::Sentinel",
         })
     }
 }
 
 impl Store {
-    /// On a cluster or behind Sentinel, waits (`WAIT 1`, at most 1 s) until the writes made so far on the node
-    /// that holds `key` reached a replica, so a failover after this returns keeps them; a
-    /// replica that does not confirm in time is logged, not fatal (Redis replication stays
-    /// asynchronous). On one node there is nothing to wait for: its AOF keeps the writes
-    /// across a restart.
+    /// On a cluster or behind Sentinel, waits (`WAIT 1`) until the writes made so far on the
+    /// node that holds `key` reached a replica, so a failover after this returns keeps them.
+    /// Best effort and bounded ([`ReplicaGate`]): a replica that does not confirm in time is
+    /// logged, not fatal (Redis replication stays asynchronous), and pauses the waits. On one
+    /// node there is nothing to wait for: its AOF keeps the writes across a restart.
     pub async fn replicate(&self, key: &str) {
         let mut wait = redis::cmd("WAIT");
-        wait.arg(1).arg(REPLICATE_TIMEOUT_MS);
-        let acked = match self {
-            Self::Node(_) => return,
-            Self::Sentinel(conn) => wait.query_async(&mut conn.clone()).await,
-            Self::Cluster(conn) => {
+        wait.arg(1).arg(replicate::TIMEOUT_MS);
+        match self {
+            Self::Node(_) => {}
+            Self::Sentinel(conn, gate) => gate.wait(wait.query_async(&mut conn.clone())).await,
+            Self::Cluster(conn, gate) => {
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::with_key(key, SlotAddr::Master),
                 ));
-                conn.clone().route_command(wait, route).await
+                gate.wait(conn.clone().route_command(wait, route)).await;
             }
-        };
-        match acked {
-            Ok(Value::Int(n)) if n >= 1 => {}
-            Ok(acked) => tracing::warn!(?acked, "write not confirmed by a replica in time"),
-            Err(e) => tracing::warn!(error = %e, "waiting for a replica failed"),
         }
     }
 }
@@ -97,8 +93,8 @@ impl ConnectionLike for Store {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Node(c) => c.req_packed_command(cmd),
-            Self::Cluster(c) => c.req_packed_command(cmd),
-            Self::Sentinel(c) => c.req_packed_command(cmd),
+            Self::Cluster(c, _) => c.req_packed_command(cmd),
+            Self::Sentinel(c, _) => c.req_packed_command(cmd),
         }
     }
 
@@ -110,16 +106,16 @@ impl ConnectionLike for Store {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Self::Node(c) => c.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            Self::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(c, _) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Self::Node(c) => c.get_db(),
-            Self::Cluster(c) => c.get_db(),
-            Self::Sentinel(c) => c.get_db(),
+            Self::Cluster(c, _) => c.get_db(),
+            Self::Sentinel(c, _) => c.get_db(),
         }
     }
 }
@@ -164,7 +160,9 @@ pub async fn connect(cfg: &StoreConfig, cancel: &CancellationToken) -> Result<St
         let attempt = match &target {
             Target::Node(url) => connect_node(url).await,
             Target::Cluster(nodes) => connect_cluster(nodes).await,
-            Target::Sentinel(target) => SentinelStore::connect(target).await.map(Store::Sentinel),
+            Target::Sentinel(target) => SentinelStore::connect(target)
+                .await
+                .map(|c| Store::Sentinel(c, Arc::default())),
         };
         match attempt {
             Ok(store) => return Ok(store),
@@ -204,7 +202,10 @@ async fn connect_cluster(nodes: &[String]) -> redis::RedisResult<Store> {
         .retries(12)
         .max_retry_wait(2_000)
         .build()?;
-    Ok(Store::Cluster(client.get_async_connection().await?))
+    Ok(Store::Cluster(
+        client.get_async_connection().await?,
+        Arc::default(),
+    ))
 }
 
 #[cfg(test)]
