@@ -76,14 +76,30 @@ impl Store {
     pub async fn replicate(&self, key: &str) {
         let mut wait = redis::cmd("WAIT");
         wait.arg(1).arg(replicate::TIMEOUT_MS);
+        let role = redis::cmd("ROLE");
         match self {
             Self::Node(_) => {}
-            Self::Sentinel(conn, gate) => gate.wait(wait.query_async(&mut conn.clone())).await,
+            Self::Sentinel(conn, gate) => {
+                let (mut a, mut b) = (conn.clone(), conn.clone());
+                let wait = async move { wait.query_async(&mut a).await };
+                gate.replicate(wait, || async move { role.query_async(&mut b).await })
+                    .await;
+            }
             Self::Cluster(conn, gate) => {
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::with_key(key, SlotAddr::Master),
-                ));
-                gate.wait(conn.clone().route_command(wait, route)).await;
+                let route = || {
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+                        key,
+                        SlotAddr::Master,
+                    )))
+                };
+                let mut waiting = conn.clone();
+                let wait = async move { waiting.route_command(wait, route()).await };
+                let mut conn = conn.clone();
+                gate.replicate(
+                    wait,
+                    || async move { conn.route_command(role, route()).await },
+                )
+                .await;
             }
         }
     }

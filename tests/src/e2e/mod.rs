@@ -21,6 +21,7 @@ mod hardening;
 mod k8s;
 mod memory;
 mod observability;
+mod replication;
 mod repo;
 mod runner;
 mod security;

@@ -1,142 +1,194 @@
-//! `WAIT` that cannot stall a connection. Redis holds back every later command of a client
+//! `WAIT` that cannot wedge a connection. Redis holds back every later command of a client
 //! behind its `WAIT`, and all of a process's traffic to one Redis node shares one multiplexed
-//! connection. When replicas stop confirming (a primary just promoted, its replica resyncing),
-//! queued `WAIT`s hold that connection one after another, each for its whole timeout, and
-//! every session write behind them times out: in the Redis Cluster failover chaos test a
-//! runner stalled for about 35 s this way, longer the more turns it ran at once. So
-//! [`super::Store::replicate`] stays best effort, and bounded:
-//! - a `WAIT` gives up after [`TIMEOUT_MS`];
-//! - at most [`MAX_IN_FLIGHT`] are outstanding per store; a write past that is not waited for
-//!   (the next `WAIT` on the same connection covers it, as `WAIT` counts all of a client's
-//!   writes so far);
-//! - after an unconfirmed or failed `WAIT`, none is sent for a backoff (1 s, doubling to 30 s
-//!   while probes keep failing, reset by a confirmed one); then one probe at a time. Each
-//!   change is logged once, not each write.
+//! connection. When a primary has no replica that can confirm (just promoted, its replica
+//! gone or resyncing), every `WAIT` sent to it takes its whole timeout, one after another, and
+//! every session write queued behind them times out and is retried behind more `WAIT`s: in
+//! the Redis Cluster failover chaos test a runner stalled for 35–80 s this way, more often
+//! the more turns it ran at once. So [`super::Store::replicate`] stays best effort, and
+//! pauses while waiting cannot help:
+//! - a `WAIT` that is not confirmed in time asks the node for its `ROLE`; a primary that still
+//!   lists a replica with a replication offset is only slow (the write is logged unconfirmed
+//!   and the next write waits again), one without pauses the `WAIT`s;
+//! - while paused (1 s, doubling to 30 s while the node still has no replica, reset once it
+//!   has), writes are not waited for; nothing is lost by that, since no replica could confirm
+//!   them. The pause is the store's, so during it a write to another primary is not waited
+//!   for either (a second failover within the pause could lose it);
+//! - after the pause one writer asks `ROLE` again, the others keep not waiting until it knows.
+//!
+//! Each change is logged once, not each write.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::{RedisResult, Value};
 
 /// How long one `WAIT` waits for a replica (ms).
-pub const TIMEOUT_MS: u64 = 250;
-/// `WAIT`s outstanding at once per store.
-pub const MAX_IN_FLIGHT: usize = 4;
-/// First and longest pause in `WAIT`s after replicas stopped confirming.
+pub const TIMEOUT_MS: u64 = 1_000;
+/// First and longest pause in `WAIT`s while a primary has no replica.
 const BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
 
 /// Whether `WAIT`s are sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Replicas confirm: `WAIT` after writes.
+    /// `WAIT` after writes.
     Open,
-    /// Replicas did not confirm: no `WAIT` until then.
-    Closed(Instant),
-    /// One `WAIT` is asking whether replicas confirm again.
+    /// A primary had no replica: no `WAIT` until then.
+    Paused(Instant),
+    /// One writer is asking whether the primary has a replica again.
     Probing,
 }
 
-/// The `WAIT` budget of one store (shared by its clones).
+/// The `WAIT` state of one store (shared by its clones).
 #[derive(Debug)]
 pub struct ReplicaGate {
-    in_flight: AtomicUsize,
     state: Mutex<(State, Duration)>,
 }
 
 impl Default for ReplicaGate {
     fn default() -> Self {
         Self {
-            in_flight: AtomicUsize::new(0),
             state: Mutex::new((State::Open, BACKOFF.0)),
         }
     }
 }
 
-/// Gives an in-flight slot back when the `WAIT` ends or its future is dropped; a probe
-/// dropped before its answer lets the next write probe.
-struct Slot<'a> {
-    gate: &'a ReplicaGate,
-    probe: bool,
+/// What this writer does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    Wait,
+    Probe,
+    Skip,
 }
 
-impl Drop for Slot<'_> {
+/// Ends a probe that was dropped before its answer, so the next writer probes.
+struct ProbeGuard<'a>(&'a ReplicaGate);
+
+impl Drop for ProbeGuard<'_> {
     fn drop(&mut self) {
-        self.gate.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if self.probe {
-            let mut state = self.gate.lock();
-            if state.0 == State::Probing {
-                state.0 = State::Closed(Instant::now());
-            }
+        let mut state = self.0.lock();
+        if state.0 == State::Probing {
+            state.0 = State::Paused(Instant::now());
         }
     }
 }
 
 impl ReplicaGate {
-    /// Sends the `WAIT` that `send` makes, if the gate lets one through now, and learns from
-    /// its answer.
-    pub async fn wait(&self, send: impl Future<Output = RedisResult<Value>>) {
-        let Some(_slot) = self.admit() else { return };
-        let answer = send.await;
-        self.settle(&answer);
+    /// Waits for a replica with `wait` (a `WAIT`) unless paused; `role` asks the same node
+    /// for its `ROLE` when a `WAIT` was not confirmed or a pause is over.
+    pub async fn replicate<W, R, F>(&self, wait: W, role: R)
+    where
+        W: Future<Output = RedisResult<Value>>,
+        R: FnOnce() -> F,
+        F: Future<Output = RedisResult<Value>>,
+    {
+        let turn = self.turn();
+        let _probe = (turn == Turn::Probe).then(|| ProbeGuard(self));
+        match turn {
+            Turn::Skip => {}
+            Turn::Probe => {
+                if self.learn(&role().await) {
+                    self.confirmed(&wait.await);
+                }
+            }
+            Turn::Wait => {
+                let answer = wait.await;
+                if !self.confirmed(&answer) {
+                    self.learn(&role().await);
+                }
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (State, Duration)> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn admit(&self) -> Option<Slot<'_>> {
+    fn turn(&self) -> Turn {
         let mut state = self.lock();
-        let probe = match state.0 {
-            State::Probing => return None,
-            State::Closed(until) if Instant::now() < until => return None,
-            // Waits sent before the pause may still be out; the probe is alone.
-            State::Closed(_) if self.in_flight.load(Ordering::Acquire) > 0 => return None,
-            State::Closed(_) => true,
-            State::Open => false,
-        };
-        self.in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_IN_FLIGHT).then_some(n + 1)
-            })
-            .ok()?;
-        if probe {
-            state.0 = State::Probing;
+        match state.0 {
+            State::Open => Turn::Wait,
+            State::Paused(until) if Instant::now() >= until => {
+                state.0 = State::Probing;
+                Turn::Probe
+            }
+            State::Paused(_) | State::Probing => Turn::Skip,
         }
-        Some(Slot { gate: self, probe })
     }
 
-    fn settle(&self, answer: &RedisResult<Value>) {
-        let confirmed = matches!(answer, Ok(Value::Int(n)) if *n >= 1);
-        let mut state = self.lock();
-        match (confirmed, state.0) {
-            (true, State::Open) => {}
-            (true, _) => {
-                tracing::info!("replicas confirm writes again; waiting for them after writes");
-                *state = (State::Open, BACKOFF.0);
+    /// Whether `answer` (of a `WAIT`) says a replica confirmed; an unconfirmed write is logged.
+    fn confirmed(&self, answer: &RedisResult<Value>) -> bool {
+        match answer {
+            Ok(Value::Int(n)) if *n >= 1 => true,
+            Ok(acked) => {
+                tracing::warn!(?acked, "write not confirmed by a replica in time");
+                false
             }
-            // Another `WAIT` closed the gate already.
-            (false, State::Closed(_)) => {}
-            (false, _) => {
-                let pause = state.1;
-                match answer {
-                    Ok(acked) => tracing::warn!(
-                        ?acked,
-                        pause_secs = pause.as_secs(),
-                        "writes not confirmed by a replica in time; not waiting for replicas for a while"
-                    ),
-                    Err(e) => tracing::warn!(
-                        error = %e,
-                        pause_secs = pause.as_secs(),
-                        "waiting for a replica failed; not waiting for replicas for a while"
-                    ),
-                }
-                *state = (
-                    State::Closed(Instant::now() + pause),
-                    (pause * 2).min(BACKOFF.1),
-                );
+            Err(e) => {
+                tracing::warn!(error = %e, "waiting for a replica failed");
+                false
             }
         }
+    }
+
+    /// Opens or pauses the gate by a `ROLE` answer; returns whether it is open.
+    fn learn(&self, role: &RedisResult<Value>) -> bool {
+        let has_replica = matches!(role, Ok(v) if has_replica(v));
+        let mut state = self.lock();
+        if has_replica {
+            if state.0 != State::Open {
+                tracing::info!(
+                    "the primary has a replica again; waiting for replicas after writes"
+                );
+            }
+            *state = (State::Open, BACKOFF.0);
+            return true;
+        }
+        if let State::Paused(_) = state.0 {
+            return false; // another writer paused it already
+        }
+        let pause = state.1;
+        match role {
+            Ok(_) => tracing::warn!(
+                pause_secs = pause.as_secs(),
+                "a primary has no replica to confirm writes; not waiting for replicas for a while"
+            ),
+            Err(e) => tracing::warn!(
+                error = %e,
+                pause_secs = pause.as_secs(),
+                "asking a primary for its replicas failed; not waiting for replicas for a while"
+            ),
+        }
+        *state = (
+            State::Paused(Instant::now() + pause),
+            (pause * 2).min(BACKOFF.1),
+        );
+        false
+    }
+}
+
+/// Whether a `ROLE` answer is a primary's listing a replica that has acknowledged a
+/// replication offset (one still in its initial sync has not).
+fn has_replica(role: &Value) -> bool {
+    let Value::Array(parts) = role else {
+        return false;
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(n) => n.to_string(),
+        _ => String::new(),
+    };
+    match parts.as_slice() {
+        [kind, _offset, Value::Array(replicas)] if text(kind) == "master" => {
+            replicas.iter().any(|r| match r {
+                Value::Array(fields) => fields
+                    .get(2)
+                    .and_then(|o| text(o).parse::<u64>().ok())
+                    .is_some_and(|o| o > 0),
+                _ => false,
+            })
+        }
+        _ => false,
     }
 }
 
@@ -144,66 +196,37 @@ impl ReplicaGate {
 mod tests {
     use super::*;
 
-    fn answer(n: i64) -> RedisResult<Value> {
-        Ok(Value::Int(n))
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
     }
 
-    #[tokio::test]
-    async fn at_most_max_in_flight_waits_are_outstanding() {
-        let gate = ReplicaGate::default();
-        let slots: Vec<_> = (0..MAX_IN_FLIGHT + 3)
-            .filter_map(|_| gate.admit())
-            .collect();
-        assert_eq!(slots.len(), MAX_IN_FLIGHT);
-        drop(slots);
-        assert!(gate.admit().is_some(), "slots come back when waits end");
-    }
-
-    #[tokio::test]
-    async fn an_unconfirmed_wait_pauses_waits_then_one_probe_reopens_the_gate() {
-        let gate = ReplicaGate::default();
-        let sent = AtomicUsize::new(0);
-        let send = |n: i64| {
-            let sent = &sent;
-            async move {
-                sent.fetch_add(1, Ordering::SeqCst);
-                answer(n)
-            }
+    #[test]
+    fn a_primary_has_a_replica_once_one_acknowledged_an_offset() {
+        let role = |replicas: Vec<Value>| {
+            Value::Array(vec![bulk("master"), Value::Int(42), Value::Array(replicas)])
         };
-        gate.wait(send(0)).await;
-        for _ in 0..10 {
-            gate.wait(send(0)).await;
-        }
-        assert_eq!(sent.load(Ordering::SeqCst), 1, "paused after the first");
-        // The pause is over: one probe at a time.
-        gate.state.lock().unwrap().0 = State::Closed(Instant::now());
-        let probe = gate.admit().expect("a probe goes through");
-        assert!(gate.admit().is_none(), "only one probe");
-        drop(probe);
-        let probe = gate.admit();
-        assert!(
-            probe.is_some(),
-            "a probe dropped unanswered lets the next write probe"
-        );
-        drop(probe);
-        assert_eq!(
-            gate.state.lock().unwrap().1,
-            BACKOFF.0 * 2,
-            "backoff doubles"
-        );
-        gate.wait(send(1)).await;
-        assert_eq!(*gate.state.lock().unwrap(), (State::Open, BACKOFF.0));
-        gate.wait(send(1)).await;
-        assert_eq!(sent.load(Ordering::SeqCst), 3);
+        let replica =
+            |offset: &str| Value::Array(vec![bulk("127.0.0.1"), bulk("7001"), bulk(offset)]);
+        assert!(!has_replica(&role(vec![])));
+        assert!(!has_replica(&role(vec![replica("0")])), "still syncing");
+        assert!(has_replica(&role(vec![replica("0"), replica("40")])));
+        let replica_role = Value::Array(vec![
+            bulk("slave"),
+            bulk("127.0.0.1"),
+            Value::Int(7000),
+            bulk("connected"),
+            Value::Int(42),
+        ]);
+        assert!(!has_replica(&replica_role));
     }
 
     #[tokio::test]
-    async fn a_failed_wait_pauses_waits_like_an_unconfirmed_one() {
+    async fn a_probe_dropped_before_its_answer_lets_the_next_writer_probe() {
         let gate = ReplicaGate::default();
-        let failed: RedisResult<Value> =
-            Err(redis::RedisError::from((redis::ErrorKind::Io, "timed out")));
-        gate.wait(async { failed }).await;
-        assert!(matches!(gate.state.lock().unwrap().0, State::Closed(_)));
-        assert!(gate.admit().is_none());
+        gate.lock().0 = State::Paused(Instant::now());
+        assert_eq!(gate.turn(), Turn::Probe);
+        assert_eq!(gate.turn(), Turn::Skip, "one probe at a time");
+        drop(ProbeGuard(&gate));
+        assert_eq!(gate.turn(), Turn::Probe);
     }
 }
