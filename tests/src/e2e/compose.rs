@@ -382,7 +382,9 @@ fn only_the_scoping_step_mounts_the_whole_config_and_each_role_gets_its_own_copy
         std::env::var("PATH").unwrap_or_default()
     );
     let mut run = Command::new(&command[0]);
-    run.args(&command[1..]).env("HOME", home.path()).env("PATH", path);
+    run.args(&command[1..])
+        .env("HOME", home.path())
+        .env("PATH", path);
     for (name, _) in std::env::vars() {
         if name.starts_with("NANOBOT_") {
             run.env_remove(name);

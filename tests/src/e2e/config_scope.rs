@@ -130,7 +130,11 @@ fn the_tools_config_keeps_its_mcp_headers_and_withholds_provider_keys_and_channe
     let text = std::fs::read_to_string(&out).unwrap();
     assert_eq!(canaries_in(&text), BTreeSet::from([MCP_CANARY]), "{text}");
     let mode = std::fs::metadata(&out).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o600, "the copy is readable by its owner only");
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "the copy is readable by its owner only"
+    );
 
     // Loaded as the role loads it: the same settings, only the withheld secrets differ.
     let whole = serde_json::to_value(load(&whole)).unwrap();

@@ -252,7 +252,10 @@ mod tests {
         assert_eq!(tools["channels"]["telegram"]["allowFrom"], json!(["42"]));
         assert_eq!(tools["channels"]["sendProgress"], false);
         assert_eq!(tools["api"]["port"], 8901);
-        assert_eq!(tools["providers"]["groq"]["apiBase"], full()["providers"]["groq"]["apiBase"]);
+        assert_eq!(
+            tools["providers"]["groq"]["apiBase"],
+            full()["providers"]["groq"]["apiBase"]
+        );
         let env = HashMap::new();
         for role in Role::ALL {
             let text = scoped(role).to_string();
@@ -281,6 +284,9 @@ mod tests {
     fn an_unknown_role_is_refused_with_the_known_ones() {
         assert_eq!(role_named("tools"), Ok(Role::Tools));
         let err = role_named("tool").unwrap_err();
-        assert!(err.contains("gateway, agent, tools, memory, cron, cli"), "{err}");
+        assert!(
+            err.contains("gateway, agent, tools, memory, cron, cli"),
+            "{err}"
+        );
     }
 }

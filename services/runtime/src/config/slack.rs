@@ -207,11 +207,10 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
             ));
         }
         match c.mode.as_str() {
-            "socket" if !c.app_token.starts_with("xapp-") && !withheld(&c.app_token) => {
-                problems.push(format!(
+            "socket" if !c.app_token.starts_with("xapp-") && !withheld(&c.app_token) => problems
+                .push(format!(
                     "{at}.appToken: an app-level token (xapp-…) is required in socket mode"
-                ))
-            }
+                )),
             "http" if c.signing_secret.trim().is_empty() => problems.push(format!(
                 "{at}.signingSecret: required in http mode (requests are verified with it)"
             )),
