@@ -102,6 +102,12 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::deploy::DeployCommand,
     },
+    /// The config file: `scope` writes a role's copy without the other roles' secrets.
+    Config {
+        /// What to do.
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Exit 0 when `GET <url>` answers 2xx (container health checks).
     Probe {
         /// URL to check.
@@ -115,6 +121,24 @@ pub enum BusCommand {
     /// Create the fleet's JetStream streams, or update them to this version's settings and
     /// `bus.streamReplicas` (idempotent; `up` runs it too). Roles only check them.
     Init,
+}
+
+/// `nanobot config …` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Write the config for one role (`gateway`, `agent`, `tools`, `memory`, `cron`, `cli`)
+    /// with the secrets it does not use withheld: provider keys only for agent and memory
+    /// (and the gateway's transcription provider, `groq`), channel credentials and the API key
+    /// only for the gateway, MCP servers' headers and env and web search keys only for tools.
+    /// Both files are loaded and checked first; the copy is written with mode 0600.
+    Scope {
+        /// The role the copy is for.
+        #[arg(long)]
+        role: String,
+        /// Where to write it (replaced whole, never half-written).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn load(cli: &Cli) -> anyhow::Result<Config> {
@@ -238,6 +262,27 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Deploy { command } => {
             crate::deploy::run(command)?;
+            Ok(0)
+        }
+        Command::Config {
+            command: ConfigCommand::Scope { role, out },
+        } => {
+            let role = config::scope::role_named(role).map_err(anyhow::Error::msg)?;
+            let env: HashMap<String, String> = std::env::vars().collect();
+            let (path, text) = config::load::read(cli.config.as_deref(), &env)?;
+            let scoped = config::scope::scoped_text(text.as_deref(), &path, &env, role)?;
+            // Written beside, then renamed: a copy killed mid-write is never read as the config.
+            let mut partial = out.clone().into_os_string();
+            partial.push(".partial");
+            let partial = PathBuf::from(partial);
+            config::secrets::write_private(&partial, &scoped)
+                .with_context(|| format!("write {}", partial.display()))?;
+            std::fs::rename(&partial, out).with_context(|| format!("write {}", out.display()))?;
+            println!(
+                "wrote {} for the {} role (other roles' secrets withheld)",
+                out.display(),
+                role.name()
+            );
             Ok(0)
         }
         Command::Probe { url } => {

@@ -288,3 +288,113 @@ fn compose_env_generates_private_credentials_once_and_rotates_one() {
         }
     }
 }
+
+/// The volumes of a rendered service, as `source:target:mode`.
+fn volumes(service: &Value) -> BTreeSet<String> {
+    service["volumes"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .filter_map(|m| m.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn waits_for_scoping(service: &Value) -> bool {
+    service["depends_on"]["config-scope"]["condition"] == "service_completed_successfully"
+}
+
+#[test]
+fn only_the_scoping_step_mounts_the_whole_config_and_each_role_gets_its_own_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join(".env");
+    credentials_env(&env_file, &[root().join("docker-compose.yml")]);
+    let services = render(&env_file);
+
+    let whole = format!("{}:", root().join("config").display());
+    let mounting_whole: BTreeSet<&str> = services
+        .iter()
+        .filter(|(_, s)| volumes(s).iter().any(|v| v.starts_with(&whole)))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(
+        mounting_whole,
+        BTreeSet::from(["config-scope"]),
+        "no role reads the whole config.json"
+    );
+    let scope = &services["config-scope"];
+    assert_eq!(scope["network_mode"], "none");
+    for role in ROLES.iter().chain(&["cli"]) {
+        assert!(
+            volumes(scope).contains(&format!("config-{role}:/home/nanobot/scoped/{role}:rw")),
+            "config-scope writes {role}'s copy: {:?}",
+            volumes(scope)
+        );
+    }
+    for role in ROLES {
+        let name = format!("nanobot-{role}");
+        assert_eq!(
+            volumes(&services[&name]),
+            BTreeSet::from([
+                format!("config-{role}:/home/nanobot/.nanobot:ro"),
+                "workspace:/workspace:rw".to_string(),
+            ]),
+            "{name} mounts only its own config"
+        );
+        assert!(waits_for_scoping(&services[&name]), "{name}");
+    }
+    assert_eq!(
+        volumes(&services["bus-init"]),
+        BTreeSet::from(["config-cli:/home/nanobot/.nanobot:ro".to_string()])
+    );
+    assert!(waits_for_scoping(&services["bus-init"]));
+
+    // The scoping command as compose runs it, with the built `nanobot`, in a home laid out as
+    // the container's: each role's volume gets its own copy, with only its own secrets.
+    use super::config_scope::{canaries_in, canaries_kept, full_config};
+    let home = tempfile::tempdir().unwrap();
+    let home_dir = home.path().to_str().unwrap();
+    std::fs::create_dir(home.path().join(".nanobot")).unwrap();
+    std::fs::write(
+        home.path().join(".nanobot/config.json"),
+        full_config().to_string(),
+    )
+    .unwrap();
+    for role in ROLES.iter().chain(&["cli"]) {
+        std::fs::create_dir_all(home.path().join("scoped").join(role)).unwrap();
+    }
+    let command: Vec<String> = scope["command"]
+        .as_array()
+        .expect("config-scope's command as a list")
+        .iter()
+        .map(|a| {
+            a.as_str()
+                .unwrap()
+                .replace("$$", "$")
+                .replace("/home/nanobot", home_dir)
+        })
+        .collect();
+    let bin_dir = crate::harness::bin_path("nanobot").unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut run = Command::new(&command[0]);
+    run.args(&command[1..])
+        .env("HOME", home.path())
+        .env("PATH", path);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("NANOBOT_") {
+            run.env_remove(name);
+        }
+    }
+    let out = run.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for role in ROLES.iter().chain(&["cli"]) {
+        let copy = home.path().join("scoped").join(role).join("config.json");
+        let text = std::fs::read_to_string(&copy).unwrap();
+        assert_eq!(canaries_in(&text), canaries_kept(role), "{role}: {text}");
+    }
+}

@@ -9,6 +9,7 @@ mod bot_isolation;
 mod chaos;
 mod cli;
 mod compose;
+mod config_scope;
 mod cron;
 mod deploy_credentials;
 mod discord;

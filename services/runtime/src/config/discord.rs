@@ -150,7 +150,9 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
         }
         if c.token.trim().is_empty() {
             problems.push(format!("{at}.token: required when the channel is enabled"));
-        } else if let Some(other) = tokens.insert(c.token.as_str(), dc.bot.as_str()) {
+        } else if !super::scope::is_withheld(&c.token)
+            && let Some(other) = tokens.insert(c.token.as_str(), dc.bot.as_str())
+        {
             problems.push(format!(
                 "{at}.token: bot {other} uses the same token (messages would cross bots)"
             ));

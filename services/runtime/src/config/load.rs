@@ -49,19 +49,27 @@ fn explicit_path(path: Option<&Path>, env: &HashMap<String, String>) -> Option<P
 /// Loads the config from `path` (or `NANOBOT_CONFIG`, or the default path) with overrides from
 /// `env`. A missing file is an error only when named explicitly.
 pub fn load(path: Option<&Path>, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
+    let (path, text) = read(path, env)?;
+    load_str(text.as_deref(), &path, env)
+}
+
+/// Returns the path [`load`] reads and its text (`None`: no file at the default path).
+pub fn read(
+    path: Option<&Path>,
+    env: &HashMap<String, String>,
+) -> Result<(PathBuf, Option<String>), ConfigError> {
     let explicit = explicit_path(path, env);
     let path = explicit.clone().unwrap_or_else(default_path);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => Some(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => None,
-        Err(e) => {
-            return Err(ConfigError {
-                path,
-                problems: vec![format!("cannot read file: {e}")],
-            });
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok((path, Some(text))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => {
+            Ok((path, None))
         }
-    };
-    load_str(text.as_deref(), &path, env)
+        Err(e) => Err(ConfigError {
+            path,
+            problems: vec![format!("cannot read file: {e}")],
+        }),
+    }
 }
 
 /// Loads from JSON text (`None` = no file) with overrides from `env`.

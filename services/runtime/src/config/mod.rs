@@ -9,6 +9,7 @@ pub mod discord;
 pub mod email;
 pub mod load;
 pub mod schema;
+pub mod scope;
 pub mod secrets;
 mod sections;
 pub mod slack;
@@ -171,15 +172,21 @@ pub fn redact_url(urls: &str) -> String {
         .join(",")
 }
 
+/// Whether a config key names a secret (`apiKey`, `password`, `botToken`, `signingSecret`,
+/// `nkeySeed`, in any spelling): masked in dumps, withheld from roles that do not use it
+/// ([`scope`]).
+pub fn is_secret_key(key: &str) -> bool {
+    let lower = key.to_lowercase().replace(['_', '-'], "");
+    ["apikey", "password", "token", "secret", "seed"]
+        .iter()
+        .any(|s| lower.contains(s))
+}
+
 fn redact(value: &mut serde_json::Value) {
     match value {
         serde_json::Value::Object(map) => {
             for (k, v) in map.iter_mut() {
-                let lower = k.to_lowercase();
-                let secret = ["apikey", "password", "token", "secret", "seed"]
-                    .iter()
-                    .any(|s| lower.contains(s));
-                if secret && v.as_str().is_some_and(|s| !s.is_empty()) {
+                if is_secret_key(k) && v.as_str().is_some_and(|s| !s.is_empty()) {
                     *v = serde_json::Value::String("***".into());
                 } else if let Some(url) = v.as_str().filter(|s| s.contains("://")) {
                     *v = serde_json::Value::String(redact_url(url));

@@ -194,7 +194,10 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
         if !config.bots.is_empty() {
             check_extras(&at, c, unknown);
         }
-        if !c.bot_token.starts_with("xoxb-") {
+        let withheld = super::scope::is_withheld;
+        if withheld(&c.bot_token) {
+            // Another role's secret: nothing to check here.
+        } else if !c.bot_token.starts_with("xoxb-") {
             problems.push(format!(
                 "{at}.botToken: a bot token (xoxb-…) is required when the channel is enabled"
             ));
@@ -204,9 +207,10 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
             ));
         }
         match c.mode.as_str() {
-            "socket" if !c.app_token.starts_with("xapp-") => problems.push(format!(
-                "{at}.appToken: an app-level token (xapp-…) is required in socket mode"
-            )),
+            "socket" if !c.app_token.starts_with("xapp-") && !withheld(&c.app_token) => problems
+                .push(format!(
+                    "{at}.appToken: an app-level token (xapp-…) is required in socket mode"
+                )),
             "http" if c.signing_secret.trim().is_empty() => problems.push(format!(
                 "{at}.signingSecret: required in http mode (requests are verified with it)"
             )),

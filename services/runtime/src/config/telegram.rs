@@ -186,7 +186,9 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
         }
         if c.token.trim().is_empty() {
             problems.push(format!("{at}.token: required when the channel is enabled"));
-        } else if let Some(other) = tokens.insert(c.token.as_str(), tg.bot.as_str()) {
+        } else if !super::scope::is_withheld(&c.token)
+            && let Some(other) = tokens.insert(c.token.as_str(), tg.bot.as_str())
+        {
             problems.push(format!(
                 "{at}.token: bot {other} uses the same token (messages would cross bots)"
             ));
@@ -228,7 +230,9 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
                     "{at}.webhookUrl: an https URL is required in webhook mode (http only with a self-hosted apiBase)"
                 ));
             }
-            if !is_secret_token(&c.webhook_secret_token) {
+            if !is_secret_token(&c.webhook_secret_token)
+                && !super::scope::is_withheld(&c.webhook_secret_token)
+            {
                 problems.push(format!(
                     "{at}.webhookSecretToken: 1-256 characters of A-Z, a-z, 0-9, _ and - are required in webhook mode"
                 ));
