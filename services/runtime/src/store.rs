@@ -16,16 +16,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::StoreConfig;
 
+mod cluster;
 mod replicate;
 mod sentinel;
 
+pub use cluster::ClusterStore;
 pub use replicate::ReplicaGate;
 pub use sentinel::SentinelStore;
 
@@ -52,7 +53,7 @@ pub enum Store {
     /// One Redis server.
     Node(ConnectionManager),
     /// A Redis Cluster, and its `WAIT` budget.
-    Cluster(ClusterConnection, Arc<ReplicaGate>),
+    Cluster(ClusterStore, Arc<ReplicaGate>),
     /// The master of a Sentinel-monitored group, and its `WAIT` budget.
     Sentinel(SentinelStore, Arc<ReplicaGate>),
 }
@@ -92,14 +93,9 @@ impl Store {
                         SlotAddr::Master,
                     )))
                 };
-                let mut waiting = conn.clone();
-                let wait = async move { waiting.route_command(wait, route()).await };
-                let mut conn = conn.clone();
-                gate.replicate(
-                    wait,
-                    || async move { conn.route_command(role, route()).await },
-                )
-                .await;
+                let wait = conn.route_command(wait, route());
+                gate.replicate(wait, || conn.route_command(role, route()))
+                    .await;
             }
         }
     }
@@ -219,7 +215,7 @@ async fn connect_cluster(nodes: &[String]) -> redis::RedisResult<Store> {
         .max_retry_wait(2_000)
         .build()?;
     Ok(Store::Cluster(
-        client.get_async_connection().await?,
+        ClusterStore::connect(client).await?,
         Arc::default(),
     ))
 }

@@ -595,10 +595,9 @@ impl Default for TelemetryConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct RunnerConfig {
-    /// Turns one runner runs at once. Default 16. Turns mostly wait on the LLM and a waiting
-    /// turn costs about 0.6 MB, so 256 serves 200 sessions against a 200 ms LLM on one runner
-    /// (docs/benchmarks.md); the default stays low because many concurrent turns per runner
-    /// stalled a Redis Cluster failover (docs/scaling.md).
+    /// Turns one runner runs at once. Default 256: turns mostly wait on the LLM and a waiting
+    /// turn costs about 0.6 MB, so one runner serves 200 sessions against a 200 ms LLM
+    /// (docs/benchmarks.md).
     #[serde(alias = "max_concurrent_turns")]
     pub max_concurrent_turns: u32,
     /// Wall timeout of one LLM call in seconds (0 disables). Default 300.
@@ -632,7 +631,7 @@ pub struct RunnerConfig {
 impl Default for RunnerConfig {
     fn default() -> Self {
         Self {
-            max_concurrent_turns: 16,
+            max_concurrent_turns: 256,
             max_waiting_messages: 256,
             session_lease_secs: 10.0,
             redeliver_after_secs: 30.0,
