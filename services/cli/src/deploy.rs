@@ -550,13 +550,27 @@ mod tests {
                 let key = format!("NANOBOT_NATS_{}_{var}_PASSWORD", role.name().to_uppercase());
                 assert!(conf.contains(&secrets[&key]), "{key}");
             }
-            let inbound = format!("\"nanobot.{bot}.inbound.>\"");
+            let inbound = format!("\"{}\"", subjects::scoped(subjects::INBOUND_ALL, Some(bot)));
             assert!(conf.contains(&inbound), "{inbound} in {conf}");
         }
-        assert!(
-            !conf.contains("nanobot.*."),
-            "no user may reach every bot: {conf}"
-        );
+        for every_bot in [
+            subjects::INBOUND_ALL,
+            subjects::OUTBOUND_ALL,
+            subjects::JOBS_ALL,
+            subjects::CONSOLIDATE_ALL,
+            subjects::CRON_FIRE_ALL,
+            subjects::SUBAGENT_ALL,
+            subjects::EVENTS_ALL,
+            subjects::EXEC_SESSIONS_ALL,
+            subjects::TOOL_CALL_ALL,
+            subjects::TOOL_LIST_ALL,
+            subjects::STOP_ALL,
+        ] {
+            assert!(
+                !conf.contains(every_bot),
+                "no user may reach every bot ({every_bot}): {conf}"
+            );
+        }
 
         run(&DeployCommand::NatsConfig {
             out: out.clone(),
