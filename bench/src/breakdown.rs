@@ -37,6 +37,9 @@ pub struct Breakdown {
     pub llm_request_bytes: f64,
     /// Mean Redis commands per turn by command name (fleet only).
     pub redis_commands: BTreeMap<String, f64>,
+    /// Redis round trips per turn: the server's `total_reads_processed` over the measured
+    /// turns, every client's, divided by the turns (fleet only). A pipeline or script is one.
+    pub redis_reads_per_turn: Option<f64>,
 }
 
 /// Observers attached to a fleet (none for upstream).
@@ -97,7 +100,19 @@ pub async fn run(
     let url = format!("{}/v1/chat/completions", system.api_base);
     let mut windows = Vec::with_capacity(turns);
     let warmup = 3;
+    let mut info = match &system.redis_url {
+        Some(url) => Some(
+            redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?,
+        ),
+        None => None,
+    };
+    let mut reads_before = None;
     for n in 0..turns + warmup {
+        if n == warmup {
+            reads_before = redis_reads(info.as_mut()).await?;
+        }
         let body = load::turn_body(&format!("breakdown-{}", n / 10), n);
         let start = SystemTime::now();
         load::send_turn(&client, &url, &body, Duration::from_secs(60))
@@ -107,6 +122,13 @@ pub async fn run(
             windows.push((start, SystemTime::now()));
         }
     }
+    // One read is this probe's own INFO.
+    let redis_reads_per_turn = match (reads_before, redis_reads(info.as_mut()).await?) {
+        (Some(before), Some(after)) => {
+            Some(after.saturating_sub(before + 1) as f64 / windows.len().max(1) as f64)
+        }
+        _ => None,
+    };
     // Let the observers drain what is already on its way.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let calls = probe::snapshot(&llm.calls);
@@ -215,5 +237,23 @@ pub async fn run(
             .into_iter()
             .map(|(k, v)| (k, v as f64 / measured))
             .collect(),
+        redis_reads_per_turn,
     })
+}
+
+/// Returns how many reads (client requests: a command, a pipeline, a script) the system's
+/// Redis has processed, from `INFO stats` on `conn`; `None` without Redis.
+async fn redis_reads(
+    conn: Option<&mut redis::aio::MultiplexedConnection>,
+) -> anyhow::Result<Option<u64>> {
+    let Some(conn) = conn else {
+        return Ok(None);
+    };
+    let info: String = redis::cmd("INFO").arg("stats").query_async(conn).await?;
+    let reads = info
+        .lines()
+        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .and_then(|v| v.trim().parse().ok());
+    anyhow::ensure!(reads.is_some(), "INFO stats has no total_reads_processed");
+    Ok(reads)
 }

@@ -84,6 +84,12 @@ pub fn breakdown_tables(figures: &Figures) -> String {
                 names.join(", ")
             );
         }
+        if let Some(reads) = b.redis_reads_per_turn {
+            let _ = writeln!(
+                out,
+                "Redis round trips per turn (requests read by the server, every client): {reads:.1}"
+            );
+        }
     }
     out
 }

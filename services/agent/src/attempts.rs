@@ -7,9 +7,11 @@
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands as _;
+use redis::Value;
 
 use nanobot_core::checkpoint::Restore;
 use nanobot_core::history::MAX_REPLAY_MESSAGES;
+use nanobot_core::session::Session;
 use nanobot_proto::{OutboundKind, keys};
 use nanobot_runtime::metrics;
 
@@ -55,7 +57,50 @@ pub fn after_error(attempt: i64, interrupted: bool, committed: bool) -> AfterErr
     }
 }
 
-/// Runs a turn under `/stop` and the lease, counting the attempt (see the module docs).
+/// An attempt at a message's turn, started by [`start`].
+#[derive(Debug)]
+pub struct Started {
+    /// Its number: 1 for the first start of the message's turn.
+    pub attempt: i64,
+    /// The session's replayable tail, loaded for the turn.
+    pub session: Session,
+}
+
+/// Starts an attempt at the turn of message `id` of `session_key` unless the message was
+/// answered (`None`). Its "seen" marker is checked, the attempt counted and the session's
+/// replayable tail loaded in one round trip; the count of an answered message expires unused.
+pub async fn start(deps: &Deps, bot: &Bot, session_key: &str, id: &str) -> Result<Option<Started>> {
+    let attempts_key = keys::inbound_attempts(&bot.spec.id, session_key, id);
+    let recent = bot.sessions.recent_read(session_key, MAX_REPLAY_MESSAGES);
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors()
+        .exists(keys::inbound_seen(&bot.spec.id, session_key, id))
+        .incr(&attempts_key, 1)
+        .expire(&attempts_key, ATTEMPTS_TTL_SECS)
+        .ignore()
+        .invoke_script(&recent);
+    let mut conn = deps.redis.clone();
+    let answers: Vec<Value> = pipe.query_async(&mut conn).await?;
+    let mut answers = answers.into_iter();
+    let mut next = || answers.next().unwrap_or(Value::Nil);
+    let (seen, attempt, session) = (next(), next(), next());
+    if parse::<bool>(seen)? {
+        return Ok(None);
+    }
+    let attempt = parse::<i64>(attempt)?;
+    let session = bot
+        .sessions
+        .recent_from(session_key, MAX_REPLAY_MESSAGES, session)
+        .await?;
+    Ok(Some(Started { attempt, session }))
+}
+
+/// One answer of a pipeline run with `ignore_errors`.
+fn parse<T: redis::FromRedisValue>(answer: Value) -> redis::RedisResult<T> {
+    Ok(redis::from_redis_value(answer.extract_error()?)?)
+}
+
+/// Runs a turn under `/stop` and the lease (see the module docs); `started` counted it.
 pub async fn guarded(
     deps: &Deps,
     bot: &Bot,
@@ -63,15 +108,14 @@ pub async fn guarded(
     lease: &Lease,
     input: &TurnInput,
     outbox: &Outbox,
+    started: Started,
 ) -> Result<()> {
     let attempts_key = keys::inbound_attempts(&bot.spec.id, &input.session_key, &input.id);
     let mut conn = deps.redis.clone();
-    let (attempts,): (i64,) = redis::pipe()
-        .incr(&attempts_key, 1)
-        .expire(&attempts_key, ATTEMPTS_TTL_SECS)
-        .ignore()
-        .query_async(&mut conn)
-        .await?;
+    let Started {
+        attempt: attempts,
+        session,
+    } = started;
     if attempts > MAX_ATTEMPTS {
         tracing::error!(
             attempts,
@@ -83,7 +127,7 @@ pub async fn guarded(
     let started = Instant::now();
     let registration = deps.active.register(&bot.spec.id, &input.session_key);
     let outcome = tokio::select! {
-        r = pipeline::run(deps, bot, ctx, input, outbox) => Some(r.map_err(Error::from)),
+        r = pipeline::run(deps, bot, ctx, input, outbox, session) => Some(r.map_err(Error::from)),
         _ = registration.token.cancelled() => None,
         _ = lease.lost().cancelled() => Some(Err(Error::LeaseLost)),
     };

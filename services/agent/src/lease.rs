@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use nanobot_runtime::store::Store;
 
+use nanobot_core::session::{Progress, ProgressReads, SessionStore};
 use nanobot_proto::keys;
 
 pub use nanobot_runtime::lease::Lease;
@@ -28,16 +29,40 @@ impl Leases {
 
     /// Takes the lease of `session` of `bot` if nobody holds it.
     pub async fn try_acquire(&self, bot: &str, session: &str) -> redis::RedisResult<Option<Lease>> {
-        let lease = self
+        let (lease, ()) = self.take(bot, session, &redis::pipe()).await?;
+        Ok(lease)
+    }
+
+    /// Takes the lease of `session` if nobody holds it and reads the session's progress in
+    /// the same round trip: as its holder sees it once taken, as it stands otherwise.
+    pub async fn try_acquire_reading(
+        &self,
+        sessions: &SessionStore,
+        session: &str,
+    ) -> redis::RedisResult<(Option<Lease>, Progress)> {
+        let (lease, reads): (_, ProgressReads) = self
+            .take(sessions.bot(), session, &sessions.progress_reads(session))
+            .await?;
+        Ok((lease, reads.into()))
+    }
+
+    async fn take<T: redis::FromRedisValue>(
+        &self,
+        bot: &str,
+        session: &str,
+        reads: &redis::Pipeline,
+    ) -> redis::RedisResult<(Option<Lease>, T)> {
+        let taken = self
             .inner
-            .try_acquire(
+            .try_acquire_then(
                 keys::session_lease(bot, session),
                 keys::session_fence(bot, session),
+                reads,
             )
             .await?;
-        if lease.is_some() {
+        if taken.0.is_some() {
             nanobot_runtime::metrics::get().session_leases.inc();
         }
-        Ok(lease)
+        Ok(taken)
     }
 }

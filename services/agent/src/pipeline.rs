@@ -3,12 +3,13 @@
 //! ([`crate::handlers::session`]). Then:
 //!
 //! 1. **classify**: a command is answered without the model ([`commands::answer`]);
-//! 2. **load**: the session's replayable tail, read once;
+//! 2. **load**: the session's replayable tail, read once, when the attempt started
+//!    ([`crate::attempts::start`]: in the round trip that checked and counted it);
 //! 3. **recover**: an interrupted turn's rows are restored, or resumed ([`recovery`]);
 //! 4. **run**: the model, with tools, hooks and checkpoints ([`turn::run`]);
 //! 5. **commit** and 6. **publish**: one fenced write, then the reply ([`commit::finish`]).
 
-use nanobot_core::history::MAX_REPLAY_MESSAGES;
+use nanobot_core::session::Session;
 
 use crate::bots::Bot;
 use crate::commands;
@@ -26,15 +27,12 @@ pub async fn run(
     ctx: TurnCtx<'_>,
     input: &TurnInput,
     outbox: &Outbox,
+    mut session: Session,
 ) -> anyhow::Result<Option<Measured>> {
     if let Some(reply) = commands::answer(deps, bot, ctx.sessions, input).await? {
         commit::finish(deps, ctx, input, outbox, Reply::text(&reply)).await?;
         return Ok(None);
     }
-    let mut session = ctx
-        .sessions
-        .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
-        .await?;
     ctx.sessions.note_indexed(&session);
     let resume = recovery::prepare(deps, bot, ctx, input, &mut session).await?;
     let (reply, measured) = turn::run(deps, bot, ctx, input, outbox, session, resume).await?;

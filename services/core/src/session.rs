@@ -70,6 +70,27 @@ pub struct Session {
     pub created_at: String,
 }
 
+/// How far a session's mailbox was answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The stream sequence of the last answered inbound message (0 when none).
+    pub cursor: u64,
+    /// The reply a committed turn left in the outbox, not known to be published yet.
+    pub outbox: Option<Vec<u8>>,
+}
+
+/// What [`SessionStore::progress_reads`] answer: the cursor and the outbox.
+pub type ProgressReads = (Option<u64>, Option<Vec<u8>>);
+
+impl From<ProgressReads> for Progress {
+    fn from((cursor, outbox): ProgressReads) -> Self {
+        Self {
+            cursor: cursor.unwrap_or(0),
+            outbox,
+        }
+    }
+}
+
 /// A session's activity, as AutoCompact sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Activity {
@@ -160,6 +181,11 @@ impl SessionStore {
         }
     }
 
+    /// Returns the bot whose sessions these are.
+    pub fn bot(&self) -> &str {
+        &self.bot
+    }
+
     fn err(op: &'static str, session: &str) -> impl FnOnce(redis::RedisError) -> SessionError {
         let session = session.to_string();
         move |source| SessionError::Redis {
@@ -187,17 +213,47 @@ impl SessionStore {
     /// turn's cost does not grow with the session's archived history.
     pub async fn load_recent(&self, key: &str, cap: usize) -> Result<Session> {
         let mut conn = self.redis.clone();
+        let answer: redis::Value = self
+            .recent_read(key, cap)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(Self::err("load", key))?;
+        Self::parse_recent(key, answer)
+    }
+
+    /// [`Self::load_recent`] as one step of a caller's round trip: add it to a pipeline (run
+    /// with `ignore_errors`), then pass its answer to [`Self::recent_from`].
+    pub fn recent_read(&self, key: &str, cap: usize) -> redis::ScriptInvocation<'static> {
+        let mut read = scripts::LOAD_RECENT.prepare_invoke();
+        read.key(keys::session_meta(&self.bot, key))
+            .key(keys::session_messages(&self.bot, key))
+            .arg(crate::history::MIN_COMPACTED_REPLAY_MESSAGES)
+            .arg(cap.min(i64::MAX as usize));
+        read
+    }
+
+    /// Returns the session in `answer`, the answer of [`Self::recent_read`] for `key` and
+    /// `cap`; a server that had lost the script is asked again ([`Self::load_recent`]).
+    pub async fn recent_from(
+        &self,
+        key: &str,
+        cap: usize,
+        answer: redis::Value,
+    ) -> Result<Session> {
+        if nanobot_runtime::lease::is_noscript(&answer) {
+            return self.load_recent(key, cap).await;
+        }
+        Self::parse_recent(key, answer)
+    }
+
+    fn parse_recent(key: &str, answer: redis::Value) -> Result<Session> {
         let (first, meta, rows): (
             usize,
             std::collections::HashMap<String, String>,
             Vec<String>,
-        ) = scripts::LOAD_RECENT
-            .key(keys::session_meta(&self.bot, key))
-            .key(keys::session_messages(&self.bot, key))
-            .arg(crate::history::MIN_COMPACTED_REPLAY_MESSAGES)
-            .arg(cap.min(i64::MAX as usize))
-            .invoke_async(&mut conn)
-            .await
+        ) = answer
+            .extract_error()
+            .and_then(|v| Ok(redis::from_redis_value(v)?))
             .map_err(Self::err("load", key))?;
         Ok(Self::parse(key, first, &rows, &meta))
     }
@@ -257,15 +313,24 @@ impl SessionStore {
 
     /// Returns the session's mailbox cursor and the reply a committed turn left in its outbox,
     /// in one round trip.
-    pub async fn progress(&self, key: &str) -> Result<(u64, Option<Vec<u8>>)> {
+    pub async fn progress(&self, key: &str) -> Result<Progress> {
         let mut conn = self.redis.clone();
-        let (cursor, outbox): (Option<u64>, Option<Vec<u8>>) = redis::pipe()
-            .get(keys::session_cursor(&self.bot, key))
-            .get(keys::session_outbox(&self.bot, key))
+        let reads: ProgressReads = self
+            .progress_reads(key)
             .query_async(&mut conn)
             .await
             .map_err(Self::err("read progress", key))?;
-        Ok((cursor.unwrap_or(0), outbox))
+        Ok(reads.into())
+    }
+
+    /// The reads of [`Self::progress`], to run within another round trip (taking the session's
+    /// lease: `Leases::try_acquire_then`); they answer [`ProgressReads`].
+    pub fn progress_reads(&self, key: &str) -> redis::Pipeline {
+        let mut reads = redis::pipe();
+        reads
+            .get(keys::session_cursor(&self.bot, key))
+            .get(keys::session_outbox(&self.bot, key));
+        reads
     }
 
     /// Returns the reply a committed turn left in the outbox, if any.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::store::Store;
 use prometheus_client::metrics::gauge::Gauge;
-use redis::Script;
+use redis::{FromRedisValue, Script, Value, from_redis_value};
 use tokio_util::sync::CancellationToken;
 
 /// The shortest lease time accepted (shorter values are raised to it).
@@ -169,19 +169,52 @@ impl Leases {
         key: impl Into<String>,
         fence_key: impl Into<String>,
     ) -> redis::RedisResult<Option<Lease>> {
+        let (lease, ()) = self
+            .try_acquire_then(key, fence_key, &redis::pipe())
+            .await?;
+        Ok(lease)
+    }
+
+    /// Takes the lease `key` (fence counter `fence_key`) if nobody holds it and runs `reads`
+    /// right after, in the same round trip: once the lease is taken they read what its holder
+    /// sees (a previous holder can no longer write fenced keys); when another holder keeps it,
+    /// what is there now. `reads` must touch only keys in the lease's hash slot.
+    pub async fn try_acquire_then<T: FromRedisValue>(
+        &self,
+        key: impl Into<String>,
+        fence_key: impl Into<String>,
+        reads: &redis::Pipeline,
+    ) -> redis::RedisResult<(Option<Lease>, T)> {
         let key = key.into();
         let fence_key = fence_key.into();
-        let mut conn = self.redis.clone();
-        let token: String = ACQUIRE
-            .key(&key)
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let mut take = ACQUIRE.prepare_invoke();
+        take.key(&key)
             .key(&fence_key)
             .arg(&self.holder)
             .arg(ttl_ms(self.ttl))
-            .arg(uuid::Uuid::new_v4().simple().to_string())
-            .invoke_async(&mut conn)
-            .await?;
+            .arg(&nonce);
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors().invoke_script(&take);
+        for cmd in reads.cmd_iter() {
+            pipe.add_command(cmd.clone());
+        }
+        let mut conn = self.redis.clone();
+        let mut answers: Vec<Value> = pipe.query_async(&mut conn).await?;
+        if answers.first().is_some_and(is_noscript) {
+            // The server lost its scripts (a restart, a failover): load it, then run it all
+            // again (taking a lease is only ever tried once per run).
+            take.load_async(&mut conn).await?;
+            answers = pipe.query_async(&mut conn).await?;
+        }
+        let mut answers = answers.into_iter();
+        let token: String =
+            from_redis_value(answers.next().unwrap_or(Value::Nil).extract_error()?)?;
+        let read = Value::Array(answers.collect())
+            .extract_error()
+            .and_then(|v| Ok(from_redis_value::<T>(v)?));
         if token.is_empty() {
-            return Ok(None);
+            return Ok((None, read?));
         }
         // Keep the new fence across a failover where possible (the nonce keeps a token lost
         // anyway from being handed out twice).
@@ -195,7 +228,7 @@ impl Leases {
             self.ttl,
             lost.clone(),
         ));
-        Ok(Some(Lease {
+        let lease = Lease {
             key,
             value,
             fence: Fence {
@@ -208,7 +241,14 @@ impl Leases {
             held: self.held.clone().inspect(|g| {
                 g.inc();
             }),
-        }))
+        };
+        match read {
+            Ok(read) => Ok((Some(lease), read)),
+            Err(e) => {
+                lease.release().await;
+                Err(e)
+            }
+        }
     }
 
     /// Tries to take the lease until `within` has passed (polling every 100 ms); `None` when
@@ -279,6 +319,11 @@ impl Drop for Lease {
             held.dec();
         }
     }
+}
+
+/// Returns whether a pipeline's answer is the server's "no such script" error.
+pub fn is_noscript(answer: &Value) -> bool {
+    matches!(answer, Value::ServerError(e) if e.code() == "NOSCRIPT")
 }
 
 fn ttl_ms(ttl: Duration) -> u64 {

@@ -182,6 +182,41 @@ async fn executor_acknowledges_then_beats_while_the_tool_runs_then_answers() {
     executor.stop().await;
 }
 
+/// A call done within half a heartbeat needs no ACCEPTED: its first and only answer is the
+/// FINAL result (one message on the bus instead of two).
+#[tokio::test]
+async fn a_call_done_within_half_a_heartbeat_is_answered_with_its_result_alone() {
+    let nats = NatsServer::start().await;
+    let nc = nats.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let executor = Executor::start(config(&nats.url, dir.path()), &nc).await;
+    let inbox = nc.new_inbox();
+    let mut replies = nc.subscribe(inbox.clone()).await.unwrap();
+    let request = ToolCallRequest {
+        bot: "default".into(),
+        call_id: "quick".into(),
+        name: "list_dir".into(),
+        arguments_json: json!({"path": "."}).to_string(),
+        heartbeat_ms: 10_000,
+        ..Default::default()
+    };
+    nc.publish_with_reply(
+        subjects::tool_call("default", "list_dir"),
+        inbox,
+        Bytes::from(request.encode_to_vec()),
+    )
+    .await
+    .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), replies.next())
+        .await
+        .expect("answered")
+        .unwrap();
+    let first = ToolCallResult::decode(first.payload).unwrap();
+    assert_eq!(first.state(), CallState::Final, "{first:?}");
+    assert_eq!(first.call_id, "quick");
+    executor.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_call_is_retried_on_another_executor_when_its_executor_dies() {
     let nats = NatsServer::start().await;

@@ -24,6 +24,7 @@ use nanobot_runtime::telemetry;
 
 use super::session::{self, Until};
 use super::{Deps, keep_alive, terminate};
+use crate::attempts;
 use crate::bots::Bot;
 use crate::outbox::{self, Outbox};
 use crate::outcomes::{Outcome, Watch};
@@ -121,7 +122,7 @@ pub(super) async fn run_once(
     let session_key = &input.session_key;
     let marker = keys::inbound_seen(&bot.spec.id, session_key, &input.id);
     let mut ran_here = false;
-    while let Some((lease, permit)) =
+    while let Some(session::Held { lease, permit, .. }) =
         session::acquire(deps, bot, session_key, Until::Seen(&marker)).await?
     {
         let sessions = bot.sessions.fenced(lease.fence());
@@ -135,13 +136,16 @@ pub(super) async fn run_once(
                 seq: None,
                 follow_ups: None,
             };
-            crate::attempts::guarded(deps, bot, ctx, &lease, input, outbox).await
+            let Some(started) = attempts::start(deps, bot, session_key, &input.id).await? else {
+                return Ok(false);
+            };
+            attempts::guarded(deps, bot, ctx, &lease, input, outbox, started).await?;
+            anyhow::Ok(true)
         }
         .await;
         lease.release().await;
         drop(permit);
-        ran?;
-        ran_here = true;
+        ran_here |= ran?;
     }
     Ok(ran_here)
 }

@@ -83,7 +83,7 @@ async fn beat(deps: &Deps, bot: &Bot, fire: &CronFire) -> anyhow::Result<()> {
     let recorded = keys::inbound_seen(&bot.spec.id, &target_key, &delivery);
     // The row goes into the chat's session under its lease, like a turn's rows, and in one
     // write with its marker.
-    if let Some((lease, permit)) =
+    if let Some(session::Held { lease, permit, .. }) =
         session::acquire(deps, bot, &target_key, Until::Seen(&recorded)).await?
     {
         let row = json!({"role": "assistant", "content": response, "timestamp": now_iso(), "_channel_delivery": true});

@@ -77,13 +77,17 @@ async fn answer(
     subject: &str,
     seq: u64,
 ) -> anyhow::Result<()> {
-    while let Some((lease, permit)) =
-        session::acquire(deps, bot, session_key, Until::Cursor(seq)).await?
-    {
-        let drained = session::drain(deps, bot, session_key, subject, &lease).await;
-        lease.release().await;
-        drop(permit);
-        if drained? == 0
+    while let Some(held) = session::acquire(deps, bot, session_key, Until::Cursor(seq)).await? {
+        let drained =
+            session::drain(deps, bot, session_key, subject, &held.lease, held.progress).await;
+        held.lease.release().await;
+        drop(held.permit);
+        let (entries, cursor) = drained?;
+        if cursor >= seq {
+            // Answered by this drain, its reply published.
+            return Ok(());
+        }
+        if entries == 0
             && !deps.cancel.is_cancelled()
             && bot.sessions.cursor(session_key).await? < seq
         {

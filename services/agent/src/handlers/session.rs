@@ -12,12 +12,11 @@ use redis::AsyncCommands as _;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument as _;
 
-use nanobot_core::session::{Commit, SessionWriter};
-use nanobot_proto::keys;
+use nanobot_core::session::{Commit, Progress, SessionWriter};
 use nanobot_runtime::telemetry;
 
 use super::Deps;
-use crate::attempts;
+use crate::attempts::{self, Started};
 use crate::bots::Bot;
 use crate::commands::Kind;
 use crate::error::{Error, Result};
@@ -54,6 +53,18 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// A session's lease held by this runner, with a turn permit.
+#[derive(Debug)]
+pub struct Held {
+    /// The session's lease.
+    pub lease: Lease,
+    /// The turn permit.
+    pub permit: OwnedSemaphorePermit,
+    /// The session's progress, read in the round trip that took the lease (when waiting for a
+    /// cursor).
+    pub progress: Option<Progress>,
+}
+
 /// Waits until `until` holds (`None`) or this runner holds the session's lease and a turn
 /// permit (`Some`). Fails when Redis fails or the runner shuts down.
 pub async fn acquire(
@@ -61,42 +72,28 @@ pub async fn acquire(
     bot: &Bot,
     session_key: &str,
     until: Until<'_>,
-) -> Result<Option<(Lease, OwnedSemaphorePermit)>> {
+) -> Result<Option<Held>> {
     let mut backoff = BACKOFF.0;
     let _waiting = Waiting::new(deps);
+    // A new message (the usual case) is not answered yet: the first try with a free permit
+    // takes the lease and reads the progress in one round trip. Later tries first read whether
+    // the message was answered meanwhile.
+    let mut first = true;
     loop {
-        // A committed reply still in the outbox goes out under the lease: its holder publishes
-        // it, or, when that holder died, whoever takes the lease next.
-        let (answered, unpublished) = match until {
+        let held = match until {
             Until::Cursor(seq) => {
-                let (cursor, outbox) = bot.sessions.progress(session_key).await?;
-                (cursor >= seq, cursor >= seq && outbox.is_some())
+                let free = std::mem::take(&mut first)
+                    .then(|| deps.turns.clone().try_acquire_owned().ok())
+                    .flatten();
+                for_cursor(deps, bot, session_key, seq, free).await?
             }
-            Until::Seen(marker) => {
-                let mut conn = deps.redis.clone();
-                let answered: bool = conn.exists(marker).await?;
-                let unpublished = answered && bot.sessions.outbox(session_key).await?.is_some();
-                (answered, unpublished)
-            }
+            Until::Seen(marker) => for_marker(deps, bot, session_key, marker).await?,
         };
-        if answered && !unpublished {
-            return Ok(None);
+        match held {
+            Wait::Done => return Ok(None),
+            Wait::Held(held) => return Ok(Some(held)),
+            Wait::Busy => {}
         }
-        let permit = tokio::select! {
-            _ = deps.cancel.cancelled() => return Err(Error::Shutdown),
-            p = deps.turns.clone().acquire_owned() => p?,
-        };
-        if let Some(lease) = deps.leases.try_acquire(&bot.spec.id, session_key).await? {
-            if !unpublished {
-                return Ok(Some((lease, permit)));
-            }
-            let sessions = bot.sessions.fenced(lease.fence());
-            let flushed = outbox::flush(&deps.js, &sessions, session_key).await;
-            lease.release().await;
-            flushed?;
-            return Ok(None);
-        }
-        drop(permit);
         let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 2);
         tokio::select! {
             _ = deps.cancel.cancelled() => return Err(Error::Shutdown),
@@ -106,19 +103,123 @@ pub async fn acquire(
     }
 }
 
+/// One try of [`acquire`].
+enum Wait {
+    /// What was waited for holds.
+    Done,
+    /// The lease is this runner's.
+    Held(Held),
+    /// Another runner holds the lease.
+    Busy,
+}
+
+/// Waits for a turn permit.
+async fn permit(deps: &Deps) -> Result<OwnedSemaphorePermit> {
+    tokio::select! {
+        _ = deps.cancel.cancelled() => Err(Error::Shutdown),
+        p = deps.turns.clone().acquire_owned() => Ok(p?),
+    }
+}
+
+/// One try until the session's cursor reaches `seq`. A committed reply still in the outbox
+/// goes out under the lease: its holder publishes it, or, when that holder died, whoever takes
+/// the lease next.
+async fn for_cursor(
+    deps: &Deps,
+    bot: &Bot,
+    session_key: &str,
+    seq: u64,
+    free: Option<OwnedSemaphorePermit>,
+) -> Result<Wait> {
+    let permit = match free {
+        Some(permit) => permit,
+        None => {
+            let progress = bot.sessions.progress(session_key).await?;
+            if progress.cursor >= seq && progress.outbox.is_none() {
+                return Ok(Wait::Done);
+            }
+            permit(deps).await?
+        }
+    };
+    let (lease, progress) = deps
+        .leases
+        .try_acquire_reading(&bot.sessions, session_key)
+        .await?;
+    let answered = progress.cursor >= seq;
+    Ok(match (lease, progress.outbox) {
+        (Some(lease), outbox) if !answered => Wait::Held(Held {
+            lease,
+            permit,
+            progress: Some(Progress {
+                cursor: progress.cursor,
+                outbox,
+            }),
+        }),
+        (Some(lease), outbox) => {
+            // Answered meanwhile: only a reply left in the outbox is still to go.
+            let flushed = match outbox {
+                Some(payload) => {
+                    let sessions = bot.sessions.fenced(lease.fence());
+                    outbox::publish_left(&deps.js, &sessions, session_key, payload).await
+                }
+                None => Ok(()),
+            };
+            lease.release().await;
+            flushed?;
+            Wait::Done
+        }
+        (None, None) if answered => Wait::Done,
+        (None, _) => Wait::Busy,
+    })
+}
+
+/// One try until `marker` exists (a cron fire was answered).
+async fn for_marker(deps: &Deps, bot: &Bot, session_key: &str, marker: &str) -> Result<Wait> {
+    let mut conn = deps.redis.clone();
+    let answered: bool = conn.exists(marker).await?;
+    let unpublished = answered && bot.sessions.outbox(session_key).await?.is_some();
+    if answered && !unpublished {
+        return Ok(Wait::Done);
+    }
+    let permit = permit(deps).await?;
+    let Some(lease) = deps.leases.try_acquire(&bot.spec.id, session_key).await? else {
+        return Ok(Wait::Busy);
+    };
+    if !unpublished {
+        return Ok(Wait::Held(Held {
+            lease,
+            permit,
+            progress: None,
+        }));
+    }
+    let sessions = bot.sessions.fenced(lease.fence());
+    let flushed = outbox::flush(&deps.js, &sessions, session_key).await;
+    lease.release().await;
+    flushed?;
+    Ok(Wait::Done)
+}
+
 /// Answers the session's waiting messages in order while `lease` holds; returns how many
-/// mailbox entries it went through.
+/// mailbox entries it went through and the cursor it left. `progress`: the session's, read
+/// under the lease when it was taken (read here otherwise).
 pub async fn drain(
     deps: &Deps,
     bot: &Bot,
     session_key: &str,
     subject: &str,
     lease: &Lease,
-) -> Result<usize> {
+    progress: Option<Progress>,
+) -> Result<(usize, u64)> {
     let sessions = bot.sessions.fenced(lease.fence());
     // Read once under the lease; then this holder is the only one moving the cursor, and a
     // cursor kept here that lags (the script only moves it forward) costs a skipped entry.
-    let (mut cursor, unpublished) = sessions.progress(session_key).await?;
+    let Progress {
+        mut cursor,
+        outbox: unpublished,
+    } = match progress {
+        Some(progress) => progress,
+        None => sessions.progress(session_key).await?,
+    };
     if let Some(payload) = unpublished {
         outbox::publish_left(&deps.js, &sessions, session_key, payload).await?;
     }
@@ -128,10 +229,10 @@ pub async fn drain(
             return Err(Error::LeaseLost);
         }
         if deps.cancel.is_cancelled() {
-            return Ok(entries);
+            return Ok((entries, cursor));
         }
         let Some(entry) = deps.mailbox.next_after(subject, cursor).await? else {
-            return Ok(entries);
+            return Ok((entries, cursor));
         };
         entries += 1;
         let turn = match entry.incoming {
@@ -141,19 +242,18 @@ pub async fn drain(
                 ..
             })
             | None => None,
-            Some(incoming) => {
-                let marker = keys::inbound_seen(&bot.spec.id, session_key, &incoming.message.id);
-                (!deps.seen(&marker).await?).then_some(incoming)
-            }
+            Some(incoming) => attempts::start(deps, bot, session_key, &incoming.message.id)
+                .await?
+                .map(|started| (incoming, started)),
         };
         match turn {
-            Some(incoming) => {
+            Some((incoming, started)) => {
                 // Each message is its own trace, whichever runner's receipt drains it: the
                 // turn continues the trace of the message's publisher.
                 let m = &incoming.message;
                 let span = tracing::info_span!("turn", session_id = %session_key, channel = %m.origin().0, message_id = %m.id);
                 telemetry::set_parent_from(&span, entry.headers.as_ref());
-                let last = run_one(deps, bot, &sessions, lease, subject, entry.seq, &incoming);
+                let last = run_one(deps, bot, &sessions, lease, entry.seq, &incoming, started);
                 cursor = last.instrument(span).await?;
             }
             None => {
@@ -175,11 +275,12 @@ async fn run_one(
     bot: &Bot,
     sessions: &SessionWriter,
     lease: &Lease,
-    subject: &str,
     seq: u64,
     incoming: &Incoming,
+    started: Started,
 ) -> Result<u64> {
     let msg = &incoming.message;
+    let subject = msg.subject();
     let input = TurnInput::chat(incoming);
     let session_key = input.session_key.clone();
     let outbox = Outbox::for_message(&deps.js, msg);
@@ -189,7 +290,7 @@ async fn run_one(
         &bot.spec.id,
         &session_key,
         &msg.id,
-        subject,
+        &subject,
         seq,
     );
     let ctx = TurnCtx {
@@ -197,6 +298,6 @@ async fn run_one(
         seq: Some(seq),
         follow_ups: Some(&follow_ups),
     };
-    attempts::guarded(deps, bot, ctx, lease, &input, &outbox).await?;
+    attempts::guarded(deps, bot, ctx, lease, &input, &outbox, started).await?;
     Ok(seq.max(follow_ups.taken().last_seq))
 }

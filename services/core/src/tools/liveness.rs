@@ -1,6 +1,7 @@
 //! One attempt of a tool call under the liveness protocol: the request goes out with
-//! `heartbeat_ms` and a reply inbox of our own; the executor answers ACCEPTED at once, RUNNING
-//! every heartbeat while the tool runs, then the FINAL result. Silence for longer than
+//! `heartbeat_ms` and a reply inbox of our own; the executor answers ACCEPTED once the call has
+//! run for half a heartbeat, RUNNING every heartbeat while the tool runs, then the FINAL result
+//! (a call done sooner: FINAL alone). Silence for longer than
 //! [`Liveness::ack_timeout`] before the first message, or [`Liveness::silence`] after it,
 //! means the executor died mid-call (a single-reply `request()` could not tell: it waits for
 //! the whole deadline).
@@ -22,7 +23,8 @@ use super::replies::Replies;
 pub struct Liveness {
     /// How often a running executor reports (sent to it as `heartbeat_ms`). Default 1 s.
     pub heartbeat: Duration,
-    /// How long to wait for the executor to accept a call. Default 2 s.
+    /// How long to wait for the executor to accept a call (or answer it): more than half a
+    /// heartbeat. Default 2 s.
     pub ack_timeout: Duration,
     /// Silence after which an accepted call's executor is taken for dead. Default 3 s.
     pub silence: Duration,

@@ -2,10 +2,11 @@
 //! Tool-level failures are results with `is_error`; only requests the executor cannot serve
 //! (undecodable, unknown bot, deadline passed) become NATS error replies.
 //!
-//! When the caller asks for heartbeats (`heartbeat_ms > 0`), the executor first answers
-//! ACCEPTED, then RUNNING every `heartbeat_ms` from a task of its own while the tool runs, then
-//! the FINAL result, all on the request's reply inbox: a caller that hears nothing for a few
-//! intervals knows this executor died mid-call.
+//! When the caller asks for heartbeats (`heartbeat_ms > 0`), a call still running after half
+//! a heartbeat is answered ACCEPTED, then RUNNING every `heartbeat_ms` from a task of its own,
+//! then the FINAL result, all on the request's reply inbox: a caller that hears nothing for a
+//! few intervals knows this executor died mid-call. A call done sooner (most are) is answered
+//! FINAL alone, one message instead of two.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -31,9 +32,25 @@ pub async fn handle(deps: &Deps, msg: Message) {
             return;
         }
     };
-    let heartbeat = Heartbeat::start(deps, msg.reply.clone(), &request).await;
-    let outcome = call(deps, &subject, request).await;
-    drop(heartbeat);
+    let outcome = match Heartbeat::interval(msg.reply.as_ref(), &request) {
+        None => call(deps, &subject, request).await,
+        Some(every) => {
+            // A call done within half a heartbeat answers FINAL alone; a longer one is
+            // ACCEPTED then, and beats from a task of its own until it is done.
+            let inbox = msg.reply.clone();
+            let call_id = request.call_id.clone();
+            let running = call(deps, &subject, request);
+            tokio::pin!(running);
+            tokio::select! {
+                biased;
+                outcome = &mut running => outcome,
+                () = tokio::time::sleep(every / 2) => {
+                    let _beats = Heartbeat::start(deps, inbox, call_id, every).await;
+                    running.await
+                }
+            }
+        }
+    };
     match outcome {
         Ok(result) => bus::reply(&deps.client, msg.reply, &result).await,
         Err(e) => {
@@ -50,20 +67,29 @@ const HEARTBEAT_RANGE: (Duration, Duration) = (Duration::from_millis(50), Durati
 struct Heartbeat(tokio::task::JoinHandle<()>);
 
 impl Heartbeat {
-    /// Starts beating when the caller asked for it (`heartbeat_ms > 0` and a reply inbox).
+    /// The interval to beat at, when the caller asked for beats (`heartbeat_ms > 0` and a
+    /// reply inbox).
+    fn interval(
+        reply: Option<&async_nats::Subject>,
+        request: &ToolCallRequest,
+    ) -> Option<Duration> {
+        reply?;
+        (request.heartbeat_ms > 0).then(|| {
+            Duration::from_millis(u64::from(request.heartbeat_ms))
+                .clamp(HEARTBEAT_RANGE.0, HEARTBEAT_RANGE.1)
+        })
+    }
+
+    /// Answers ACCEPTED on `reply`, then beats RUNNING every `every` from a task of its own.
     async fn start(
         deps: &Deps,
         reply: Option<async_nats::Subject>,
-        request: &ToolCallRequest,
+        call_id: String,
+        every: Duration,
     ) -> Option<Self> {
         let inbox = reply?;
-        if request.heartbeat_ms == 0 {
-            return None;
-        }
-        let every = Duration::from_millis(u64::from(request.heartbeat_ms))
-            .clamp(HEARTBEAT_RANGE.0, HEARTBEAT_RANGE.1);
         let beat = |state: CallState| ToolCallResult {
-            call_id: request.call_id.clone(),
+            call_id: call_id.clone(),
             executor: deps.health.instance.clone(),
             state: state as i32,
             ..Default::default()

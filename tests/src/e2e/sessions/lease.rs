@@ -76,6 +76,62 @@ async fn a_held_lease_cannot_be_taken_and_after_release_the_next_holder_gets_a_l
     assert_eq!(next.fence().key, keys::session_fence(BOT, SESSION));
 }
 
+/// Taking a session's lease reads its progress in the same round trip: what the new holder
+/// sees once taken (a previous holder's committed cursor and reply), what stands when another
+/// runner holds it; and a server that lost its scripts (restart, failover) still answers.
+#[tokio::test]
+async fn taking_a_lease_reads_the_sessions_progress_in_the_same_round_trip_even_after_a_script_flush()
+ {
+    let (_redis, conn) = redis().await;
+    let store = SessionStore::new(conn.clone(), BOT);
+    let a = Leases::new(conn.clone(), "runner-a", Duration::from_secs(5));
+    let b = Leases::new(conn.clone(), "runner-b", Duration::from_secs(5));
+    let (held, progress) = a.try_acquire_reading(&store, SESSION).await.unwrap();
+    let held = held.expect("free");
+    assert_eq!(
+        (progress.cursor, progress.outbox),
+        (0, None),
+        "a new session"
+    );
+    let commit = Commit {
+        cursor: Some(41),
+        outbox: Some(b"reply".to_vec()),
+        ..Default::default()
+    };
+    store
+        .fenced(held.fence())
+        .commit(SESSION, &commit)
+        .await
+        .unwrap();
+    let (taken, progress) = b.try_acquire_reading(&store, SESSION).await.unwrap();
+    assert!(taken.is_none(), "held by a");
+    assert_eq!(progress.cursor, 41, "read while another holds it");
+    held.release().await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn.clone())
+        .await
+        .unwrap();
+    let (taken, progress) = b.try_acquire_reading(&store, SESSION).await.unwrap();
+    let taken = taken.expect("released, taken after the script was loaded again");
+    assert_eq!(progress.cursor, 41);
+    assert_eq!(progress.outbox.as_deref(), Some(&b"reply"[..]));
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn.clone())
+        .await
+        .unwrap();
+    let recent = store.recent_read(SESSION, 50);
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors().invoke_script(&recent);
+    let (answer,): (redis::Value,) = pipe.query_async(&mut conn.clone()).await.unwrap();
+    assert!(nanobot_runtime::lease::is_noscript(&answer), "{answer:?}");
+    let session = store.recent_from(SESSION, 50, answer).await.unwrap();
+    assert_eq!(session.key, SESSION, "loaded again with the script");
+    assert!(session.created_at.is_empty(), "no rows were committed");
+    drop(taken);
+}
+
 #[tokio::test]
 async fn a_renewed_lease_outlives_its_ttl_and_an_abandoned_one_expires_to_another_holder() {
     let (_redis, conn) = redis().await;
