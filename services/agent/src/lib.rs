@@ -213,17 +213,11 @@ enum Kind {
 /// Background jobs (cron fires, subagent tasks) one consumer loop holds at once.
 const JOBS_IN_FLIGHT: usize = 8;
 
-/// Messages one pull asks JetStream for: one, so nothing is pulled without a permit. The pull
-/// goes out on the runner's one open pull subscription when a permit is free (no subscription,
-/// inbox and unsubscribe per message, as a fetch costs).
-const PULL_BATCH: usize = 1;
-
 /// Pulls messages while a permit is free, so at most `maxWaitingMessages` messages are held
 /// here (at most `maxConcurrentTurns` of them running) and the rest wait in JetStream, not in
-/// memory. Chat messages take their permit before they
-/// are taken; background jobs (few) take theirs once taken (at most [`JOBS_IN_FLIGHT`] per
-/// loop), so an idle job consumer never holds permits the chat messages could use. Messages
-/// pulled but not taken when the runner stops go back to JetStream at once (a nak).
+/// memory. Chat messages take their permit before they are pulled; background jobs (few) take
+/// theirs once pulled (at most [`JOBS_IN_FLIGHT`] per loop), so an idle job consumer never
+/// holds permits the chat messages could use.
 async fn consume(
     consumer: jetstream::consumer::Consumer<pull::Config>,
     kind: Kind,
@@ -233,7 +227,6 @@ async fn consume(
     cancel: CancellationToken,
 ) {
     let in_flight = Arc::new(Semaphore::new(JOBS_IN_FLIGHT));
-    let mut messages = None;
     loop {
         let pool = match kind {
             Kind::Inbound => &permits,
@@ -244,40 +237,32 @@ async fn consume(
             _ = cancel.cancelled() => break,
             p = pool.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
         };
-        let pulled = match &mut messages {
-            Some(pulled) => pulled,
-            None => {
-                let opened = consumer
-                    .stream()
-                    .max_messages_per_batch(PULL_BATCH)
-                    .expires(Duration::from_secs(5))
-                    .heartbeat(Duration::from_secs(2))
-                    .messages()
-                    .await;
-                match opened {
-                    Ok(pulled) => messages.insert(pulled),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "failed to pull messages, retrying");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        continue;
-                    }
-                }
+        let batch = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            b = consumer.fetch().max_messages(1).expires(Duration::from_secs(5)).messages() => b,
+        };
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to pull messages, retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
             }
         };
+        // A pull waits up to its expiry for a message: stay responsive to shutdown meanwhile.
         let next = tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
-            n = pulled.next() => n,
+            n = batch.next() => n,
+        };
+        let Some(next) = next else {
+            continue;
         };
         let msg = match next {
-            Some(Ok(m)) => m,
-            Some(Err(e)) => {
-                // Missed heartbeats (a NATS restart): the pull is renewed by the stream.
+            Ok(m) => m,
+            Err(e) => {
                 tracing::warn!(error = %e, "failed to receive message");
-                continue;
-            }
-            None => {
-                messages = None;
                 continue;
             }
         };
@@ -307,14 +292,5 @@ async fn consume(
                 Kind::Subagent => handlers::subagent::handle(&deps, msg).await,
             }
         });
-    }
-    // Stopping: what the open pull brought in goes back for another runner now, not after
-    // the ack wait.
-    if let Some(mut pulled) = messages {
-        while let Ok(Some(Ok(msg))) =
-            tokio::time::timeout(Duration::from_millis(50), pulled.next()).await
-        {
-            let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
-        }
     }
 }
