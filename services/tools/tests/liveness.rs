@@ -137,6 +137,35 @@ async fn run(tools: &ToolClient, name: &str, args: Value) -> (Value, bool, Durat
     (outcome.content, outcome.is_error, started.elapsed())
 }
 
+/// Sends call `call_id` of `tool` with `arguments` straight to the executors, asking for
+/// beats every `heartbeat_ms`; returns the subscription its answers come on.
+async fn send_call(
+    nc: &async_nats::Client,
+    call_id: &str,
+    tool: &str,
+    arguments: Value,
+    heartbeat_ms: u32,
+) -> async_nats::Subscriber {
+    let inbox = nc.new_inbox();
+    let replies = nc.subscribe(inbox.clone()).await.unwrap();
+    let request = ToolCallRequest {
+        bot: "default".into(),
+        call_id: call_id.into(),
+        name: tool.into(),
+        arguments_json: arguments.to_string(),
+        heartbeat_ms,
+        ..Default::default()
+    };
+    nc.publish_with_reply(
+        subjects::tool_call("default", tool),
+        inbox,
+        Bytes::from(request.encode_to_vec()),
+    )
+    .await
+    .unwrap();
+    replies
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_acknowledges_then_beats_while_the_tool_runs_then_answers() {
     let nats = NatsServer::start().await;
@@ -144,23 +173,8 @@ async fn executor_acknowledges_then_beats_while_the_tool_runs_then_answers() {
     let dir = tempfile::tempdir().unwrap();
     let executor = Executor::start(config(&nats.url, dir.path()), &nc).await;
 
-    let inbox = nc.new_inbox();
-    let mut replies = nc.subscribe(inbox.clone()).await.unwrap();
-    let request = ToolCallRequest {
-        bot: "default".into(),
-        call_id: "c1".into(),
-        name: "exec".into(),
-        arguments_json: json!({"command": "sleep 1.2; echo done"}).to_string(),
-        heartbeat_ms: 200,
-        ..Default::default()
-    };
-    nc.publish_with_reply(
-        subjects::tool_call("default", "exec"),
-        inbox,
-        Bytes::from(request.encode_to_vec()),
-    )
-    .await
-    .unwrap();
+    let call = json!({"command": "sleep 1.2; echo done"});
+    let mut replies = send_call(&nc, "c1", "exec", call, 200).await;
     let mut states = Vec::new();
     let last = loop {
         let msg = tokio::time::timeout(Duration::from_secs(10), replies.next())
@@ -190,23 +204,7 @@ async fn a_call_done_within_half_a_heartbeat_is_answered_with_its_result_alone()
     let nc = nats.client().await;
     let dir = tempfile::tempdir().unwrap();
     let executor = Executor::start(config(&nats.url, dir.path()), &nc).await;
-    let inbox = nc.new_inbox();
-    let mut replies = nc.subscribe(inbox.clone()).await.unwrap();
-    let request = ToolCallRequest {
-        bot: "default".into(),
-        call_id: "quick".into(),
-        name: "list_dir".into(),
-        arguments_json: json!({"path": "."}).to_string(),
-        heartbeat_ms: 10_000,
-        ..Default::default()
-    };
-    nc.publish_with_reply(
-        subjects::tool_call("default", "list_dir"),
-        inbox,
-        Bytes::from(request.encode_to_vec()),
-    )
-    .await
-    .unwrap();
+    let mut replies = send_call(&nc, "quick", "list_dir", json!({"path": "."}), 10_000).await;
     let first = tokio::time::timeout(Duration::from_secs(10), replies.next())
         .await
         .expect("answered")
