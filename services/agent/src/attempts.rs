@@ -13,7 +13,7 @@ use nanobot_core::checkpoint::Restore;
 use nanobot_core::history::MAX_REPLAY_MESSAGES;
 use nanobot_core::session::Session;
 use nanobot_proto::{OutboundKind, keys};
-use nanobot_runtime::metrics;
+use nanobot_runtime::{metrics, store};
 
 use crate::bots::Bot;
 use crate::commit::{self, Reply};
@@ -84,20 +84,15 @@ pub async fn start(deps: &Deps, bot: &Bot, session_key: &str, id: &str) -> Resul
     let mut answers = answers.into_iter();
     let mut next = || answers.next().unwrap_or(Value::Nil);
     let (seen, attempt, session) = (next(), next(), next());
-    if parse::<bool>(seen)? {
+    if store::answer::<bool>(seen)? {
         return Ok(None);
     }
-    let attempt = parse::<i64>(attempt)?;
+    let attempt = store::answer::<i64>(attempt)?;
     let session = bot
         .sessions
         .recent_from(session_key, MAX_REPLAY_MESSAGES, session)
         .await?;
     Ok(Some(Started { attempt, session }))
-}
-
-/// One answer of a pipeline run with `ignore_errors`.
-fn parse<T: redis::FromRedisValue>(answer: Value) -> redis::RedisResult<T> {
-    Ok(redis::from_redis_value(answer.extract_error()?)?)
 }
 
 /// Runs a turn under `/stop` and the lease (see the module docs); `started` counted it.

@@ -240,7 +240,7 @@ impl SessionStore {
         cap: usize,
         answer: redis::Value,
     ) -> Result<Session> {
-        if nanobot_runtime::lease::is_noscript(&answer) {
+        if nanobot_runtime::store::is_noscript(&answer) {
             return self.load_recent(key, cap).await;
         }
         Self::parse_recent(key, answer)
@@ -251,10 +251,7 @@ impl SessionStore {
             usize,
             std::collections::HashMap<String, String>,
             Vec<String>,
-        ) = answer
-            .extract_error()
-            .and_then(|v| Ok(redis::from_redis_value(v)?))
-            .map_err(Self::err("load", key))?;
+        ) = nanobot_runtime::store::answer(answer).map_err(Self::err("load", key))?;
         Ok(Self::parse(key, first, &rows, &meta))
     }
 

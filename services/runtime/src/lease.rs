@@ -13,9 +13,9 @@
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use crate::store::Store;
+use crate::store::{self, Store};
 use prometheus_client::metrics::gauge::Gauge;
-use redis::{FromRedisValue, Script, Value, from_redis_value};
+use redis::{FromRedisValue, Script, Value};
 use tokio_util::sync::CancellationToken;
 
 /// The shortest lease time accepted (shorter values are raised to it).
@@ -201,18 +201,15 @@ impl Leases {
         }
         let mut conn = self.redis.clone();
         let mut answers: Vec<Value> = pipe.query_async(&mut conn).await?;
-        if answers.first().is_some_and(is_noscript) {
-            // The server lost its scripts (a restart, a failover): load it, then run it all
-            // again (taking a lease is only ever tried once per run).
+        if answers.first().is_some_and(store::is_noscript) {
+            // The server lost its scripts: load this one and run it all again (the first run
+            // took nothing, its script was refused).
             take.load_async(&mut conn).await?;
             answers = pipe.query_async(&mut conn).await?;
         }
         let mut answers = answers.into_iter();
-        let token: String =
-            from_redis_value(answers.next().unwrap_or(Value::Nil).extract_error()?)?;
-        let read = Value::Array(answers.collect())
-            .extract_error()
-            .and_then(|v| Ok(from_redis_value::<T>(v)?));
+        let token: String = store::answer(answers.next().unwrap_or(Value::Nil))?;
+        let read = store::answer::<T>(Value::Array(answers.collect()));
         if token.is_empty() {
             return Ok((None, read?));
         }
@@ -319,11 +316,6 @@ impl Drop for Lease {
             held.dec();
         }
     }
-}
-
-/// Returns whether a pipeline's answer is the server's "no such script" error.
-pub fn is_noscript(answer: &Value) -> bool {
-    matches!(answer, Value::ServerError(e) if e.code() == "NOSCRIPT")
 }
 
 fn ttl_ms(ttl: Duration) -> u64 {

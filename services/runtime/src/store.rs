@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::StoreConfig;
@@ -218,6 +218,18 @@ async fn connect_cluster(nodes: &[String]) -> redis::RedisResult<Store> {
         ClusterStore::connect(client).await?,
         Arc::default(),
     ))
+}
+
+/// Returns one answer of a pipeline run with `ignore_errors` as `T`; a server error in it is
+/// the error.
+pub fn answer<T: FromRedisValue>(answer: Value) -> RedisResult<T> {
+    Ok(redis::from_redis_value(answer.extract_error()?)?)
+}
+
+/// Returns whether a pipeline's answer is the server's "no such script" error (it lost its
+/// scripts: a restart, a failover).
+pub fn is_noscript(answer: &Value) -> bool {
+    matches!(answer, Value::ServerError(e) if e.code() == "NOSCRIPT")
 }
 
 #[cfg(test)]

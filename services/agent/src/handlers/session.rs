@@ -146,18 +146,15 @@ async fn for_cursor(
         .try_acquire_reading(&bot.sessions, session_key)
         .await?;
     let answered = progress.cursor >= seq;
-    Ok(match (lease, progress.outbox) {
-        (Some(lease), outbox) if !answered => Wait::Held(Held {
+    Ok(match lease {
+        Some(lease) if !answered => Wait::Held(Held {
             lease,
             permit,
-            progress: Some(Progress {
-                cursor: progress.cursor,
-                outbox,
-            }),
+            progress: Some(progress),
         }),
-        (Some(lease), outbox) => {
+        Some(lease) => {
             // Answered meanwhile: only a reply left in the outbox is still to go.
-            let flushed = match outbox {
+            let flushed = match progress.outbox {
                 Some(payload) => {
                     let sessions = bot.sessions.fenced(lease.fence());
                     outbox::publish_left(&deps.js, &sessions, session_key, payload).await
@@ -168,8 +165,8 @@ async fn for_cursor(
             flushed?;
             Wait::Done
         }
-        (None, None) if answered => Wait::Done,
-        (None, _) => Wait::Busy,
+        None if answered && progress.outbox.is_none() => Wait::Done,
+        None => Wait::Busy,
     })
 }
 

@@ -32,25 +32,9 @@ pub async fn handle(deps: &Deps, msg: Message) {
             return;
         }
     };
-    let outcome = match Heartbeat::interval(msg.reply.as_ref(), &request) {
-        None => call(deps, &subject, request).await,
-        Some(every) => {
-            // A call done within half a heartbeat answers FINAL alone; a longer one is
-            // ACCEPTED then, and beats from a task of its own until it is done.
-            let inbox = msg.reply.clone();
-            let call_id = request.call_id.clone();
-            let running = call(deps, &subject, request);
-            tokio::pin!(running);
-            tokio::select! {
-                biased;
-                outcome = &mut running => outcome,
-                () = tokio::time::sleep(every / 2) => {
-                    let _beats = Heartbeat::start(deps, inbox, call_id, every).await;
-                    running.await
-                }
-            }
-        }
-    };
+    let heartbeat = Heartbeat::start(deps, msg.reply.clone(), &request);
+    let outcome = call(deps, &subject, request).await;
+    drop(heartbeat);
     match outcome {
         Ok(result) => bus::reply(&deps.client, msg.reply, &result).await,
         Err(e) => {
@@ -63,47 +47,35 @@ pub async fn handle(deps: &Deps, msg: Message) {
 /// Shortest and longest heartbeat interval an executor honours.
 const HEARTBEAT_RANGE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(60));
 
-/// Sends ACCEPTED at once, then RUNNING every interval until dropped (when the call is done).
+/// Sends ACCEPTED once the call has run for half an interval, then RUNNING every interval,
+/// until dropped (when the call is done): a call done sooner is answered FINAL alone.
 struct Heartbeat(tokio::task::JoinHandle<()>);
 
 impl Heartbeat {
-    /// The interval to beat at, when the caller asked for beats (`heartbeat_ms > 0` and a
-    /// reply inbox).
-    fn interval(
-        reply: Option<&async_nats::Subject>,
-        request: &ToolCallRequest,
-    ) -> Option<Duration> {
-        reply?;
-        (request.heartbeat_ms > 0).then(|| {
-            Duration::from_millis(u64::from(request.heartbeat_ms))
-                .clamp(HEARTBEAT_RANGE.0, HEARTBEAT_RANGE.1)
-        })
-    }
-
-    /// Answers ACCEPTED on `reply`, then beats RUNNING every `every` from a task of its own.
-    async fn start(
+    /// Starts beating when the caller asked for it (`heartbeat_ms > 0` and a reply inbox).
+    fn start(
         deps: &Deps,
         reply: Option<async_nats::Subject>,
-        call_id: String,
-        every: Duration,
+        request: &ToolCallRequest,
     ) -> Option<Self> {
         let inbox = reply?;
+        if request.heartbeat_ms == 0 {
+            return None;
+        }
+        let every = Duration::from_millis(u64::from(request.heartbeat_ms))
+            .clamp(HEARTBEAT_RANGE.0, HEARTBEAT_RANGE.1);
         let beat = |state: CallState| ToolCallResult {
-            call_id: call_id.clone(),
+            call_id: request.call_id.clone(),
             executor: deps.health.instance.clone(),
             state: state as i32,
             ..Default::default()
         };
-        bus::reply(
-            &deps.client,
-            Some(inbox.clone()),
-            &beat(CallState::Accepted),
-        )
-        .await;
+        let (accepted, running) = (beat(CallState::Accepted), beat(CallState::Running));
         let client = deps.client.clone();
-        let running = beat(CallState::Running);
         // A task of its own, so a tool that hogs its worker thread still lets beats out.
         let task = tokio::spawn(async move {
+            tokio::time::sleep(every / 2).await;
+            bus::reply(&client, Some(inbox.clone()), &accepted).await;
             let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

@@ -125,7 +125,7 @@ async fn taking_a_lease_reads_the_sessions_progress_in_the_same_round_trip_even_
     let mut pipe = redis::pipe();
     pipe.ignore_errors().invoke_script(&recent);
     let (answer,): (redis::Value,) = pipe.query_async(&mut conn.clone()).await.unwrap();
-    assert!(nanobot_runtime::lease::is_noscript(&answer), "{answer:?}");
+    assert!(nanobot_runtime::store::is_noscript(&answer), "{answer:?}");
     let session = store.recent_from(SESSION, 50, answer).await.unwrap();
     assert_eq!(session.key, SESSION, "loaded again with the script");
     assert!(session.created_at.is_empty(), "no rows were committed");
