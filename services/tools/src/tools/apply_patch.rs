@@ -305,7 +305,7 @@ fn split_lines(text: &str) -> Vec<&str> {
 }
 
 /// Lines added and deleted between two texts (CRLF seen as LF).
-fn line_diff_stats(before: &str, after: &str) -> (usize, usize) {
+pub(crate) fn line_diff_stats(before: &str, after: &str) -> (usize, usize) {
     let (before, after) = (before.replace("\r\n", "\n"), after.replace("\r\n", "\n"));
     let (old, new) = (split_lines(&before), split_lines(&after));
     let mut added = 0;

@@ -1,10 +1,13 @@
 //! `edit_file`: replaces `old_text` with `new_text` (exact first, then whitespace-tolerant
 //! line matching), with upstream's ambiguity, occurrence and not-found diagnostics.
 
-use nanobot_runtime::fs::write_atomic;
 use std::path::Path;
 
 use serde_json::{Value, json};
+
+use nanobot_runtime::fs::write_atomic;
+
+use super::apply_patch::line_diff_stats;
 
 use crate::registry::{
     Args, Tool, ToolContext, ToolOutput, arg_bool, arg_i64, arg_str, blocking, object_schema,
@@ -24,18 +27,17 @@ impl Tool for EditFile {
     }
 
     fn description(&self) -> &str {
-        "Perform a small, exact replacement in one file by replacing old_text with new_text. \
-         Copy old_text from read_file. If old_text matches multiple times, provide more \
-         context or set occurrence, line_hint, replace_all, and expected_replacements. An \
-         empty old_text creates a missing file. Shows closest-match diagnostics on failure."
+        "Perform a small, exact replacement in one file. Prefer apply_patch for multi-file, \
+         structural, or generated edits. occurrence, line_hint, and replace_all=true are \
+         mutually exclusive."
     }
 
     fn parameters(&self) -> Value {
         object_schema(
             json!({
                 "path": {"type": "string", "description": "The file path to edit"},
-                "old_text": {"type": "string", "description": "The text to find and replace"},
-                "new_text": {"type": "string", "description": "The text to replace with"},
+                "old_text": {"type": "string", "description": "The text to find and replace; copy it from read_file."},
+                "new_text": {"type": "string", "description": "The replacement text; must differ from old_text for an existing file."},
                 "replace_all": {"type": "boolean", "description": "Replace all occurrences (default false)"},
                 "occurrence": {"type": ["integer", "null"], "minimum": 1,
                     "description": "Optional 1-based occurrence to replace when old_text appears multiple times."},
@@ -66,18 +68,18 @@ fn edit(ctx: &ToolContext, args: &Args) -> ToolOutput {
     let path = arg_str(args, "path").unwrap_or_default();
     let old_text = arg_str(args, "old_text").unwrap_or_default();
     let new_text = arg_str(args, "new_text").unwrap_or_default();
-    if old_text == new_text {
-        return ToolOutput::error("Error: new_text must be different from old_text.");
-    }
     let fp = match ctx.sandbox.resolve(path) {
         Ok(fp) => fp,
         Err(message) => return ToolOutput::error(message),
     };
     let size = match std::fs::metadata(&fp) {
         Ok(meta) => meta.len(),
-        Err(_) if old_text.is_empty() => return create(&fp, new_text, "created"),
+        Err(_) if old_text.is_empty() => return create(ctx, &fp, "", new_text),
         Err(_) => return ToolOutput::error(format!("Error: File not found: {path}")),
     };
+    if old_text == new_text {
+        return ToolOutput::error("Error: new_text must be different from old_text.");
+    }
     if size > MAX_EDIT_BYTES {
         let gib = size as f64 / (1024.0 * 1024.0 * 1024.0);
         return ToolOutput::error(format!(
@@ -97,7 +99,7 @@ fn edit(ctx: &ToolContext, args: &Args) -> ToolOutput {
                 "Error: Cannot create file — {path} already exists and is not empty."
             ));
         }
-        return create(&fp, new_text, "edited");
+        return create(ctx, &fp, &text, new_text);
     }
     let uses_crlf = text.contains("\r\n");
     let content = text.replace("\r\n", "\n");
@@ -111,7 +113,7 @@ fn edit(ctx: &ToolContext, args: &Args) -> ToolOutput {
         Err(message) => return ToolOutput::error(message),
     };
     let new = new_text.replace("\r\n", "\n");
-    let mut edited = content;
+    let mut edited = content.clone();
     for m in selected.iter().rev() {
         edited.replace_range(m.start..m.end, &new);
     }
@@ -119,17 +121,37 @@ fn edit(ctx: &ToolContext, args: &Args) -> ToolOutput {
         edited = edited.replace('\n', "\r\n");
     }
     match write_atomic(&fp, edited.as_bytes()) {
-        Ok(()) => ToolOutput::text(format!("Successfully edited {}", fp.display())),
+        Ok(()) => ToolOutput::text(summary(ctx, &fp, "update", &content, &edited)),
         Err(e) => ToolOutput::error(format!("Error editing file: {e}")),
     }
 }
 
-fn create(fp: &Path, content: &str, verb: &str) -> ToolOutput {
-    let written = write_atomic(fp, content.as_bytes());
-    match written {
-        Ok(()) => ToolOutput::text(format!("Successfully {verb} {}", fp.display())),
+/// Writes `content` to a missing (`before` empty, action `add`) or empty file.
+fn create(ctx: &ToolContext, fp: &Path, before: &str, content: &str) -> ToolOutput {
+    let existed = fp.exists();
+    match write_atomic(fp, content.as_bytes()) {
+        Ok(()) => {
+            let action = if existed { "update" } else { "add" };
+            ToolOutput::text(summary(ctx, fp, action, before, content))
+        }
         Err(e) => ToolOutput::error(format!("Error editing file: {e}")),
     }
+}
+
+/// Returns upstream's edit summary, `Patch applied:\n- update <path> (+added/-deleted)`: the
+/// path relative to the workspace when inside it, line counts omitted when nothing changed.
+fn summary(ctx: &ToolContext, fp: &Path, action: &str, before: &str, after: &str) -> String {
+    let shown = match fp.strip_prefix(ctx.sandbox.root()) {
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => fp.display().to_string(),
+    };
+    let (added, deleted) = line_diff_stats(before, after);
+    let stats = if added > 0 || deleted > 0 {
+        format!(" (+{added}/-{deleted})")
+    } else {
+        String::new()
+    };
+    format!("Patch applied:\n- {action} {shown}{stats}")
 }
 
 /// Picks the matches to replace, or returns upstream's ambiguity/argument errors.
@@ -342,6 +364,7 @@ mod tests {
 
     fn put(ctx: &ToolContext, name: &str, body: &str) -> std::path::PathBuf {
         let p = ctx.sandbox.root().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, body).unwrap();
         p
     }
@@ -355,10 +378,7 @@ mod tests {
             json!({"path": "a.txt", "old_text": "two", "new_text": "2"}),
         )
         .await;
-        assert_eq!(
-            out,
-            ToolOutput::text(format!("Successfully edited {}", p.display()))
-        );
+        assert_eq!(out, ToolOutput::text("Patch applied:\n- update a.txt (+1/-1)"));
         assert_eq!(
             std::fs::read_to_string(&p).unwrap(),
             "one\r\n2\r\nthree\r\n"
@@ -482,11 +502,7 @@ mod tests {
             json!({"path": "new/n.txt", "old_text": "", "new_text": "hi"}),
         )
         .await;
-        let target = ctx.sandbox.root().join("new/n.txt");
-        assert_eq!(
-            created.content,
-            format!("Successfully created {}", target.display())
-        );
+        assert_eq!(created.content, "Patch applied:\n- add new/n.txt (+1/-0)");
         let exists = call(
             &ctx,
             json!({"path": "new/n.txt", "old_text": "", "new_text": "again"}),
@@ -517,5 +533,63 @@ mod tests {
         )
         .await;
         assert!(escape.content.contains("is outside allowed directory"));
+    }
+
+    #[tokio::test]
+    async fn a_cjk_emoji_file_edit_reports_upstreams_summary() {
+        let (dir, ctx) = ctx();
+        let p = put(
+            &ctx,
+            "笔记/日记 📔.md",
+            "第一行\n心情：😀\n👩‍👩‍👧‍👦 family\n",
+        );
+        // Strings from nanobot 0.3.5's EditFileTool on the same files.
+        let out = call(
+            &ctx,
+            json!({"path": "笔记/日记 📔.md", "old_text": "心情：😀",
+                   "new_text": "心情：🇨🇳 e\u{301}\nשלום عربى"}),
+        )
+        .await;
+        assert_eq!(out, ToolOutput::text("Patch applied:\n- update 笔记/日记 📔.md (+2/-1)"));
+        let created = call(
+            &ctx,
+            json!({"path": "笔记/新 🆕.txt", "old_text": "", "new_text": "一\n二\n"}),
+        )
+        .await;
+        assert_eq!(created.content, "Patch applied:\n- add 笔记/新 🆕.txt (+2/-0)");
+        let absolute = p.display().to_string();
+        let removed = call(
+            &ctx,
+            json!({"path": absolute, "old_text": "👩‍👩‍👧‍👦 family\n", "new_text": ""}),
+        )
+        .await;
+        assert_eq!(removed.content, "Patch applied:\n- update 笔记/日记 📔.md (+0/-1)");
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "第一行\n心情：🇨🇳 e\u{301}\nשלום عربى\n"
+        );
+        let same = call(
+            &ctx,
+            json!({"path": "笔记/新 🆕.txt", "old_text": "二", "new_text": "二"}),
+        )
+        .await;
+        assert_eq!(same.content, "Error: new_text must be different from old_text.");
+        // Outside the workspace (unrestricted), the absolute path is shown.
+        let open = ToolContext {
+            sandbox: Sandbox::new(ctx.sandbox.root(), false),
+            ..ctx.clone()
+        };
+        let outside = dir.path().join("外 🌍.txt");
+        std::fs::write(&outside, "a\n").unwrap();
+        let args = json!({"path": outside.display().to_string(), "old_text": "a", "new_text": "b"});
+        let Value::Object(args) = args else {
+            unreachable!("an object literal")
+        };
+        let out = EditFile.execute(&open, args).await;
+        let shown = outside.canonicalize().unwrap();
+        assert_eq!(
+            out.content,
+            format!("Patch applied:\n- update {} (+1/-1)", shown.display())
+        );
     }
 }
