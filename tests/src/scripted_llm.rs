@@ -6,6 +6,10 @@
 //! [`ScriptedLlm::push`], then the fallback (by default [`Reply::echo`]: `echo: <last user
 //! message text>`, without the agent's `[Runtime Context]` block).
 //!
+//! [`Builder::drip`] (or [`ScriptedLlm::set_drip`]) makes every response body arrive in
+//! writes of 1 to 3 bytes, a millisecond apart, as a provider behind a slow network does: a
+//! Chinese character or an emoji then spans several reads, and an SSE event dozens.
+//!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
 //! use nanobot_tests::scripted_llm::{Reply, ScriptedLlm};
@@ -25,7 +29,7 @@ mod tests;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -34,6 +38,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt as _;
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -115,6 +120,8 @@ struct Shared {
     transcript: Mutex<String>,
     /// Bodies of the transcription requests (multipart, lossy UTF-8).
     transcriptions: Mutex<Vec<String>>,
+    /// Bodies go out 1 to 3 bytes per write.
+    drip: AtomicBool,
 }
 
 /// Options of [`ScriptedLlm::builder`].
@@ -123,6 +130,7 @@ pub struct Builder {
     port: u16,
     fallback: Reply,
     record: bool,
+    drip: bool,
 }
 
 impl Builder {
@@ -144,6 +152,12 @@ impl Builder {
         self
     }
 
+    /// Sends every response body in writes of 1 to 3 bytes (default false).
+    pub fn drip(mut self, drip: bool) -> Self {
+        self.drip = drip;
+        self
+    }
+
     /// Binds and starts serving.
     pub async fn start(self) -> anyhow::Result<ScriptedLlm> {
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
@@ -151,6 +165,12 @@ impl Builder {
             .await
             .with_context(|| format!("bind scripted llm on {addr}"))?;
         let addr = listener.local_addr().context("read scripted llm address")?;
+        // Each dripped write must leave as its own segment.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "scripted llm could not set TCP_NODELAY");
+            }
+        });
         let shared = Arc::new(Shared {
             rules: Mutex::new(Vec::new()),
             model_rules: Mutex::new(BTreeMap::new()),
@@ -162,6 +182,7 @@ impl Builder {
             next_id: AtomicU64::new(1),
             transcript: Mutex::new("transcribed audio".into()),
             transcriptions: Mutex::new(Vec::new()),
+            drip: AtomicBool::new(self.drip),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(routes::chat_completions))
@@ -196,6 +217,7 @@ impl ScriptedLlm {
             port: 0,
             fallback: Reply::echo(),
             record: true,
+            drip: false,
         }
     }
 
@@ -277,6 +299,11 @@ impl ScriptedLlm {
     /// Returns every recorded request, oldest first.
     pub fn requests(&self) -> Vec<Recorded> {
         lock(&self.shared.requests).clone()
+    }
+
+    /// Turns dripping of response bodies on or off for later requests (see [`Builder::drip`]).
+    pub fn set_drip(&self, drip: bool) {
+        self.shared.drip.store(drip, Ordering::SeqCst);
     }
 
     /// Returns how many LLM requests arrived (also when recording is off).

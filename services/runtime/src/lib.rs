@@ -9,6 +9,7 @@
 //! - [`bus`]: NATS connection, streams, typed requests and replies; [`payloads`]: replies
 //!   over the broker's message limit, through the object store.
 //! - [`store`]: Redis connection.
+//! - [`sse`]: server-sent events from a byte stream, split anywhere (the one SSE reader).
 //! - [`fs`]: files replaced whole (temp file, fsync, rename).
 //! - [`lease`]: the one Redis lease with fencing tokens (sessions, cron leader, memory lock,
 //!   Telegram poller).
@@ -29,6 +30,7 @@ pub mod metrics;
 pub mod payloads;
 pub mod service;
 pub mod shutdown;
+pub mod sse;
 pub mod store;
 pub mod telemetry;
 #[cfg(feature = "testsuite")]

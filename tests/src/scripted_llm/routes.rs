@@ -2,6 +2,7 @@
 //! messages.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Json;
@@ -51,12 +52,13 @@ pub(super) async fn chat_completions(
         .and_then(Value::as_str)
         .unwrap_or("test-model");
     let id = shared.response_id("chatcmpl-");
+    let drip = shared.drip.load(Ordering::SeqCst);
     if body.get("stream").and_then(Value::as_bool) == Some(true) {
         let events = openai::stream(&turn, model, &id);
-        let events = events.into_iter().map(|d| Event::default().data(d));
-        return Sse::new(paced(events.collect(), turn.pace)).into_response();
+        let events = events.into_iter().map(|d| (None, d)).collect();
+        return event_stream(events, turn.pace, drip);
     }
-    Json(openai::completion(&turn, model, &id)).into_response()
+    json_body(&openai::completion(&turn, model, &id), drip)
 }
 
 pub(super) async fn messages(
@@ -74,14 +76,68 @@ pub(super) async fn messages(
         .and_then(Value::as_str)
         .unwrap_or("test-model");
     let id = shared.response_id("msg_");
+    let drip = shared.drip.load(Ordering::SeqCst);
     if body.get("stream").and_then(Value::as_bool) == Some(true) {
         let events = anthropic::stream(&turn, model, &id);
-        let events = events
-            .into_iter()
-            .map(|(name, d)| Event::default().event(name).data(d));
-        return Sse::new(paced(events.collect(), turn.pace)).into_response();
+        let events = events.into_iter().map(|(n, d)| (Some(n), d)).collect();
+        return event_stream(events, turn.pace, drip);
     }
-    Json(anthropic::message(&turn, model, &id)).into_response()
+    json_body(&anthropic::message(&turn, model, &id), drip)
+}
+
+/// Answers with `(event name, data)` pairs as SSE: as whole events, `pace` apart, or
+/// dripped.
+fn event_stream(
+    events: Vec<(Option<String>, String)>,
+    pace: Option<Duration>,
+    drip: bool,
+) -> Response {
+    if drip {
+        let mut raw = String::new();
+        for (name, data) in &events {
+            if let Some(name) = name {
+                raw.push_str(&format!("event: {name}\n"));
+            }
+            raw.push_str(&format!("data: {data}\n\n"));
+        }
+        return dripped(raw.into_bytes(), "text/event-stream");
+    }
+    let events = events.into_iter().map(|(name, data)| match name {
+        Some(name) => Event::default().event(name).data(data),
+        None => Event::default().data(data),
+    });
+    Sse::new(paced(events.collect(), pace)).into_response()
+}
+
+fn json_body(value: &Value, drip: bool) -> Response {
+    if drip {
+        return dripped(value.to_string().into_bytes(), "application/json");
+    }
+    Json(value).into_response()
+}
+
+/// Sends `bytes` in writes of 1, 2 and 3 bytes in turn, a millisecond apart, so the client
+/// reads characters and events cut at every kind of boundary.
+fn dripped(bytes: Vec<u8>, content_type: &'static str) -> Response {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for size in [1, 2, 3].into_iter().cycle() {
+        if start >= bytes.len() {
+            break;
+        }
+        let end = (start + size).min(bytes.len());
+        pieces.push(Bytes::copy_from_slice(&bytes[start..end]));
+        start = end;
+    }
+    let stream = futures::stream::iter(pieces).then(|piece| async move {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        Ok::<_, std::convert::Infallible>(piece)
+    });
+    let mut response = axum::body::Body::from_stream(stream).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
 }
 
 /// Streams `events`, waiting `pace` before each one after the first.

@@ -9,7 +9,7 @@ use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 use super::anthropic::{arguments_text, finish_reason, parse_usage};
-use super::{ChatResponse, DeltaFn, LlmError, SseLines, ToolCall};
+use super::{ChatResponse, DeltaFn, LlmError, ToolCall};
 
 /// A content block being assembled.
 #[derive(Debug, Default)]
@@ -155,14 +155,10 @@ pub(crate) async fn read(
     on_delta: &DeltaFn<'_>,
 ) -> Result<ChatResponse, LlmError> {
     let mut state = StreamState::default();
-    let mut sse = SseLines::new();
-    let mut body = response.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| LlmError::Transport(e.without_url().to_string()))?;
-        for (_, data) in sse.feed(&chunk) {
-            if let Ok(event) = serde_json::from_str::<Value>(&data) {
-                state.apply(&event, on_delta)?;
-            }
+    let mut events = std::pin::pin!(super::sse_events(response));
+    while let Some(sse) = events.next().await {
+        if let Ok(event) = serde_json::from_str::<Value>(&sse?.data) {
+            state.apply(&event, on_delta)?;
         }
     }
     Ok(state.finish())

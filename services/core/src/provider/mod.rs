@@ -7,6 +7,8 @@
 pub mod anthropic;
 mod anthropic_stream;
 pub mod openai;
+#[cfg(test)]
+mod stream_tests;
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -488,37 +490,22 @@ pub(crate) async fn status_error(response: reqwest::Response, api_key: &str) -> 
     }
 }
 
-/// Splits an SSE byte stream into `(event, data)` pairs as they complete.
-pub(crate) struct SseLines {
-    buffer: String,
-    event: String,
-}
-
-impl SseLines {
-    pub(crate) fn new() -> Self {
-        Self {
-            buffer: String::new(),
-            event: String::new(),
-        }
-    }
-
-    /// Feeds a chunk; returns the complete `(event, data)` lines it finished.
-    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<(String, String)> {
-        self.buffer.push_str(&String::from_utf8_lossy(chunk));
-        let mut out = Vec::new();
-        while let Some(pos) = self.buffer.find('\n') {
-            let line = self.buffer[..pos].trim().to_string();
-            self.buffer.drain(..=pos);
-            if let Some(event) = line.strip_prefix("event:") {
-                self.event = event.trim().to_string();
-            } else if let Some(data) = line.strip_prefix("data:") {
-                out.push((self.event.clone(), data.trim().to_string()));
-            } else if line.is_empty() {
-                self.event.clear();
-            }
-        }
-        out
-    }
+/// The events of a streamed response, read whole whatever its chunking (see
+/// [`nanobot_runtime::sse`]); a broken body is a transport error (its URL left out: it may
+/// hold a key).
+pub(crate) fn sse_events(
+    response: reqwest::Response,
+) -> impl futures::Stream<Item = Result<nanobot_runtime::sse::Event, LlmError>> + Send {
+    use futures::StreamExt as _;
+    let body = response
+        .bytes_stream()
+        .map(|chunk| chunk.map_err(|e| e.without_url().to_string()));
+    nanobot_runtime::sse::events(body).map(|event| {
+        event.map_err(|e| match e {
+            nanobot_runtime::sse::SseError::Transport(e) => LlmError::Transport(e),
+            nanobot_runtime::sse::SseError::Parse(e) => LlmError::Malformed(e),
+        })
+    })
 }
 
 /// Removes `<think>…</think>` (and `<thinking>`, `<thought>`) blocks; returns (text, reasoning).
@@ -680,19 +667,5 @@ mod tests {
         assert_eq!(status(502, "").kind(), "server_error");
         assert_eq!(LlmError::Transport("refused".into()).kind(), "transport");
         assert_eq!(LlmError::Malformed("no choices".into()).kind(), "malformed");
-    }
-
-    #[test]
-    fn sse_lines_pair_events_with_data_across_chunks() {
-        let mut sse = SseLines::new();
-        assert!(sse.feed(b"event: message_start\nda").is_empty());
-        let out = sse.feed(b"ta: {\"a\":1}\n\ndata: [DONE]\n");
-        assert_eq!(
-            out,
-            vec![
-                ("message_start".to_string(), "{\"a\":1}".to_string()),
-                (String::new(), "[DONE]".to_string())
-            ]
-        );
     }
 }

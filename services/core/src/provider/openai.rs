@@ -7,7 +7,7 @@ use futures::StreamExt as _;
 use serde::{Serialize, Serializer, ser::SerializeMap as _};
 use serde_json::{Map, Value, json};
 
-use super::{ChatRequest, ChatResponse, DeltaFn, Endpoint, LlmError, SseLines, ToolCall, Usage};
+use super::{ChatRequest, ChatResponse, DeltaFn, Endpoint, LlmError, ToolCall, Usage};
 
 /// An OpenAI-compatible chat client.
 #[derive(Debug, Clone)]
@@ -328,98 +328,114 @@ fn parse_usage(usage: Option<&Value>) -> Usage {
     }
 }
 
-async fn read_stream(
+pub(crate) async fn read_stream(
     response: reqwest::Response,
     on_delta: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<ChatResponse, LlmError> {
-    let mut content = String::new();
-    let mut reasoning = String::new();
-    let mut calls: Map<String, Value> = Map::new();
-    let mut out = ChatResponse {
-        finish_reason: "stop".into(),
-        ..Default::default()
-    };
-    let mut sse = SseLines::new();
-    let mut body = response.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| LlmError::Transport(e.without_url().to_string()))?;
-        for (_, data) in sse.feed(&chunk) {
-            if data == "[DONE]" {
-                continue;
-            }
-            let Ok(event) = serde_json::from_str::<Value>(&data) else {
-                continue;
-            };
-            if event.get("usage").is_some_and(|u| !u.is_null()) {
-                out.usage = parse_usage(event.get("usage"));
-            }
-            let Some(choice) = event.pointer("/choices/0") else {
-                continue;
-            };
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                out.finish_reason = reason.to_string();
-            }
-            let delta = choice.get("delta").cloned().unwrap_or(Value::Null);
-            if let Some(text) = delta.get("content").and_then(Value::as_str) {
-                content.push_str(text);
-                on_delta(text);
-            }
-            if let Some(text) = delta.get("reasoning_content").and_then(Value::as_str) {
-                reasoning.push_str(text);
-            }
-            for call in delta
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let index = call
-                    .get("index")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0)
-                    .to_string();
-                let entry = calls
-                    .entry(index)
-                    .or_insert_with(|| json!({"id": "", "name": "", "arguments": ""}));
-                if let Some(id) = call.get("id").and_then(Value::as_str) {
-                    entry["id"] = json!(id);
-                }
-                if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
-                    let joined = format!("{}{name}", entry["name"].as_str().unwrap_or(""));
-                    entry["name"] = json!(joined);
-                }
-                if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
-                    let joined = format!("{}{args}", entry["arguments"].as_str().unwrap_or(""));
-                    entry["arguments"] = json!(joined);
-                }
+    let mut state = StreamState::default();
+    let mut events = std::pin::pin!(super::sse_events(response));
+    while let Some(sse) = events.next().await {
+        let data = sse?.data;
+        if data == "[DONE]" {
+            continue;
+        }
+        if let Ok(chunk) = serde_json::from_str::<Value>(&data) {
+            state.apply(&chunk, on_delta);
+        }
+    }
+    Ok(state.finish())
+}
+
+/// What a Chat Completions stream has said so far.
+#[derive(Default)]
+struct StreamState {
+    content: String,
+    reasoning: String,
+    /// Tool calls by their `index`, their name and arguments joined from the deltas.
+    calls: Map<String, Value>,
+    finish_reason: Option<String>,
+    usage: Usage,
+}
+
+impl StreamState {
+    /// Applies one `chat.completion.chunk`.
+    fn apply(&mut self, chunk: &Value, on_delta: &(dyn Fn(&str) + Send + Sync)) {
+        if chunk.get("usage").is_some_and(|u| !u.is_null()) {
+            self.usage = parse_usage(chunk.get("usage"));
+        }
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            return;
+        };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_string());
+        }
+        let delta = choice.get("delta").unwrap_or(&Value::Null);
+        if let Some(text) = delta.get("content").and_then(Value::as_str) {
+            self.content.push_str(text);
+            on_delta(text);
+        }
+        if let Some(text) = delta.get("reasoning_content").and_then(Value::as_str) {
+            self.reasoning.push_str(text);
+        }
+        let calls = delta.get("tool_calls").and_then(Value::as_array);
+        for call in calls.into_iter().flatten() {
+            self.apply_call(call);
+        }
+    }
+
+    fn apply_call(&mut self, call: &Value) {
+        let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let entry = self
+            .calls
+            .entry(index.to_string())
+            .or_insert_with(|| json!({"id": "", "name": "", "arguments": ""}));
+        if let Some(id) = call.get("id").and_then(Value::as_str) {
+            entry["id"] = json!(id);
+        }
+        for (field, pointer) in [
+            ("name", "/function/name"),
+            ("arguments", "/function/arguments"),
+        ] {
+            if let Some(more) = call.pointer(pointer).and_then(Value::as_str) {
+                let joined = format!("{}{more}", entry[field].as_str().unwrap_or(""));
+                entry[field] = json!(joined);
             }
         }
     }
-    let mut indexed: Vec<(u64, Value)> = calls
-        .into_iter()
-        .map(|(k, v)| (k.parse().unwrap_or(0), v))
-        .collect();
-    indexed.sort_by_key(|(i, _)| *i);
-    let total = indexed.len();
-    out.tool_calls = indexed
-        .into_iter()
-        .filter_map(|(_, c)| {
-            let name = c["name"].as_str().filter(|n| !n.is_empty())?.to_string();
-            Some(ToolCall {
-                id: c["id"].as_str().unwrap_or("").to_string(),
-                name,
-                arguments: c["arguments"]
-                    .as_str()
-                    .filter(|a| !a.is_empty())
-                    .unwrap_or("{}")
-                    .to_string(),
+
+    fn finish(self) -> ChatResponse {
+        let mut indexed: Vec<(u64, Value)> = self
+            .calls
+            .into_iter()
+            .map(|(k, v)| (k.parse().unwrap_or(0), v))
+            .collect();
+        indexed.sort_by_key(|(i, _)| *i);
+        let total = indexed.len();
+        let tool_calls: Vec<ToolCall> = indexed
+            .into_iter()
+            .filter_map(|(_, c)| {
+                let name = c["name"].as_str().filter(|n| !n.is_empty())?.to_string();
+                Some(ToolCall {
+                    id: c["id"].as_str().unwrap_or("").to_string(),
+                    name,
+                    arguments: c["arguments"]
+                        .as_str()
+                        .filter(|a| !a.is_empty())
+                        .unwrap_or("{}")
+                        .to_string(),
+                })
             })
-        })
-        .collect();
-    out.malformed_tool_calls = total - out.tool_calls.len();
-    out.content = (!content.is_empty()).then_some(content);
-    out.reasoning_content = (!reasoning.is_empty()).then_some(reasoning);
-    Ok(out)
+            .collect();
+        ChatResponse {
+            finish_reason: self.finish_reason.unwrap_or_else(|| "stop".into()),
+            malformed_tool_calls: total - tool_calls.len(),
+            tool_calls,
+            content: (!self.content.is_empty()).then_some(self.content),
+            reasoning_content: (!self.reasoning.is_empty()).then_some(self.reasoning),
+            usage: self.usage,
+            ..Default::default()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,6 @@ use reqwest::{StatusCode, Url};
 use rmcp::RoleClient;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::Transport;
-use sse_stream::SseStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -66,11 +65,14 @@ impl SseTransport {
         if !response.status().is_success() {
             return Err(SseError::Status(response.status()));
         }
-        let mut events = SseStream::from_bytes_stream(response.bytes_stream());
+        let body = response
+            .bytes_stream()
+            .map(|chunk| chunk.map_err(|e| e.without_url().to_string()));
+        let mut events = Box::pin(nanobot_runtime::sse::events(body));
         let endpoint = loop {
             match events.next().await {
-                Some(Ok(event)) if event.event.as_deref() == Some("endpoint") => {
-                    break url.join(event.data.as_deref().unwrap_or("").trim())?;
+                Some(Ok(event)) if event.event == "endpoint" => {
+                    break url.join(event.data.trim())?;
                 }
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => return Err(SseError::NoEndpoint(format!(": {e}"))),
@@ -90,11 +92,10 @@ impl SseTransport {
                         break;
                     }
                 };
-                if !matches!(event.event.as_deref(), None | Some("message")) {
+                if event.event != "message" {
                     continue;
                 }
-                let Some(data) = event.data else { continue };
-                match serde_json::from_str::<ServerJsonRpcMessage>(&data) {
+                match serde_json::from_str::<ServerJsonRpcMessage>(&event.data) {
                     Ok(message) => {
                         if tx.send(message).await.is_err() {
                             break;
