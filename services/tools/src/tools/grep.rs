@@ -1,5 +1,6 @@
 //! `grep`: regex search over workspace files with ripgrep's matcher and searcher, in
-//! upstream's three output modes (files_with_matches by default, content, count).
+//! upstream's three output modes (content with five context lines by default,
+//! files_with_matches, count).
 
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::Searcher;
@@ -15,6 +16,10 @@ use crate::registry::{
 const MAX_FILE_BYTES: u64 = 2_000_000;
 /// Largest file searched when named explicitly.
 const MAX_EXPLICIT_FILE_BYTES: u64 = 100_000_000;
+/// Context lines before and after a match unless asked otherwise.
+const DEFAULT_CONTEXT: usize = 5;
+/// Longest row shown; longer ones are clipped around the match.
+const MAX_LINE_CHARS: usize = 2_000;
 
 /// Searches file contents.
 #[derive(Debug, Default)]
@@ -27,9 +32,8 @@ impl Tool for Grep {
     }
 
     fn description(&self) -> &str {
-        "Search file contents with a regex pattern. Default output_mode is files_with_matches \
-         (file paths only); use content mode for matching lines with context. Skips binary \
-         and files >2 MB. Supports glob/type filtering."
+        "Search text content. Returns matches with five context lines and source locators by \
+         default."
     }
 
     fn parameters(&self) -> Value {
@@ -37,21 +41,21 @@ impl Tool for Grep {
             |d: &str| json!({"type": "integer", "minimum": 1, "maximum": 1000, "description": d});
         object_schema(
             json!({
-                "pattern": {"type": "string", "minLength": 1, "description": "Regex or plain text pattern to search for"},
-                "path": {"type": "string", "description": "File or directory to search in (default '.')"},
-                "glob": {"type": "string", "description": "Optional file filter, e.g. '*.py' or 'tests/**/test_*.py'"},
-                "type": {"type": "string", "description": "Optional file type shorthand, e.g. 'py', 'ts', 'md', 'json'"},
-                "case_insensitive": {"type": "boolean", "description": "Case-insensitive search (default false)"},
-                "fixed_strings": {"type": "boolean", "description": "Treat pattern as plain text instead of regex (default false)"},
+                "pattern": {"type": "string", "minLength": 1, "description": "Regex, or literal text when fixed_strings=true"},
+                "path": {"type": "string", "description": "Search root (default '.')"},
+                "glob": {"type": "string", "description": "Path filter, e.g. '*.py' or 'tests/**/test_*.py'"},
+                "type": {"type": "string", "description": "File type, e.g. 'py', 'ts', 'md', or 'json'"},
+                "case_insensitive": {"type": "boolean", "description": "Ignore case (default false)"},
+                "fixed_strings": {"type": "boolean", "description": "Treat pattern literally (default false)"},
                 "output_mode": {"type": "string", "enum": ["content", "files_with_matches", "count"],
-                    "description": "content: matching lines with optional context; files_with_matches: only matching file paths; count: matching line counts per file. Default: files_with_matches"},
-                "context_before": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Number of lines of context before each match"},
-                "context_after": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Number of lines of context after each match"},
+                    "description": "content: matches with context (default); files_with_matches: paths; count: matches per file"},
+                "context_before": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Context lines before a match (default 5)"},
+                "context_after": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Context lines after a match (default 5)"},
                 "max_matches": limit("Legacy alias for head_limit in content mode"),
                 "max_results": limit("Legacy alias for head_limit in files_with_matches or count mode"),
                 "head_limit": {"type": "integer", "minimum": 0, "maximum": 1000,
-                    "description": "Maximum number of results to return. In content mode this limits matching line blocks; in other modes it limits file entries. Default 250"},
-                "offset": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "Skip the first N results before applying head_limit"},
+                    "description": "Maximum matches or file entries (default 250; 0 for all)"},
+                "offset": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "Matches or file entries to skip before head_limit"},
             }),
             &["pattern"],
         )
@@ -86,7 +90,7 @@ fn grep(ctx: &ToolContext, args: &Args) -> ToolOutput {
     let path = arg_str(args, "path")
         .filter(|p| !p.is_empty())
         .unwrap_or(".");
-    let mode = arg_str(args, "output_mode").unwrap_or("files_with_matches");
+    let mode = arg_str(args, "output_mode").unwrap_or("content");
     let offset = arg_i64(args, "offset")
         .and_then(|o| usize::try_from(o).ok())
         .unwrap_or(0);
@@ -132,8 +136,9 @@ fn grep(ctx: &ToolContext, args: &Args) -> ToolOutput {
     let context = |key| {
         arg_i64(args, key)
             .and_then(|c| usize::try_from(c).ok())
-            .unwrap_or(0)
+            .unwrap_or(DEFAULT_CONTEXT)
     };
+    let finder = Finder::new(pattern, args);
     let (before, after) = (context("context_before"), context("context_after"));
     let glob = arg_str(args, "glob").filter(|g| !g.is_empty());
     let mut found = Found::default();
@@ -180,15 +185,12 @@ fn grep(ctx: &ToolContext, args: &Args) -> ToolOutput {
                 .push((shown, search::mtime(&entry.path), hits.len()));
             continue;
         }
-        add_blocks(
-            &mut found,
-            &shown,
-            &text,
-            &hits,
-            (before, after),
-            limit,
-            offset,
-        );
+        let file = Hits {
+            shown: &shown,
+            text: &text,
+            lines: &hits,
+        };
+        add_blocks(&mut found, &file, &finder, (before, after), (limit, offset));
         if found.truncated || found.size_truncated {
             break;
         }
@@ -207,17 +209,51 @@ fn matching_lines(matcher: &RegexMatcher, text: &str) -> Vec<usize> {
     hits
 }
 
+/// One searched file: its shown path, its text and the numbers of its matching lines.
+struct Hits<'a> {
+    shown: &'a str,
+    text: &'a str,
+    lines: &'a [usize],
+}
+
+/// Finds where a line's first match starts (upstream clips long lines around it).
+struct Finder(Option<regex::Regex>);
+
+impl Finder {
+    fn new(pattern: &str, args: &Args) -> Self {
+        let needle = if arg_bool(args, "fixed_strings") {
+            regex::escape(pattern)
+        } else {
+            pattern.to_string()
+        };
+        let built = regex::RegexBuilder::new(&needle)
+            .case_insensitive(arg_bool(args, "case_insensitive"))
+            .build();
+        Self(built.ok())
+    }
+
+    /// Returns the character offset of the first match in `line`.
+    fn start_in(&self, line: &str) -> usize {
+        let byte = self
+            .0
+            .as_ref()
+            .and_then(|re| re.find(line))
+            .map_or(0, |m| m.start());
+        line[..byte].chars().count()
+    }
+}
+
+/// Adds one block per matching line of `file` (upstream's content mode): a `path:line`
+/// header, then the context rows, the match marked `>`.
 fn add_blocks(
     found: &mut Found,
-    shown: &str,
-    text: &str,
-    hits: &[usize],
+    file: &Hits<'_>,
+    finder: &Finder,
     (before, after): (usize, usize),
-    limit: Option<usize>,
-    offset: usize,
+    (limit, offset): (Option<usize>, usize),
 ) {
-    let lines: Vec<&str> = text.lines().collect();
-    for &line in hits {
+    let lines: Vec<&str> = file.text.lines().collect();
+    for &line in file.lines {
         found.seen += 1;
         if found.seen <= offset {
             continue;
@@ -228,10 +264,15 @@ fn add_blocks(
         }
         let start = line.saturating_sub(before).max(1);
         let end = (line + after).min(lines.len());
-        let mut block = vec![format!("{shown}:{line}")];
+        let mut block = vec![format!("{}:{line}", file.shown)];
         for n in start..=end {
-            let marker = if n == line { '>' } else { ' ' };
-            block.push(format!("{marker} {n}| {}", lines.get(n - 1).unwrap_or(&"")));
+            let text = lines.get(n - 1).copied().unwrap_or_default();
+            let row = if n == line {
+                format!("> {n}| {}", clip_line(text, Some(finder.start_in(text))))
+            } else {
+                format!("  {n}| {}", clip_line(text, None))
+            };
+            block.push(row);
         }
         let block = block.join("\n");
         let separator = if found.blocks.is_empty() { 0 } else { 2 };
@@ -242,6 +283,38 @@ fn add_blocks(
         found.chars += separator + block.chars().count();
         found.blocks.push(block);
     }
+}
+
+/// Clips a row longer than [`MAX_LINE_CHARS`] characters as upstream does: around the
+/// match (a third of the room before it) with `...` on the cut sides, or from the start.
+fn clip_line(text: &str, match_start: Option<usize>) -> String {
+    const MARKER: &str = "...";
+    let len = text.chars().count();
+    if len <= MAX_LINE_CHARS {
+        return text.to_string();
+    }
+    let room = MAX_LINE_CHARS - MARKER.len();
+    let chars: Vec<char> = text.chars().collect();
+    let Some(at) = match_start else {
+        return chars[..room].iter().collect::<String>() + MARKER;
+    };
+    let start = at.saturating_sub(room / 3).min(len - room);
+    let end = start + room;
+    let (prefix, suffix) = (start > 0, end < len);
+    let visible_end = if prefix && suffix {
+        end - MARKER.len()
+    } else {
+        end
+    };
+    let mut out = String::new();
+    if prefix {
+        out.push_str(MARKER);
+    }
+    out.extend(&chars[start..visible_end]);
+    if suffix {
+        out.push_str(MARKER);
+    }
+    out
 }
 
 fn render(
@@ -275,8 +348,16 @@ fn render(
         }
     };
     let mut notes = Vec::new();
-    if mode == "content" && found.size_truncated {
-        notes.push("(output truncated due to size)".to_string());
+    let next = offset + found.blocks.len();
+    if mode == "content" && truncated {
+        let limit = limit.map_or("None".to_string(), |l| l.to_string());
+        notes.push(format!(
+            "(pagination: limit={limit}, offset={offset}; use offset={next} to continue)"
+        ));
+    } else if mode == "content" && found.size_truncated {
+        notes.push(format!(
+            "(output truncated due to size; use offset={next} to continue)"
+        ));
     } else if mode == "content" && !truncated && offset > 0 && found.blocks.is_empty() {
         // Nothing past the offset: no pagination note, as upstream.
     } else if let Some(note) = search::pagination_note(limit, offset, truncated) {
@@ -356,7 +437,11 @@ mod tests {
     async fn output_modes_follow_upstream_formats() {
         let (_dir, ctx) = ctx();
         assert_eq!(
-            call(&ctx, json!({"pattern": "token"})).await,
+            call(
+                &ctx,
+                json!({"pattern": "token", "output_mode": "files_with_matches"})
+            )
+            .await,
             "src/a.rs\n\n(skipped 1 binary/unreadable files)"
         );
         assert_eq!(
@@ -368,8 +453,12 @@ mod tests {
             "src/a.rs:2\n  1| fn main() {\n> 2|     let token = 1;\n  3|     println!(\"{token}\");"
         );
         assert_eq!(
-            call(&ctx, json!({"pattern": "token", "output_mode": "content", "head_limit": 1, "glob": "*.rs"})).await,
-            "src/a.rs:2\n> 2|     let token = 1;\n\n(pagination: limit=1, offset=0)"
+            call(
+                &ctx,
+                json!({"pattern": "token", "head_limit": 1, "glob": "*.rs", "context_after": 0})
+            )
+            .await,
+            "src/a.rs:2\n  1| fn main() {\n> 2|     let token = 1;\n\n(pagination: limit=1, offset=0; use offset=1 to continue)"
         );
         assert_eq!(call(&ctx, json!({"pattern": "{token}", "fixed_strings": true, "path": "src/a.rs", "output_mode": "count"})).await, "src/a.rs: 1\n\n(total matches: 1 in 1 files)");
     }
@@ -401,5 +490,45 @@ mod tests {
             out,
             "No matches found for pattern 'token' in .\n\n(skipped 1 files outside the search root)"
         );
+    }
+
+    /// The expected texts are nanobot 0.3.5's `GrepTool` output on the same files.
+    #[tokio::test]
+    async fn content_is_the_default_with_five_context_lines_on_cjk_and_emoji_files() {
+        let (_dir, ctx) = ctx();
+        let mut lines: Vec<String> = (1..=12).map(|i| format!("第{i}行")).collect();
+        lines[6] = "心情：😀 👩‍👩‍👧‍👦 🇨🇳 e\u{301} שלום عربى".into();
+        lines[8] = "又 😀".into();
+        let notes = ctx.sandbox.root().join("笔记");
+        std::fs::create_dir_all(&notes).unwrap();
+        std::fs::write(notes.join("日记 📔.md"), lines.join("\n") + "\n").unwrap();
+        let row7 = "心情：😀 👩‍👩‍👧‍👦 🇨🇳 e\u{301} שלום عربى";
+        assert_eq!(
+            call(&ctx, json!({"pattern": "😀", "path": "笔记"})).await,
+            format!(
+                "笔记/日记 📔.md:7\n  2| 第2行\n  3| 第3行\n  4| 第4行\n  5| 第5行\n  6| 第6行\n\
+                 > 7| {row7}\n  8| 第8行\n  9| 又 😀\n  10| 第10行\n  11| 第11行\n  12| 第12行\n\n\
+                 笔记/日记 📔.md:9\n  4| 第4行\n  5| 第5行\n  6| 第6行\n  7| {row7}\n  8| 第8行\n\
+                 > 9| 又 😀\n  10| 第10行\n  11| 第11行\n  12| 第12行"
+            )
+        );
+        assert_eq!(
+            call(&ctx, json!({"pattern": "😀", "path": "笔记", "context_before": 1, "context_after": 0, "head_limit": 1})).await,
+            format!("笔记/日记 📔.md:7\n  6| 第6行\n> 7| {row7}\n\n(pagination: limit=1, offset=0; use offset=1 to continue)")
+        );
+        assert_eq!(
+            call(&ctx, json!({"pattern": "😀", "path": "笔记", "context_before": 0, "context_after": 0, "offset": 1})).await,
+            "笔记/日记 📔.md:9\n> 9| 又 😀\n\n(pagination: offset=1)"
+        );
+        let long = format!("{}😀{}", "x".repeat(2500), "y".repeat(10));
+        std::fs::write(ctx.sandbox.root().join("long.txt"), format!("{long}\n")).unwrap();
+        let clipped = call(
+            &ctx,
+            json!({"pattern": "😀", "path": "long.txt", "context_before": 0, "context_after": 0}),
+        )
+        .await;
+        let tail: String = long.chars().skip(514).collect();
+        assert_eq!(clipped, format!("long.txt:1\n> 1| ...{tail}"));
+        assert_eq!(clip_line(&"é".repeat(2001), None), "é".repeat(1997) + "...");
     }
 }
