@@ -73,8 +73,7 @@ pub fn looks_like_html(content_type: &str, body: &str) -> bool {
 /// `html` when readability failed, `raw`).
 pub fn body_text(content_type: &str, body: &str, url: &str, mode: Mode) -> (String, &'static str) {
     if content_type.contains("application/json") {
-        if let Ok(value) = serde_json::from_str::<serde_json::Value>(body) {
-            let pretty = serde_json::to_string_pretty(&value).unwrap_or_else(|_| body.into());
+        if let Some(pretty) = super::ordered_json::pretty(body) {
             return (pretty, "json");
         }
         return (body.to_string(), "raw");
@@ -208,14 +207,14 @@ mod tests {
     fn json_is_pretty_and_other_bodies_are_raw() {
         let (json, extractor) = body_text(
             "application/json",
-            r#"{"a":[1,2],"b":"é"}"#,
+            r#"{"b":"é","a":[1,2]}"#,
             "u",
             Mode::Markdown,
         );
         assert_eq!(extractor, "json");
         assert_eq!(
             json,
-            "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": \"é\"\n}"
+            "{\n  \"b\": \"é\",\n  \"a\": [\n    1,\n    2\n  ]\n}"
         );
         assert_eq!(
             body_text("text/plain", "plain <b>", "u", Mode::Text),

@@ -12,6 +12,7 @@ pub mod extract;
 pub mod fetch;
 pub mod guard;
 pub mod search;
+mod ordered_json;
 mod search_providers;
 
 #[cfg(test)]
