@@ -10,21 +10,26 @@
 //! one Dream has not read (upstream). Every write (tool writes, commit, cursor, compaction)
 //! first checks the memory lease ([`Writer`]): a worker that lost it stops there.
 //!
-//! Also the Dream commands: `/dream-log [sha]`, `/dream-restore [sha]`, `/dream-prompt [init]`.
+//! The Dream commands (`/dream-log [sha]`, `/dream-restore [sha]`, `/dream-prompt [init]`)
+//! and the run's report texts are upstream's, in `commands`.
 
 use std::path::{Component, Path, PathBuf};
 
 use serde_json::{Value, json};
 
 use nanobot_core::hooks::NoopHook;
-use nanobot_core::memory::{Entry, MAX_HISTORY_ENTRIES, write_atomic};
+use nanobot_core::memory::{Entry, MAX_HISTORY_ENTRIES};
 use nanobot_core::runner::{self, RunDeps, RunSpec, StopReason};
 use nanobot_core::tools::{Offered, ToolExecutor, ToolOutcome, ToolScope};
 
 use crate::bots::MemoryBot;
 use crate::consolidate::Ctx;
-use crate::git::{self, DREAM_PREFIX, MemoryRepo};
+use crate::git::{self, MemoryRepo};
 use crate::writer::{LeaseLost, Writer};
+
+mod commands;
+
+pub use commands::{log, prompt, restore};
 
 /// Entries one run digests, as upstream.
 pub const BATCH: usize = 20;
@@ -36,8 +41,6 @@ const FILE_CHARS: usize = 8000;
 const ENTRY_CHARS: usize = 1000;
 /// Characters of a workspace's `prompts/dream.md` used.
 const OVERRIDE_CHARS: usize = 16_000;
-/// Dream commits listed by `/dream-restore`.
-const RESTORE_LIST: usize = 10;
 
 const PHASE1: &str = include_str!("../../../templates/agent/dream_phase1.md");
 const PHASE2: &str = include_str!("../../../templates/agent/dream_phase2.md");
@@ -249,8 +252,32 @@ pub async fn skip(writer: Writer<'_>, bot: &MemoryBot) -> Result<String, Error> 
     Ok(format!("Dream: cursor at {last}"))
 }
 
-/// Runs Dream over the next batch and answers what it did.
+/// What a Dream run did.
+enum Ran {
+    /// No history entry waits for Dream.
+    NoInput,
+    /// The run completed, with the commit it made (none: memory unchanged).
+    Done(Option<String>),
+}
+
+/// Runs Dream over the next batch and answers upstream's report: how long it took, whether
+/// memory changed and the commit; a run that stopped early says why and leaves the cursor.
 pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
+    let started = std::time::Instant::now();
+    let secs = || started.elapsed().as_secs_f64();
+    match digest(ctx).await {
+        Ok(Ran::NoInput) => Ok(commands::no_input_message()),
+        Ok(Ran::Done(commit)) => Ok(commands::run_report(
+            secs(),
+            Ok(commit.is_some()),
+            commit.as_deref(),
+        )),
+        Err(Error::Incomplete(reason)) => Ok(commands::run_report(secs(), Err(&reason), None)),
+        Err(e) => Err(e),
+    }
+}
+
+async fn digest(ctx: Ctx<'_>) -> Result<Ran, Error> {
     let bot = ctx.bot;
     let files = bot.files();
     ctx.writer.check().await?;
@@ -260,7 +287,7 @@ pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
         .take(BATCH)
         .collect();
     let Some(last) = entries.last().map(|e| e.cursor) else {
-        return Ok("Dream: nothing to process".into());
+        return Ok(Ran::NoInput);
     };
     tracing::info!(bot = %bot.spec.id, entries = entries.len(), "dream run started");
     let workspace = bot.spec.workspace.as_path();
@@ -289,7 +316,8 @@ pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
     )
     .await;
     if analysis.stop_reason != StopReason::Completed {
-        return Err(Error::Incomplete(analysis.error.unwrap_or_default()));
+        tracing::warn!(error = ?analysis.error, stop_reason = %analysis.stop_reason, "dream analysis stopped early");
+        return Err(Error::Incomplete(analysis.stop_reason.to_string()));
     }
 
     let specs: Vec<_> = bot
@@ -328,9 +356,8 @@ pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
     )
     .await;
     if edit.stop_reason != StopReason::Completed {
-        return Err(Error::Incomplete(
-            edit.error.unwrap_or_else(|| edit.stop_reason.to_string()),
-        ));
+        tracing::warn!(error = ?edit.error, stop_reason = %edit.stop_reason, "dream edit stopped early");
+        return Err(Error::Incomplete(edit.stop_reason.to_string()));
     }
     ctx.writer.check().await?;
     let committed = store.commit_dream()?;
@@ -338,93 +365,7 @@ pub async fn run(ctx: Ctx<'_>) -> Result<String, Error> {
     files.set_dream_cursor(last)?;
     tracing::info!(bot = %bot.spec.id, entries = entries.len(), cursor = last, commit = ?committed.as_ref().map(|c| &c.0), "dream run completed");
     compact(ctx.writer, bot).await?;
-    Ok(match committed {
-        Some((sha, summary)) => format!(
-            "Dream: processed {} history entries; committed `{sha}`.\n\n{}",
-            entries.len(),
-            summary.lines().take(12).collect::<Vec<_>>().join("\n")
-        ),
-        None => format!(
-            "Dream: processed {} history entries; memory unchanged.",
-            entries.len()
-        ),
-    })
-}
-
-/// `/dream-log [sha]`: the given (or latest) Dream commit and its diff.
-pub fn log(bot: &MemoryBot, sha: Option<&str>) -> Result<String, Error> {
-    let store = MemoryRepo::open_or_init(&bot.spec.workspace)?;
-    let sha = match sha {
-        Some(sha) => sha.to_string(),
-        None => match store.log(1, Some(DREAM_PREFIX))?.into_iter().next() {
-            Some(latest) => latest.sha,
-            None => return Ok("No Dream commits yet.".into()),
-        },
-    };
-    Ok(match store.show(&sha)? {
-        Some((info, diff)) => info.format(&diff),
-        None => format!("Commit `{sha}` not found."),
-    })
-}
-
-/// `/dream-restore [sha]`: lists recent Dream commits, or reverts one.
-pub fn restore(bot: &MemoryBot, sha: Option<&str>) -> Result<String, Error> {
-    let store = MemoryRepo::open_or_init(&bot.spec.workspace)?;
-    let Some(sha) = sha else {
-        let commits = store.log(RESTORE_LIST, Some(DREAM_PREFIX))?;
-        if commits.is_empty() {
-            return Ok("No Dream commits yet.".into());
-        }
-        let lines: Vec<String> = commits
-            .iter()
-            .map(|c| format!("- `{}` {} — {}", c.sha, c.timestamp, c.subject()))
-            .collect();
-        return Ok(format!(
-            "Recent Dream commits:\n{}\n\nUse /dream-restore <sha> to revert one.",
-            lines.join("\n")
-        ));
-    };
-    Ok(match store.restore(sha)? {
-        Some((files, new_sha)) => format!(
-            "Restored {} to before `{sha}`{}.",
-            if files.is_empty() {
-                "nothing".to_string()
-            } else {
-                files.join(", ")
-            },
-            new_sha
-                .map(|s| format!(" (new safety commit `{s}`)"))
-                .unwrap_or_default()
-        ),
-        None => format!("Commit `{sha}` not found."),
-    })
-}
-
-/// `/dream-prompt [init]`: shows the workspace's Dream prompt, or creates it from ours.
-pub fn prompt(bot: &MemoryBot, arg: Option<&str>) -> Result<String, Error> {
-    let path = bot.spec.workspace.join("prompts/dream.md");
-    if arg.map(str::trim) == Some("init") {
-        if path.exists() {
-            return Ok(
-                "prompts/dream.md already exists; edit it to change how Dream works.".into(),
-            );
-        }
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        write_atomic(&path, PHASE1.as_bytes())?;
-        return Ok(
-            "Created prompts/dream.md from the default Dream prompt; edit it to tell \
-                   Dream how to organize this workspace's memory."
-                .into(),
-        );
-    }
-    Ok(match std::fs::read_to_string(&path) {
-        Ok(text) => format!("prompts/dream.md:\n\n{text}"),
-        Err(_) => "This workspace has no prompts/dream.md; Dream uses its default prompt. \
-                   Send /dream-prompt init to create one."
-            .into(),
-    })
+    Ok(Ran::Done(committed.map(|(sha, _)| sha)))
 }
 
 #[cfg(test)]
