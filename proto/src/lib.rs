@@ -12,6 +12,7 @@
 pub mod exec;
 pub mod keys;
 pub mod subjects;
+pub mod tool_names;
 
 /// Messages of the `nanobot.v1` protobuf package.
 pub mod v1 {

@@ -215,7 +215,7 @@ pub const HEARTBEAT_JOB: &str = "heartbeat";
 
 /// Keeps the protected `heartbeat` job as `gateway.heartbeat` says (every `intervalS`; absent
 /// when disabled), as upstream registers it at start; reports whether the file changed.
-fn register_heartbeat(file: &mut JobsFile, cfg: &HeartbeatConfig, now: i64) -> bool {
+pub(crate) fn register_heartbeat(file: &mut JobsFile, cfg: &HeartbeatConfig, now: i64) -> bool {
     let at = file.jobs.iter().position(|j| j.id == HEARTBEAT_JOB);
     let every_ms = i64::try_from(cfg.interval_s.max(1)).unwrap_or(i64::MAX / 1000) * 1000;
     match (at, cfg.enabled) {
@@ -253,7 +253,7 @@ pub const DREAM_JOB: &str = "dream";
 
 /// What [`register_dream`] changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DreamJob {
+pub(crate) enum DreamJob {
     /// Added, or its schedule changed.
     Written,
     /// Removed (Dream was disabled).
@@ -263,7 +263,7 @@ enum DreamJob {
 /// Keeps the protected `dream` job as `agents.defaults.dream` says (every `intervalH` hours,
 /// or its legacy `cron` expression in the agent's zone; absent when disabled), as upstream
 /// registers it at start.
-fn register_dream(file: &mut JobsFile, cfg: &DreamConfig, tz: &str, now: i64) -> Option<DreamJob> {
+pub(crate) fn register_dream(file: &mut JobsFile, cfg: &DreamConfig, tz: &str, now: i64) -> Option<DreamJob> {
     let at = file.jobs.iter().position(|j| j.id == DREAM_JOB);
     if !cfg.enabled {
         return at.map(|i| {

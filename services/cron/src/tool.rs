@@ -7,6 +7,8 @@ use std::path::Path;
 use chrono::{DateTime, NaiveDateTime, TimeZone as _, Utc};
 use serde_json::{Value, json};
 
+use nanobot_runtime::config::{DreamConfig, HeartbeatConfig};
+
 use crate::schedule;
 use crate::store::{self, AGENT_TURN, Job, JobState, Payload, SYSTEM_EVENT, Schedule};
 
@@ -36,26 +38,71 @@ pub fn description(default_tz: &str) -> String {
     )
 }
 
-/// Returns the JSON Schema of the parameters.
+/// The system jobs the cron role keeps in every workspace (upstream registers them when the
+/// gateway starts), so `list` shows them before the scheduler's first tick wrote them.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemJobs<'a> {
+    /// `gateway.heartbeat`.
+    pub heartbeat: &'a HeartbeatConfig,
+    /// `agents.defaults.dream`.
+    pub dream: &'a DreamConfig,
+}
+
+/// Returns the JSON Schema of the parameters (upstream's, texts included).
 pub fn parameters() -> Value {
     json!({
         "type": "object",
         "properties": {
             "action": {"type": "string", "description": "Action to perform", "enum": ["add", "list", "remove"]},
             "name": {"type": "string", "description": "Optional short human-readable label for the job (e.g., 'weather-monitor', 'daily-standup'). Defaults to first 30 chars of message."},
-            "message": {"type": "string", "description": "Instruction for the agent to execute when the job triggers (e.g., 'Send a reminder to WeChat: xxx' or 'Check system status and report')"},
-            "every_seconds": {"type": "integer", "minimum": 0, "description": "Interval in seconds (for recurring tasks)"},
+            "message": {"type": "string", "description": "REQUIRED when action='add'. Instruction for the agent to execute when the job triggers (e.g., 'Send a reminder to WeChat: xxx' or 'Check system status and report'). Not used for action='list' or action='remove'."},
+            "every_seconds": {"type": "integer", "description": "Interval in seconds (for recurring tasks)"},
             "cron_expr": {"type": "string", "description": "Cron expression like '0 9 * * *' (for scheduled tasks)"},
             "tz": {"type": "string", "description": "Optional IANA timezone for cron expressions (e.g. 'America/Vancouver'). When omitted with cron_expr, the tool's default timezone applies."},
             "at": {"type": "string", "description": "ISO datetime for one-time execution (e.g. '2026-02-12T10:30:00'). Naive values use the tool's default timezone."},
-            "job_id": {"type": "string", "description": "Job ID (for remove)"}
+            "job_id": {"type": "string", "description": "REQUIRED when action='remove'. Job ID to remove (obtain via action='list')."}
         },
-        "required": ["action"]
+        "required": ["action"],
+        "description": "Action-specific parameters: add requires a non-empty message plus one schedule (every_seconds, cron_expr, or at); remove requires job_id; list only needs action. Per-action requirements are enforced at runtime (see field descriptions) so the top-level schema stays compatible with providers (e.g. OpenAI Codex/Responses) that reject oneOf/anyOf/allOf/enum/not at the root of function parameters.",
+        "additionalProperties": false
     })
+}
+
+/// Returns upstream's per-action checks run after the schema's (`validate_params`): each
+/// problem joins the `Error: Invalid parameters for tool 'cron': …` list.
+pub fn validate(args: &Value) -> Vec<String> {
+    let blank = |key: &str| {
+        args.get(key)
+            .and_then(Value::as_str)
+            .is_none_or(|v| v.trim().is_empty())
+    };
+    let mut errors = Vec::new();
+    match args.get("action").and_then(Value::as_str) {
+        Some("add") if blank("message") => {
+            errors.push("message is required when action='add'".to_string());
+        }
+        Some("remove") if blank("job_id") => {
+            errors.push("job_id is required when action='remove'".to_string());
+        }
+        _ => {}
+    }
+    errors
 }
 
 /// Runs one call on the jobs of `workspace` at `now_ms`; the text is what the model sees.
 pub fn run(workspace: &Path, ctx: &CallContext<'_>, args: &Value, now_ms: i64) -> String {
+    run_with(workspace, ctx, None, args, now_ms)
+}
+
+/// Runs one call as [`run`]; `list` also shows the `system` jobs the scheduler keeps, as
+/// they will be written, when it has not written them yet.
+pub fn run_with(
+    workspace: &Path,
+    ctx: &CallContext<'_>,
+    system: Option<SystemJobs<'_>>,
+    args: &Value,
+    now_ms: i64,
+) -> String {
     let text = |key: &str| {
         args.get(key)
             .and_then(Value::as_str)
@@ -67,7 +114,7 @@ pub fn run(workspace: &Path, ctx: &CallContext<'_>, args: &Value, now_ms: i64) -
             Ok("Error: cannot schedule new jobs from within a cron job execution".to_string())
         }
         "add" => add(workspace, ctx, args, now_ms),
-        "list" => list(workspace, ctx.default_tz),
+        "list" => list(workspace, ctx.default_tz, system, now_ms),
         "remove" => remove(workspace, text("job_id")),
         other => Ok(format!("Unknown action: {other}")),
     };
@@ -213,9 +260,25 @@ fn parse_at(at: &str, default_tz: &str) -> Result<i64, String> {
         .ok_or_else(invalid)
 }
 
-fn list(workspace: &Path, default_tz: &str) -> anyhow::Result<String> {
-    let jobs = store::load(workspace)?;
-    let enabled: Vec<&Job> = jobs.jobs.iter().filter(|j| j.enabled).collect();
+fn list(
+    workspace: &Path,
+    default_tz: &str,
+    system: Option<SystemJobs<'_>>,
+    now_ms: i64,
+) -> anyhow::Result<String> {
+    let mut jobs = store::load(workspace)?;
+    if let Some(system) = system {
+        crate::register_heartbeat(&mut jobs, system.heartbeat, now_ms);
+        crate::register_dream(&mut jobs, system.dream, default_tz, now_ms);
+    }
+    let mut enabled: Vec<&Job> = jobs.jobs.iter().filter(|j| j.enabled).collect();
+    // Soonest first; jobs with no next run last (upstream `list_jobs`).
+    enabled.sort_by_key(|j| {
+        j.state
+            .next_run_at_ms
+            .filter(|n| *n != 0)
+            .unwrap_or(i64::MAX)
+    });
     if enabled.is_empty() {
         return Ok("No scheduled jobs.".into());
     }
@@ -512,5 +575,75 @@ mod tests {
             "Cannot remove job `dream`.\nThis is a system-managed Dream memory consolidation job for long-term memory.\nIt remains visible so you can inspect it, but it cannot be removed."
         );
         assert_eq!(store::load(ws.path()).unwrap().jobs.len(), 1);
+    }
+
+    /// nanobot 0.3.5's gateway registers `heartbeat` (every 30 min) and `dream` (every 2 h)
+    /// at start, so its `list` on a fresh workspace shows both, soonest first.
+    #[test]
+    fn a_fresh_workspace_lists_the_system_jobs_soonest_first_with_a_cjk_job() {
+        let ws = tempfile::tempdir().unwrap();
+        let (heartbeat, dream) = (HeartbeatConfig::default(), DreamConfig::default());
+        let system = Some(SystemJobs {
+            heartbeat: &heartbeat,
+            dream: &dream,
+        });
+        let list = json!({"action": "list"});
+        let listed = run_with(ws.path(), &chat(), system, &list, NOW);
+        let next = |ms: i64| timestamp(NOW + ms, "UTC");
+        let heartbeat_entry = format!(
+            "- heartbeat (id: heartbeat, every 30m)\n  Purpose: System-managed internal job.\n  \
+             Protected: visible for inspection, but cannot be removed.\n  Next run: {}",
+            next(1_800_000)
+        );
+        let dream_entry = format!(
+            "- dream (id: dream, every 2h)\n  Purpose: Dream memory consolidation for long-term \
+             memory.\n  Protected: visible for inspection, but cannot be removed.\n  Next run: {}",
+            next(7_200_000)
+        );
+        assert_eq!(
+            listed,
+            format!("Scheduled jobs:\n{heartbeat_entry}\n{dream_entry}")
+        );
+        assert!(
+            store::load(ws.path()).unwrap().jobs.is_empty(),
+            "listing writes nothing; the scheduler registers them"
+        );
+        let add = json!({"action": "add", "message": "喝水 💧 👩‍👩‍👧‍👦 🇨🇳 e\u{301} שלום", "every_seconds": 60});
+        let created = run(ws.path(), &chat(), &add, NOW);
+        let id = store::load(ws.path()).unwrap().jobs[0].id.clone();
+        assert_eq!(
+            created,
+            format!("Created job '喝水 💧 👩‍👩‍👧‍👦 🇨🇳 e\u{301} שלום' (id: {id})")
+        );
+        let listed = run_with(ws.path(), &chat(), system, &list, NOW);
+        assert_eq!(
+            listed,
+            format!(
+                "Scheduled jobs:\n- 喝水 💧 👩‍👩‍👧‍👦 🇨🇳 e\u{301} שלום (id: {id}, every 1m)\n  \
+                 Next run: {}\n{heartbeat_entry}\n{dream_entry}",
+                next(60_000)
+            )
+        );
+        assert_eq!(run(ws.path(), &chat(), &list, NOW).lines().count(), 3);
+    }
+
+    /// nanobot 0.3.5's `CronTool.validate_params` texts.
+    #[test]
+    fn per_action_requirements_are_validation_errors() {
+        assert_eq!(
+            validate(&json!({"action": "add"})),
+            ["message is required when action='add'"]
+        );
+        assert_eq!(
+            validate(&json!({"action": "add", "message": "  "})),
+            ["message is required when action='add'"]
+        );
+        assert_eq!(
+            validate(&json!({"action": "remove", "job_id": ""})),
+            ["job_id is required when action='remove'"]
+        );
+        assert!(validate(&json!({"action": "add", "message": "提醒 ⏰"})).is_empty());
+        assert!(validate(&json!({"action": "list"})).is_empty());
+        assert_eq!(parameters()["additionalProperties"], json!(false));
     }
 }

@@ -78,9 +78,7 @@ pub async fn run(
     let sessions = Arc::new(tools::exec_session::ExecSessions::default());
     let mut registry =
         Registry::builtin(&cfg.tools, &sessions).context("build the tool registry")?;
-    registry.register(std::sync::Arc::new(tools::cron::Cron::new(
-        &cfg.agents.defaults.timezone,
-    )));
+    registry.register(std::sync::Arc::new(tools::cron::Cron::new(&cfg)));
     let started = service::start("tools", &cfg, health_addr, shutdown).await?;
     sessions.bind(&started.health.instance);
     sessions.bind_peers(started.bus.client.clone());

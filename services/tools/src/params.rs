@@ -64,26 +64,7 @@ pub fn py_type_name(value: &Value) -> &'static str {
     }
 }
 
-/// Returns the error for a tool name nobody serves, with a hint when exactly one registered
-/// name matches after lowercasing and dropping non-alphanumerics.
-pub fn unknown_tool_error(name: &str, available: &[&str]) -> String {
-    fn norm(s: &str) -> String {
-        s.chars()
-            .filter(|c| c.is_alphanumeric())
-            .flat_map(char::to_lowercase)
-            .collect()
-    }
-    let wanted = norm(name);
-    let close: Vec<&&str> = available.iter().filter(|a| norm(a) == wanted).collect();
-    let hint = match close.as_slice() {
-        [only] => format!(" Did you mean '{only}'? Tool names must match exactly."),
-        _ => String::new(),
-    };
-    format!(
-        "Error: Tool '{name}' not found.{hint} Available: {}",
-        available.join(", ")
-    )
-}
+pub use nanobot_proto::tool_names::unknown_tool_error;
 
 /// Returns the error for parameters that are not a JSON object.
 pub fn not_an_object_error(name: &str, params: &Value) -> String {

@@ -95,6 +95,11 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
     fn exclusive(&self) -> bool {
         false
     }
+    /// Returns the tool's own checks beyond its schema (upstream's `validate_params`
+    /// overrides), each joining the `Invalid parameters` list; none by default.
+    fn validate(&self, _args: &Args) -> Vec<String> {
+        Vec::new()
+    }
     /// Runs the tool with validated parameters.
     async fn execute(&self, ctx: &ToolContext, args: Args) -> ToolOutput;
 }
@@ -160,11 +165,11 @@ impl Registry {
         all
     }
 
-    /// Returns the registered names in upstream's registration order: builtins (registered
-    /// by class name, which sorts as their names do here), then MCP tools.
+    /// Returns the registered names in upstream's registration order: builtins by tool
+    /// class name, then MCP tools ([`nanobot_proto::tool_names::sort`]).
     pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.all().iter().map(|t| t.name().to_string()).collect();
-        names.sort_by(|a, b| (a.starts_with("mcp_"), a).cmp(&(b.starts_with("mcp_"), b)));
+        nanobot_proto::tool_names::sort(&mut names);
         names
     }
 
@@ -211,14 +216,16 @@ impl Registry {
             return Err(params::not_an_object_error(name, &raw));
         }
         let cast = params::cast_params(raw, &schema);
-        let errors = params::validate_params(&cast, &schema);
+        let mut errors = params::validate_params(&cast, &schema);
+        let args = match cast {
+            Value::Object(args) => args,
+            other => return Err(params::not_an_object_error(name, &other)),
+        };
+        errors.extend(tool.validate(&args));
         if !errors.is_empty() {
             return Err(params::invalid_params_error(name, &errors));
         }
-        match cast {
-            Value::Object(args) => Ok((tool.clone(), args)),
-            other => Err(params::not_an_object_error(name, &other)),
-        }
+        Ok((tool, args))
     }
 
     /// Prepares and runs one call; every failure is a tool-level error result. A call to a
@@ -302,7 +309,7 @@ mod tests {
     #[test]
     fn an_unknown_tool_lists_the_builtins_then_the_mcp_tools() {
         let mut registry = Registry::default();
-        for name in ["read_file", "mcp_git_log", "exec", "web_search"] {
+        for name in ["read_file", "mcp_git_log", "exec", "web_search", "list_exec_sessions", "list_dir"] {
             registry.register(Arc::new(Named(name)));
         }
         let Err(message) = registry.prepare("nope", "{}") else {
@@ -310,7 +317,41 @@ mod tests {
         };
         assert_eq!(
             message,
-            "Error: Tool 'nope' not found. Available: exec, read_file, web_search, mcp_git_log"
+            "Error: Tool 'nope' not found. Available: exec, list_dir, list_exec_sessions, \
+             read_file, web_search, mcp_git_log"
+        );
+    }
+
+    /// nanobot 0.3.5's registry texts for the same calls of its `cron` tool.
+    #[test]
+    fn cron_calls_are_refused_with_upstreams_validation_texts() {
+        let mut registry = Registry::default();
+        let cfg = nanobot_runtime::config::Config::default();
+        registry.register(Arc::new(crate::tools::cron::Cron::new(&cfg)));
+        let refused = |args: &str| match registry.prepare("cron", args) {
+            Ok(_) => panic!("{args} is refused"),
+            Err(message) => message,
+        };
+        assert_eq!(
+            refused(r#"{"action": "add"}"#),
+            "Error: Invalid parameters for tool 'cron': message is required when action='add'"
+        );
+        assert_eq!(
+            refused(r#"{"action": "remove"}"#),
+            "Error: Invalid parameters for tool 'cron': job_id is required when action='remove'"
+        );
+        assert_eq!(
+            refused(r#"{"action": "frob"}"#),
+            "Error: Invalid parameters for tool 'cron': action must be one of ['add', 'list', 'remove']"
+        );
+        assert_eq!(
+            refused("{}"),
+            "Error: Invalid parameters for tool 'cron': missing required action"
+        );
+        assert!(
+            registry
+                .prepare("cron", r#"{"action": "add", "message": "喝水 💧", "every_seconds": 60}"#)
+                .is_ok()
         );
     }
 }

@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-use nanobot_cron::tool::{self, CallContext};
+use nanobot_cron::tool::{self, CallContext, SystemJobs};
+use nanobot_runtime::config::{Config, DreamConfig, HeartbeatConfig};
 
 use crate::registry::{Args, Tool, ToolContext, ToolOutput, blocking};
 
@@ -12,14 +13,20 @@ use crate::registry::{Args, Tool, ToolContext, ToolOutput, blocking};
 pub struct Cron {
     default_tz: String,
     description: String,
+    heartbeat: HeartbeatConfig,
+    dream: DreamConfig,
 }
 
 impl Cron {
-    /// Returns the tool for an agent in `default_tz` (`agents.defaults.timezone`).
-    pub fn new(default_tz: &str) -> Self {
+    /// Returns the tool for `cfg`'s agents: their time zone (`agents.defaults.timezone`) and
+    /// the system jobs the scheduler keeps (`gateway.heartbeat`, `agents.defaults.dream`).
+    pub fn new(cfg: &Config) -> Self {
+        let default_tz = &cfg.agents.defaults.timezone;
         Self {
-            default_tz: default_tz.to_string(),
+            default_tz: default_tz.clone(),
             description: tool::description(default_tz),
+            heartbeat: cfg.gateway.heartbeat.clone(),
+            dream: cfg.agents.defaults.dream.clone(),
         }
     }
 }
@@ -38,11 +45,16 @@ impl Tool for Cron {
         tool::parameters()
     }
 
+    fn validate(&self, args: &Args) -> Vec<String> {
+        tool::validate(&Value::Object(args.clone()))
+    }
+
     async fn execute(&self, ctx: &ToolContext, args: Args) -> ToolOutput {
         let workspace = ctx.sandbox.root().to_path_buf();
         let session_key = ctx.session_key.clone();
         let origin = ctx.origin.clone();
         let default_tz = self.default_tz.clone();
+        let (heartbeat, dream) = (self.heartbeat.clone(), self.dream.clone());
         blocking(tool::NAME, move || {
             let call = CallContext {
                 session_key: &session_key,
@@ -52,7 +64,12 @@ impl Tool for Cron {
                 default_tz: &default_tz,
             };
             let now = nanobot_cron::store::now_ms();
-            let text = tool::run(&workspace, &call, &Value::Object(args), now);
+            let system = SystemJobs {
+                heartbeat: &heartbeat,
+                dream: &dream,
+            };
+            let args = Value::Object(args);
+            let text = tool::run_with(&workspace, &call, Some(system), &args, now);
             if text.starts_with("Error") {
                 ToolOutput::error(text)
             } else {
