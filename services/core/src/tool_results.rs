@@ -53,35 +53,37 @@ impl Offload {
         if self.max_chars == 0 || EXEMPT.contains(&tool) {
             return content;
         }
-        let persisted = match &self.workspace {
-            Some(workspace) => {
-                let (workspace, session, call) = (
-                    workspace.clone(),
-                    session_key.to_string(),
-                    call_id.to_string(),
-                );
-                let max = self.max_chars;
-                let input = content.clone();
-                match tokio::task::spawn_blocking(move || {
-                    persist(&workspace, &session, &call, &input, max)
-                })
-                .await
-                {
-                    Ok(Ok(Some(reference))) => Value::String(reference),
-                    Ok(Ok(None)) => content,
-                    Ok(Err(e)) => {
-                        tracing::warn!(call_id, error = %e, "tool result persist failed, using raw result");
-                        content
-                    }
-                    Err(e) => {
-                        tracing::warn!(call_id, error = %e, "tool result persist failed, using raw result");
-                        content
-                    }
-                }
-            }
-            None => content,
+        let Some(workspace) = &self.workspace else {
+            return self.truncated(content);
         };
+        let (workspace, session, call) = (
+            workspace.clone(),
+            session_key.to_string(),
+            call_id.to_string(),
+        );
+        let max = self.max_chars;
+        let input = content.clone();
+        let persisted =
+            tokio::task::spawn_blocking(move || persist(&workspace, &session, &call, &input, max))
+                .await;
+        // A reference keeps its whole path even past the limit (upstream).
         match persisted {
+            Ok(Ok(Some(reference))) => Value::String(reference),
+            Ok(Ok(None)) => content,
+            Ok(Err(e)) => {
+                tracing::warn!(call_id, error = %e, "tool result persist failed, using raw result");
+                self.truncated(content)
+            }
+            Err(e) => {
+                tracing::warn!(call_id, error = %e, "tool result persist failed, using raw result");
+                self.truncated(content)
+            }
+        }
+    }
+
+    /// Returns a text result cut to the limit (upstream `truncate_text`); others as they are.
+    fn truncated(&self, content: Value) -> Value {
+        match content {
             Value::String(s) if s.chars().count() > self.max_chars => {
                 Value::String(truncate_text(&s, self.max_chars))
             }
@@ -154,15 +156,26 @@ fn persist(
         };
         write_atomic(&path, &body)?;
     }
+    let shown = path.canonicalize().unwrap_or(path).display().to_string();
+    Ok(Some(reference(&shown, &text, size, max)))
+}
+
+/// Returns upstream's reference to a saved result (`_render_tool_result_reference`): the
+/// path, the size and a preview, or only `[truncated: <path>]` when that is over `max`.
+fn reference(path: &str, text: &str, size: usize, max: usize) -> String {
     let preview: String = text.chars().take(PREVIEW_CHARS).collect();
     let mut reference = format!(
-        "[tool output persisted]\nFull output saved to: {}\nOriginal size: {size} chars\nPreview:\n{preview}",
-        path.display()
+        "[tool output persisted]\nFull output saved to workspace path: {path}\nOriginal size: \
+         {size} chars\nPreview:\n{preview}"
     );
     if size > PREVIEW_CHARS {
-        reference.push_str("\n...\n(Read the saved file if you need the full output.)");
+        reference.push_str("\n...\nPreview is also truncated.");
     }
-    Ok(Some(reference))
+    reference.push_str("\nResult truncated. Read the saved file if you need the complete output.");
+    if reference.chars().count() > max {
+        return format!("[truncated: {path}]");
+    }
+    reference
 }
 
 fn write_atomic(path: &Path, body: &str) -> std::io::Result<()> {
@@ -244,8 +257,10 @@ mod tests {
             .join(".nanobot/tool-results/telegram_42/call_1.txt");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), long);
         let expected = format!(
-            "[tool output persisted]\nFull output saved to: {}\nOriginal size: 3000 chars\nPreview:\n{}\n...\n(Read the saved file if you need the full output.)",
-            path.display(),
+            "[tool output persisted]\nFull output saved to workspace path: {}\nOriginal size: \
+             3000 chars\nPreview:\n{}\n...\nPreview is also truncated.\nResult truncated. Read \
+             the saved file if you need the complete output.",
+            path.canonicalize().unwrap().display(),
             "é".repeat(1200)
         );
         assert_eq!(out, json!(expected));
@@ -294,5 +309,49 @@ mod tests {
         let left = std::fs::read_dir(root).unwrap().count();
         assert_eq!(left, 32);
         assert!(root.join("b39").exists() && !root.join("b00").exists());
+    }
+
+    /// nanobot 0.3.5's `maybe_persist_tool_result` texts at small limits.
+    #[tokio::test]
+    async fn at_a_tiny_limit_the_reference_is_only_the_saved_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let tiny = Offload {
+            workspace: Some(dir.path().to_path_buf()),
+            max_chars: 10,
+        };
+        let text = "笔记📔".repeat(10);
+        let out = tiny.apply("telegram:42", "exec", "call/1", json!(text)).await;
+        let path = dir
+            .path()
+            .canonicalize()
+            .unwrap()
+            .join(".nanobot/tool-results/telegram_42/call_1.txt");
+        assert_eq!(out, json!(format!("[truncated: {}]", path.display())));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        // A result that fits is kept whole; a reference that fits has no preview cut.
+        let fits = Offload {
+            max_chars: 300,
+            ..tiny.clone()
+        };
+        let short = "ab".repeat(50);
+        assert_eq!(fits.apply("s", "exec", "c2", json!(short)).await, json!(short));
+        let emoji = "👩‍👩‍👧‍👦 🇨🇳 e\u{301} שלום ".repeat(100);
+        let size = emoji.chars().count();
+        let preview: String = emoji.chars().take(PREVIEW_CHARS).collect();
+        let roomy = Offload {
+            max_chars: 1600,
+            ..tiny.clone()
+        };
+        let out = roomy.apply("s", "exec", "c3", json!(emoji)).await;
+        let saved = dir.path().canonicalize().unwrap().join(".nanobot/tool-results/s/c3.txt");
+        assert_eq!(
+            out,
+            json!(format!(
+                "[tool output persisted]\nFull output saved to workspace path: {}\nOriginal size: \
+                 {size} chars\nPreview:\n{preview}\n...\nPreview is also truncated.\nResult \
+                 truncated. Read the saved file if you need the complete output.",
+                saved.display()
+            ))
+        );
     }
 }

@@ -206,6 +206,12 @@ impl ToolClient {
         name: &str,
         arguments: &str,
     ) -> ToolOutcome {
+        if let Some(text) = self.offered().await.unknown_tool_error(name) {
+            return ToolOutcome {
+                content: Value::String(format!("{text}{RETRY_HINT}")),
+                is_error: true,
+            };
+        }
         let started = Instant::now();
         let deadline = chrono::Utc::now() + self.timeout;
         let session = exec_session(name, arguments);

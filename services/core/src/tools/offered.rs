@@ -1,7 +1,8 @@
 //! The tools a turn offers the model, with their definitions built once per tool list.
 
-use nanobot_proto::ToolSpec;
 use serde_json::Value;
+
+use nanobot_proto::{ToolSpec, tool_names};
 
 /// The tools offered to the model: their specs and their OpenAI function definitions, built
 /// once per discovered list rather than once per LLM call.
@@ -49,6 +50,18 @@ impl Offered {
         &self.definitions
     }
 
+    /// Returns upstream's error for a call of `name` when no offered tool has that name (the
+    /// list in upstream's registration order); `None` when it is offered, or when the
+    /// executors offered nothing yet (the call then says that no executor answers).
+    pub fn unknown_tool_error(&self, name: &str) -> Option<String> {
+        if self.served == 0 || self.specs.iter().any(|s| s.name == name) {
+            return None;
+        }
+        let mut names: Vec<&str> = self.specs.iter().map(|s| s.name.as_str()).collect();
+        tool_names::sort(&mut names);
+        Some(tool_names::unknown_tool_error(name, &names))
+    }
+
     /// Length of the definitions serialised as a JSON array.
     pub fn definitions_bytes(&self) -> usize {
         self.definitions_bytes
@@ -93,5 +106,32 @@ mod tests {
         );
         assert_eq!(Offered::default().definitions_bytes(), 0);
         assert_eq!(Offered::new(Vec::new()).definitions_bytes(), 2, "[]");
+    }
+
+    #[test]
+    fn a_call_of_a_tool_nobody_offers_lists_every_offered_tool_in_upstreams_order() {
+        let offered = Offered::with_local(
+            vec![spec("write_file"), spec("exec"), spec("list_exec_sessions"), spec("cron")],
+            &[spec("message"), spec("spawn")],
+        );
+        // nanobot 0.3.5's registry text for the same tools.
+        assert_eq!(
+            offered.unknown_tool_error("笔记 📔").as_deref(),
+            Some(
+                "Error: Tool '笔记 📔' not found. Available: cron, exec, list_exec_sessions, \
+                 message, spawn, write_file"
+            )
+        );
+        assert_eq!(
+            offered.unknown_tool_error("Message").as_deref(),
+            Some(
+                "Error: Tool 'Message' not found. Did you mean 'message'? Tool names must match \
+                 exactly. Available: cron, exec, list_exec_sessions, message, spawn, write_file"
+            )
+        );
+        assert_eq!(offered.unknown_tool_error("spawn"), None);
+        assert_eq!(offered.unknown_tool_error("exec"), None);
+        let nothing_served = Offered::with_local(Vec::new(), &[spec("message")]);
+        assert_eq!(nothing_served.unknown_tool_error("exec"), None);
     }
 }

@@ -46,8 +46,10 @@ async fn a_tool_result_over_max_tool_result_chars_reaches_the_model_as_a_saved_f
     );
     let preview: String = full.chars().take(1200).collect();
     let expected = format!(
-        "[tool output persisted]\nFull output saved to: {}\nOriginal size: {} chars\nPreview:\n{preview}\n...\n(Read the saved file if you need the full output.)",
-        saved.display(),
+        "[tool output persisted]\nFull output saved to workspace path: {}\nOriginal size: {} \
+         chars\nPreview:\n{preview}\n...\nPreview is also truncated.\nResult truncated. Read the \
+         saved file if you need the complete output.",
+        saved.canonicalize().unwrap().display(),
         full.chars().count()
     );
     assert_eq!(sent[0]["content"], expected.as_str());
