@@ -329,6 +329,12 @@ impl ScriptedLlm {
     }
 }
 
+/// Returns the text deltas a streamed reply's `text` is sent in (a few pieces of equal
+/// character count, cut wherever that falls: inside a ZWJ sequence or a flag too).
+pub fn stream_deltas(text: &str) -> Vec<String> {
+    reply::pieces(text, openai::STREAM_PIECES)
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking test thread must not poison the server for the rest of the test.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -33,6 +33,8 @@ mod subagents;
 mod telegram;
 mod trace_store;
 mod turns;
+mod unicode;
+mod unicode_channels;
 mod websocket;
 
 use std::time::Duration;

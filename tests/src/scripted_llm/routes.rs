@@ -79,7 +79,10 @@ pub(super) async fn messages(
     let drip = shared.drip.load(Ordering::SeqCst);
     if body.get("stream").and_then(Value::as_bool) == Some(true) {
         let events = anthropic::stream(&turn, model, &id);
-        let events = events.into_iter().map(|(n, d)| (Some(n), d)).collect();
+        let events = events
+            .into_iter()
+            .map(|(n, d)| (Some(n.to_string()), d))
+            .collect();
         return event_stream(events, turn.pace, drip);
     }
     json_body(&anthropic::message(&turn, model, &id), drip)
@@ -100,7 +103,7 @@ fn event_stream(
             }
             raw.push_str(&format!("data: {data}\n\n"));
         }
-        return dripped(raw.into_bytes(), "text/event-stream");
+        return crate::drip::response(raw.as_bytes(), "text/event-stream");
     }
     let events = events.into_iter().map(|(name, data)| match name {
         Some(name) => Event::default().event(name).data(data),
@@ -111,33 +114,9 @@ fn event_stream(
 
 fn json_body(value: &Value, drip: bool) -> Response {
     if drip {
-        return dripped(value.to_string().into_bytes(), "application/json");
+        return crate::drip::response(value.to_string().as_bytes(), "application/json");
     }
     Json(value).into_response()
-}
-
-/// Sends `bytes` in writes of 1, 2 and 3 bytes in turn, a millisecond apart, so the client
-/// reads characters and events cut at every kind of boundary.
-fn dripped(bytes: Vec<u8>, content_type: &'static str) -> Response {
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    for size in [1, 2, 3].into_iter().cycle() {
-        if start >= bytes.len() {
-            break;
-        }
-        let end = (start + size).min(bytes.len());
-        pieces.push(Bytes::copy_from_slice(&bytes[start..end]));
-        start = end;
-    }
-    let stream = futures::stream::iter(pieces).then(|piece| async move {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        Ok::<_, std::convert::Infallible>(piece)
-    });
-    let mut response = axum::body::Body::from_stream(stream).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
 }
 
 /// Streams `events`, waiting `pace` before each one after the first.
