@@ -10,10 +10,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use nanobot_core::attachment::{self, Refused};
-use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
+use nanobot_core::tools::{RETRY_HINT, ToolExecutor, ToolOutcome, ToolScope};
 use nanobot_proto::{OutboundKind, OutboundMessage, ToolSpec};
 
 use crate::outbox::{self, Outbox};
@@ -96,8 +96,7 @@ impl<'a> TurnTools<'a> {
     }
 
     async fn send(&self, call_id: &str, arguments: &str) -> Result<String, String> {
-        let args: Value = serde_json::from_str(arguments)
-            .map_err(|e| format!("Error: invalid arguments for message: {e}"))?;
+        let args = Value::Object(checked_args(arguments)?);
         let text = |k: &str| {
             args.get(k)
                 .and_then(Value::as_str)
@@ -147,6 +146,93 @@ impl<'a> TurnTools<'a> {
     }
 }
 
+/// The parameters the tool's schema names (any other is refused, as upstream).
+const PARAMS: [&str; 4] = ["content", "channel", "chat_id", "media"];
+
+/// Parses and checks a call's arguments as upstream's registry does against the tool's
+/// schema: empty arguments are `{}`, numbers and booleans given for strings are cast, and
+/// every problem is listed in its `Invalid parameters for tool 'message'` error.
+fn checked_args(arguments: &str) -> Result<Map<String, Value>, String> {
+    let trimmed = arguments.trim();
+    let parsed = if trimmed.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(trimmed).unwrap_or_else(|_| Value::String(arguments.to_string()))
+    };
+    let mut args = match parsed {
+        Value::Object(args) => args,
+        Value::Null => Map::new(),
+        other => {
+            return Err(format!(
+                "Error: Tool '{NAME}' parameters must be a JSON object, got {}. Use named \
+                 parameters like tool_name(param1=\"value1\", param2=\"value2\") matching the \
+                 tool schema.",
+                py_type_name(&other)
+            ));
+        }
+    };
+    let mut errors = Vec::new();
+    if !args.contains_key("content") {
+        errors.push("missing required content".to_string());
+    }
+    for key in ["content", "channel", "chat_id"] {
+        let Some(value) = args.get_mut(key) else {
+            continue;
+        };
+        if !cast_to_string(value) {
+            errors.push(format!("{key} should be string"));
+        }
+    }
+    match args.get_mut("media") {
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                if !cast_to_string(item) {
+                    errors.push(format!("media[{i}] should be string"));
+                }
+            }
+        }
+        Some(_) => errors.push("media should be array".to_string()),
+        None => {}
+    }
+    for key in args.keys().filter(|k| !PARAMS.contains(&k.as_str())) {
+        errors.push(format!("unexpected parameter {key}"));
+    }
+    if errors.is_empty() {
+        return Ok(args);
+    }
+    Err(format!(
+        "Error: Invalid parameters for tool '{NAME}': {}",
+        errors.join("; ")
+    ))
+}
+
+/// Casts a number or boolean to its Python text (`5`, `True`); false when `value` can be no
+/// string.
+fn cast_to_string(value: &mut Value) -> bool {
+    let text = match value {
+        Value::String(_) => return true,
+        Value::Bool(true) => "True".to_string(),
+        Value::Bool(false) => "False".to_string(),
+        Value::Number(n) => n.to_string(),
+        _ => return false,
+    };
+    *value = Value::String(text);
+    true
+}
+
+/// Returns Python's type name of a JSON value, as upstream prints it.
+fn py_type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
 /// Resolves attachment paths: relative to the workspace, and only regular files inside it.
 fn attachments(workspace: &Path, media: Option<&Value>) -> Result<Vec<PathBuf>, String> {
     let Some(list) = media.and_then(Value::as_array) else {
@@ -187,7 +273,7 @@ impl ToolExecutor for TurnTools<'_> {
                 is_error: false,
             },
             Err(text) => ToolOutcome {
-                content: Value::String(text),
+                content: Value::String(format!("{text}{RETRY_HINT}")),
                 is_error: true,
             },
         }
@@ -220,5 +306,45 @@ mod tests {
                 "{raw}: {err}"
             );
         }
+    }
+
+    /// nanobot 0.3.5's registry texts for the same `message` calls.
+    #[test]
+    fn arguments_are_checked_with_upstreams_texts() {
+        let invalid = |why: &str| format!("Error: Invalid parameters for tool 'message': {why}");
+        assert_eq!(
+            checked_args("{}").unwrap_err(),
+            invalid("missing required content")
+        );
+        assert_eq!(checked_args("").unwrap_err(), invalid("missing required content"));
+        assert_eq!(
+            checked_args(r#"{"media": "图.png"}"#).unwrap_err(),
+            invalid("missing required content; media should be array")
+        );
+        assert_eq!(
+            checked_args(r#"{"content": null, "media": "x"}"#).unwrap_err(),
+            invalid("content should be string; media should be array")
+        );
+        assert_eq!(
+            checked_args(r#"{"content": "x", "channel": null}"#).unwrap_err(),
+            invalid("channel should be string")
+        );
+        assert_eq!(
+            checked_args(r#"{"content": "x", "笔记": 1}"#).unwrap_err(),
+            invalid("unexpected parameter 笔记")
+        );
+        assert_eq!(
+            checked_args("[]").unwrap_err(),
+            "Error: Tool 'message' parameters must be a JSON object, got list. Use named \
+             parameters like tool_name(param1=\"value1\", param2=\"value2\") matching the tool \
+             schema."
+        );
+        let ok = checked_args(
+            r#"{"content": "你好 👩‍👩‍👧‍👦 🇨🇳 e\u0301 שלום", "chat_id": 42, "media": ["笔记/日记 📔.md"]}"#,
+        )
+        .unwrap();
+        assert_eq!(ok["content"], "你好 👩‍👩‍👧‍👦 🇨🇳 e\u{301} שלום");
+        assert_eq!(ok["chat_id"], "42");
+        assert_eq!(checked_args(r#"{"content": true}"#).unwrap()["content"], "True");
     }
 }

@@ -10,5 +10,4 @@
 
 pub mod slack;
 mod split;
-mod table;
 pub mod telegram;

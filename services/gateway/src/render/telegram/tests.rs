@@ -1,4 +1,5 @@
-//! Upstream-like cases for the Telegram renderer.
+//! Cases for tool hints and long replies; the Markdown → HTML cases are in `html.rs` and
+//! `tests/conformance/telegram_html.json`.
 
 use super::*;
 
@@ -23,81 +24,6 @@ fn assert_telegram_html(html: &str) {
     }
     assert!(!rest.contains('>'), "bare > in {html:?}");
     assert!(open.is_empty(), "unclosed {open:?} in {html:?}");
-}
-
-#[test]
-fn inline_formatting_links_and_escaping() {
-    let html = markdown_to_html(
-        "**bold** __also__ *it* _it2_ ~~gone~~ `a<b` [site](https://x.y/?a=1&b=\"2\") 1 < 2 & 3 > 2",
-    );
-    assert_eq!(
-        html,
-        "<b>bold</b> <b>also</b> <i>it</i> <i>it2</i> <s>gone</s> <code>a&lt;b</code> \
-         <a href=\"https://x.y/?a=1&amp;b=&quot;2&quot;\">site</a> 1 &lt; 2 &amp; 3 &gt; 2"
-    );
-    assert_telegram_html(&html);
-    // Underscores inside words are not italics.
-    assert_eq!(
-        markdown_to_html("some_var_name and snake_case"),
-        "some_var_name and snake_case"
-    );
-    // Raw HTML from the model is shown, not interpreted.
-    assert_eq!(
-        markdown_to_html("a <div>b</div>"),
-        "a &lt;div&gt;b&lt;/div&gt;"
-    );
-}
-
-#[test]
-fn headings_bullets_numbers_and_quotes_follow_upstream() {
-    let md = "# Title\nIntro line\nsecond line\n\n## Steps\n- one\n- two\n  - nested\n* three\n\n\
-              3. third\n4. fourth\n\n> quoted **text**\n> more";
-    let html = markdown_to_html(md);
-    assert_eq!(
-        html,
-        "<b>Title</b>\nIntro line\nsecond line\n\n<b>Steps</b>\n• one\n• two\n  • nested\n\
-         • three\n\n3. third\n4. fourth\n\nquoted <b>text</b>\nmore"
-    );
-    assert_telegram_html(&html);
-}
-
-#[test]
-fn code_blocks_drop_the_language_and_escape_their_content() {
-    let md = "Run:\n\n```rust\nfn main() { println!(\"<&>\"); }\n```\nDone `x`.";
-    let html = markdown_to_html(md);
-    assert_eq!(
-        html,
-        "Run:\n\n<pre><code>fn main() { println!(\"&lt;&amp;&gt;\"); }</code></pre>\nDone <code>x</code>."
-    );
-    assert_telegram_html(&html);
-    // Markdown inside code stays literal.
-    assert_eq!(
-        markdown_to_html("```\n**not bold** # no heading\n```"),
-        "<pre><code>**not bold** # no heading</code></pre>"
-    );
-}
-
-#[test]
-fn pipe_tables_become_aligned_preformatted_text() {
-    let md = "Prices:\n\n| fruit | **price** |\n|---|---:|\n| apple | `1` |\n| 香蕉 | 20 |\n";
-    let html = markdown_to_html(md);
-    assert_eq!(
-        html,
-        "Prices:\n\n<pre><code>fruit  price\n─────  ─────\napple  1\n香蕉   20</code></pre>"
-    );
-    assert_telegram_html(&html);
-}
-
-#[test]
-fn strip_markdown_gives_a_plain_preview() {
-    let md = "# Title\n**bold** and [link](https://x.y) `code`\n- item\n```py\nx = 1 < 2\n```";
-    assert_eq!(
-        strip_markdown(md),
-        "Title\nbold and link code\n• item\nx = 1 < 2"
-    );
-    assert_eq!(strip_markdown(""), "");
-    // An unfinished stream still reads well.
-    assert_eq!(strip_markdown("Here is **bol"), "Here is **bol");
 }
 
 #[test]
