@@ -1,0 +1,9 @@
+//! Conformance with nanobot 0.3.5, table-driven: each upstream area is one module and one
+//! table in `tests/conformance/` (`<area>.rs` + `<area>.json`), checked by the shared
+//! `harness`. See `tests/conformance/README.md` for how a case is added.
+
+#[path = "../conformance/harness.rs"]
+mod harness;
+
+#[path = "../conformance/telegram_html.rs"]
+mod telegram_html;
