@@ -316,7 +316,10 @@ mod tests {
             checked_args("{}").unwrap_err(),
             invalid("missing required content")
         );
-        assert_eq!(checked_args("").unwrap_err(), invalid("missing required content"));
+        assert_eq!(
+            checked_args("").unwrap_err(),
+            invalid("missing required content")
+        );
         assert_eq!(
             checked_args(r#"{"media": "图.png"}"#).unwrap_err(),
             invalid("missing required content; media should be array")
@@ -345,6 +348,9 @@ mod tests {
         .unwrap();
         assert_eq!(ok["content"], "你好 👩‍👩‍👧‍👦 🇨🇳 e\u{301} שלום");
         assert_eq!(ok["chat_id"], "42");
-        assert_eq!(checked_args(r#"{"content": true}"#).unwrap()["content"], "True");
+        assert_eq!(
+            checked_args(r#"{"content": true}"#).unwrap()["content"],
+            "True"
+        );
     }
 }

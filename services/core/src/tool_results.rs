@@ -320,7 +320,9 @@ mod tests {
             max_chars: 10,
         };
         let text = "笔记📔".repeat(10);
-        let out = tiny.apply("telegram:42", "exec", "call/1", json!(text)).await;
+        let out = tiny
+            .apply("telegram:42", "exec", "call/1", json!(text))
+            .await;
         let path = dir
             .path()
             .canonicalize()
@@ -334,7 +336,10 @@ mod tests {
             ..tiny.clone()
         };
         let short = "ab".repeat(50);
-        assert_eq!(fits.apply("s", "exec", "c2", json!(short)).await, json!(short));
+        assert_eq!(
+            fits.apply("s", "exec", "c2", json!(short)).await,
+            json!(short)
+        );
         let emoji = "👩‍👩‍👧‍👦 🇨🇳 e\u{301} שלום ".repeat(100);
         let size = emoji.chars().count();
         let preview: String = emoji.chars().take(PREVIEW_CHARS).collect();
@@ -343,7 +348,11 @@ mod tests {
             ..tiny.clone()
         };
         let out = roomy.apply("s", "exec", "c3", json!(emoji)).await;
-        let saved = dir.path().canonicalize().unwrap().join(".nanobot/tool-results/s/c3.txt");
+        let saved = dir
+            .path()
+            .canonicalize()
+            .unwrap()
+            .join(".nanobot/tool-results/s/c3.txt");
         assert_eq!(
             out,
             json!(format!(

@@ -263,7 +263,12 @@ pub(crate) enum DreamJob {
 /// Keeps the protected `dream` job as `agents.defaults.dream` says (every `intervalH` hours,
 /// or its legacy `cron` expression in the agent's zone; absent when disabled), as upstream
 /// registers it at start.
-pub(crate) fn register_dream(file: &mut JobsFile, cfg: &DreamConfig, tz: &str, now: i64) -> Option<DreamJob> {
+pub(crate) fn register_dream(
+    file: &mut JobsFile,
+    cfg: &DreamConfig,
+    tz: &str,
+    now: i64,
+) -> Option<DreamJob> {
     let at = file.jobs.iter().position(|j| j.id == DREAM_JOB);
     if !cfg.enabled {
         return at.map(|i| {

@@ -608,7 +608,8 @@ mod tests {
             store::load(ws.path()).unwrap().jobs.is_empty(),
             "listing writes nothing; the scheduler registers them"
         );
-        let add = json!({"action": "add", "message": "喝水 💧 👩‍👩‍👧‍👦 🇨🇳 e\u{301} שלום", "every_seconds": 60});
+        let add =
+            json!({"action": "add", "message": "喝水 💧 👩‍👩‍👧‍👦 🇨🇳 e\u{301} שלום", "every_seconds": 60});
         let created = run(ws.path(), &chat(), &add, NOW);
         let id = store::load(ws.path()).unwrap().jobs[0].id.clone();
         assert_eq!(

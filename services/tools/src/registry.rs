@@ -309,7 +309,14 @@ mod tests {
     #[test]
     fn an_unknown_tool_lists_the_builtins_then_the_mcp_tools() {
         let mut registry = Registry::default();
-        for name in ["read_file", "mcp_git_log", "exec", "web_search", "list_exec_sessions", "list_dir"] {
+        for name in [
+            "read_file",
+            "mcp_git_log",
+            "exec",
+            "web_search",
+            "list_exec_sessions",
+            "list_dir",
+        ] {
             registry.register(Arc::new(Named(name)));
         }
         let Err(message) = registry.prepare("nope", "{}") else {
@@ -350,7 +357,10 @@ mod tests {
         );
         assert!(
             registry
-                .prepare("cron", r#"{"action": "add", "message": "喝水 💧", "every_seconds": 60}"#)
+                .prepare(
+                    "cron",
+                    r#"{"action": "add", "message": "喝水 💧", "every_seconds": 60}"#
+                )
                 .is_ok()
         );
     }

@@ -111,7 +111,12 @@ mod tests {
     #[test]
     fn a_call_of_a_tool_nobody_offers_lists_every_offered_tool_in_upstreams_order() {
         let offered = Offered::with_local(
-            vec![spec("write_file"), spec("exec"), spec("list_exec_sessions"), spec("cron")],
+            vec![
+                spec("write_file"),
+                spec("exec"),
+                spec("list_exec_sessions"),
+                spec("cron"),
+            ],
             &[spec("message"), spec("spawn")],
         );
         // nanobot 0.3.5's registry text for the same tools.

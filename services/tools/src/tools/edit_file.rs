@@ -378,7 +378,10 @@ mod tests {
             json!({"path": "a.txt", "old_text": "two", "new_text": "2"}),
         )
         .await;
-        assert_eq!(out, ToolOutput::text("Patch applied:\n- update a.txt (+1/-1)"));
+        assert_eq!(
+            out,
+            ToolOutput::text("Patch applied:\n- update a.txt (+1/-1)")
+        );
         assert_eq!(
             std::fs::read_to_string(&p).unwrap(),
             "one\r\n2\r\nthree\r\n"
@@ -538,11 +541,7 @@ mod tests {
     #[tokio::test]
     async fn a_cjk_emoji_file_edit_reports_upstreams_summary() {
         let (dir, ctx) = ctx();
-        let p = put(
-            &ctx,
-            "笔记/日记 📔.md",
-            "第一行\n心情：😀\n👩‍👩‍👧‍👦 family\n",
-        );
+        let p = put(&ctx, "笔记/日记 📔.md", "第一行\n心情：😀\n👩‍👩‍👧‍👦 family\n");
         // Strings from nanobot 0.3.5's EditFileTool on the same files.
         let out = call(
             &ctx,
@@ -550,20 +549,29 @@ mod tests {
                    "new_text": "心情：🇨🇳 e\u{301}\nשלום عربى"}),
         )
         .await;
-        assert_eq!(out, ToolOutput::text("Patch applied:\n- update 笔记/日记 📔.md (+2/-1)"));
+        assert_eq!(
+            out,
+            ToolOutput::text("Patch applied:\n- update 笔记/日记 📔.md (+2/-1)")
+        );
         let created = call(
             &ctx,
             json!({"path": "笔记/新 🆕.txt", "old_text": "", "new_text": "一\n二\n"}),
         )
         .await;
-        assert_eq!(created.content, "Patch applied:\n- add 笔记/新 🆕.txt (+2/-0)");
+        assert_eq!(
+            created.content,
+            "Patch applied:\n- add 笔记/新 🆕.txt (+2/-0)"
+        );
         let absolute = p.display().to_string();
         let removed = call(
             &ctx,
             json!({"path": absolute, "old_text": "👩‍👩‍👧‍👦 family\n", "new_text": ""}),
         )
         .await;
-        assert_eq!(removed.content, "Patch applied:\n- update 笔记/日记 📔.md (+0/-1)");
+        assert_eq!(
+            removed.content,
+            "Patch applied:\n- update 笔记/日记 📔.md (+0/-1)"
+        );
         assert_eq!(
             std::fs::read_to_string(&p).unwrap(),
             "第一行\n心情：🇨🇳 e\u{301}\nשלום عربى\n"
@@ -573,7 +581,10 @@ mod tests {
             json!({"path": "笔记/新 🆕.txt", "old_text": "二", "new_text": "二"}),
         )
         .await;
-        assert_eq!(same.content, "Error: new_text must be different from old_text.");
+        assert_eq!(
+            same.content,
+            "Error: new_text must be different from old_text."
+        );
         // Outside the workspace (unrestricted), the absolute path is shown.
         let open = ToolContext {
             sandbox: Sandbox::new(ctx.sandbox.root(), false),

@@ -11,8 +11,8 @@ use crate::registry::{RegistryError, Tool};
 pub mod extract;
 pub mod fetch;
 pub mod guard;
-pub mod search;
 mod ordered_json;
+pub mod search;
 mod search_providers;
 
 #[cfg(test)]
