@@ -3,9 +3,18 @@
 //! (with a did-you-mean from a difflib-style similarity, cutoff 0.6) and of arguments to
 //! commands that take none, the `/help` and `/status` texts, and the dispatch that answers
 //! a command ([`answer`]).
+//!
+//! # Layout
+//! - `status`: `/status` (context estimate, search provider usage).
+//! - `later`: `/dream` and `/compact`, answered at once and reported on when done.
+//! - `prompts`: `/evaluator-prompt` and the gate prompt override it manages.
+//! - `goal`: `/goal` and `/trigger`.
 
-use nanobot_core::history;
-use nanobot_core::memory::{Budget, estimate_messages};
+mod goal;
+mod later;
+mod prompts;
+mod status;
+
 use nanobot_core::pairing::PairingStore;
 use nanobot_core::session::{SessionWriter, meta};
 
@@ -14,6 +23,10 @@ use crate::handlers::Deps;
 use crate::memory_jobs;
 use crate::stop;
 use crate::turn::TurnInput;
+
+pub use later::{COMPACT_DONE, COMPACT_FAILED, COMPACT_STARTED, DREAMING};
+pub use prompts::evaluator_override;
+pub use status::{SearchUsage, StatusInfo, status_text};
 
 /// A command the fleet supports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +46,11 @@ pub enum Command {
     Model(Option<String>),
     /// `/history [n]`: the last n (10, at most 50) persisted user/assistant messages.
     History(Option<String>),
-    /// `/dream`: run Dream now and answer when it is done.
+    /// `/goal <task>`: the task goes to the model as a long-running goal.
+    Goal(Option<String>),
+    /// `/trigger <name>`: upstream's local trigger (not available in the fleet).
+    Trigger(Option<String>),
+    /// `/dream`: run Dream now; answered at once, its report follows.
     Dream,
     /// `/dream-log [sha]`: the last (or given) Dream commit and its diff.
     DreamLog(Option<String>),
@@ -41,6 +58,8 @@ pub enum Command {
     DreamRestore(Option<String>),
     /// `/dream-prompt [init]`: show or create the workspace's Dream prompt.
     DreamPrompt(Option<String>),
+    /// `/evaluator-prompt [init]`: show or create the heartbeat gate's prompt.
+    EvaluatorPrompt(Option<String>),
     /// `/skill`: the skills available to the agent.
     Skill,
     /// `/help`: the command list.
@@ -60,19 +79,20 @@ enum Name {
     Status,
     Model,
     History,
+    Goal,
+    Trigger,
     Dream,
     DreamLog,
     DreamRestore,
     DreamPrompt,
+    EvaluatorPrompt,
     Skill,
     Help,
     Pairing,
 }
 
-/// Supported commands with upstream's help lines (`BUILTIN_COMMAND_SPECS`), in upstream's
-/// order; whether each takes an argument. Upstream's `/goal`, `/trigger` and
-/// `/evaluator-prompt` are not offered (the fleet has no goal mode, local triggers or
-/// heartbeat evaluator prompt yet), so they are neither listed nor accepted.
+/// Upstream's commands with their help lines (`BUILTIN_COMMAND_SPECS`), in upstream's order;
+/// whether each takes an argument.
 const COMMANDS: &[(Name, &str, &str, bool)] = &[
     (
         Name::New,
@@ -112,6 +132,18 @@ const COMMANDS: &[(Name, &str, &str, bool)] = &[
         true,
     ),
     (
+        Name::Goal,
+        "/goal <goal>",
+        "Tell the agent to treat the request as a long-running goal.",
+        true,
+    ),
+    (
+        Name::Trigger,
+        "/trigger <name>",
+        "Create a named CLI trigger bound to this chat session.",
+        true,
+    ),
+    (
         Name::Dream,
         "/dream",
         "Manually trigger memory consolidation.",
@@ -133,6 +165,12 @@ const COMMANDS: &[(Name, &str, &str, bool)] = &[
         Name::DreamPrompt,
         "/dream-prompt [init]",
         "Tell Dream how to organize this workspace's memory.",
+        true,
+    ),
+    (
+        Name::EvaluatorPrompt,
+        "/evaluator-prompt [init]",
+        "Customize the heartbeat notification gate prompt for this workspace.",
         true,
     ),
     (
@@ -180,10 +218,13 @@ impl Command {
             Name::Status => Self::Status,
             Name::Model => Self::Model(arg),
             Name::History => Self::History(arg),
+            Name::Goal => Self::Goal(arg),
+            Name::Trigger => Self::Trigger(arg),
             Name::Dream => Self::Dream,
             Name::DreamLog => Self::DreamLog(arg),
             Name::DreamRestore => Self::DreamRestore(arg),
             Name::DreamPrompt => Self::DreamPrompt(arg),
+            Name::EvaluatorPrompt => Self::EvaluatorPrompt(arg),
             Name::Skill => Self::Skill,
             Name::Help => Self::Help,
             Name::Pairing => Self::Pairing(arg),
@@ -261,9 +302,18 @@ pub async fn answer(
         Kind::Rejected(reply) => reply.clone(),
         Kind::Priority(cmd) => priority_command(deps, bot, cmd, &input.session_key).await?,
         Kind::Command(Command::New) => new_session(deps, bot, sessions, input).await?,
-        Kind::Command(Command::Compact) => {
-            memory_jobs::compact(deps, bot, &input.id, &input.session_key).await?;
-            COMPACT_REPLY.into()
+        Kind::Command(Command::Compact) => later::compact(deps, bot, input).await?,
+        Kind::Command(Command::Dream) => later::dream(deps, bot, input).await?,
+        Kind::Command(Command::Goal(task)) => {
+            match goal::goal(task.as_deref(), input.in_cron) {
+                Some(reply) => reply,
+                // The model answers the goal, reading the command's own text.
+                None => return Ok(None),
+            }
+        }
+        Kind::Command(Command::Trigger(name)) => goal::trigger(name.as_deref()),
+        Kind::Command(Command::EvaluatorPrompt(arg)) => {
+            prompts::evaluator_prompt_command(&bot.spec.workspace, arg.as_deref())?
         }
         Kind::Command(Command::History(arg)) => {
             let session = sessions.load(&input.session_key).await?;
@@ -303,7 +353,7 @@ pub async fn priority_command(
                 "No active task to stop.".into()
             }
         }
-        Command::Status => status(deps, bot, session_key).await?,
+        Command::Status => status::status(deps, bot, session_key).await?,
         Command::Restart => {
             crate::restart::request();
             "Restarting...".into()
@@ -311,11 +361,6 @@ pub async fn priority_command(
         _ => help_text(),
     })
 }
-
-/// The reply to `/compact` (upstream shows progress events instead; the fleet's channels wait
-/// for one reply, and the archive runs on a memory worker once this turn released the
-/// session).
-pub const COMPACT_REPLY: &str = "Compacting this chat's context; the conversation continues.";
 
 /// Upstream's `/history` defaults: 10 messages, at most 50, each cut at 200 characters.
 const HISTORY_DEFAULT: usize = 10;
@@ -467,38 +512,6 @@ fn chrono_now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-async fn status(deps: &Deps, bot: &Bot, session_key: &str) -> anyhow::Result<String> {
-    let session = bot.sessions.load(session_key).await?;
-    let usage = meta::Usage::read(&session.metadata);
-    let replay = history::replay(
-        &session.messages,
-        session.last_consolidated,
-        history::MAX_REPLAY_MESSAGES,
-    );
-    let d = &deps.cfg.agents.defaults;
-    let model = bot.models.for_session(&session.metadata);
-    Ok(status_text(&StatusInfo {
-        version: env!("CARGO_PKG_VERSION").into(),
-        model: model.target.model.clone(),
-        last_usage: (
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            usage.cached_tokens,
-        ),
-        context_window: u64::from(model.context_window_tokens),
-        budget: Budget::new(
-            u64::from(model.context_window_tokens),
-            u64::from(model.max_tokens),
-            d.consolidation_ratio,
-        )
-        .budget,
-        session_messages: session.messages.len(),
-        context_tokens: estimate_messages(&replay) as u64,
-        uptime_secs: deps.started.elapsed().as_secs(),
-        active_tasks: deps.active.len(),
-    }))
-}
-
 /// Upstream's `/model [preset]`: without a name, the session's model, preset and the presets;
 /// with one, the session's preset switched (stored in its metadata, so every runner replica's
 /// next turn of the session uses it) or upstream's error with the presets.
@@ -592,66 +605,6 @@ fn matches(a: &[char], b: &[char]) -> usize {
         return 0;
     }
     best + matches(&a[..at_a], &b[..at_b]) + matches(&a[at_a + best..], &b[at_b + best..])
-}
-
-/// Inputs of the `/status` text.
-#[derive(Debug, Clone, Default)]
-pub struct StatusInfo {
-    /// Fleet version.
-    pub version: String,
-    /// Model name.
-    pub model: String,
-    /// Last turn's prompt, completion and cached tokens.
-    pub last_usage: (u64, u64, u64),
-    /// `contextWindowTokens`.
-    pub context_window: u64,
-    /// The input budget ([`nanobot_core::memory::Budget`]).
-    pub budget: u64,
-    /// Stored messages of the session.
-    pub session_messages: usize,
-    /// Estimated tokens of the replayed context.
-    pub context_tokens: u64,
-    /// Runner uptime in seconds.
-    pub uptime_secs: u64,
-    /// Turns running on this runner.
-    pub active_tasks: usize,
-}
-
-/// Upstream's `/status` lines (`build_status_content`).
-pub fn status_text(s: &StatusInfo) -> String {
-    let up = s.uptime_secs;
-    let uptime = if up >= 3600 {
-        format!("{}h {}m", up / 3600, (up % 3600) / 60)
-    } else {
-        format!("{}m {}s", up / 60, up % 60)
-    };
-    let (input, output, cached) = s.last_usage;
-    let mut tokens = format!("📊 Tokens: {input} in / {output} out");
-    if cached > 0 && input > 0 {
-        tokens.push_str(&format!(" ({}% cached)", cached * 100 / input));
-    }
-    let budget = s.budget.max(1);
-    let pct = (s.context_tokens * 100 / budget).min(100);
-    let used = if s.context_tokens >= 1000 {
-        format!("{}k", s.context_tokens / 1000)
-    } else {
-        s.context_tokens.to_string()
-    };
-    let total = if s.context_window > 0 {
-        format!("{}k", s.context_window / 1000)
-    } else {
-        "n/a".into()
-    };
-    [
-        format!("🐈 nanobot v{}", s.version),
-        format!("🧠 Model: {}", s.model),
-        tokens,
-        format!("📚 Context: {used}/{total} ({pct}% of input budget)"),
-        format!("💬 Session: {} messages", s.session_messages),
-        format!("⏱ Uptime: {uptime}"),
-        format!("⚡ Tasks: {} active", s.active_tasks),
-    ]
-    .join("\n")
 }
 
 #[cfg(test)]
@@ -859,25 +812,40 @@ mod tests {
     }
 
     #[test]
-    fn help_and_status_texts_have_upstream_lines() {
+    fn help_lists_exactly_upstreams_commands() {
+        // `/help` of nanobot 0.3.5 (`build_help_text`).
         assert_eq!(
             help_text(),
-            "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/compact — Compact this chat's context and continue the conversation.\n/stop — Cancel the active agent turn for this chat.\n/restart — Restart the bot process.\n/status — Display runtime, provider, and channel status.\n/model [preset] — Show or switch the active model preset.\n/history [n] — Print the last N persisted conversation messages.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/skill — List all enabled skills available to the agent.\n/help — List available slash commands.\n/pairing [list|approve <code>|deny <code>|revoke <user_id>] — List, approve, deny or revoke pairing requests."
+            "🐈 nanobot commands:\n/new — Reset this chat and start a fresh conversation.\n/compact — Compact this chat's context and continue the conversation.\n/stop — Cancel the active agent turn for this chat.\n/restart — Restart the bot process.\n/status — Display runtime, provider, and channel status.\n/model [preset] — Show or switch the active model preset.\n/history [n] — Print the last N persisted conversation messages.\n/goal <goal> — Tell the agent to treat the request as a long-running goal.\n/trigger <name> — Create a named CLI trigger bound to this chat session.\n/dream — Manually trigger memory consolidation.\n/dream-log — Show what the last Dream consolidation changed.\n/dream-restore — Revert memory to a previous Dream snapshot.\n/dream-prompt [init] — Tell Dream how to organize this workspace's memory.\n/evaluator-prompt [init] — Customize the heartbeat notification gate prompt for this workspace.\n/skill — List all enabled skills available to the agent.\n/help — List available slash commands.\n/pairing [list|approve <code>|deny <code>|revoke <user_id>] — List, approve, deny or revoke pairing requests."
         );
-        let s = status_text(&StatusInfo {
-            version: "0.1.0".into(),
-            model: "m".into(),
-            last_usage: (2000, 50, 1000),
-            context_window: 200_000,
-            budget: nanobot_core::memory::Budget::new(200_000, 8192, 0.5).budget,
-            session_messages: 4,
-            context_tokens: 19_000,
-            uptime_secs: 3725,
-            active_tasks: 1,
-        });
+    }
+
+    #[test]
+    fn goal_trigger_and_evaluator_prompt_parse_with_their_arguments_round_tripped() {
+        for arg in [
+            "写一本书 📚",
+            "👩\u{200d}👩\u{200d}👧\u{200d}👦 🇨🇳",
+            "cafe\u{301}",
+            "اكتب كتابا",
+            "כתוב ספר",
+        ] {
+            assert_eq!(
+                classify(&format!("/goal {arg}")),
+                Kind::Command(Command::Goal(Some(arg.into())))
+            );
+            assert_eq!(
+                classify(&format!("/TRIGGER@my_bot {arg}")),
+                Kind::Command(Command::Trigger(Some(arg.into())))
+            );
+        }
+        assert_eq!(classify("/goal"), Kind::Command(Command::Goal(None)));
         assert_eq!(
-            s,
-            "🐈 nanobot v0.1.0\n🧠 Model: m\n📊 Tokens: 2000 in / 50 out (50% cached)\n📚 Context: 19k/200k (9% of input budget)\n💬 Session: 4 messages\n⏱ Uptime: 1h 2m\n⚡ Tasks: 1 active"
+            classify("/evaluator-prompt init"),
+            Kind::Command(Command::EvaluatorPrompt(Some("init".into())))
+        );
+        assert_eq!(
+            classify("/goals"),
+            Kind::Rejected("Unknown command \"/goals\". Did you mean \"/goal\"?".into())
         );
     }
 }

@@ -21,10 +21,13 @@ use crate::commands::Command;
 use crate::handlers::Deps;
 use crate::turn::Measured;
 
-/// How long `/dream` waits for the run to finish before answering that it goes on.
-const DREAM_WAIT: Duration = Duration::from_secs(600);
-/// How long the other Dream commands wait for their answer.
-const COMMAND_WAIT: Duration = Duration::from_secs(60);
+/// How long a `/dream` run is waited for before its report says it goes on.
+pub const DREAM_WAIT: Duration = Duration::from_secs(600);
+/// How long the other Dream commands wait for their answer, and `/compact` for its job.
+pub const COMMAND_WAIT: Duration = Duration::from_secs(60);
+/// The answer when no memory worker answered in time.
+pub const NOT_ANSWERED: &str = "The memory worker has not answered yet; the request stays queued \
+                                and runs when a memory worker is free.";
 
 /// Returns the job kind and argument of a Dream command; `None` for other commands.
 pub fn dream_job(cmd: &Command) -> Option<(MemoryJobKind, Option<&str>)> {
@@ -37,7 +40,70 @@ pub fn dream_job(cmd: &Command) -> Option<(MemoryJobKind, Option<&str>)> {
     }
 }
 
-/// Runs a Dream command through the memory workers and returns their answer.
+/// A memory job asked for, whose result is awaited on a subscription taken before it was
+/// published (so the result cannot pass unseen).
+#[derive(Debug)]
+pub struct Pending {
+    id: String,
+    results: async_nats::Subscriber,
+}
+
+impl Pending {
+    /// Waits up to `wait` for the job's result; `None` when none came.
+    pub async fn result(mut self, wait: Duration) -> Option<ConsolidationResult> {
+        let answer = async {
+            while let Some(msg) = self.results.next().await {
+                match ConsolidationResult::decode(msg.payload) {
+                    Ok(r) if r.request_id == self.id => return Some(r),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "skipping undecodable memory result"),
+                }
+            }
+            None
+        };
+        tokio::time::timeout(wait, answer).await.ok().flatten()
+    }
+}
+
+/// Publishes `request` for the memory workers and returns its [`Pending`] result.
+pub async fn submit(deps: &Deps, request: &ConsolidationRequest) -> anyhow::Result<Pending> {
+    let results = deps
+        .nats
+        .subscribe(subjects::consolidated(&request.bot))
+        .await?;
+    bus::publish(
+        &deps.js,
+        subjects::consolidate(&request.bot),
+        Some(&request.id),
+        request,
+    )
+    .await?;
+    Ok(Pending {
+        id: request.id.clone(),
+        results,
+    })
+}
+
+/// Returns the request of a Dream command (`kind`, `arg`) for message `message_id`.
+pub fn dream_request(
+    bot: &Bot,
+    message_id: &str,
+    session_key: &str,
+    kind: MemoryJobKind,
+    arg: Option<&str>,
+) -> ConsolidationRequest {
+    ConsolidationRequest {
+        id: format!("{message_id}:{}", kind.as_str_name().to_lowercase()),
+        bot: bot.spec.id.clone(),
+        session_key: session_key.to_string(),
+        kind: kind.into(),
+        arg: arg.unwrap_or_default().to_string(),
+        ..Default::default()
+    }
+}
+
+/// Runs a quick Dream command (`/dream-log`, `/dream-restore`, `/dream-prompt`) through the
+/// memory workers and returns their answer.
 pub async fn dream_command(
     deps: &Deps,
     bot: &Bot,
@@ -46,62 +112,25 @@ pub async fn dream_command(
     kind: MemoryJobKind,
     arg: Option<&str>,
 ) -> anyhow::Result<String> {
-    let request = ConsolidationRequest {
-        id: format!("{message_id}:{}", kind.as_str_name().to_lowercase()),
-        bot: bot.spec.id.clone(),
-        session_key: session_key.to_string(),
-        kind: kind.into(),
-        arg: arg.unwrap_or_default().to_string(),
-        ..Default::default()
-    };
-    // Subscribe before publishing, so the result cannot pass unseen.
-    let mut results = deps
-        .nats
-        .subscribe(subjects::consolidated(&bot.spec.id))
-        .await?;
-    bus::publish(
-        &deps.js,
-        subjects::consolidate(&bot.spec.id),
-        Some(&request.id),
-        &request,
-    )
-    .await?;
-    let wait = if kind == MemoryJobKind::Dream {
-        DREAM_WAIT
-    } else {
-        COMMAND_WAIT
-    };
-    let answer = async {
-        while let Some(msg) = results.next().await {
-            match ConsolidationResult::decode(msg.payload) {
-                Ok(r) if r.request_id == request.id => return Some(r),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "skipping undecodable memory result"),
-            }
-        }
-        None
-    };
-    let reply = match tokio::time::timeout(wait, answer).await {
-        Ok(Some(r)) if r.error.is_empty() => r.reply,
-        Ok(Some(r)) => format!("Memory command failed: {}", r.error),
-        Ok(None) | Err(_) => {
-            "The memory worker has not answered yet; the request stays queued and runs when a \
-             memory worker is free."
-                .to_string()
-        }
-    };
-    Ok(reply)
+    let request = dream_request(bot, message_id, session_key, kind, arg);
+    let pending = submit(deps, &request).await?;
+    Ok(match pending.result(COMMAND_WAIT).await {
+        Some(r) if r.error.is_empty() => r.reply,
+        Some(r) => format!("Memory command failed: {}", r.error),
+        None => NOT_ANSWERED.to_string(),
+    })
 }
 
 /// `/compact`: asks the memory workers to archive the session's unarchived rows now, the job
 /// AutoCompact runs for an idle session (its summary is injected into the next turn). The job
-/// writes the session under its lease, so it runs once this command's turn released it.
+/// writes the session under its lease, so it runs once this command's turn released it;
+/// returns its pending result.
 pub async fn compact(
     deps: &Deps,
     bot: &Bot,
     message_id: &str,
     session_key: &str,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Pending> {
     let request = ConsolidationRequest {
         id: format!("{message_id}:compact"),
         bot: bot.spec.id.clone(),
@@ -109,14 +138,7 @@ pub async fn compact(
         kind: MemoryJobKind::Idle.into(),
         ..Default::default()
     };
-    bus::publish(
-        &deps.js,
-        subjects::consolidate(&bot.spec.id),
-        Some(&request.id),
-        &request,
-    )
-    .await?;
-    Ok(())
+    submit(deps, &request).await
 }
 
 /// `/new`: asks the memory workers to archive the session's unconsolidated tail (a snapshot

@@ -74,6 +74,14 @@ impl ActiveTurns {
         live.len()
     }
 
+    /// Turns of `session_key` of `bot` running here.
+    pub fn count(&self, bot: &str, session_key: &str) -> usize {
+        let turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+        turns
+            .get(&subjects::stop(bot, session_key))
+            .map_or(0, Vec::len)
+    }
+
     /// Turns running here.
     pub fn len(&self) -> usize {
         let turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());

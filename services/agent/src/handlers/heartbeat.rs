@@ -147,12 +147,17 @@ fn last_answer(rows: &[Value]) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Asks the notification gate; any failure is silence (upstream fails closed).
+/// Asks the notification gate (its system prompt: the workspace's `/evaluator-prompt` file
+/// when not empty); any failure is silence (upstream fails closed).
 async fn gate(bot: &Bot, task: &str, response: &str) -> bool {
     let runtime = bot.models.configured();
+    let mut messages = heartbeat::gate_messages(task, response);
+    if let Some(custom) = crate::commands::evaluator_override(&bot.spec.workspace) {
+        messages[0]["content"] = custom.into();
+    }
     let request = ChatRequest {
         model: runtime.target.model.clone(),
-        messages: heartbeat::gate_messages(task, response).into(),
+        messages: messages.into(),
         tools: vec![heartbeat::gate_tool()].into(),
         max_tokens: GATE_MAX_TOKENS,
         temperature: 0.0,
