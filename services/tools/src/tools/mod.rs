@@ -8,6 +8,7 @@ use crate::registry::{RegistryError, Tool};
 
 pub mod apply_patch;
 pub mod cron;
+pub mod documents;
 pub mod edit_file;
 pub mod exec;
 pub mod exec_guard;

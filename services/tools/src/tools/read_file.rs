@@ -1,5 +1,6 @@
 //! `read_file`: numbered lines with offset/limit paging and upstream's footers; images come
-//! back as content blocks; devices, FIFOs and binaries are refused. A text file read before in
+//! back as content blocks; PDF, DOCX, XLSX and PPTX as their extracted text
+//! ([`super::documents`]); devices, FIFOs and binaries are refused. A text file read before in
 //! the session (same path, offset and limit, unchanged mtime and SHA-256; the session's reads
 //! come with the call) is answered `[File unchanged since last read: …]` unless `force`.
 
@@ -11,6 +12,7 @@ use serde_json::{Value, json};
 use nanobot_proto::FileRead;
 use sha2::{Digest as _, Sha256};
 
+use super::documents::{self, Kind};
 use crate::registry::{
     Args, Tool, ToolContext, ToolOutput, arg_bool, arg_i64, arg_str, blocking, object_schema,
 };
@@ -33,10 +35,8 @@ impl Tool for ReadFile {
     }
 
     fn description(&self) -> &str {
-        "Read a file (text or image). Text output format: LINE_NUM| CONTENT. Images return \
-         visual content for analysis. Use list_dir first when the path is uncertain. Use \
-         offset and limit for large text files. Use force=true to re-read content even if \
-         unchanged. Reads exceeding ~128K chars are truncated."
+        "Read text, images, PDFs, and Office documents by path. Text is line-numbered; use \
+         offset/limit or pages for targeted ranges."
     }
 
     fn parameters(&self) -> Value {
@@ -44,11 +44,13 @@ impl Tool for ReadFile {
             json!({
                 "path": {"type": "string", "description": "The file path to read"},
                 "offset": {"type": "integer", "minimum": 1,
-                    "description": "Line number to start reading from (1-indexed, default 1)"},
+                    "description": "1-based text or extracted-document line (default 1)"},
                 "limit": {"type": "integer", "minimum": 1,
-                    "description": "Maximum number of lines to read (default 2000)"},
+                    "description": "Maximum lines to return (default 2000)"},
+                "pages": {"type": "string",
+                    "description": "PDF page number or range, e.g. '7' or '1-5' (max 20 pages)"},
                 "force": {"type": "boolean", "default": false,
-                    "description": "Bypass same-file read deduplication and return content again."},
+                    "description": "Return an unchanged range again"},
             }),
             &["path"],
         )
@@ -97,6 +99,9 @@ fn read(ctx: &ToolContext, args: &Args) -> ToolOutput {
             MAX_FILE_BYTES
         ));
     }
+    if let Some(kind) = Kind::of(&fp) {
+        return document(&fp, kind, args, offset, limit);
+    }
     let raw = match std::fs::read(&fp) {
         Ok(raw) => raw,
         Err(e) => return ToolOutput::error(format!("Error reading file: {e}")),
@@ -132,6 +137,19 @@ fn read(ctx: &ToolContext, args: &Args) -> ToolOutput {
             file_read: Some(read),
             ..ToolOutput::text(page)
         },
+        Err(message) => ToolOutput::error(message),
+    }
+}
+
+/// Reads a PDF (by `pages`) or an Office document (by `offset`/`limit`) as its extracted
+/// text; upstream neither deduplicates these reads nor checks for images first.
+fn document(fp: &Path, kind: Kind, args: &Args, offset: usize, limit: usize) -> ToolOutput {
+    let text = match kind {
+        Kind::Pdf => documents::page::read_pdf(fp, arg_str(args, "pages"), MAX_CHARS),
+        _ => documents::page::read_office(fp, kind, offset, limit, MAX_CHARS),
+    };
+    match text {
+        Ok(text) => ToolOutput::text(text),
         Err(message) => ToolOutput::error(message),
     }
 }
@@ -404,6 +422,40 @@ mod tests {
         assert_eq!(
             call(&ctx, json!({"path": "empty"})).await.content,
             "(Empty file: empty)"
+        );
+    }
+
+    #[tokio::test]
+    async fn documents_come_back_as_their_extracted_text() {
+        use crate::tools::documents::testdocs;
+        let (_dir, ctx) = ctx(true);
+        let root = ctx.sandbox.root().to_path_buf();
+        std::fs::write(root.join("幻灯片.PPTX"), testdocs::pptx()).unwrap();
+        let slides = call(
+            &ctx,
+            json!({"path": "幻灯片.PPTX", "offset": 9, "limit": 1}),
+        )
+        .await;
+        assert_eq!(
+            slides.content,
+            "9| --- Slide 3 ---\n\n(Showing extracted lines 9-9. Use offset=10 to continue.)"
+        );
+        assert!(!slides.is_error && slides.file_read.is_none());
+        std::fs::write(root.join("t.pdf"), testdocs::pdf(&testdocs::SAMPLE_PDF)).unwrap();
+        let page = call(&ctx, json!({"path": "t.pdf", "pages": "4"})).await;
+        assert_eq!(page.content, "--- Page 4 ---\nThe end");
+        let bad = call(&ctx, json!({"path": "t.pdf", "pages": "9"})).await;
+        assert!(bad.is_error);
+        assert_eq!(
+            bad.content,
+            "Error: Invalid page range '9': document has 4 pages; use a page number or range within 1-4."
+        );
+        std::fs::write(root.join("bad.xlsx"), "not a zip").unwrap();
+        let corrupt = call(&ctx, json!({"path": "bad.xlsx"})).await;
+        assert!(corrupt.is_error);
+        assert_eq!(
+            corrupt.content,
+            "Error reading .XLSX file: invalid Office document: File is not a zip file"
         );
     }
 
