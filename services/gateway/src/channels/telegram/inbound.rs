@@ -166,7 +166,8 @@ pub fn parse(msg: &Message, me: &Me) -> Option<Parsed> {
 }
 
 /// Splits a leading `/cmd@botname args` into `/cmd args` and `cmd` (other bots' commands keep
-/// their suffix and are no command of ours). `/dream_log` style names become `/dream-log`.
+/// their suffix and are no command of ours). `/dream_log` style names become `/dream-log`
+/// (and `/evaluator_prompt` `/evaluator-prompt`), as upstream's Telegram aliases.
 fn strip_command(text: &str, my_name: &str) -> (String, Option<String>) {
     let Some(rest) = text.strip_prefix('/') else {
         return (text.to_string(), None);
@@ -185,7 +186,9 @@ fn strip_command(text: &str, my_name: &str) -> (String, Option<String>) {
     }
     let name = name.to_lowercase();
     let public = match name.as_str() {
-        "dream_log" | "dream_restore" | "dream_prompt" => name.replace('_', "-"),
+        "dream_log" | "dream_restore" | "dream_prompt" | "evaluator_prompt" => {
+            name.replace('_', "-")
+        }
         _ => name.clone(),
     };
     (format!("/{public}{args}"), Some(name))
@@ -357,6 +360,16 @@ mod tests {
         assert_eq!(
             (text.as_str(), cmd.as_deref()),
             ("/dream-log abc", Some("dream_log"))
+        );
+        let (text, cmd) = strip_command("/evaluator_prompt@nano_bot init", "nano_bot");
+        assert_eq!(
+            (text.as_str(), cmd.as_deref()),
+            ("/evaluator-prompt init", Some("evaluator_prompt"))
+        );
+        let (text, cmd) = strip_command("/goal 写一本书 📚 🇨🇳", "nano_bot");
+        assert_eq!(
+            (text.as_str(), cmd.as_deref()),
+            ("/goal 写一本书 📚 🇨🇳", Some("goal"))
         );
         let (text, cmd) = strip_command("/help@someone_else", "nano_bot");
         assert_eq!((text.as_str(), cmd), ("/help@someone_else", None));

@@ -16,26 +16,31 @@ use super::inbound::{self, Parsed};
 use super::{CHANNEL, TelegramChannel, media};
 use crate::channels::{Inbound, acl};
 
-/// Upstream's command menu.
+/// Upstream's command menu (`TelegramChannel.BOT_COMMANDS`, nanobot 0.3.5).
 const COMMANDS: &[(&str, &str)] = &[
     ("start", "Start the bot"),
     ("new", "Start a new conversation"),
+    ("compact", "Compact this chat's context"),
     ("stop", "Stop the current task"),
     ("restart", "Restart the bot"),
     ("status", "Show bot status"),
     ("history", "Show recent conversation messages"),
-    ("goal", "Treat the request as a long-running goal"),
-    ("trigger", "Create a named trigger for this chat"),
-    ("pairing", "Manage pairing requests"),
-    ("model", "Show or switch the model preset"),
+    ("goal", "Start a sustained objective (long-running task)"),
+    ("trigger", "Create a named local trigger"),
+    ("pairing", "Manage DM pairing (approve/deny/list)"),
+    ("model", "Switch runtime model preset"),
     ("skill", "List enabled skills"),
     ("dream", "Run Dream memory consolidation now"),
     ("dream_log", "Show the latest Dream memory change"),
     (
         "dream_restore",
-        "Restore memory to an earlier Dream version",
+        "Restore Dream memory to an earlier version",
     ),
-    ("dream_prompt", "Customize how Dream organizes memory"),
+    ("dream_prompt", "Tell Dream how to organize memory"),
+    (
+        "evaluator_prompt",
+        "Customize the heartbeat evaluator prompt",
+    ),
     ("help", "Show available commands"),
 ];
 
@@ -220,7 +225,12 @@ mod tests {
         assert_eq!(message_id_of("tg:10:7"), Some(7));
         assert_eq!(message_id_of("api:x"), None);
         let names: Vec<&str> = COMMANDS.iter().map(|(n, _)| *n).collect();
-        assert!(names.contains(&"start") && names.contains(&"help"));
+        // nanobot 0.3.5's menu, in its order.
+        assert_eq!(
+            names.join(" "),
+            "start new compact stop restart status history goal trigger pairing model skill \
+             dream dream_log dream_restore dream_prompt evaluator_prompt help"
+        );
         assert!(
             names
                 .iter()
