@@ -17,6 +17,8 @@
 //!   Events API requests ([`slack_fake::signed_post`]).
 //! - [`discord_fake`]: a Discord fake ([`discord_fake::DiscordFake`]): REST and the gateway
 //!   WebSocket of one bot token, recorded posts and sessions.
+//! - [`drip`]: response bodies sent 1 to 3 bytes at a time (the scripted LLM's and the
+//!   Telegram fake's, when asked).
 //! - [`harness`]: real processes killed on drop ([`harness::Nats`], [`harness::Redis`],
 //!   [`harness::ServiceProc`], [`harness::Fleet`]) and waiting helpers.
 //! - `e2e` (tests only): end-to-end tests of the whole fleet.
@@ -24,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 pub mod discord_fake;
+pub mod drip;
 pub mod harness;
 pub mod mail_servers;
 pub mod scripted_llm;

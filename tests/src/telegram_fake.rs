@@ -34,6 +34,7 @@
 //! - every call is recorded as a [`Call`] (method, token, parsed params, uploads, arrival time,
 //!   result); [`TelegramFake::wait_until`] and the `wait_*` helpers wake on each recorded call
 //!   and poll start (a `watch` channel), never sleep;
+//! - [`TelegramFake::set_drip`] sends the `getUpdates` answers 1 to 3 bytes at a time;
 //! - [`FakeBot::messages`] is what a chat shows now (after edits and deletions),
 //!   [`FakeBot::poll_stats`] the concurrent polls seen and 409s given.
 //!
@@ -299,6 +300,14 @@ impl TelegramFake {
             fake: self.clone(),
             token: token.to_string(),
         }
+    }
+
+    /// Answers every later `getUpdates` in writes of 1 to 3 bytes, a millisecond apart
+    /// ([`crate::drip`]), so the gateway reads a user's Chinese or emoji cut mid-character.
+    pub fn set_drip(&self, drip: bool) {
+        self.shared
+            .drip
+            .store(drip, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Returns every call so far, in the order they completed.

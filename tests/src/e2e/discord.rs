@@ -14,11 +14,11 @@ use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
 /// The bot token the fake accepts.
 const TOKEN: &str = "discord-first-secret-token";
 /// A user every test knows (`allowFrom: [ALICE]` unless a test says otherwise).
-const ALICE: u64 = 410_000_000_000_000_042;
+pub(crate) const ALICE: u64 = 410_000_000_000_000_042;
 /// A user in no list.
 const MALLORY: u64 = 410_000_000_000_000_666;
 /// Alice's DM channel with the bot.
-const ALICE_DM: u64 = 500_000_000_000_000_001;
+pub(crate) const ALICE_DM: u64 = 500_000_000_000_000_001;
 /// A guild channel.
 const GENERAL: u64 = 600_000_000_000_000_001;
 /// Log line of the replica that took a token's gateway lease.
@@ -43,7 +43,7 @@ fn section(fake: &DiscordFake, extra: Value) -> Value {
 
 /// Starts the fake and a fleet (gateway, agent, tools) whose `channels.discord` points at it,
 /// and waits until the gateway holds a session.
-async fn discord_fleet(extra: Value) -> (Fleet, DiscordFake) {
+pub(crate) async fn discord_fleet(extra: Value) -> (Fleet, DiscordFake) {
     let fake = DiscordFake::start(TOKEN).await.expect("discord fake");
     let mut fleet = Fleet::builder()
         .roles(&["gateway", "agent", "tools"])

@@ -15,13 +15,13 @@ use crate::scripted_llm::Reply;
 const LEASE_TAKEN: &str = "email poller lease taken";
 
 /// A mailbox of its own for one test: `<name>-<random>@fleet.test`.
-fn bot_address(name: &str) -> String {
+pub(crate) fn bot_address(name: &str) -> String {
     let tag = uuid::Uuid::new_v4().simple().to_string();
     format!("{name}-{}@fleet.test", &tag[..8])
 }
 
 /// A correspondent of one test: `<name>-<random>@example.test`.
-fn person(name: &str) -> String {
+pub(crate) fn person(name: &str) -> String {
     let tag = uuid::Uuid::new_v4().simple().to_string();
     format!("{name}-{}@example.test", &tag[..8])
 }
@@ -52,7 +52,7 @@ fn section(servers: &MailServers, bot: &str, extra: Value) -> Value {
 }
 
 /// Starts a fleet (gateway, agent, tools) whose `channels.email` serves `bot`.
-async fn email_fleet(servers: &MailServers, bot: &str, extra: Value) -> Fleet {
+pub(crate) async fn email_fleet(servers: &MailServers, bot: &str, extra: Value) -> Fleet {
     let mut fleet = Fleet::builder()
         .roles(&["gateway", "agent", "tools"])
         .config(json!({"channels": {"email": section(servers, bot, extra)}}))
@@ -82,7 +82,14 @@ async fn wait_log(fleet: &mut Fleet, needle: &str) {
 }
 
 /// A person's mail to the bot, with the headers a receiving MTA adds (SPF and DKIM passed).
-fn mail(from: &str, to: &str, message_id: &str, subject: &str, extra: &str, body: &str) -> Vec<u8> {
+pub(crate) fn mail(
+    from: &str,
+    to: &str,
+    message_id: &str,
+    subject: &str,
+    extra: &str,
+    body: &str,
+) -> Vec<u8> {
     format!(
         "Authentication-Results: mx.fleet.test; spf=pass smtp.mailfrom={from}; dkim=pass header.d=example.test\r\n\
          From: {from}\r\nTo: {to}\r\nSubject: {subject}\r\nMessage-ID: {message_id}\r\n\
@@ -93,7 +100,7 @@ fn mail(from: &str, to: &str, message_id: &str, subject: &str, extra: &str, body
 }
 
 /// Waits until the SMTP server holds `n` mails to `to`, and returns them.
-async fn wait_sent(servers: &MailServers, to: &str, n: usize) -> Vec<SentMail> {
+pub(crate) async fn wait_sent(servers: &MailServers, to: &str, n: usize) -> Vec<SentMail> {
     wait_until(|| async { servers.sent_to(to).len() >= n }, TURN)
         .await
         .unwrap_or_else(|e| panic!("{e}: {n} mails to {to}; sent: {:#?}", servers.sent()));

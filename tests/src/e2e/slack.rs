@@ -19,7 +19,7 @@ const MALLORY: &str = "U0MALLORY";
 
 /// Starts the fake and a fleet (gateway, agent, tools) whose `channels.slack` points at it,
 /// with `extra` laid over that section, and waits for `connections` Socket Mode connections.
-async fn slack_fleet(extra: Value) -> (Fleet, SlackFake) {
+pub(crate) async fn slack_fleet(extra: Value) -> (Fleet, SlackFake) {
     let fake = SlackFake::start(BOT_TOKEN, APP_TOKEN)
         .await
         .expect("slack fake");
@@ -48,7 +48,7 @@ async fn slack_fleet(extra: Value) -> (Fleet, SlackFake) {
     (fleet, fake)
 }
 
-fn dm(ts: &str, text: &str) -> Value {
+pub(crate) fn dm(ts: &str, text: &str) -> Value {
     json!({"type": "message", "channel_type": "im", "channel": "D0ALICE", "user": ALICE,
         "ts": ts, "text": text, "team": "T0001"})
 }

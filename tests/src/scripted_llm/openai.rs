@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 use super::reply::{Turn, pieces};
 
 /// Pieces each streamed text is cut into.
-const STREAM_PIECES: usize = 3;
+pub(super) const STREAM_PIECES: usize = 3;
 
 /// Returns the non-streaming `chat.completion` body.
 pub(crate) fn completion(turn: &Turn, model: &str, id: &str) -> Value {

@@ -46,6 +46,8 @@ async fn api_call(
         Err(e) => return e.into_response(),
     };
     let result = answer(shared, &token, &method, &params, &uploads).await;
+    let drip = method.eq_ignore_ascii_case("getUpdates")
+        && shared.drip.load(std::sync::atomic::Ordering::SeqCst);
     if result.is_ok() && method.eq_ignore_ascii_case("setWebhook") {
         let queued = shared
             .bots()
@@ -65,6 +67,10 @@ async fn api_call(
         result: result.clone(),
     });
     match result {
+        Ok(value) if drip => {
+            let body = json!({"ok": true, "result": value}).to_string();
+            crate::drip::response(body.as_bytes(), "application/json")
+        }
         Ok(value) => Json(json!({"ok": true, "result": value})).into_response(),
         Err(e) => e.into_response(),
     }

@@ -21,6 +21,8 @@ pub(super) struct Shared {
     /// Bumped on every recorded call and every poll start, for the `wait_*` helpers.
     pub(super) changed: watch::Sender<u64>,
     pub(super) http: reqwest::Client,
+    /// `getUpdates` answers go out 1 to 3 bytes per write ([`crate::drip`]).
+    pub(super) drip: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -30,6 +32,7 @@ impl Shared {
             calls: Mutex::new(Vec::new()),
             changed: watch::channel(0).0,
             http: reqwest::Client::new(),
+            drip: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

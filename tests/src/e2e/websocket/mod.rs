@@ -84,6 +84,22 @@ impl WsClient {
             .expect("websocket send");
     }
 
+    /// Sends one JSON frame as a text message cut into WebSocket fragments of 1 to 3 bytes
+    /// ([`crate::drip::pieces`]), so the server reassembles characters cut mid-way.
+    pub(crate) async fn send_fragmented(&mut self, frame: Value) {
+        use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+        use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+        let pieces = crate::drip::pieces(frame.to_string().as_bytes());
+        let last = pieces.len().saturating_sub(1);
+        for (i, piece) in pieces.into_iter().enumerate() {
+            let opcode = OpCode::Data(if i == 0 { Data::Text } else { Data::Continue });
+            self.socket
+                .send(Message::Frame(Frame::message(piece, opcode, i == last)))
+                .await
+                .expect("websocket send a fragment");
+        }
+    }
+
     /// Sends the message `text` with the client's id `id` on `chat`.
     pub(crate) async fn say(&mut self, chat: &str, id: &str, text: &str) {
         self.send(json!({"type": "message", "chat_id": chat, "text": text, "id": id}))
