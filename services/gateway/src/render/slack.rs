@@ -8,8 +8,9 @@
 //! - blockquotes → `> ` lines; pipe tables → one line per row, `*header*: value · …` (upstream);
 //! - `&`, `<` and `>` escaped everywhere (Slack's only control characters), raw HTML as text.
 //!
-//! Long replies: [`split_mrkdwn`] cuts the Markdown with the fence-safe splitter and renders each
-//! chunk, so every message is at most [`MAX_MESSAGE_LEN`] characters.
+//! Long replies: [`split_mrkdwn`] cuts the Markdown with the fence-safe splitter (between
+//! grapheme clusters) and renders each chunk, so every message is at most [`MAX_MESSAGE_LEN`]
+//! characters (code points, as upstream counts; Slack's `text` takes 40,000).
 //!
 //! ```
 //! use nanobot_gateway::render::slack::markdown_to_mrkdwn;
@@ -18,7 +19,8 @@
 
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
-use super::split;
+use super::measure::Limit;
+use super::split::split_markdown;
 
 /// Upstream's chunk size (`SLACK_MAX_MESSAGE_LEN`: Slack takes ~40,000, with a margin).
 pub const MAX_MESSAGE_LEN: usize = 39_000;
@@ -33,22 +35,25 @@ pub fn markdown_to_mrkdwn(md: &str) -> String {
     r.bufs.swap_remove(0).trim_end().to_string()
 }
 
-/// Returns `md` rendered as messages of at most `max_chars` characters each (use
-/// [`MAX_MESSAGE_LEN`]); a chunk whose rendering grew past the limit is split again, smaller.
+/// Returns `md` rendered as messages of at most `max_chars` characters (code points) each
+/// (use [`MAX_MESSAGE_LEN`]); a chunk whose rendering grew past the limit is split again,
+/// smaller. Cuts fall between grapheme clusters, in the Markdown, so never inside an escape
+/// such as `&amp;` or a `<url|text>` link.
 pub fn split_mrkdwn(md: &str, max_chars: usize) -> Vec<String> {
-    let mut pending: std::collections::VecDeque<String> = split::split(md, max_chars).into();
+    let limit = Limit::code_points(max_chars);
+    let mut pending: std::collections::VecDeque<String> = split_markdown(md, limit).into();
     let mut out = Vec::new();
     while let Some(chunk) = pending.pop_front() {
         let text = markdown_to_mrkdwn(&chunk);
-        let (len, md_len) = (text.chars().count(), chunk.chars().count());
+        let (len, md_len) = (limit.measure(&text), limit.measure(&chunk));
         if len <= max_chars || md_len <= 1 {
             out.push(text);
             continue;
         }
-        let limit = (md_len * max_chars / len)
+        let smaller = (md_len * max_chars / len)
             .saturating_sub(8)
             .clamp(1, md_len - 1);
-        let parts = split::split(&chunk, limit);
+        let parts = split_markdown(&chunk, limit.with_max(smaller));
         if parts.len() <= 1 {
             out.push(text);
             continue;

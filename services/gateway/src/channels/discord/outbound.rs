@@ -21,7 +21,8 @@ use super::DiscordChannel;
 use super::receive::{MAX_ATTACHMENT_BYTES, message_id_of};
 use crate::channels::stream::Editor;
 use crate::channels::{Progress, SendError};
-use crate::render::telegram::split_markdown;
+use crate::render::measure::Limit;
+use crate::render::split::split_markdown;
 
 /// Replies mention nobody (the user being answered is not pinged).
 static NO_PING: AllowedMentions = AllowedMentions {
@@ -31,13 +32,16 @@ static NO_PING: AllowedMentions = AllowedMentions {
     users: Vec::new(),
 };
 
-/// Discord's message length limit, in characters.
+/// Discord's message length limit, in characters (code points, as upstream counts).
 pub(super) const MAX_MESSAGE_LEN: usize = 2000;
+/// [`MAX_MESSAGE_LEN`] as the splitter counts it.
+const LIMIT: Limit = Limit::code_points(MAX_MESSAGE_LEN);
 
 /// Returns the text messages of a reply: `content` in chunks of at most [`MAX_MESSAGE_LEN`]
-/// characters; with no text, the names of the files that could not be sent (as upstream).
+/// characters, cut between grapheme clusters; with no text, the names of the files that could
+/// not be sent (as upstream).
 pub(super) fn build_chunks(content: &str, failed: &[String], sent_media: bool) -> Vec<String> {
-    let chunks = split_markdown(content, MAX_MESSAGE_LEN);
+    let chunks = split_markdown(content, LIMIT);
     if !chunks.is_empty() || failed.is_empty() || sent_media {
         return chunks;
     }
@@ -45,7 +49,7 @@ pub(super) fn build_chunks(content: &str, failed: &[String], sent_media: bool) -
         .iter()
         .map(|name| format!("[attachment: {name} - send failed]"))
         .collect();
-    split_markdown(&fallback.join("\n"), MAX_MESSAGE_LEN)
+    split_markdown(&fallback.join("\n"), LIMIT)
 }
 
 /// Delivers one outbound message.
@@ -323,5 +327,19 @@ mod tests {
             ["[attachment: a.png - send failed]"]
         );
         assert!(build_chunks("", &["a.png".into()], true).is_empty());
+    }
+
+    #[test]
+    fn an_emoji_reply_splits_at_whole_families_within_2000_code_points() {
+        let family = "👩\u{200d}👩\u{200d}👧\u{200d}👦";
+        let reply = format!("{}{}", family.repeat(300), "🇨🇳e\u{301}".repeat(400));
+        let chunks = build_chunks(&reply, &[], false);
+        let lens: Vec<usize> = chunks.iter().map(|c| c.chars().count()).collect();
+        assert_eq!(lens, [1995, 1705]);
+        assert_eq!(chunks.concat(), reply);
+        // A preview of a family still arriving shows only the families already whole.
+        let streamed = format!("Hi {}", &family[..family.len() - 4]);
+        let preview = build_chunks(crate::render::measure::settled(&streamed), &[], false);
+        assert_eq!(preview, ["Hi "]);
     }
 }
