@@ -5,7 +5,10 @@
 //! (`pending`, `SET NX`); the replica that got it posts the preview and stores its message id
 //! there, every other replica ignores that reply's deltas. Later deltas edit the preview at
 //! most every edit interval. A preview shows what fits in one platform message (the first
-//! chunk of the reply as it will be split); the rest comes with the final reply.
+//! chunk of the reply as it will be split, so within the platform's limit and cut between
+//! grapheme clusters); the rest comes with the final reply. The last cluster of the text so far
+//! waits for the next delta ([`measure::settled`]): a ZWJ emoji or an accent arriving in
+//! pieces is never shown halved.
 //!
 //! The final reply, delivered durably by whichever replica ([`Streamer::finish`]), marks the
 //! record `final:<id>` (so no preview edit starts after it), waits for an edit in flight
@@ -29,6 +32,7 @@ use redis::AsyncCommands as _;
 use nanobot_proto::{OutboundKind, OutboundMessage, keys};
 
 use super::SendError;
+use crate::render::measure;
 
 /// How long a stream's record lives.
 pub(super) const RECORD_TTL_SECS: u64 = 3600;
@@ -129,7 +133,7 @@ impl Streamer {
             entry.text.push_str(&msg.content);
             entry.clone()
         };
-        let first = editor.first_chunk(&preview.text);
+        let first = editor.first_chunk(measure::settled(&preview.text));
         if first.trim().is_empty() {
             return;
         }

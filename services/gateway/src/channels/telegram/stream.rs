@@ -5,6 +5,11 @@
 //! final reply, delivered durably by whichever replica, edits the preview into the final HTML
 //! instead of sending a new message, then marks the stream `final` so no late preview edit
 //! follows.
+//!
+//! A preview is the whole reply so far, so it is shown only while it fits one message, counted
+//! in UTF-16 code units as Telegram counts (upstream counts Python characters); its last
+//! grapheme cluster waits for the next delta ([`measure::settled`]), so an emoji or an accent
+//! arriving in pieces is never shown halved.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -18,7 +23,10 @@ use super::outbound::{self, Target};
 use super::{TelegramChannel, thread_of};
 use crate::channels::stream::{self, FINAL, RECORD_TTL_SECS};
 use crate::channels::{Progress, SendError};
-use crate::render::telegram::{HtmlChunk, MAX_MESSAGE_LEN, strip_markdown};
+use crate::render::measure::{self, Limit};
+use crate::render::telegram::{
+    HtmlChunk, MAX_HTML_LEN, MAX_MESSAGE_LEN, escape_html, strip_markdown,
+};
 
 /// Previews this replica is editing, by the inbound id they answer.
 #[derive(Debug, Default)]
@@ -77,13 +85,12 @@ async fn delta(ch: &TelegramChannel, msg: &OutboundMessage) {
         entry.text.push_str(&msg.content);
         entry.clone()
     };
+    let settled = measure::settled(&preview.text).len();
+    let Some(plain) = preview_of(&preview.text) else {
+        return;
+    };
     let key = keys::telegram_stream(&ch.bot_id, &msg.reply_to);
     let mut conn = ch.redis.clone();
-    let plain = strip_markdown(&preview.text);
-    if plain.trim().is_empty() || preview.text.chars().count() > MAX_MESSAGE_LEN {
-        // Too long for one preview: the final reply splits it.
-        return;
-    }
     let Some(id) = preview.message_id else {
         if !matches!(stream::claim(&mut conn, &key).await, Ok(true)) {
             return;
@@ -93,20 +100,13 @@ async fn delta(ch: &TelegramChannel, msg: &OutboundMessage) {
             thread: thread_of(&msg.session_key),
             reply_to: None,
         };
-        match outbound::send_text(
-            ch,
-            target,
-            &crate::render::telegram::escape_html(&plain),
-            &plain,
-        )
-        .await
-        {
+        match outbound::send_text(ch, target, &escape_html(&plain), &plain).await {
             Ok(sent) => {
                 let _: redis::RedisResult<()> = conn.set_ex(&key, sent.id.0, RECORD_TTL_SECS).await;
                 if let Some(p) = ch.streams.lock().get_mut(&msg.reply_to) {
                     p.message_id = Some(sent.id.0);
                     p.last_edit = Instant::now();
-                    p.shown = preview.text.len();
+                    p.shown = settled;
                 }
             }
             Err(e) => {
@@ -116,7 +116,7 @@ async fn delta(ch: &TelegramChannel, msg: &OutboundMessage) {
         }
         return;
     };
-    if preview.last_edit.elapsed() < interval || preview.shown == preview.text.len() {
+    if preview.last_edit.elapsed() < interval || preview.shown == settled {
         return;
     }
     let state: Option<String> = conn.get(&key).await.ok().flatten();
@@ -129,8 +129,20 @@ async fn delta(ch: &TelegramChannel, msg: &OutboundMessage) {
     }
     if let Some(p) = ch.streams.lock().get_mut(&msg.reply_to) {
         p.last_edit = Instant::now();
-        p.shown = preview.text.len();
+        p.shown = settled;
     }
+}
+
+/// Returns the plain-text preview of the reply so far (`markdown`): its settled clusters
+/// without Markdown syntax; `None` when that is blank, or when the reply no longer fits one
+/// message (upstream's 4000 for the Markdown, 4096 for what is sent, both in UTF-16 units):
+/// the final reply splits it.
+fn preview_of(markdown: &str) -> Option<String> {
+    let settled = measure::settled(markdown);
+    let plain = strip_markdown(settled);
+    let fits = Limit::utf16(MAX_MESSAGE_LEN).fits(settled)
+        && Limit::utf16(MAX_HTML_LEN).fits(&escape_html(&plain));
+    (fits && !plain.trim().is_empty()).then_some(plain)
 }
 
 /// When the reply was streamed into a preview, edits it into `first` (the final reply's first
@@ -162,4 +174,42 @@ pub(super) async fn finish(
         progress.part_done().await;
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Returns the preview of `md` as a person sees it (trailing whitespace aside).
+    fn shown(md: &str) -> Option<String> {
+        preview_of(md).map(|p| p.trim_end().to_string())
+    }
+
+    #[test]
+    fn a_preview_never_shows_half_a_grapheme() {
+        let family = "👩\u{200d}👩\u{200d}👧\u{200d}👦";
+        // The family arrives in pieces: until a later character settles it, it is held back.
+        assert_eq!(shown("Hi👩\u{200d}👩").as_deref(), Some("Hi"));
+        assert_eq!(
+            shown(&format!("Hi {family}!")),
+            Some(format!("Hi {family}"))
+        );
+        assert_eq!(shown("cafe\u{301}").as_deref(), Some("caf"));
+        assert_eq!(shown("cafe\u{301}!").as_deref(), Some("cafe\u{301}"));
+        assert_eq!(shown("**中文** 🇨🇳\n").as_deref(), Some("中文 🇨🇳"));
+        assert_eq!(shown("שלום עולם.").as_deref(), Some("שלום עולם"));
+        assert_eq!(shown("  x"), None);
+    }
+
+    #[test]
+    fn a_preview_stops_when_telegram_would_count_it_too_long() {
+        // 2,100 emoji are 2,100 characters but 4,200 UTF-16 units: over one message.
+        let emoji = "😀".repeat(2100);
+        assert_eq!(preview_of(&emoji), None);
+        let fits = "😀".repeat(1999);
+        assert_eq!(shown(&format!("{fits}!")), Some(fits));
+        // Escaping grows what is sent: 1,400 "&" are 7,000 units as HTML.
+        assert_eq!(preview_of(&"& ".repeat(1400)), None);
+        assert!(preview_of(&"مرحبا ".repeat(600)).is_some());
+    }
 }
