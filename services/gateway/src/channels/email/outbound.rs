@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use lettre::message::header::ContentType;
-use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
+use lettre::message::{Attachment, Mailbox, MessageBuilder, MultiPart, SinglePart};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport as _, Message, Tokio1Executor};
@@ -171,16 +171,26 @@ async fn build(
             false => format!("{}\n\n{notes}", text.trim_end()),
         };
     }
-    let built = if files.is_empty() {
-        builder.singlepart(SinglePart::plain(text))
-    } else {
-        let mut parts = MultiPart::mixed().singlepart(SinglePart::plain(text));
-        for part in files {
-            parts = parts.singlepart(part);
-        }
-        builder.multipart(parts)
-    };
-    built.map_err(|e| SendError::Permanent(format!("build the mail: {e}")))
+    assemble(builder, text, files).map_err(|e| SendError::Permanent(format!("build the mail: {e}")))
+}
+
+/// Returns the mail: `text` as its plain body, then `files` attached. The body is never cut:
+/// lettre picks its transfer encoding (7bit, quoted-printable or base64) so that every line
+/// keeps within RFC 5322's 78 octets however long the reply's lines or however many bytes its
+/// characters take, and encodes a non-ASCII subject (RFC 2047).
+fn assemble(
+    builder: MessageBuilder,
+    text: String,
+    files: Vec<SinglePart>,
+) -> Result<Message, lettre::error::Error> {
+    if files.is_empty() {
+        return builder.singlepart(SinglePart::plain(text));
+    }
+    let mut parts = MultiPart::mixed().singlepart(SinglePart::plain(text));
+    for part in files {
+        parts = parts.singlepart(part);
+    }
+    builder.multipart(parts)
 }
 
 /// Reads the reply's media as attachments; returns them and upstream's notes for those left
@@ -248,5 +258,40 @@ mod tests {
         assert_ne!(id, message_id("email:a@b.c:4", "x.org"));
         assert_eq!(id.matches('@').count(), 1, "{id}");
         assert!(id.starts_with('<') && id.ends_with(".nanobot@x.org>") && !id.contains(':'));
+    }
+
+    #[test]
+    fn long_lines_of_any_script_are_sent_whole_in_lines_of_at_most_78_octets() {
+        let family = "👩\u{200d}👩\u{200d}👧\u{200d}👦";
+        let subject = format!("Re:{}", " 中文主题🇨🇳 שלום e\u{301}".repeat(12));
+        let body = format!(
+            "{}\n{}\n{}",
+            format!("中文{family}🇨🇳👍🏽e\u{301}مرحبا ").repeat(400),
+            "x".repeat(2000),
+            "plain ascii line"
+        );
+        let builder = Message::builder()
+            .from("Bot <bot@x.org>".parse().unwrap())
+            .to("ann@y.org".parse().unwrap())
+            .subject(subject.clone());
+        let attachment = Attachment::new("a.txt".into())
+            .body(body.clone().into_bytes(), ContentType::TEXT_PLAIN);
+        for files in [vec![], vec![attachment]] {
+            let raw = assemble(builder.clone(), body.clone(), files)
+                .unwrap()
+                .formatted();
+            for line in raw.split(|b| *b == b'\n') {
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                assert!(line.len() <= 78, "{}", String::from_utf8_lossy(line));
+            }
+            let parsed = mail_parser::MessageParser::default().parse(&raw).unwrap();
+            assert_eq!(parsed.subject(), Some(subject.as_str()));
+            // Line breaks travel as CRLF (RFC 5322); nothing else changes.
+            let received = parsed
+                .body_text(0)
+                .unwrap_or_default()
+                .replace("\r\n", "\n");
+            assert!(received == body, "the body came back changed");
+        }
     }
 }
