@@ -9,7 +9,8 @@
 //! - [`bus`]: NATS connection, streams, typed requests and replies; [`payloads`]: replies
 //!   over the broker's message limit, through the object store.
 //! - [`store`]: Redis connection.
-//! - [`sse`]: server-sent events from a byte stream, split anywhere (the one SSE reader).
+//! - [`sse`]: server-sent events from a byte stream, split anywhere (the one SSE reader);
+//!   [`utf8`]: bytes in pieces to whole characters.
 //! - [`fs`]: files replaced whole (temp file, fsync, rename).
 //! - [`lease`]: the one Redis lease with fencing tokens (sessions, cron leader, memory lock,
 //!   Telegram poller).
@@ -33,6 +34,7 @@ pub mod shutdown;
 pub mod sse;
 pub mod store;
 pub mod telemetry;
+pub mod utf8;
 #[cfg(feature = "testsuite")]
 pub mod testsuite;
 

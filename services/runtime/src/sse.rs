@@ -25,6 +25,8 @@ use std::fmt::Display;
 
 use futures::{Stream, StreamExt as _};
 
+use crate::utf8::Utf8Decoder;
+
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
@@ -96,44 +98,6 @@ where
         };
         Some((item, (body, decoder, cr, done)))
     })
-}
-
-/// A streaming UTF-8 decoder: bytes in, whole characters out.
-pub struct Utf8Decoder(encoding_rs::Decoder);
-
-impl Default for Utf8Decoder {
-    fn default() -> Self {
-        Self(encoding_rs::UTF_8.new_decoder_without_bom_handling())
-    }
-}
-
-impl std::fmt::Debug for Utf8Decoder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Utf8Decoder")
-    }
-}
-
-impl Utf8Decoder {
-    /// Returns the characters `bytes` completes; a character cut at the end waits for the
-    /// next call.
-    pub fn feed(&mut self, bytes: &[u8]) -> String {
-        self.decode(bytes, false)
-    }
-
-    /// Returns what is left at the end of the input (U+FFFD for a cut-off character).
-    pub fn finish(&mut self) -> String {
-        self.decode(&[], true)
-    }
-
-    fn decode(&mut self, bytes: &[u8], last: bool) -> String {
-        let room = self
-            .0
-            .max_utf8_buffer_length(bytes.len())
-            .unwrap_or(bytes.len().saturating_mul(3).saturating_add(4));
-        let mut out = String::with_capacity(room);
-        let (_, _, _) = self.0.decode_to_string(bytes, &mut out, last);
-        out
-    }
 }
 
 #[cfg(test)]

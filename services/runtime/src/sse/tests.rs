@@ -2,6 +2,7 @@ use futures::StreamExt as _;
 use proptest::prelude::*;
 
 use super::*;
+use crate::utf8::Utf8Decoder;
 
 /// Text that breaks byte-counting code: CJK, emoji with ZWJ sequences, skin tones and flags,
 /// combining marks, right-to-left scripts, and a line break inside data.

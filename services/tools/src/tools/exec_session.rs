@@ -144,25 +144,6 @@ impl Bounded {
     }
 }
 
-/// A stream's undecoded bytes: a multi-byte character split across reads waits for its rest.
-#[derive(Debug, Default)]
-struct Utf8Tail(Vec<u8>);
-
-impl Utf8Tail {
-    fn decode(&mut self, chunk: &[u8]) -> String {
-        self.0.extend_from_slice(chunk);
-        let valid = match std::str::from_utf8(&self.0) {
-            Ok(_) => self.0.len(),
-            Err(e) if e.error_len().is_none() => e.valid_up_to(),
-            Err(_) => self.0.len(),
-        };
-        let rest = self.0.split_off(valid);
-        let text = String::from_utf8_lossy(&self.0).into_owned();
-        self.0 = rest;
-        text
-    }
-}
-
 #[derive(Debug)]
 struct Output {
     stdout: Bounded,
@@ -688,22 +669,26 @@ fn listing(id: &str, s: &Session, now: Instant) -> String {
 async fn read_into<R: AsyncRead + Unpin>(stream: Option<R>, session: Arc<Session>, stderr: bool) {
     let Some(mut stream) = stream else { return };
     let mut buf = [0u8; 4096];
-    let mut utf8 = Utf8Tail::default();
+    let mut utf8 = nanobot_runtime::utf8::Utf8Decoder::default();
     loop {
-        let n = match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let (text, done) = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => (utf8.finish(), true),
+            Ok(n) => (utf8.feed(&buf[..n]), false),
         };
-        let text = utf8.decode(&buf[..n]);
-        if let Ok(mut output) = session.output.lock() {
-            let target = if stderr {
-                &mut output.stderr
-            } else {
-                &mut output.stdout
-            };
-            target.append(&text);
+        if !text.is_empty() {
+            if let Ok(mut output) = session.output.lock() {
+                let target = if stderr {
+                    &mut output.stderr
+                } else {
+                    &mut output.stdout
+                };
+                target.append(&text);
+            }
+            session.fresh.notify_waiters();
         }
-        session.fresh.notify_waiters();
+        if done {
+            break;
+        }
     }
 }
 
@@ -1317,9 +1302,5 @@ mod tests {
         assert_eq!(kept, "01234bcdef");
         assert_eq!(dropped, 6);
         assert!(buffer.is_empty());
-        let mut utf8 = Utf8Tail::default();
-        let bytes = "é".as_bytes();
-        assert_eq!(utf8.decode(&bytes[..1]), "");
-        assert_eq!(utf8.decode(&bytes[1..]), "é");
     }
 }
