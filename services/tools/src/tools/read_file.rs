@@ -93,10 +93,11 @@ fn read(ctx: &ToolContext, args: &Args) -> ToolOutput {
         return ToolOutput::error(format!("Error: Not a file: {path}"));
     }
     if meta.len() > MAX_FILE_BYTES {
+        // Display only: MiB with one decimal, as upstream shows it.
+        let size_mib = meta.len() as f64 / (1024.0 * 1024.0);
         return ToolOutput::error(format!(
-            "Error: {path} is too large for read_file ({} bytes; the limit is {} bytes).",
-            meta.len(),
-            MAX_FILE_BYTES
+            "Error: File too large to read ({size_mib:.1} MiB). Maximum is {} MiB.",
+            MAX_FILE_BYTES / (1024 * 1024)
         ));
     }
     if let Some(kind) = Kind::of(&fp) {
@@ -122,15 +123,12 @@ fn read(ctx: &ToolContext, args: &Args) -> ToolOutput {
     if !arg_bool(args, "force") && ctx.file_reads.contains(&read) {
         return ToolOutput::text(format!("[File unchanged since last read: {path}]"));
     }
-    let text = match String::from_utf8(raw) {
-        Ok(text) if !text.contains('\0') => text,
-        _ => {
-            let mime = mime_from_extension(&fp).unwrap_or("unknown");
-            return ToolOutput::error(format!(
-                "Error: Cannot read binary file {path} (MIME: {mime}). Only UTF-8 text and \
-                 images are supported."
-            ));
-        }
+    let Some(text) = decode(raw, &fp) else {
+        let mime = mime_from_extension(&fp).unwrap_or("unknown");
+        return ToolOutput::error(format!(
+            "Error: Cannot read binary file {path} (MIME: {mime}). Only supported text files \
+             and images can be read."
+        ));
     };
     match page(&text.replace("\r\n", "\n"), offset, limit) {
         Ok(page) => ToolOutput {
@@ -138,6 +136,25 @@ fn read(ctx: &ToolContext, args: &Args) -> ToolOutput {
             ..ToolOutput::text(page)
         },
         Err(message) => ToolOutput::error(message),
+    }
+}
+
+/// Returns the text of `raw`: UTF-8 without NULs, or for upstream's known text
+/// extensions (`.txt`, `.csv`, …) Latin-1 when it is not UTF-8; `None` for a binary.
+fn decode(raw: Vec<u8>, fp: &Path) -> Option<String> {
+    const TEXT_EXTENSIONS: [&str; 13] = [
+        "txt", "md", "csv", "json", "xml", "html", "htm", "log", "yaml", "yml", "toml", "ini",
+        "cfg",
+    ];
+    match String::from_utf8(raw) {
+        Ok(text) => (!text.contains('\0')).then_some(text),
+        Err(e) => {
+            let ext = fp.extension()?.to_str()?.to_ascii_lowercase();
+            if !TEXT_EXTENSIONS.contains(&ext.as_str()) {
+                return None;
+            }
+            Some(e.as_bytes().iter().map(|&b| char::from(b)).collect())
+        }
     }
 }
 
@@ -378,7 +395,13 @@ mod tests {
         let binary = call(&ctx, json!({"path": "blob.bin"})).await;
         assert_eq!(
             binary.content,
-            "Error: Cannot read binary file blob.bin (MIME: application/octet-stream). Only UTF-8 text and images are supported."
+            "Error: Cannot read binary file blob.bin (MIME: application/octet-stream). Only supported text files and images can be read."
+        );
+        std::fs::write(root.join("latin1.csv"), b"caf\xe9,\xbfqu\xe9?\n").unwrap();
+        assert_eq!(
+            call(&ctx, json!({"path": "latin1.csv"})).await.content,
+            "1| caf\u{e9},\u{bf}qu\u{e9}?\n\n(End of file — 1 lines total)",
+            "a known text extension falls back to Latin-1"
         );
         std::fs::write(root.join("nul.txt"), "a\0b").unwrap();
         assert!(
@@ -417,6 +440,12 @@ mod tests {
             escape.is_error && escape.content.contains("is outside allowed directory"),
             "{}",
             escape.content
+        );
+        let huge = std::fs::File::create(root.join("huge.log")).unwrap();
+        huge.set_len(MAX_FILE_BYTES + 1).unwrap();
+        assert_eq!(
+            call(&ctx, json!({"path": "huge.log"})).await.content,
+            "Error: File too large to read (100.0 MiB). Maximum is 100 MiB."
         );
         std::fs::write(root.join("empty"), "").unwrap();
         assert_eq!(
