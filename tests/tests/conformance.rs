@@ -7,3 +7,6 @@ mod harness;
 
 #[path = "../conformance/telegram_html.rs"]
 mod telegram_html;
+
+#[path = "../conformance/config_unknown_keys.rs"]
+mod config_unknown_keys;

@@ -29,7 +29,7 @@ async fn an_upstream_config_with_unknown_keys_starts_with_one_warning_and_the_ti
         .roles(&["gateway", "agent", "tools"])
         .config(json!({
             "agents": {"defaults": {"timezone": "Asia/Tokyo", "newUpstreamKnob": {"a": 1}}},
-            "futureSection": {"enabled": true},
+            "tools": {"futureTool": {"enabled": true}},
         }))
         .start()
         .await
@@ -38,7 +38,7 @@ async fn an_upstream_config_with_unknown_keys_starts_with_one_warning_and_the_ti
         let logs = fleet.service(role).logs();
         let warnings: Vec<&str> = logs.lines().filter(|l| l.contains(WARNING)).collect();
         assert_eq!(warnings.len(), 1, "{role} warns once:\n{logs}");
-        for key in ["agents.defaults.newUpstreamKnob", "futureSection"] {
+        for key in ["agents.defaults.newUpstreamKnob", "tools.futureTool"] {
             assert!(warnings[0].contains(key), "{role}: {}", warnings[0]);
         }
     }

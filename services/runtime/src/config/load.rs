@@ -174,7 +174,9 @@ fn interpolate(
     }
 }
 
-/// Top-level sections, in snake_case, that env overrides may address.
+/// Top-level sections, in snake_case: 0.3.5's and the fleet's. Env overrides may address only
+/// these (others are ignored, as 0.3.5's pydantic-settings ignores `NANOBOT_…` variables it
+/// has no field for); any other key of the file is refused.
 const SECTIONS: &[&str] = &[
     "agents",
     "channels",
@@ -273,17 +275,23 @@ fn migrate(root: &mut Value) {
 }
 
 /// Deserialises each top-level section on its own so that problems in several sections are
-/// all reported; unknown keys anywhere in typed sections go to `unknown` (dotted paths).
+/// all reported. An unknown top-level key is a problem (0.3.5 refuses it); unknown keys inside
+/// sections go to `unknown` (dotted paths), as 0.3.5's nested models ignore them.
 fn typed(root: &Value, problems: &mut Vec<String>, unknown: &mut Vec<String>) -> Config {
     let mut config = Config::default();
     let Value::Object(map) = root else {
         return config;
     };
     for (key, value) in map {
+        if !is_top_level(key) {
+            problems.push(unknown_top_level(key));
+            continue;
+        }
         let ok = match norm(key).as_str() {
             "agents" => section(key, value, problems, unknown).map(|v| config.agents = v),
             "channels" => section(key, value, problems, unknown).map(|v| config.channels = v),
-            "providers" => section(key, value, problems, unknown).map(|v| config.providers = v),
+            "providers" => section(key, &providers_only(key, value, unknown), problems, unknown)
+                .map(|v| config.providers = v),
             "api" => section(key, value, problems, unknown).map(|v| config.api = v),
             "gateway" => section(key, value, problems, unknown).map(|v| config.gateway = v),
             "tools" => section(key, value, problems, unknown).map(|v| config.tools = v),
@@ -299,15 +307,71 @@ fn typed(root: &Value, problems: &mut Vec<String>, unknown: &mut Vec<String>) ->
             "telemetry" => section(key, value, problems, unknown).map(|v| config.telemetry = v),
             "runner" => section(key, value, problems, unknown).map(|v| config.runner = v),
             "bots" => section(key, value, problems, unknown).map(|v| config.bots = v),
-            _ => {
-                unknown.push(key.clone());
-                Some(())
-            }
+            // Refused above.
+            _ => None,
         };
         let _ = ok;
     }
-    super::validate::unknown_extras(&config, problems, unknown);
+    super::validate::unknown_extras(&config, unknown);
     config
+}
+
+/// Returns `providers` without its entries that are not objects, listed in `unknown`: 0.3.5
+/// keeps such an entry as a custom provider's raw value and never uses it.
+fn providers_only(key: &str, value: &Value, unknown: &mut Vec<String>) -> Value {
+    let Value::Object(map) = value else {
+        return value.clone();
+    };
+    let mut kept = Map::new();
+    for (name, entry) in map {
+        if entry.is_object() {
+            kept.insert(name.clone(), entry.clone());
+        } else {
+            unknown.push(format!("{key}.{name}"));
+        }
+    }
+    Value::Object(kept)
+}
+
+/// Returns whether `key` names a top-level section: one of 0.3.5's `Config` fields, matched
+/// case-insensitively by name or camelCase alias as pydantic-settings does (`Agents`,
+/// `modelpresets`, not `model-presets`), or one of the fleet's own sections.
+fn is_top_level(key: &str) -> bool {
+    SECTIONS
+        .iter()
+        .chain(&["modelPresets"])
+        .any(|name| name.eq_ignore_ascii_case(key))
+}
+
+/// The problem of an unknown top-level key: 0.3.5's `Config` forbids extra keys
+/// (`extra_forbidden`), so the key is refused in any mode, not ignored.
+fn unknown_top_level(key: &str) -> String {
+    let plain = key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let shown = if plain && !key.is_empty() {
+        key.to_string()
+    } else {
+        // Quoted, whole (a ZWJ emoji or a combining mark stays as typed); only controls,
+        // quotes and backslashes are escaped so the message stays on one line.
+        let inner: String = key
+            .chars()
+            .flat_map(|c| match c {
+                '"' | '\\' => vec!['\\', c],
+                c if c.is_control() => c.escape_default().collect(),
+                c => vec![c],
+            })
+            .collect();
+        format!("\"{inner}\"")
+    };
+    format!(
+        "{shown}: Extra inputs are not permitted (unknown top-level key; the sections are {})",
+        SECTIONS
+            .iter()
+            .map(|s| camel(s))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 fn section<T: DeserializeOwned>(
@@ -333,5 +397,113 @@ fn section<T: DeserializeOwned>(
             problems.push(format!("{at}: {}", e.into_inner()));
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod unknown_key_tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::load_str;
+
+    fn problems(json: &str, env: &[(&str, &str)]) -> Vec<String> {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        match load_str(Some(json), Path::new("/nonexistent/config.json"), &env) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.problems,
+        }
+    }
+
+    #[test]
+    fn every_unknown_top_level_key_is_refused_at_once_naming_the_sections() {
+        let got = problems(
+            r#"{"bogus":1,"agents":{"defaults":{"maxTokens":"many"}},"bus":{},"futureSection":{}}"#,
+            &[],
+        );
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(
+            got.iter()
+                .any(|p| p.starts_with("agents.defaults.maxTokens:"))
+        );
+        for key in ["bogus", "futureSection"] {
+            let line = got.iter().find(|p| p.starts_with(key)).expect(key);
+            assert!(
+                line.starts_with(&format!("{key}: Extra inputs are not permitted")),
+                "{line}"
+            );
+            assert!(line.contains("modelPresets"), "names the sections: {line}");
+        }
+    }
+
+    #[test]
+    fn the_fleets_own_sections_are_accepted_at_the_top_level_and_keep_their_strict_keys() {
+        let fleet = r#"{"bus":{},"store":{},"runner":{},"telemetry":{},"bots":{}}"#;
+        assert!(problems(fleet, &[]).is_empty());
+        let got = problems(r#"{"bus":{"urll":"nats://x:1"}}"#, &[]);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].starts_with("bus.urll: unknown field"), "{}", got[0]);
+    }
+
+    #[test]
+    fn a_channel_or_provider_entry_that_is_no_object_is_listed_as_unknown_not_refused() {
+        let env = HashMap::new();
+        let json = r#"{"channels":{"飞书":1},"providers":{"🇨🇳":"x","custom":{"apiKey":"k"}}}"#;
+        let config = load_str(Some(json), Path::new("/nonexistent/config.json"), &env).unwrap();
+        let mut keys = config.unknown_keys.clone();
+        keys.sort();
+        assert_eq!(keys, ["channels.飞书", "providers.🇨🇳"]);
+        assert_eq!(config.providers.keys().collect::<Vec<_>>(), ["custom"]);
+    }
+
+    #[test]
+    fn top_level_names_match_case_insensitively_but_not_with_dashes() {
+        for ok in [
+            r#"{"Agents":{}}"#,
+            r#"{"modelpresets":{}}"#,
+            r#"{"model_presets":{}}"#,
+        ] {
+            assert!(problems(ok, &[]).is_empty(), "{ok}");
+        }
+        assert_eq!(problems(r#"{"model-presets":{}}"#, &[]).len(), 1);
+    }
+
+    #[test]
+    fn a_key_in_any_script_is_shown_whole_and_quoted() {
+        for key in ["配置", "👩‍👩‍👧‍👦🇨🇳", "e\u{301}", "إعدادات", "הגדרות"]
+        {
+            let json = serde_json::json!({ key: 1 }).to_string();
+            let got = problems(&json, &[]);
+            assert_eq!(got.len(), 1, "{key}: {got:?}");
+            assert!(
+                got[0].starts_with(&format!("\"{key}\": Extra inputs are not permitted")),
+                "{key}: {}",
+                got[0]
+            );
+        }
+        let got = problems(r#"{"a\nb\"c":1}"#, &[]);
+        assert!(got[0].starts_with(r#""a\nb\"c": "#), "{}", got[0]);
+    }
+
+    #[test]
+    fn env_overrides_of_keys_nobody_knows_are_ignored_as_0_3_5_ignores_them() {
+        let env = [
+            ("NANOBOT_FOO__BAR", "1"),
+            ("NANOBOT_FOO_BAR", "1"),
+            ("NANOBOT_AGENTS__DEFAULTS__FOO_BAR", "1"),
+        ];
+        assert!(problems("{}", &env).is_empty());
+        let strict = [
+            ("NANOBOT_AGENTS__DEFAULTS__FOO_BAR", "1"),
+            ("NANOBOT_STRICT_CONFIG", "1"),
+        ];
+        assert_eq!(
+            problems("{}", &strict),
+            ["agents.defaults.fooBar: unknown key"],
+            "strict mode refuses the nested one"
+        );
     }
 }

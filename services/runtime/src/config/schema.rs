@@ -211,7 +211,7 @@ pub enum FallbackModel {
 
 /// An inline fallback model.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct InlineFallback {
     /// Model name.
     pub model: String,
@@ -229,6 +229,9 @@ pub struct InlineFallback {
     /// Reasoning effort (none when unset, as upstream).
     #[serde(default, alias = "reasoning_effort")]
     pub reasoning_effort: Option<String>,
+    /// Keys 0.3.5 ignores here (listed as unknown at load, never sent anywhere).
+    #[serde(flatten, skip_serializing)]
+    pub extra: BTreeMap<String, Value>,
 }
 
 impl<'de> Deserialize<'de> for FallbackModel {

@@ -70,26 +70,28 @@ fn check_extras(
 }
 
 /// Lists in `unknown` the keys that landed in a section's catch-all map but are not upstream
-/// keys (typos, newer upstream keys); a non-object channel entry is a problem.
-pub(crate) fn unknown_extras(
-    config: &Config,
-    problems: &mut Vec<String>,
-    unknown: &mut Vec<String>,
-) {
+/// keys (typos, newer upstream keys): 0.3.5's nested models ignore them.
+pub(crate) fn unknown_extras(config: &Config, unknown: &mut Vec<String>) {
     check_extras(
         "agents.defaults",
         &config.agents.defaults.extra,
         AGENT_EXTRAS,
         unknown,
     );
+    // 0.3.5 keeps every other `channels` entry (a plugin's section); one that is not even a
+    // settings object configures nothing, so it is listed like an unknown key.
     for (key, value) in &config.channels.extra {
         let known = CHANNEL_EXTRAS
             .iter()
             .any(|n| normalise_key(n) == normalise_key(key));
         if !known && !value.is_object() {
-            problems.push(format!(
-                "channels.{key}: expected a channel settings object"
-            ));
+            unknown.push(format!("channels.{key}"));
+        }
+    }
+    for (i, entry) in config.agents.defaults.fallback_models.iter().enumerate() {
+        if let super::schema::FallbackModel::Inline(inline) = entry {
+            let at = format!("agents.defaults.fallbackModels[{i}]");
+            check_extras(&at, &inline.extra, &[], unknown);
         }
     }
     for (name, provider) in &config.providers {
