@@ -472,3 +472,28 @@ async fn the_gateway_renderer_output_for_a_long_reply_is_accepted_in_chunks() {
         "raw HTML from the model is shown as text"
     );
 }
+
+#[tokio::test]
+async fn a_dripped_get_updates_answer_arrives_in_many_reads_and_reads_back_byte_exact() {
+    let (fake, handle, bot) = fake_and_bot().await;
+    fake.set_drip(true);
+    let text = "你好 🐈 👩\u{200d}👩\u{200d}👧\u{200d}👦 🇨🇳 e\u{301} مرحبا שלום";
+    handle.inject(Incoming::text_from(&TgUser::new(42, "alice"), text));
+
+    let url = format!("{}/bot{TOKEN}/getUpdates?timeout=0", fake.api_url());
+    let mut response = reqwest::get(url).await.unwrap();
+    let (mut reads, mut body) = (0, Vec::new());
+    while let Some(piece) = response.chunk().await.unwrap() {
+        reads += 1;
+        body.extend_from_slice(&piece);
+    }
+    assert!(reads > 1, "one read of {} bytes", body.len());
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["result"][0]["message"]["text"], text);
+    // Unconfirmed, the update is served again, and teloxide reads the dripped answer too.
+    let updates = bot.get_updates().timeout(0).await.unwrap();
+    let UpdateKind::Message(message) = &updates[0].kind else {
+        panic!("{:?}", updates[0].kind);
+    };
+    assert_eq!(message.text(), Some(text));
+}
