@@ -144,8 +144,16 @@ async fn a_turn_its_tool_calls_and_the_memory_jobs_it_starts_are_stored_as_one_t
     fleet
         .llm
         .push(Reply::text("Nothing else to change.").with_usage(400, 5));
-    let dream = api_turn(&fleet, "/dream").await;
-    assert!(dream.starts_with("Dream: processed "), "{dream}");
+    assert_eq!(api_turn(&fleet, "/dream").await, "Dreaming...");
+    let reported = || async {
+        super::outbound_messages(&fleet)
+            .await
+            .iter()
+            .any(|m| m.id.ends_with(":dream-report"))
+    };
+    wait_until(reported, super::TURN * 4)
+        .await
+        .expect("the Dream run reported");
     for role in roles {
         let service = fleet.service(role);
         service.sigterm().unwrap();

@@ -10,6 +10,7 @@ use nanobot_proto::keys;
 use nanobot_runtime::lease::Leases;
 
 use super::history_rows;
+use crate::e2e::runner::ask_reported;
 use crate::e2e::{TURN, ask};
 use crate::harness::{Fleet, wait_until};
 use crate::scripted_llm::Reply;
@@ -46,6 +47,36 @@ fn seed_history(fleet: &Fleet) {
     std::fs::write(ws.join("USER.md"), "# User\n").unwrap();
 }
 
+/// Upstream's report of a `/dream` with no history to process.
+const NO_INPUT: &str = "Dream has no conversation history to process yet.\n\nDream reads new entries from `memory/history.jsonl` after the current Dream cursor.\nShort chats only reach that file after token compaction or idle auto-compact, so a fresh or short WebUI chat may leave Dream with no input.\n\nNext steps:\n- Enable `agents.defaults.idleCompactAfterMinutes` so completed chats become Dream input automatically.\n- Compact the current chat into memory once that manual action is available.\n- If you expected history to exist, check whether `memory/history.jsonl` has new entries after the Dream cursor.\n- Use `/dream-prompt` to see or change how Dream organizes memory.";
+
+/// Sends `/dream`, checks upstream's `Dreaming...` and returns the run's report.
+async fn dream(fleet: &mut Fleet) -> String {
+    ask_reported(fleet, "/dream", "cli:dream", "dream", "Dreaming...").await
+}
+
+/// Checks upstream's report of a completed run: `Dream completed in N.Ns.` with the commit,
+/// or `…; no memory changes.` without one.
+fn assert_completed(reply: &str, committed: bool) {
+    let rest = reply
+        .strip_prefix("Dream completed in ")
+        .unwrap_or_else(|| panic!("{reply}"));
+    let (secs, rest) = rest.split_once('s').unwrap_or_else(|| panic!("{reply}"));
+    assert!(secs.parse::<f64>().is_ok() && secs.contains('.'), "{reply}");
+    if committed {
+        let sha = rest
+            .strip_prefix(". (commit ")
+            .and_then(|r| r.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("{reply}"));
+        assert!(
+            sha.len() == 8 && sha.chars().all(|c| c.is_ascii_hexdigit()),
+            "{reply}"
+        );
+    } else {
+        assert_eq!(rest, "; no memory changes.", "{reply}");
+    }
+}
+
 #[tokio::test]
 async fn dream_edits_memory_and_a_skill_commits_them_and_restore_reverts_the_commit() {
     let mut fleet = memory_fleet().await;
@@ -61,11 +92,7 @@ async fn dream_edits_memory_and_a_skill_commits_them_and_restore_reverts_the_com
         .llm
         .push(Reply::text("Updated USER.md and added the brew skill."));
 
-    let reply = ask(&mut fleet, "/dream", Some("cli:dream")).await;
-    assert!(
-        reply.starts_with("Dream: processed 2 history entries; committed `"),
-        "{reply}"
-    );
+    assert_completed(&dream(&mut fleet).await, true);
     let ws = fleet.workspace().to_path_buf();
     let user = std::fs::read_to_string(ws.join("USER.md")).unwrap();
     assert!(user.contains("Drinks green tea."), "{user}");
@@ -150,13 +177,14 @@ async fn dream_edits_memory_and_a_skill_commits_them_and_restore_reverts_the_com
     assert_eq!(touched, ["USER.md", "skills/brew/SKILL.md"]);
     let sha = head.id().to_string()[..8].to_string();
 
-    let log = ask(&mut fleet, "/dream-log", Some("cli:dream")).await;
-    assert!(
-        log.contains("dream: periodic memory consolidation"),
-        "{log}"
+    let latest = format!(
+        "## Dream Update\n\nHere is the latest Dream memory change.\n\n- Commit: `{sha}`\n- Time: "
     );
+    let log = ask(&mut fleet, "/dream-log", Some("cli:dream")).await;
+    assert!(log.starts_with(&latest), "{log}");
     assert!(
-        log.contains(&sha) && log.contains("+- Drinks green tea."),
+        log.contains("- Changed files: `USER.md`, `skills/brew/SKILL.md`\n")
+            && log.contains("+- Drinks green tea."),
         "{log}"
     );
 
@@ -168,7 +196,12 @@ async fn dream_edits_memory_and_a_skill_commits_them_and_restore_reverts_the_com
         Some("cli:dream"),
     )
     .await;
-    assert!(restored.contains("USER.md"), "{restored}");
+    assert!(
+        restored.starts_with(&format!(
+            "Restored Dream memory to the state before `{sha}`.\n\n- New safety commit: `"
+        )) && restored.contains("- Restored files: `USER.md`, `skills/brew/SKILL.md`\n"),
+        "{restored}"
+    );
     assert_eq!(
         std::fs::read_to_string(ws.join("USER.md")).unwrap(),
         "# User\n"
@@ -185,15 +218,9 @@ async fn dream_edits_memory_and_a_skill_commits_them_and_restore_reverts_the_com
     assert_eq!(listed.len(), 1, "{relisted}");
     assert!(listed[0].contains(&sha), "{relisted}");
     let log = ask(&mut fleet, "/dream-log", Some("cli:dream")).await;
-    assert!(
-        log.starts_with(&format!("## dream: periodic memory consolidation\n`{sha}`")),
-        "{log}"
-    );
+    assert!(log.starts_with(&latest), "{log}");
 
-    assert_eq!(
-        ask(&mut fleet, "/dream", Some("cli:dream")).await,
-        "Dream: nothing to process"
-    );
+    assert_eq!(dream(&mut fleet).await, NO_INPUT);
     assert_eq!(
         fleet.llm.request_count(),
         3,
@@ -271,11 +298,7 @@ async fn dream_on_an_upstream_workspace_continues_its_history_cursors_and_git_lo
     )]));
     fleet.llm.push(Reply::text("USER.md updated."));
 
-    let reply = ask(&mut fleet, "/dream", Some("cli:dream")).await;
-    assert!(
-        reply.starts_with("Dream: processed 2 history entries; committed `"),
-        "only the entries after .dream_cursor: {reply}"
-    );
+    assert_completed(&dream(&mut fleet).await, true);
     let material = fleet.llm.requests()[0].last_user_text().unwrap();
     assert!(
         material.contains("- The user started learning Portuguese")
@@ -370,20 +393,12 @@ async fn a_dream_run_compacts_history_to_a_thousand_entries_but_keeps_what_dream
         fleet.llm.push(Reply::text("nothing new"));
         fleet.llm.push(Reply::text("No changes."));
     }
-    let reply = ask(&mut fleet, "/dream", Some("cli:dream")).await;
-    assert!(
-        reply.starts_with("Dream: processed 20 history entries"),
-        "{reply}"
-    );
+    assert_completed(&dream(&mut fleet).await, false);
     // 1..=20 were read and dropped; the 1,030 unread stay, over the cap.
     assert_eq!(cursors(&ws), (21..=1050).collect::<Vec<_>>());
 
     std::fs::write(ws.join("memory/.dream_cursor"), "1040").unwrap();
-    let reply = ask(&mut fleet, "/dream", Some("cli:dream")).await;
-    assert!(
-        reply.starts_with("Dream: processed 10 history entries"),
-        "{reply}"
-    );
+    assert_completed(&dream(&mut fleet).await, false);
     assert_eq!(
         cursors(&ws),
         (51..=1050).collect::<Vec<_>>(),
@@ -430,12 +445,9 @@ async fn a_worker_that_lost_the_memory_lease_neither_commits_nor_moves_the_dream
         lease.release().await;
     });
 
-    let reply = ask(&mut fleet, "/dream", Some("cli:dream")).await;
+    let reply = dream(&mut fleet).await;
     thief.await.unwrap();
-    assert!(
-        reply.starts_with("Dream: processed 2 history entries; committed `"),
-        "{reply}"
-    );
+    assert_completed(&reply, true);
     assert_eq!(
         fleet.llm.request_count(),
         4,
@@ -471,10 +483,7 @@ async fn dream_on_a_workspace_with_only_a_legacy_history_md_migrates_it_first() 
     )
     .unwrap();
     // Upstream counts migrated entries as already dreamed (no replay of the whole archive).
-    assert_eq!(
-        ask(&mut fleet, "/dream", Some("cli:dream")).await,
-        "Dream: nothing to process"
-    );
+    assert_eq!(dream(&mut fleet).await, NO_INPUT);
     let rows = history_rows(&ws);
     assert_eq!(rows.len(), 2, "{rows:#?}");
     assert_eq!(rows[1]["content"], "The user moved to Porto.");
