@@ -369,6 +369,51 @@ async fn commands_answer_with_upstream_strings_without_calling_the_model() {
 }
 
 #[tokio::test]
+async fn goal_goes_to_the_model_and_trigger_and_evaluator_prompt_answer_as_upstream() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        ask(&mut fleet, "/goal", Some("cli:g")).await,
+        "Usage: /goal <long-running task description>"
+    );
+    assert_eq!(
+        ask(&mut fleet, "/trigger", Some("cli:g")).await,
+        "Usage: /trigger <name>\n\nCreate a named local trigger bound to this chat session."
+    );
+    assert_eq!(
+        ask(&mut fleet, "/evaluator-prompt", Some("cli:g")).await,
+        "Heartbeat evaluator prompt: nanobot default\n\n- Editable file: `prompts/evaluator.md`\n- Run `/evaluator-prompt init` to create an editable copy."
+    );
+    assert!(
+        ask(&mut fleet, "/evaluator-prompt init", Some("cli:g"))
+            .await
+            .starts_with("Created heartbeat evaluator prompt at `prompts/evaluator.md`.")
+    );
+    assert!(fleet.workspace().join("prompts/evaluator.md").is_file());
+    assert_eq!(fleet.llm.request_count(), 0);
+    fleet.llm.push(Reply::text("开始写 📚"));
+    assert_eq!(
+        ask(
+            &mut fleet,
+            "/goal 写一本书 📚 👩\u{200d}👩\u{200d}👧\u{200d}👦",
+            Some("cli:g")
+        )
+        .await,
+        "开始写 📚"
+    );
+    let asked = fleet.llm.requests().pop().and_then(|r| r.last_user_text());
+    assert!(
+        asked
+            .as_deref()
+            .is_some_and(|t| t.ends_with("/goal 写一本书 📚 👩\u{200d}👩\u{200d}👧\u{200d}👦")),
+        "{asked:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_slow_model_hits_the_llm_wall_timeout() {
     let mut fleet = Fleet::builder()
         .roles(&["agent", "tools"])
