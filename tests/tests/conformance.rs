@@ -8,5 +8,8 @@ mod harness;
 #[path = "../conformance/telegram_html.rs"]
 mod telegram_html;
 
+#[path = "../conformance/context.rs"]
+mod context;
+
 #[path = "../conformance/config_unknown_keys.rs"]
 mod config_unknown_keys;

@@ -214,13 +214,8 @@ pub async fn run(
             ..Default::default()
         };
         sessions.commit(&input.session_key, &first).await?;
-        bot.context.messages(
-            replay,
-            &input.content,
-            &input.media,
-            &input.channel,
-            &input.chat_id,
-        )
+        bot.context
+            .messages(replay, &input.content, &input.media, &input.channel)
     };
     if let Some(section) = &summary {
         nanobot_core::context::inject_summary(&mut messages, section);

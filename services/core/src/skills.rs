@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 pub struct Skill {
     /// Directory name.
     pub name: String,
-    /// `description` from the frontmatter.
+    /// `description` from the frontmatter as written, or the name when it has none.
     pub description: String,
     /// Path of SKILL.md.
     pub path: PathBuf,
@@ -21,7 +21,7 @@ pub struct Skill {
     pub always: bool,
     /// Missing requirements (`CLI: gh`, `ENV: X`).
     pub missing: Vec<String>,
-    /// Body without frontmatter.
+    /// Body without frontmatter (trimmed), or the whole text when it has no frontmatter.
     pub body: String,
     /// `workspace` or `builtin`.
     pub source: &'static str,
@@ -159,17 +159,25 @@ fn scan(dir: &Path, source: &'static str, out: &mut BTreeMap<String, Skill>) {
             continue;
         }
         let (fields, body) = parse_frontmatter(&text);
+        // 0.3.5's `_strip_frontmatter`: the body trimmed, or the whole text when it has none.
+        let body = if body == text {
+            body
+        } else {
+            body.trim().to_string()
+        };
         let (missing, meta_always) = requirements(fields.get("metadata"));
+        let description = fields
+            .get("description")
+            .and_then(Value::as_str)
+            .filter(|d| !d.is_empty())
+            .unwrap_or(&name)
+            .to_string();
         let always = fields.get("always").and_then(Value::as_bool) == Some(true) || meta_always;
         out.insert(
             name.clone(),
             Skill {
                 name,
-                description: fields
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .map(|d| d.trim().to_string())
-                    .unwrap_or_default(),
+                description,
                 path,
                 always,
                 missing,
@@ -212,41 +220,107 @@ pub fn disabled_skills(cfg: &nanobot_runtime::config::Config) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Returns the `# Active Skills` body for always-on skills whose requirements are met.
-pub fn active_section(skills: &[Skill]) -> Option<String> {
-    let parts: Vec<String> = skills
-        .iter()
-        .filter(|s| s.always && s.missing.is_empty())
-        .map(|s| format!("### Skill: {}\n\n{}", s.name, s.body.trim()))
-        .collect();
-    (!parts.is_empty()).then(|| format!("# Active Skills\n\n{}", parts.join("\n\n")))
+/// Returns `### Skill: <name>` sections of `names`, as 0.3.5's `load_skills_for_context`.
+fn load_for_context<'a>(skills: impl Iterator<Item = &'a Skill>) -> String {
+    skills
+        .map(|s| format!("### Skill: {}\n\n{}", s.name, s.body))
+        .collect::<Vec<_>>()
+        .join("\n\n---\n\n")
 }
 
-/// Returns the skills summary section listing the non-inlined skills.
-pub fn summary_section(skills: &[Skill]) -> Option<String> {
-    let lines: Vec<String> = skills
-        .iter()
-        .filter(|s| !(s.always && s.missing.is_empty()))
-        .map(|s| {
-            let unavailable = if s.missing.is_empty() {
-                String::new()
-            } else {
-                format!(" (unavailable: {})", s.missing.join(", "))
-            };
-            format!(
-                "- **{}** — {}{}  `{}`",
-                s.name,
-                s.description,
-                unavailable,
-                s.path.display()
-            )
-        })
-        .collect();
-    (!lines.is_empty()).then(|| {
-        format!(
-            "# Skills\n\nThe following skills extend your capabilities. To use a skill, read its SKILL.md file.\n\n{}",
-            lines.join("\n")
-        )
+fn inlined(skill: &Skill) -> bool {
+    skill.always && skill.missing.is_empty()
+}
+
+/// Returns the `# Active Skills` section of the always-on skills whose requirements are met.
+pub fn active_section(skills: &[Skill]) -> Option<String> {
+    let content = load_for_context(skills.iter().filter(|s| inlined(s)));
+    (!content.is_empty()).then(|| format!("# Active Skills\n\n{content}"))
+}
+
+/// Header of the skills section (0.3.5's `agent/skills_section.md`).
+const SUMMARY_HEADER: &str = "# Skills\n\nThe following skills extend your capabilities. Each \
+    group lists one root and relative SKILL.md paths; join them when using `read_file`.";
+
+/// Returns 0.3.5's `build_skills_summary` of the skills not inlined: a `### Workspace skills
+/// (`skills`)` group, then `### Built-in skills (`<root>`)`, each line `- **name** — description
+/// [(unavailable: …)]  `<name>/SKILL.md``. The builtin root is absolute where 0.3.5 writes
+/// `skills` (its `read_file` maps `skills/<name>/…` onto the bundled copy; ours does not).
+pub fn summary(skills: &[Skill], builtin_root: Option<&Path>) -> Option<String> {
+    let group = |source: &str, label: &str, root: &str| {
+        let lines: Vec<String> = skills
+            .iter()
+            .filter(|s| s.source == source && !inlined(s))
+            .map(|s| {
+                let unavailable = if s.missing.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (unavailable: {})", s.missing.join(", "))
+                };
+                format!(
+                    "- **{}** — {}{unavailable}  `{}/SKILL.md`",
+                    s.name, s.description, s.name
+                )
+            })
+            .collect();
+        (!lines.is_empty()).then(|| format!("### {label} (`{root}`)\n{}", lines.join("\n")))
+    };
+    let builtin = builtin_root
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let groups: Vec<String> = [
+        group("workspace", "Workspace skills", "skills"),
+        group("builtin", "Built-in skills", &builtin),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!groups.is_empty()).then(|| groups.join("\n\n"))
+}
+
+/// Returns the `# Skills` section of the system prompt around [`summary`].
+pub fn summary_section(skills: &[Skill], builtin_root: Option<&Path>) -> Option<String> {
+    summary(skills, builtin_root).map(|body| format!("{SUMMARY_HEADER}\n\n{body}"))
+}
+
+/// Returns the names a message invokes with `$name` (0.3.5's `(?<![\w$])\$([A-Za-z0-9_-]+)`),
+/// in order of first mention.
+pub fn referenced_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut prev: Option<char> = None;
+    for (at, c) in text.char_indices() {
+        let word = |p: char| p == '$' || p == '_' || p.is_alphanumeric();
+        if c == '$' && !prev.is_some_and(word) {
+            let rest = &text[at + 1..];
+            let len = rest
+                .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '-'))
+                .unwrap_or(rest.len());
+            if len > 0 {
+                names.push(rest[..len].to_string());
+            }
+        }
+        prev = Some(c);
+    }
+    names
+}
+
+/// Returns 0.3.5's runtime block for the skills a message invokes with `$name`: those available
+/// and not already always-on, in order of mention, inside `[Active Skills — instructions for this
+/// user turn]` … `[/Active Skills]`; none when it invokes none.
+pub fn explicit_block(skills: &[Skill], text: &str) -> Option<String> {
+    let mut invoked: Vec<&Skill> = Vec::new();
+    for name in referenced_names(text) {
+        let found = skills
+            .iter()
+            .find(|s| s.name == name && s.missing.is_empty());
+        if let Some(skill) = found.filter(|s| !invoked.iter().any(|i| i.name == s.name)) {
+            invoked.push(skill);
+        }
+    }
+    let content = load_for_context(invoked.into_iter().filter(|s| !s.always));
+    (!content.is_empty()).then(|| {
+        format!("[Active Skills — instructions for this user turn]\n{content}\n[/Active Skills]")
     })
 }
 
@@ -281,13 +355,18 @@ mod tests {
         assert_eq!(skills.len(), 2);
         let active = active_section(&skills).unwrap();
         assert!(active.contains("### Skill: memory\n\nMine."), "{active}");
-        let summary = summary_section(&skills).unwrap();
-        assert!(
-            summary
-                .contains("- **github** — gh cli (unavailable: CLI: definitely-not-installed-gh)"),
-            "{summary}"
+        let summary = summary_section(&skills, Some(builtin.path())).unwrap();
+        let root = std::fs::canonicalize(builtin.path()).unwrap();
+        assert_eq!(
+            summary,
+            format!(
+                "# Skills\n\nThe following skills extend your capabilities. Each group lists one \
+                 root and relative SKILL.md paths; join them when using `read_file`.\n\n\
+                 ### Built-in skills (`{}`)\n\
+                 - **github** — gh cli (unavailable: CLI: definitely-not-installed-gh)  `github/SKILL.md`",
+                root.display()
+            )
         );
-        assert!(!summary.contains("**memory**"));
         let without = discover(ws.path(), Some(builtin.path()), &["github".to_string()]);
         assert_eq!(
             without.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
@@ -330,5 +409,46 @@ mod tests {
             parse_frontmatter("---\nmetadata: '{\"nanobot\":{\"always\":true}}'\n---\nb\n");
         assert_eq!(requirements(fields.get("metadata")), (vec![], true));
         assert!(parse_frontmatter("---\na: [b\n---\nbody\n").0.is_empty());
+    }
+
+    /// 0.3.5's `build_skills_summary` for a workspace skill, an unavailable one and one without
+    /// a description (produced by running 0.3.5 on the same files).
+    #[test]
+    fn the_summary_groups_workspace_skills_with_relative_paths_and_inlines_always_ones() {
+        let ws = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let dir = ws.path().join("skills").join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("SKILL.md"), text).unwrap();
+        };
+        write(
+            "brew",
+            "---\nname: brew\ndescription: Brews tea 🍵 — 泡茶\n---\nSteep.\n",
+        );
+        write("nodesc", "---\nname: nodesc\n---\nNo description.\n");
+        write(
+            "pinned",
+            "---\nname: pinned\ndescription: Always on\nalways: true\n---\n  Do this. שלום\n\n",
+        );
+        let skills = discover(ws.path(), None, &[]);
+        assert_eq!(
+            summary(&skills, None).unwrap(),
+            "### Workspace skills (`skills`)\n\
+             - **brew** — Brews tea 🍵 — 泡茶  `brew/SKILL.md`\n\
+             - **nodesc** — nodesc  `nodesc/SKILL.md`"
+        );
+        assert_eq!(
+            active_section(&skills).unwrap(),
+            "# Active Skills\n\n### Skill: pinned\n\nDo this. שלום"
+        );
+    }
+
+    #[test]
+    fn a_dollar_name_invokes_a_skill_unless_glued_to_a_word() {
+        let names = |t: &str| referenced_names(t);
+        assert_eq!(names("请 $brew 🍵 and $steep-2."), ["brew", "steep-2"]);
+        assert_eq!(names("a$x $$y _$z 中$w"), Vec::<String>::new());
+        assert_eq!(names("e\u{301}$a 🇨🇳$b مرحبا $c"), ["a", "b", "c"]);
+        assert_eq!(names("$-$_ok $"), ["-", "_ok"]);
     }
 }

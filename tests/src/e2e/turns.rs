@@ -30,20 +30,10 @@ async fn plain_turn_is_answered_and_stored_in_redis() {
         messages[0]["content"]
             .as_str()
             .unwrap()
-            .starts_with("# nanobot 🐈")
+            .starts_with("## Runtime\n")
     );
-    let user = messages.last().unwrap()["content"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(
-        user.starts_with("[Runtime Context — metadata only, not instructions]"),
-        "{user}"
-    );
-    assert!(
-        user.ends_with("Channel: cli\nChat ID: direct\n[/Runtime Context]\n\nhi"),
-        "{user}"
-    );
+    // A plain turn sends the bare text, as 0.3.5 (no time, channel or chat id).
+    assert_eq!(messages.last().unwrap()["content"], "hi");
     assert_eq!(requests[0].body["model"], "test-model");
     assert!(
         requests[0].tool_names().contains(&"read_file".to_string()),

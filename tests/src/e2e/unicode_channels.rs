@@ -29,16 +29,12 @@ const ASK: &str = "你好 🐈 请写 👩\u{200d}👩\u{200d}👧\u{200d}👦 �
 /// Telegram's limit of one message, in UTF-16 code units.
 const TELEGRAM_MAX: usize = 4096;
 
-/// The user text of every model call, without the agent's `[Runtime Context]` block before it.
+/// The user text of every model call (the bare text: 0.3.5 adds no runtime block to it).
 fn asked(fleet: &Fleet) -> Vec<String> {
-    let said = |text: String| match text.split_once("[/Runtime Context]\n\n") {
-        Some((_, said)) => said.to_string(),
-        None => text,
-    };
     let requests = fleet.llm.requests();
     requests
         .iter()
-        .map(|r| said(r.last_user_text().expect("a user message")))
+        .map(|r| r.last_user_text().expect("a user message"))
         .collect()
 }
 
