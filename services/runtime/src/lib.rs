@@ -34,9 +34,9 @@ pub mod shutdown;
 pub mod sse;
 pub mod store;
 pub mod telemetry;
-pub mod utf8;
 #[cfg(feature = "testsuite")]
 pub mod testsuite;
+pub mod utf8;
 
 /// The fleet's version, reported by every service.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
