@@ -13,3 +13,6 @@ mod context;
 
 #[path = "../conformance/config_unknown_keys.rs"]
 mod config_unknown_keys;
+
+#[path = "../conformance/telegram_split.rs"]
+mod telegram_split;
