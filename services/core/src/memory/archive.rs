@@ -225,15 +225,31 @@ pub fn remember_summary(metadata: &mut Map<String, Value>, text: &str) {
     );
 }
 
-/// Returns the `[Archived Context Summary]` section for a session's metadata, if it has one.
+/// Returns the `[Archived Context Summary]` section for a session's metadata, as 0.3.5 ends its
+/// system prompt: `Previous conversation summary (last active <when>):` and the text as stored;
+/// none without a summary or when it is `(nothing)`. A missing or unreadable `last_active` reads
+/// as now (0.3.5: the session's `updated_at`).
 pub fn summary_section(metadata: &Map<String, Value>) -> Option<String> {
     let summary = metadata.get(meta::LAST_SUMMARY)?;
     let text = summary
         .get("text")
         .and_then(Value::as_str)
-        .or_else(|| summary.as_str())?
-        .trim();
-    (!text.is_empty()).then(|| format!("{SUMMARY_HEADER}\n\n{text}"))
+        .or_else(|| summary.as_str())
+        .filter(|t| !t.is_empty() && *t != "(nothing)")?;
+    let last_active = summary
+        .get("last_active")
+        .and_then(Value::as_str)
+        .filter(|t| is_iso_time(t))
+        .map_or_else(crate::session::now_iso, str::to_string);
+    Some(format!(
+        "{SUMMARY_HEADER}\n\nPrevious conversation summary (last active {last_active}):\n{text}"
+    ))
+}
+
+/// Whether `text` is an ISO date-time as stored (`2026-01-01T10:00:00[.ffffff][+00:00]`).
+fn is_iso_time(text: &str) -> bool {
+    chrono::DateTime::parse_from_rfc3339(text).is_ok()
+        || chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f").is_ok()
 }
 
 #[cfg(test)]
@@ -325,10 +341,29 @@ mod tests {
         }
         let mut meta = Map::new();
         assert_eq!(summary_section(&meta), None);
-        remember_summary(&mut meta, "- [permanent] likes tea");
+        remember_summary(&mut meta, "- [permanent] likes tea 🍵 喜欢 שלום e\u{301}");
+        let when = meta[meta::LAST_SUMMARY]["last_active"].as_str().unwrap();
         assert_eq!(
             summary_section(&meta).unwrap(),
-            "[Archived Context Summary]\n\n- [permanent] likes tea"
+            format!(
+                "[Archived Context Summary]\n\nPrevious conversation summary (last active \
+                 {when}):\n- [permanent] likes tea 🍵 喜欢 שלום e\u{301}"
+            )
+        );
+        meta.insert(
+            meta::LAST_SUMMARY.into(),
+            json!({"text": "- a\n", "last_active": "2026-03-02T18:30:00.654321"}),
+        );
+        assert_eq!(
+            summary_section(&meta).unwrap(),
+            "[Archived Context Summary]\n\nPrevious conversation summary (last active \
+             2026-03-02T18:30:00.654321):\n- a\n"
+        );
+        meta.insert(meta::LAST_SUMMARY.into(), json!({"text": "(nothing)"}));
+        assert_eq!(
+            summary_section(&meta),
+            None,
+            "0.3.5 leaves out an empty summary"
         );
     }
 }

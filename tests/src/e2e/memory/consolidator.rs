@@ -99,10 +99,12 @@ async fn a_session_over_budget_is_summarised_into_history_and_the_summary_reache
     ask(&mut fleet, "what do we talk about?", Some(session)).await;
     let last = fleet.llm.requests().into_iter().last().unwrap();
     let system = last.messages()[0]["content"].as_str().unwrap().to_string();
+    // 0.3.5's section: `Previous conversation summary (last active <when>):`, then the text.
+    let section = system.rsplit("\n\n---\n\n").next().unwrap();
     assert!(
-        system.ends_with(
-            "\n\n---\n\n[Archived Context Summary]\n\n- [permanent] The user talks about alpha"
-        ),
+        section.starts_with(
+            "[Archived Context Summary]\n\nPrevious conversation summary (last active 20"
+        ) && section.ends_with("):\n- [permanent] The user talks about alpha"),
         "{}",
         &system[system.len().saturating_sub(300)..]
     );

@@ -216,8 +216,11 @@ async fn an_idle_session_is_archived_once_by_several_workers_and_its_summary_rea
         })
         .unwrap();
     let system = last.messages()[0]["content"].as_str().unwrap().to_string();
+    let section = system.rsplit("\n\n---\n\n").next().unwrap();
     assert!(
-        system.ends_with("[Archived Context Summary]\n\n- The user likes kites"),
+        section.starts_with(
+            "[Archived Context Summary]\n\nPrevious conversation summary (last active 20"
+        ) && section.ends_with("):\n- The user likes kites"),
         "{}",
         &system[system.len().saturating_sub(200)..]
     );
