@@ -16,3 +16,6 @@ mod config_unknown_keys;
 
 #[path = "../conformance/telegram_split.rs"]
 mod telegram_split;
+
+#[path = "../conformance/cron_schedule.rs"]
+mod cron_schedule;

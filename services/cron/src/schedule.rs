@@ -43,11 +43,12 @@ pub fn validate(schedule: &Schedule) -> Result<(), String> {
         return Err("tz can only be used with cron schedules".into());
     }
     if schedule.kind == "cron" {
-        let expr = schedule.expr.as_deref().unwrap_or("").trim();
-        if expr.is_empty() {
+        let given = schedule.expr.as_deref().unwrap_or("");
+        if given.trim().is_empty() {
             return Err("cron schedule requires a non-empty 'expr'".into());
         }
-        parse(expr).map_err(|e| format!("invalid cron expression '{expr}': {e}"))?;
+        // Upstream quotes the expression as given, padding included.
+        parse(given.trim()).map_err(|e| format!("invalid cron expression '{given}': {e}"))?;
         if let Some(tz) = schedule.tz.as_deref() {
             check_zone(tz)?;
         }
