@@ -1,7 +1,7 @@
 """0.3.5's context builder on a workspace described in JSON, for `context.json`.
 
 A case's input is `{"files": {relative path: text}, "channel": ..., "history": [...],
-"text": ...}`; the workspace is written to a fresh temporary directory with no builtin skills.
+"text": ..., "summary": {"text", "last_active"}}`; the workspace is written to a fresh temporary directory with no builtin skills.
 The `## Runtime` line (0.3.5 names its Python, we name the fleet) reads `<runtime>`.
 
 0.3.5 lists skills in directory order (`Path.iterdir`), which the filesystem picks; we list
@@ -36,7 +36,9 @@ def _builder(spec: dict, root: Path) -> ContextBuilder:
 
 def system_prompt(spec: dict) -> str:
     with tempfile.TemporaryDirectory() as tmp:
-        prompt = _builder(spec, Path(tmp)).build_system_prompt(channel=spec.get("channel"))
+        prompt = _builder(spec, Path(tmp)).build_system_prompt(
+            channel=spec.get("channel"), session_summary=spec.get("summary")
+        )
     return RUNTIME_LINE.sub("## Runtime\n<runtime>\n", prompt)
 
 

@@ -1,13 +1,14 @@
 //! Context: what the model is sent, against `context.json` (0.3.5's `ContextBuilder` on the same
 //! workspaces, through `adapters_context.py`): the whole system prompt per channel (identity,
-//! bootstrap files, tool contract, memory, skills), the user message of a turn (bare text,
+//! bootstrap files, tool contract, memory, skills, the archived summary), the user message of a turn (bare text,
 //! merged into a trailing user row, `$skill` blocks) and which `$name`s a message invokes.
 
 use std::path::Path;
 
 use serde_json::{Value, json};
 
-use nanobot_core::context::ContextBuilder;
+use nanobot_core::context::{ContextBuilder, inject_summary};
+use nanobot_core::memory::summary_section;
 use nanobot_core::skills;
 
 use crate::harness::{self, Case};
@@ -39,7 +40,15 @@ fn call(case: &Case) -> Result<Value, String> {
     let channel = spec["channel"].as_str().unwrap_or("");
     let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
     match case.function.as_str() {
-        "system_prompt" => Ok(normalised(&builder(spec, ws.path()).system_prompt(channel)).into()),
+        "system_prompt" => {
+            let mut messages = builder(spec, ws.path()).messages(vec![], "", &[], channel);
+            let metadata = json!({"_last_summary": spec["summary"]});
+            if let Some(section) = summary_section(metadata.as_object().expect("an object")) {
+                inject_summary(&mut messages, &section);
+            }
+            let prompt = messages[0]["content"].as_str().unwrap_or_default();
+            Ok(normalised(prompt).into())
+        }
         "messages" => {
             let history = spec["history"].as_array().cloned().unwrap_or_default();
             let text = spec["text"].as_str().unwrap_or("");
