@@ -95,7 +95,7 @@ async fn a_dm_is_answered_once_as_a_reply_with_typing_while_the_turn_runs() {
     assert_eq!(sent[0].content, "Hello **Alice**");
     assert_eq!(sent[0].reply_to, Some(asked), "the reply references the DM");
     let asked_text = fleet.llm.requests()[0].last_user_text().unwrap();
-    assert!(asked_text.ends_with("\n\nhi there"), "{asked_text:?}");
+    assert_eq!(asked_text, "hi there", "the bare text, as 0.3.5 sends it");
     // A second DM is the barrier: once it is answered, the first was not answered again.
     fleet.llm.push(Reply::text("second"));
     fake.inject(DcMessage::dm(ALICE, ALICE_DM, "again"));
@@ -158,7 +158,7 @@ async fn a_guild_message_is_answered_only_when_the_bot_is_mentioned_and_the_ment
         "the unmentioned message cost no call"
     );
     let asked = fleet.llm.requests()[0].last_user_text().unwrap();
-    assert!(asked.ends_with("\n\nwhat time is it"), "{asked:?}");
+    assert_eq!(asked, "what time is it", "the mention stripped, the bare text");
 }
 
 #[tokio::test]

@@ -113,13 +113,14 @@ async fn an_unchanged_file_read_again_on_another_runner_answers_file_unchanged_u
 #[tokio::test]
 async fn history_is_replayed_within_the_token_budget_from_a_user_row_and_think_tags_never_reach_the_user()
  {
-    // Input budget: 9000 − 1000 − 1024 = 6976 tokens (by bytes / 4). The replayed history
+    // Input budget: 11000 − 1000 − 1024 = 8976 tokens (by bytes / 4). The replayed history
     // fits it (4 turns of about 1,500 tokens), but the whole request does not: the tool
-    // definitions take about 4,400 tokens, so upstream's snip keeps the newest messages that
-    // fit, from a user row: the last turn or two, never the first.
+    // definitions and 0.3.5's system prompt (tool contract included) take about 5,500 tokens,
+    // so upstream's snip keeps the newest messages that fit, from a user row: the last turn or
+    // two, never the first.
     let mut fleet = Fleet::builder()
         .roles(&["agent", "tools"])
-        .config(json!({"agents": {"defaults": {"contextWindowTokens": 9000, "maxTokens": 1000}}}))
+        .config(json!({"agents": {"defaults": {"contextWindowTokens": 11000, "maxTokens": 1000}}}))
         .start()
         .await
         .unwrap();
