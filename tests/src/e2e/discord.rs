@@ -158,7 +158,10 @@ async fn a_guild_message_is_answered_only_when_the_bot_is_mentioned_and_the_ment
         "the unmentioned message cost no call"
     );
     let asked = fleet.llm.requests()[0].last_user_text().unwrap();
-    assert_eq!(asked, "what time is it", "the mention stripped, the bare text");
+    assert_eq!(
+        asked, "what time is it",
+        "the mention stripped, the bare text"
+    );
 }
 
 #[tokio::test]
