@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use nanobot_core::heartbeat;
-use nanobot_core::memory::write_atomic;
+use nanobot_core::memory::initialize_prompt;
 
 /// The gate prompt override, relative to the workspace.
 pub const EVALUATOR_FILE: &str = "prompts/evaluator.md";
@@ -43,29 +43,12 @@ pub fn evaluator_override(workspace: &Path) -> Option<String> {
     load_override(&workspace.join(EVALUATOR_FILE))
 }
 
-/// Writes `default` (plus a newline) to `path` unless it is a non-empty file or not a file;
-/// returns whether it did (upstream's `initialize_workspace_prompt`).
-fn initialize(path: &Path, default: &str) -> std::io::Result<bool> {
-    if path.exists() {
-        let blank =
-            path.is_file() && std::fs::read_to_string(path).is_ok_and(|t| t.trim().is_empty());
-        if !blank {
-            return Ok(false);
-        }
-    }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    write_atomic(path, format!("{default}\n").as_bytes())?;
-    Ok(true)
-}
-
 /// Upstream's `/evaluator-prompt [init]` answer for `workspace`.
 pub fn evaluator_prompt_command(workspace: &Path, arg: Option<&str>) -> std::io::Result<String> {
     let path = workspace.join(EVALUATOR_FILE);
     let arg = arg.map(|a| a.trim().to_lowercase()).unwrap_or_default();
     if arg == "init" {
-        return Ok(if initialize(&path, &default_evaluator_prompt())? {
+        return Ok(if initialize_prompt(&path, &default_evaluator_prompt())? {
             format!(
                 "Created heartbeat evaluator prompt at `{EVALUATOR_FILE}`.\n\nEdit that file \
                  to control when the heartbeat notification gate speaks. It must still \

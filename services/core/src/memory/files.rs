@@ -43,6 +43,24 @@ pub struct Entry {
 
 pub use nanobot_runtime::fs::write_atomic;
 
+/// Writes `default` (plus a newline) to `path` unless it is a non-empty file or not a file;
+/// returns whether it did (upstream's `initialize_workspace_prompt`: `/dream-prompt init`,
+/// `/evaluator-prompt init`).
+pub fn initialize_prompt(path: &std::path::Path, default: &str) -> std::io::Result<bool> {
+    if path.exists() {
+        let blank =
+            path.is_file() && std::fs::read_to_string(path).is_ok_and(|t| t.trim().is_empty());
+        if !blank {
+            return Ok(false);
+        }
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    write_atomic(path, format!("{default}\n").as_bytes())?;
+    Ok(true)
+}
+
 /// Parses one line; `None` for malformed rows and invalid cursors (non-integer, boolean,
 /// negative).
 fn parse_entry(line: &str) -> Option<Entry> {

@@ -11,4 +11,4 @@ pub mod idle;
 
 pub use archive::{RawReason, pick_boundary, raw_archive, summary_section};
 pub use budget::{Budget, estimate_messages, estimate_prompt};
-pub use files::{Entry, MAX_HISTORY_ENTRIES, MemoryFiles, write_atomic};
+pub use files::{Entry, MAX_HISTORY_ENTRIES, MemoryFiles, initialize_prompt, write_atomic};

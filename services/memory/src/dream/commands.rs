@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use nanobot_core::memory::write_atomic;
+use nanobot_core::memory::initialize_prompt;
 
 use super::{Error, PHASE1};
 use crate::bots::MemoryBot;
@@ -180,23 +180,6 @@ fn restore_in(workspace: &Path, sha: Option<&str>) -> Result<String, Error> {
 /// Whether `path` holds a non-empty prompt (upstream's `has_workspace_prompt_override`).
 fn has_override(path: &Path) -> bool {
     std::fs::read_to_string(path).is_ok_and(|t| !t.trim_end().is_empty())
-}
-
-/// Writes `default` (plus a newline) to `path` unless it is a non-empty file or not a file;
-/// returns whether it did (upstream's `initialize_workspace_prompt`).
-pub fn initialize_prompt(path: &Path, default: &str) -> std::io::Result<bool> {
-    if path.exists() {
-        let blank =
-            path.is_file() && std::fs::read_to_string(path).is_ok_and(|t| t.trim().is_empty());
-        if !blank {
-            return Ok(false);
-        }
-    }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    write_atomic(path, format!("{default}\n").as_bytes())?;
-    Ok(true)
 }
 
 /// `/dream-prompt [init]`: tells where the workspace's Dream prompt is, or creates it from
