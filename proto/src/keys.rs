@@ -278,6 +278,26 @@ pub fn websocket_logged(bot: &str, message_id: &str) -> String {
     format!("nanobot:{}:websocket:logged:{message_id}", bot_tag(bot))
 }
 
+/// The client that owns one WebSocket chat of `bot` (its `client_id`; set by the first client
+/// to use the chat, kept as long as the chat's log): attach, history and messages of any other
+/// client are refused.
+pub fn websocket_owner(bot: &str, chat_id: &str) -> String {
+    format!("nanobot:{}:websocket:owner:{chat_id}", bot_tag(bot))
+}
+
+/// A WebSocket connection token of `bot` issued on `tokenIssuePath`, by the SHA-256 of the
+/// token (hex; the token itself is never a key): holds the `client_id` it is bound to, with
+/// the token's TTL.
+pub fn websocket_token(bot: &str, token_sha256: &str) -> String {
+    format!("nanobot:{}:websocket:token:{token_sha256}", bot_tag(bot))
+}
+
+/// Bytes of message text one WebSocket client of `bot` stored today (a counter expiring a day
+/// after its first message; `client_tag` is a hash of the `client_id`).
+pub fn websocket_client_bytes(bot: &str, client_tag: &str) -> String {
+    format!("nanobot:{}:websocket:bytes:{client_tag}", bot_tag(bot))
+}
+
 /// A pending pairing request of `bot` by its code (JSON, TTL 600 s).
 pub fn pairing_code(bot: &str, code: &str) -> String {
     format!("nanobot:{}:pairing:code:{code}", bot_tag(bot))
@@ -348,6 +368,9 @@ pub fn acl_patterns_of(role: crate::subjects::Role, bot: Option<&str>) -> Vec<St
             discord_gateway_fence(b, ID),
             websocket_log(b, ID),
             websocket_logged(b, ID),
+            websocket_owner(b, ID),
+            websocket_token(b, ID),
+            websocket_client_bytes(b, ID),
             pairing_code(b, ID),
             pairing_index(b),
             pairing_sender(b, ID, ID),
@@ -510,6 +533,9 @@ mod tests {
             email_thread("b", "email:x"),
             websocket_log("b", "c"),
             websocket_logged("b", "m"),
+            websocket_owner("b", "c"),
+            websocket_token("b", "t"),
+            websocket_client_bytes("b", "c"),
             pairing_code("b", "C"),
             pairing_index("b"),
             pairing_sender("b", "telegram", "42|alice"),
