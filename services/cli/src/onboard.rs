@@ -18,7 +18,6 @@ pub const TEMPLATES: &[(&str, &str)] = &[
     ("AGENTS.md", include_str!("../../../templates/AGENTS.md")),
     ("SOUL.md", include_str!("../../../templates/SOUL.md")),
     ("USER.md", include_str!("../../../templates/USER.md")),
-    ("TOOLS.md", include_str!("../../../templates/TOOLS.md")),
     (
         "HEARTBEAT.md",
         include_str!("../../../templates/HEARTBEAT.md"),
@@ -27,11 +26,15 @@ pub const TEMPLATES: &[(&str, &str)] = &[
         "memory/MEMORY.md",
         include_str!("../../../templates/memory/MEMORY.md"),
     ),
+    (
+        "prompts/README.md",
+        include_str!("../../../templates/prompts/README.md"),
+    ),
     ("memory/history.jsonl", ""),
 ];
 
 /// Directories every workspace has.
-const WORKSPACE_DIRS: &[&str] = &["memory", "skills"];
+const WORKSPACE_DIRS: &[&str] = &["memory", "prompts", "skills"];
 
 /// What `onboard` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -203,9 +206,9 @@ mod tests {
             "AGENTS.md",
             "SOUL.md",
             "USER.md",
-            "TOOLS.md",
             "HEARTBEAT.md",
             "memory/MEMORY.md",
+            "prompts/README.md",
         ] {
             let body = std::fs::read_to_string(ws.join(rel)).unwrap();
             assert!(body.starts_with("# "), "{rel} is not a template: {body:?}");

@@ -22,8 +22,8 @@ pub const BOOTSTRAP_FILES: &[&str] = &["AGENTS.md", "SOUL.md", "USER.md"];
 pub const SEPARATOR: &str = "\n\n---\n\n";
 /// 0.3.5's `agent/tool_contract.md`, the part after the bootstrap files.
 pub const TOOL_CONTRACT: &str = include_str!("../../../../templates/agent/tool_contract.md");
-/// The workspace templates `nanobot onboard` writes: a file still equal to its template (up to
-/// surrounding whitespace) is left out of the prompt, as 0.3.5 leaves out its own.
+/// The workspace templates (0.3.5's) that stay out of the prompt while a file still equals
+/// its template (up to surrounding whitespace), as 0.3.5 leaves out its own.
 const UNCHANGED_TEMPLATES: &[(&str, &str)] = &[
     ("AGENTS.md", include_str!("../../../../templates/AGENTS.md")),
     ("USER.md", include_str!("../../../../templates/USER.md")),
@@ -32,6 +32,10 @@ const UNCHANGED_TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../../templates/memory/MEMORY.md"),
     ),
 ];
+/// 0.3.5's `SOUL.md` template; a workspace still holding its older one (`legacy/SOUL.md`)
+/// gets this one in the prompt, as 0.3.5 does.
+const SOUL_TEMPLATE: &str = include_str!("../../../../templates/SOUL.md");
+const LEGACY_SOUL_TEMPLATE: &str = include_str!("../../../../templates/legacy/SOUL.md");
 
 /// Builds prompts for one bot workspace.
 #[derive(Debug, Clone)]
@@ -61,9 +65,18 @@ fn is_template(relative: &str, text: &str) -> bool {
         .any(|(name, template)| *name == relative && template.trim() == text.trim())
 }
 
-/// Returns the bootstrap file `relative` of `workspace` unless it is blank or still its template.
+/// Returns the bootstrap file `relative` of `workspace` unless it is blank or still its template
+/// (an untouched legacy `SOUL.md` reads as the current template).
 fn read_customised(workspace: &Path, relative: &str) -> Option<String> {
-    read_nonempty(&workspace.join(relative)).filter(|text| !is_template(relative, text))
+    read_nonempty(&workspace.join(relative))
+        .map(|text| {
+            if relative == "SOUL.md" && text.trim() == LEGACY_SOUL_TEMPLATE.trim() {
+                SOUL_TEMPLATE.to_string()
+            } else {
+                text
+            }
+        })
+        .filter(|text| !is_template(relative, text))
 }
 
 impl ContextBuilder {
