@@ -171,7 +171,18 @@ async fn build(
             false => format!("{}\n\n{notes}", text.trim_end()),
         };
     }
-    assemble(builder, text, files).map_err(|e| SendError::Permanent(format!("build the mail: {e}")))
+    assemble(builder, body_text(text), files)
+        .map_err(|e| SendError::Permanent(format!("build the mail: {e}")))
+}
+
+/// Returns the plain body as 0.3.5's `EmailMessage.set_content` writes it: `\r\n` read as a
+/// line end and the body ending with one (an empty reply is a lone line end).
+fn body_text(text: String) -> String {
+    let mut body = text.replace("\r\n", "\n");
+    if !body.ends_with('\n') {
+        body.push('\n');
+    }
+    body
 }
 
 /// Returns the mail: `text` as its plain body, then `files` attached. The body is never cut:
@@ -258,6 +269,24 @@ mod tests {
         assert_ne!(id, message_id("email:a@b.c:4", "x.org"));
         assert_eq!(id.matches('@').count(), 1, "{id}");
         assert!(id.starts_with('<') && id.ends_with(".nanobot@x.org>") && !id.contains(':'));
+    }
+
+    #[test]
+    fn the_body_ends_with_a_line_end_as_0_3_5_set_content_writes_it() {
+        // Expected values are what 0.3.5's `EmailMessage.set_content(c).get_content()` gives.
+        let cases = [
+            ("你好 🐈", "你好 🐈\n"),
+            ("a\r\nb", "a\nb\n"),
+            ("", "\n"),
+            ("x\n\n", "x\n\n"),
+            (
+                "مرحبا e\u{301}\u{2028}👩\u{200d}👩\u{200d}👧",
+                "مرحبا e\u{301}\u{2028}👩\u{200d}👩\u{200d}👧\n",
+            ),
+        ];
+        for (reply, body) in cases {
+            assert_eq!(body_text(reply.to_string()), body, "{reply:?}");
+        }
     }
 
     #[test]
