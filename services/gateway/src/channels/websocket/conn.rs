@@ -1,6 +1,7 @@
 //! One client connection: any number of chats, each with its own cursor in the chat's log.
 //! Entries are sent in log order from the cursor, so each reaches this connection once;
-//! frames for a chat the connection is not attached to are never sent to it.
+//! frames for a chat the connection is not attached to are never sent to it. A chat is
+//! attached only once it is the client's own ([`super::access`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -12,8 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 use nanobot_proto::InboundMessage;
 
+use super::access::{Claim, client_tag};
 use super::hub::{Event, QUEUE};
-use super::log::Kind;
+use super::log::{Appended, Kind};
 use super::protocol::{self, Envelope};
 use super::{CHANNEL, WebSocketChannel, inbound_id};
 use crate::channels::Inbound;
@@ -22,6 +24,8 @@ use crate::channels::Inbound;
 const CATCH_UP: Duration = Duration::from_secs(3);
 /// Close code of a server going away.
 const GOING_AWAY: u16 = 1001;
+/// Room left under the broker's message limit for headers (as for large replies).
+const HEADROOM: usize = 64 * 1024;
 
 type Sent = Result<(), axum::Error>;
 
@@ -38,10 +42,12 @@ pub(super) async fn run(
         id: ch.hub.connection(),
         ch: ch.clone(),
         inbound,
+        tag: client_tag(&client_id),
         client_id,
         tx,
         default_chat: uuid::Uuid::new_v4().to_string(),
         cursors: HashMap::new(),
+        owned: HashSet::new(),
         own: HashSet::new(),
     };
     tracing::debug!(client_id = %conn.client_id, "websocket client connected");
@@ -56,10 +62,14 @@ struct Conn {
     ch: Arc<WebSocketChannel>,
     inbound: Inbound,
     client_id: String,
+    /// [`client_tag`] of `client_id`.
+    tag: String,
     tx: mpsc::Sender<Event>,
     default_chat: String,
     /// Attached chats and the id of the last log entry this connection sent of each.
     cursors: HashMap<String, String>,
+    /// Chats known to be this client's.
+    owned: HashSet<String>,
     /// Log entries of this connection's own messages (not echoed back to it).
     own: HashSet<String>,
 }
@@ -73,8 +83,9 @@ impl Conn {
     ) -> Sent {
         let ready = protocol::ready(&self.default_chat, &self.client_id);
         send(socket, ready).await?;
+        // The default chat is a fresh random id: claimed on its first message.
         let default_chat = self.default_chat.clone();
-        self.attach(socket, &default_chat, None).await?;
+        self.follow(socket, &default_chat, None).await?;
         let ping_every = Duration::from_secs_f64(self.ch.cfg.ping_interval_s);
         let silence = ping_every + Duration::from_secs_f64(self.ch.cfg.ping_timeout_s);
         let mut ping = tokio::time::interval(ping_every);
@@ -133,9 +144,54 @@ impl Conn {
         }
     }
 
-    /// Attaches `chat` from `after` (none: from its newest entry, or the current cursor when
-    /// already attached). Returns false (and tells the client) when the log is unreadable.
+    /// Attaches `chat` from `after` once it is this client's (claimed now if nobody's).
+    /// Returns false (and tells the client) when it is another client's or unreadable.
     async fn attach(
+        &mut self,
+        socket: &mut WebSocket,
+        chat: &str,
+        after: Option<String>,
+    ) -> Result<bool, axum::Error> {
+        if !self.own(socket, chat, None).await? {
+            return Ok(false);
+        }
+        self.follow(socket, chat, after).await
+    }
+
+    /// Makes sure `chat` is this client's, claiming it when nobody owns it; tells the client
+    /// (naming its message `msg_id`, if any) and returns false when it is not (or the owner
+    /// cannot be read).
+    async fn own(
+        &mut self,
+        socket: &mut WebSocket,
+        chat: &str,
+        msg_id: Option<&str>,
+    ) -> Result<bool, axum::Error> {
+        if self.owned.contains(chat) {
+            return Ok(true);
+        }
+        let detail = match self.ch.access.claim(chat, &self.client_id).await {
+            Ok(Claim::Mine) => {
+                self.owned.insert(chat.to_string());
+                return Ok(true);
+            }
+            Ok(Claim::Theirs) => {
+                tracing::warn!(client_id = %self.client_id, chat_id = %chat, "websocket chat of another client refused");
+                "this chat belongs to another client"
+            }
+            Err(e) => {
+                tracing::warn!(chat_id = %chat, error = %e, "websocket chat owner unreadable");
+                "chat unavailable, try again"
+            }
+        };
+        send(socket, protocol::error(detail, Some(chat), msg_id)).await?;
+        Ok(false)
+    }
+
+    /// Follows `chat`'s log from `after` (none: from its newest entry, or the current cursor
+    /// when already attached). Returns false (and tells the client) when the log is
+    /// unreadable.
+    async fn follow(
         &mut self,
         socket: &mut WebSocket,
         chat: &str,
@@ -160,32 +216,62 @@ impl Conn {
     }
 
     /// Stores the user's message in the chat's log, then publishes it; answers `accepted`,
-    /// or an `error` naming the message (sending it again with the same id is safe).
+    /// or an `error` naming the message (sending it again with the same id is safe). A message
+    /// to another client's chat, over the bus limit or over the client's bytes of the day is
+    /// refused before anything is stored.
     async fn message(&mut self, socket: &mut WebSocket, chat: &str, text: &str, id: &str) -> Sent {
+        let refuse = |detail: &str| protocol::error(detail, Some(chat), Some(id));
         if text.trim().is_empty() {
-            return send(
-                socket,
-                protocol::error("empty message", Some(chat), Some(id)),
-            )
-            .await;
+            return send(socket, refuse("empty message")).await;
         }
-        if !self.attach(socket, chat, None).await? {
+        let msg = self.inbound_message(chat, text, id);
+        let limit = self.ch.nats.server_info().max_payload;
+        let size = prost::Message::encoded_len(&msg) + HEADROOM;
+        if limit > 0 && size > limit {
+            tracing::warn!(client_id = %self.client_id, chat_id = %chat, bytes = text.len(), limit, "websocket message over the bus limit refused");
+            let most = limit.saturating_sub(size - text.len());
+            let detail = format!(
+                "message too large: {} bytes of text, at most {most}",
+                text.len()
+            );
+            return send(socket, refuse(&detail)).await;
+        }
+        if !self.own(socket, chat, Some(id)).await? || !self.follow(socket, chat, None).await? {
             return Ok(());
         }
-        let inbound_id = inbound_id(chat, id);
         let ch = &self.ch;
-        let entry = match ch.log.append(chat, &inbound_id, Kind::User, text, id).await {
-            Ok(entry) => entry,
+        let budget = Some((self.tag.as_str(), ch.cfg.client_bytes_per_day));
+        let stored = ch.log.append(chat, &msg.id, (Kind::User, text, id), budget);
+        let entry = match stored.await {
+            Ok(Appended::Entry(entry)) => entry,
+            Ok(Appended::OverCap) => {
+                tracing::warn!(client_id = %self.client_id, chat_id = %chat, cap = ch.cfg.client_bytes_per_day, "websocket message over the client's bytes of the day refused");
+                let detail = format!(
+                    "message refused: this client stored its {} bytes for today",
+                    ch.cfg.client_bytes_per_day
+                );
+                return send(socket, refuse(&detail)).await;
+            }
             Err(e) => {
                 tracing::warn!(chat_id = %chat, error = %e, "websocket message not stored");
-                let detail = "message not accepted, send it again";
-                return send(socket, protocol::error(detail, Some(chat), Some(id))).await;
+                return send(socket, refuse("message not accepted, send it again")).await;
             }
         };
         self.own.insert(entry.clone());
-        let msg = InboundMessage {
-            id: inbound_id,
-            bot: ch.bot_id.clone(),
+        if let Err(e) = self.inbound.publish(&msg).await {
+            tracing::warn!(chat_id = %chat, error = %e, "websocket message not published");
+            return send(socket, refuse("message not accepted, send it again")).await;
+        }
+        tracing::debug!(chat_id = %chat, inbound_id = %msg.id, "websocket message published");
+        ch.notify(chat).await;
+        send(socket, protocol::accepted(chat, id, &entry)).await
+    }
+
+    /// The inbound message of the client's message `id` with `text` in `chat`.
+    fn inbound_message(&self, chat: &str, text: &str, id: &str) -> InboundMessage {
+        InboundMessage {
+            id: inbound_id(chat, &self.tag, id),
+            bot: self.ch.bot_id.clone(),
             channel: CHANNEL.into(),
             sender_id: self.client_id.clone(),
             chat_id: chat.to_string(),
@@ -194,18 +280,10 @@ impl Conn {
             media: Vec::new(),
             metadata_json: "{}".into(),
             session_key: format!("{CHANNEL}:{chat}"),
-            stream: ch.cfg.streaming,
+            stream: self.ch.cfg.streaming,
             reply_channel: String::new(),
             reply_chat_id: String::new(),
-        };
-        if let Err(e) = self.inbound.publish(&msg).await {
-            tracing::warn!(chat_id = %chat, error = %e, "websocket message not published");
-            let detail = "message not accepted, send it again";
-            return send(socket, protocol::error(detail, Some(chat), Some(id))).await;
         }
-        tracing::debug!(chat_id = %chat, inbound_id = %msg.id, "websocket message published");
-        ch.notify(chat).await;
-        send(socket, protocol::accepted(chat, id, &entry)).await
     }
 
     async fn on_event(&mut self, socket: &mut WebSocket, event: Event) -> Sent {

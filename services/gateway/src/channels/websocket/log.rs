@@ -4,7 +4,9 @@
 //! Appends are idempotent: the script writes the entry and a marker
 //! ([`keys::websocket_logged`], holding the entry id) in one step, so a redelivered reply or a
 //! resent user message appends nothing. Retention: the newest [`MAX_ENTRIES`] entries, for
-//! [`RETENTION_SECS`] after the chat's last entry.
+//! [`RETENTION_SECS`] after the chat's last entry. A user message also counts its bytes against
+//! its client's bytes of the day ([`keys::websocket_client_bytes`]) in the same script: past
+//! the cap nothing is written.
 
 use std::sync::LazyLock;
 
@@ -17,18 +19,31 @@ use nanobot_runtime::store::Store;
 pub const MAX_ENTRIES: usize = 1000;
 /// Seconds a chat's log (and each marker) lives after its last append: 7 days.
 pub const RETENTION_SECS: u64 = 7 * 24 * 3600;
+/// Seconds a client's byte count of the day lives after its first message.
+const DAY_SECS: u64 = 24 * 3600;
+/// What the append script answers when a client's bytes of the day are used up.
+const OVER_CAP: &str = "over-cap";
 /// Entries read per round trip.
 const PAGE: usize = 100;
 
 /// Appends an entry unless its marker exists; returns the entry id (the earlier one on a
-/// repeat).
+/// repeat), or `over-cap` (nothing written) when the text would take the client's bytes of the
+/// day (KEYS[4]) past ARGV[6] (0: no cap). Refreshes the chat owner's TTL with the log's.
 const APPEND: &str = r"
 local seen = redis.call('GET', KEYS[2])
 if seen then return seen end
+local cap = tonumber(ARGV[6])
+if cap > 0 then
+  local used = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if used + string.len(ARGV[4]) > cap then return 'over-cap' end
+  redis.call('SET', KEYS[4], 0, 'EX', ARGV[7], 'NX')
+  redis.call('INCRBY', KEYS[4], string.len(ARGV[4]))
+end
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*',
   'kind', ARGV[3], 'text', ARGV[4], 'msg', ARGV[5])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], id, 'EX', ARGV[1])
+redis.call('EXPIRE', KEYS[3], ARGV[1])
 return id
 ";
 static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(APPEND));
@@ -73,6 +88,15 @@ impl Kind {
     }
 }
 
+/// What an append did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Appended {
+    /// The entry is in the log (now or before) with this id.
+    Entry(String),
+    /// Refused: the client's bytes of the day are used up; nothing was written.
+    OverCap,
+}
+
 /// One entry of a chat's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -102,26 +126,38 @@ impl ChatLog {
         }
     }
 
-    /// Appends an entry to `chat`'s log once per `marker` (a message id); returns its id.
+    /// Appends an entry to `chat`'s log once per `marker` (a message id); returns its id, or
+    /// [`Appended::OverCap`] (nothing written) when `budget` (the client's tag and its bytes
+    /// per day) would be exceeded.
     pub async fn append(
         &self,
         chat: &str,
         marker: &str,
-        kind: Kind,
-        text: &str,
-        msg: &str,
-    ) -> redis::RedisResult<String> {
+        entry: (Kind, &str, &str),
+        budget: Option<(&str, u64)>,
+    ) -> redis::RedisResult<Appended> {
+        let (kind, text, msg) = entry;
+        let (client, cap) = budget.unwrap_or_default();
         let mut conn = self.redis.clone();
-        APPEND_SCRIPT
+        let id: String = APPEND_SCRIPT
             .key(keys::websocket_log(&self.bot, chat))
             .key(keys::websocket_logged(&self.bot, marker))
+            .key(keys::websocket_owner(&self.bot, chat))
+            .key(keys::websocket_client_bytes(&self.bot, client))
             .arg(RETENTION_SECS)
             .arg(MAX_ENTRIES)
             .arg(kind.as_str())
             .arg(text)
             .arg(msg)
+            .arg(cap)
+            .arg(DAY_SECS)
             .invoke_async(&mut conn)
-            .await
+            .await?;
+        Ok(if id == OVER_CAP {
+            Appended::OverCap
+        } else {
+            Appended::Entry(id)
+        })
     }
 
     /// Returns the entries of `chat` after entry id `after` (`0-0`: from the start), at most

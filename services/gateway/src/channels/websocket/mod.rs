@@ -2,9 +2,13 @@
 //! every gateway replica on `host:port`.
 //!
 //! - [`http`]: the upgrade on `path` (token checked in constant time: 401; `client_id`
-//!   outside `allowFrom`: 403), the page (`GET path` without an upgrade), its script and
-//!   style, and `GET {path}/history`.
-//! - [`conn`]: one connection multiplexing any number of chats ([`protocol`]).
+//!   outside `allowFrom`, or not the one an issued token is bound to: 403), the page (`GET
+//!   path` without an upgrade), its script and style, `GET {path}/history`, and the token
+//!   issue route (`tokenIssuePath`).
+//! - [`access`]: chat owners (a chat is its first client's; others are refused) and issued
+//!   tokens bound to one `client_id`, both in Redis, shared by the replicas.
+//! - [`conn`]: one connection multiplexing any number of chats ([`protocol`]); a message over
+//!   the bus limit or the client's bytes of the day is refused before anything is stored.
 //! - [`log`]: every chat's user messages and replies in a Redis stream. The durable delivery
 //!   consumer (whichever replica takes a reply) appends it once and publishes
 //!   [`subjects::websocket_notify`]; every replica's connections attached to the chat read
@@ -18,6 +22,7 @@
 //! a reply it was delivering is redelivered by JetStream to another replica (the log append is
 //! idempotent), and the client, reconnecting to any replica, resumes from its cursor.
 
+pub mod access;
 mod conn;
 mod http;
 mod hub;
@@ -34,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use nanobot_proto::{OutboundKind, OutboundMessage, subjects};
 use nanobot_runtime::config::{Config, DEFAULT_BOT, WebSocketConfig};
 
+use self::access::Access;
 use self::log::{ChatLog, Kind};
 use super::{Channel, ChannelDeps, ChannelSettings, Inbound, Progress, SendError};
 
@@ -46,6 +52,7 @@ pub struct WebSocketChannel {
     cfg: WebSocketConfig,
     settings: ChannelSettings,
     log: ChatLog,
+    access: Access,
     nats: async_nats::Client,
     hub: hub::Hub,
     listener: std::sync::Mutex<Option<std::net::TcpListener>>,
@@ -78,6 +85,7 @@ impl WebSocketChannel {
             cfg: ws.clone(),
             settings,
             log: ChatLog::new(deps.redis.clone(), DEFAULT_BOT),
+            access: Access::new(deps.redis.clone(), DEFAULT_BOT),
             nats: deps.nats.clone(),
             hub: hub::Hub::default(),
             listener: std::sync::Mutex::new(Some(listener)),
@@ -94,9 +102,10 @@ impl WebSocketChannel {
     }
 }
 
-/// Returns the inbound id of the client's message `id` in `chat`.
-fn inbound_id(chat: &str, id: &str) -> String {
-    format!("ws:{chat}:{id}")
+/// Returns the inbound id of the message `id` of the client tagged `client`
+/// ([`access::client_tag`]) in `chat`: message ids are de-duplicated per client.
+fn inbound_id(chat: &str, client: &str, id: &str) -> String {
+    format!("ws:{chat}:{client}:{id}")
 }
 
 /// Returns the client's message id an outbound message answers (empty when it answers
@@ -106,6 +115,8 @@ fn client_msg_id<'a>(chat: &str, reply_to: &'a str) -> &'a str {
         .strip_prefix("ws:")
         .and_then(|rest| rest.strip_prefix(chat))
         .and_then(|rest| rest.strip_prefix(':'))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(_client, id)| id)
         .unwrap_or_default()
 }
 
@@ -171,7 +182,7 @@ impl Channel for WebSocketChannel {
         }
         let answered = client_msg_id(&msg.chat_id, &msg.reply_to);
         self.log
-            .append(&msg.chat_id, &msg.id, kind, &text, answered)
+            .append(&msg.chat_id, &msg.id, (kind, &text, answered), None)
             .await
             .map_err(|e| SendError::Transient(format!("append to the websocket chat log: {e}")))?;
         self.notify(&msg.chat_id).await;
@@ -200,7 +211,7 @@ mod tests {
 
     #[test]
     fn replies_name_the_client_message_they_answer() {
-        let id = inbound_id("c-1", "m:7");
+        let id = inbound_id("c-1", "0a1b", "m:7");
         assert_eq!(client_msg_id("c-1", &id), "m:7");
         assert_eq!(
             client_msg_id("c-2", &id),
