@@ -5,6 +5,7 @@
 use clap::Subcommand;
 use serde_json::{Value, json};
 
+use nanobot_cron::limits::Limits;
 use nanobot_cron::store::{self, SYSTEM_EVENT};
 use nanobot_cron::{schedule, tool};
 use nanobot_runtime::config::{BotSpec, Config};
@@ -78,15 +79,30 @@ pub fn run(cfg: &Config, bot: Option<&str>, action: &CronAction) -> anyhow::Resu
         anyhow::bail!("unknown bot {:?}", bot.unwrap_or_default());
     };
     let tz = cfg.agents.defaults.timezone.as_str();
-    let text = execute(spec, tz, action, store::now_ms())?;
+    let limits = Limits::from(&cfg.tools.cron);
+    let text = execute_with(spec, tz, limits, action, store::now_ms())?;
     println!("{text}");
     let refused =
         text.starts_with("Error") || text.starts_with("Cannot") || text.ends_with("not found");
     Ok(i32::from(refused))
 }
 
+#[cfg(test)]
 fn execute(bot: &BotSpec, tz: &str, action: &CronAction, now: i64) -> anyhow::Result<String> {
+    execute_with(bot, tz, Limits::default(), action, now)
+}
+
+/// Runs `action` on `bot`'s jobs; `add` and `remove` go through the `cron` tool as `bot`
+/// (its bounds, its jobs only).
+fn execute_with(
+    bot: &BotSpec,
+    tz: &str,
+    limits: Limits,
+    action: &CronAction,
+    now: i64,
+) -> anyhow::Result<String> {
     let workspace = &bot.workspace;
+    let bot_id = bot.id.as_str();
     Ok(match action {
         CronAction::List => list(&store::load(workspace)?, tz),
         CronAction::Add {
@@ -111,6 +127,8 @@ fn execute(bot: &BotSpec, tz: &str, action: &CronAction, now: i64) -> anyhow::Re
                 chat_id: to,
                 in_cron: false,
                 default_tz: tz,
+                bot: bot_id,
+                limits,
             };
             let mut args = json!({"action": "add", "message": message});
             for (key, value) in [
@@ -135,6 +153,8 @@ fn execute(bot: &BotSpec, tz: &str, action: &CronAction, now: i64) -> anyhow::Re
                 chat_id: "",
                 in_cron: false,
                 default_tz: tz,
+                bot: bot_id,
+                limits,
             };
             tool::run(
                 workspace,
@@ -193,6 +213,9 @@ fn list(jobs: &store::JobsFile, tz: &str) -> String {
         ));
         if let Some((session, _, _)) = job.payload.route() {
             lines.push(format!("  Session: {session}"));
+        }
+        if let Some(owner) = &job.bot {
+            lines.push(format!("  Bot: {owner}"));
         }
         if let Some(next) = job.state.next_run_at_ms {
             lines.push(format!("  Next run: {}", tool::timestamp(next, zone)));

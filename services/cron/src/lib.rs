@@ -12,6 +12,8 @@
 #![forbid(unsafe_code)]
 
 pub mod leader;
+pub mod limits;
+pub mod owner;
 pub mod schedule;
 pub mod store;
 pub mod tool;
@@ -84,13 +86,14 @@ async fn on_tick(
 /// was down is due once: its next run is computed from now.
 async fn fire_due(cfg: &Config, bus: &Bus) {
     let now = store::now_ms();
-    for bot in cfg.bots() {
+    let bots = cfg.bots();
+    for (bot, claim) in bots.iter().zip(owner::Claim::all(&bots)) {
         let heartbeat = &cfg.gateway.heartbeat;
         let (dream, tz) = (&cfg.agents.defaults.dream, &cfg.agents.defaults.timezone);
         let due = store::update(&bot.workspace, |file| {
             let registered = register_heartbeat(file, heartbeat, now);
             let dream = register_dream(file, dream, tz, now);
-            let (changed, due) = due_fires(&bot.id, file, now);
+            let (changed, due) = due_fires(&claim, file, now);
             (registered || dream.is_some() || changed, (dream, due))
         });
         let (dream, due) = match due {
@@ -151,12 +154,28 @@ async fn publish_memory_job(bus: &Bus, job: &ConsolidationRequest) -> Result<(),
     bus::publish(&bus.js, subjects::consolidate(&job.bot), Some(&job.id), job).await
 }
 
-/// Returns the fires of the jobs due at `now`; fills in the next run of enabled jobs that
-/// have none yet (jobs written by hand), reporting whether that changed the file.
-fn due_fires(bot: &str, file: &mut JobsFile, now: i64) -> (bool, Vec<CronFire>) {
+/// Returns the fires of `claim`'s bot's jobs due at `now` ([`owner`]: its own, adopting a job
+/// of no bot in its own workspace); fills in the next run of enabled jobs that have none yet
+/// (jobs written by hand), reporting whether that changed the file.
+fn due_fires(claim: &owner::Claim, file: &mut JobsFile, now: i64) -> (bool, Vec<CronFire>) {
+    let bot = claim.bot.as_str();
     let mut changed = false;
     let mut fires = Vec::new();
     for job in file.jobs.iter_mut().filter(|j| j.enabled) {
+        match claim.verdict(job) {
+            owner::Verdict::Run => {}
+            owner::Verdict::Skip => continue,
+            owner::Verdict::Adopt => {
+                job.bot = Some(bot.to_string());
+                changed = true;
+            }
+            owner::Verdict::DisableOrphan => {
+                tracing::warn!(job_id = %job.id, "disabling cron job of no bot in a shared workspace");
+                disable(job, claim.shared_orphan_reason(), now);
+                changed = true;
+                continue;
+            }
+        }
         // Of the system jobs, the heartbeat runs on the agents, `dream` on the memory workers.
         let kind = match (job.payload.kind.as_str(), job.id.as_str()) {
             (store::SYSTEM_EVENT, HEARTBEAT_JOB) => CronFireKind::Heartbeat,
@@ -169,11 +188,7 @@ fn due_fires(bot: &str, file: &mut JobsFile, now: i64) -> (bool, Vec<CronFire>) 
             // As upstream: an agent job bound to no chat session cannot be answered anywhere;
             // it is disabled, with the reason as its last error.
             tracing::warn!(job_id = %job.id, "disabling cron job bound to no chat session");
-            job.enabled = false;
-            job.state.next_run_at_ms = None;
-            job.state.last_status = Some(store::STATUS_ERROR.into());
-            job.state.last_error = Some(store::UNBOUND_AGENT_JOB_REASON.into());
-            job.updated_at_ms = now;
+            disable(job, store::UNBOUND_AGENT_JOB_REASON.into(), now);
             changed = true;
             continue;
         }
@@ -208,6 +223,15 @@ fn due_fires(bot: &str, file: &mut JobsFile, now: i64) -> (bool, Vec<CronFire>) 
         });
     }
     (changed, fires)
+}
+
+/// Disables a job that cannot run, with `reason` as its last error.
+fn disable(job: &mut store::Job, reason: String, now: i64) {
+    job.enabled = false;
+    job.state.next_run_at_ms = None;
+    job.state.last_status = Some(store::STATUS_ERROR.into());
+    job.state.last_error = Some(reason);
+    job.updated_at_ms = now;
 }
 
 /// Id and name of the protected heartbeat job, as upstream registers it.
@@ -363,6 +387,15 @@ mod tests {
         job
     }
 
+    /// The claim of bot `b`, alone in its workspace.
+    fn solo() -> owner::Claim {
+        owner::Claim {
+            bot: "b".into(),
+            before: Vec::new(),
+            after: Vec::new(),
+        }
+    }
+
     fn every(ms: i64) -> Schedule {
         Schedule {
             kind: "every".into(),
@@ -377,12 +410,12 @@ mod tests {
         let mut file = JobsFile::default();
         file.jobs.push(job("late", every(60_000), Some(1_000)));
         let now = 3_601_000;
-        let (_, fires) = due_fires("b", &mut file, now);
+        let (_, fires) = due_fires(&solo(), &mut file, now);
         assert_eq!(fires.len(), 1);
         assert_eq!(fires[0].id, "late:1000");
         assert!(record_fire(&mut file, &fires[0], now));
         assert_eq!(file.jobs[0].state.next_run_at_ms, Some(now + 60_000));
-        assert!(due_fires("b", &mut file, now).1.is_empty());
+        assert!(due_fires(&solo(), &mut file, now).1.is_empty());
         assert!(!record_fire(&mut file, &fires[0], now), "recorded once");
     }
 
@@ -403,7 +436,7 @@ mod tests {
             ..Default::default()
         };
         file.jobs.push(dream);
-        let (_, fires) = due_fires("b", &mut file, 1_000);
+        let (_, fires) = due_fires(&solo(), &mut file, 1_000);
         assert_eq!(
             fires.iter().map(|f| f.job_id.as_str()).collect::<Vec<_>>(),
             ["once", "kept", "dream"]
@@ -487,7 +520,7 @@ mod tests {
             ("heartbeat", store::SYSTEM_EVENT)
         );
         assert_eq!(job.state.next_run_at_ms, Some(61_000));
-        let (_, fires) = due_fires("b", &mut file, 61_000);
+        let (_, fires) = due_fires(&solo(), &mut file, 61_000);
         assert_eq!(fires[0].kind(), CronFireKind::Heartbeat);
         let longer = HeartbeatConfig {
             interval_s: 120,
@@ -504,10 +537,58 @@ mod tests {
     }
 
     #[test]
+    fn bots_sharing_a_workspace_fire_only_their_own_jobs_and_a_job_of_no_bot_is_disabled() {
+        let claim = |bot: &str, before: &[&str], after: &[&str]| owner::Claim {
+            bot: bot.into(),
+            before: before.iter().map(|b| b.to_string()).collect(),
+            after: after.iter().map(|b| b.to_string()).collect(),
+        };
+        let (alpha, beta) = (
+            claim("alpha", &[], &["beta"]),
+            claim("beta", &["alpha"], &[]),
+        );
+        let mut file = JobsFile::default();
+        for (id, owner) in [("a", Some("alpha")), ("b", Some("beta")), ("legacy", None)] {
+            let mut made = job(id, every(60_000), Some(500));
+            made.payload.message = format!("提醒 {id} ⏰");
+            made.bot = owner.map(str::to_string);
+            file.jobs.push(made);
+        }
+        let (_, beta_fires) = due_fires(&beta, &mut file, 1_000);
+        assert_eq!(
+            beta_fires
+                .iter()
+                .map(|f| (f.job_id.as_str(), f.bot.as_str(), f.message.as_str()))
+                .collect::<Vec<_>>(),
+            [("b", "beta", "提醒 b ⏰")]
+        );
+        let (changed, alpha_fires) = due_fires(&alpha, &mut file, 1_000);
+        assert!(changed, "the job of no bot is disabled");
+        assert_eq!(
+            alpha_fires
+                .iter()
+                .map(|f| (f.job_id.as_str(), f.bot.as_str()))
+                .collect::<Vec<_>>(),
+            [("a", "alpha")]
+        );
+        let legacy = &file.jobs[2];
+        assert!(!legacy.enabled);
+        assert_eq!(legacy.state.last_error, Some(alpha.shared_orphan_reason()));
+        assert_eq!(legacy.bot, None, "kept as found, never claimed");
+
+        // Alone in its workspace, a bot adopts a job of no bot (an upstream file's) and runs it.
+        let mut upstream = JobsFile::default();
+        upstream.jobs.push(job("old", every(60_000), Some(500)));
+        let (changed, fires) = due_fires(&solo(), &mut upstream, 1_000);
+        assert!(changed && fires.len() == 1);
+        assert_eq!(upstream.jobs[0].bot.as_deref(), Some("b"));
+    }
+
+    #[test]
     fn a_hand_written_job_gets_its_next_run_before_it_fires() {
         let mut file = JobsFile::default();
         file.jobs.push(job("new", every(1_000), None));
-        let (changed, fires) = due_fires("b", &mut file, 10_000);
+        let (changed, fires) = due_fires(&solo(), &mut file, 10_000);
         assert!(changed && fires.is_empty());
         assert_eq!(file.jobs[0].state.next_run_at_ms, Some(11_000));
     }
@@ -518,7 +599,7 @@ mod tests {
         let mut unbound = job("lost", every(1_000), Some(500));
         unbound.payload.session_key = None;
         file.jobs.push(unbound);
-        let (changed, fires) = due_fires("b", &mut file, 1_000);
+        let (changed, fires) = due_fires(&solo(), &mut file, 1_000);
         assert!(changed && fires.is_empty());
         let state = &file.jobs[0].state;
         assert!(!file.jobs[0].enabled);

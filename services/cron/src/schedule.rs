@@ -17,7 +17,7 @@ pub fn next_run(schedule: &Schedule, now_ms: i64) -> Option<i64> {
         "every" => schedule
             .every_ms
             .filter(|every| *every > 0)
-            .map(|every| now_ms + every),
+            .and_then(|every| now_ms.checked_add(every)),
         "cron" => {
             let cron = parse(schedule.expr.as_deref()?).ok()?;
             let now = Utc.timestamp_millis_opt(now_ms).single()?;

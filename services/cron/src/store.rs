@@ -85,6 +85,10 @@ pub struct Job {
     /// Delete the job after it ran (one-shot `at` jobs from the tool).
     #[serde(default, alias = "delete_after_run")]
     pub delete_after_run: bool,
+    /// The bot whose chat made the job: only that bot runs, lists or removes it (not in
+    /// upstream's format; a job without one is claimed as [`crate::owner`] says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bot: Option<String>,
     /// Keys this version does not know, kept as found.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -408,6 +412,7 @@ mod tests {
                                 created_at_ms: 0,
                                 updated_at_ms: 0,
                                 delete_after_run: false,
+                                bot: None,
                                 extra: BTreeMap::new(),
                             });
                             (true, ())

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use nanobot_runtime::config::{DreamConfig, HeartbeatConfig};
 
+use crate::limits::{self, Limits};
 use crate::schedule;
 use crate::store::{self, AGENT_TURN, Job, JobState, Payload, SYSTEM_EVENT, Schedule};
 
@@ -28,6 +29,10 @@ pub struct CallContext<'a> {
     pub in_cron: bool,
     /// The agent's time zone (naive `at` times and `cron_expr` without `tz`).
     pub default_tz: &'a str,
+    /// The bot of the chat: its jobs are the only ones it lists, removes and runs.
+    pub bot: &'a str,
+    /// What may be scheduled (`tools.cron`).
+    pub limits: Limits,
 }
 
 /// Returns the tool's description for `default_tz`.
@@ -114,8 +119,8 @@ pub fn run_with(
             Ok("Error: cannot schedule new jobs from within a cron job execution".to_string())
         }
         "add" => add(workspace, ctx, args, now_ms),
-        "list" => list(workspace, ctx.default_tz, system, now_ms),
-        "remove" => remove(workspace, text("job_id")),
+        "list" => list(workspace, ctx, system, now_ms),
+        "remove" => remove(workspace, ctx.bot, text("job_id")),
         other => Ok(format!("Unknown action: {other}")),
     };
     outcome.unwrap_or_else(|e| format!("Error: cron store failed: {e:#}"))
@@ -127,12 +132,6 @@ fn add(
     args: &Value,
     now_ms: i64,
 ) -> anyhow::Result<String> {
-    let text = |key: &str| {
-        args.get(key)
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-    };
     let Some(message) = args
         .get("message")
         .and_then(Value::as_str)
@@ -148,57 +147,11 @@ fn add(
     if ctx.session_key.is_empty() || ctx.channel.is_empty() || ctx.chat_id.is_empty() {
         return Ok("Error: scheduled cron jobs must be created from a chat session".into());
     }
-    let tz = text("tz");
-    let cron_expr = text("cron_expr");
-    if tz.is_some() && cron_expr.is_none() {
-        return Ok("Error: tz can only be used with cron_expr".into());
-    }
-    if let Some(tz) = tz
-        && let Err(e) = schedule::check_zone(tz)
-    {
-        return Ok(format!("Error: {e}"));
-    }
-    let every = args
-        .get("every_seconds")
-        .and_then(|v| v.as_i64().or_else(|| v.as_f64().map(|f| f as i64)))
-        .filter(|s| *s > 0);
-    let (sched, delete_after_run) = if let Some(every) = every {
-        let sched = Schedule {
-            kind: "every".into(),
-            every_ms: Some(every * 1000),
-            ..Default::default()
-        };
-        (sched, false)
-    } else if let Some(expr) = cron_expr {
-        let zone = tz.unwrap_or(ctx.default_tz);
-        if let Err(e) = schedule::check_zone(zone) {
-            return Ok(format!("Error: {e}"));
-        }
-        let sched = Schedule {
-            kind: "cron".into(),
-            expr: Some(expr.into()),
-            tz: Some(zone.into()),
-            ..Default::default()
-        };
-        (sched, false)
-    } else if let Some(at) = text("at") {
-        let at_ms = match parse_at(at, ctx.default_tz) {
-            Ok(ms) => ms,
-            Err(e) => return Ok(e),
-        };
-        let sched = Schedule {
-            kind: "at".into(),
-            at_ms: Some(at_ms),
-            ..Default::default()
-        };
-        (sched, true)
-    } else {
-        return Ok("Error: either every_seconds, cron_expr, or at is required".into());
+    let (sched, delete_after_run) = match schedule_of(ctx, args, now_ms) {
+        Ok(found) => found,
+        Err(e) => return Ok(format!("Error: {e}")),
     };
-    if let Err(e) = schedule::validate(&sched) {
-        return Ok(format!("Error: {e}"));
-    }
-    let name = text("name")
+    let name = arg_text(args, "name")
         .map(str::to_string)
         .unwrap_or_else(|| message.chars().take(30).collect());
     let job = Job {
@@ -221,21 +174,95 @@ fn add(
         created_at_ms: now_ms,
         updated_at_ms: now_ms,
         delete_after_run,
+        bot: (!ctx.bot.is_empty()).then(|| ctx.bot.to_string()),
         extra: Default::default(),
     };
     let reply = format!("Created job '{}' (id: {})", job.name, job.id);
+    // The count and the write under one lock: concurrent adds never pass the cap.
     store::update(workspace, |jobs| {
-        jobs.jobs.push(job);
-        (true, ())
-    })?;
-    Ok(reply)
+        match ctx.limits.check_room(jobs, ctx.bot, ctx.session_key) {
+            Ok(()) => {
+                jobs.jobs.push(job);
+                (true, reply)
+            }
+            Err(e) => (false, format!("Error: {e}")),
+        }
+    })
+}
+
+fn arg_text<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// `every_seconds` as a whole number (a float is cut, a number past `i64` saturates);
+/// `None` when absent or 0 (upstream treats 0 as not given).
+fn every_seconds(args: &Value) -> Option<i64> {
+    let v = args.get("every_seconds")?;
+    let seconds = v
+        .as_i64()
+        .or_else(|| v.as_u64().map(|_| i64::MAX))
+        .or_else(|| v.as_f64().map(|f| f as i64))?;
+    (seconds != 0).then_some(seconds)
+}
+
+/// The schedule an `add` asks for (and whether it runs once), within [`Limits`]; the error is
+/// the text after `Error: `.
+fn schedule_of(
+    ctx: &CallContext<'_>,
+    args: &Value,
+    now_ms: i64,
+) -> Result<(Schedule, bool), String> {
+    let tz = arg_text(args, "tz");
+    let cron_expr = arg_text(args, "cron_expr");
+    if tz.is_some() && cron_expr.is_none() {
+        return Err("tz can only be used with cron_expr".into());
+    }
+    if let Some(tz) = tz {
+        schedule::check_zone(tz)?;
+    }
+    let (sched, once) = if let Some(every) = every_seconds(args) {
+        let sched = Schedule {
+            kind: "every".into(),
+            every_ms: Some(ctx.limits.every_ms(every)?),
+            ..Default::default()
+        };
+        (sched, false)
+    } else if let Some(expr) = cron_expr {
+        let zone = tz.unwrap_or(ctx.default_tz);
+        schedule::check_zone(zone)?;
+        let sched = Schedule {
+            kind: "cron".into(),
+            expr: Some(expr.into()),
+            tz: Some(zone.into()),
+            ..Default::default()
+        };
+        (sched, false)
+    } else if let Some(at) = arg_text(args, "at") {
+        let at_ms = parse_at(at, ctx.default_tz)?;
+        limits::check_at(at, at_ms, now_ms)?;
+        let sched = Schedule {
+            kind: "at".into(),
+            at_ms: Some(at_ms),
+            ..Default::default()
+        };
+        (sched, true)
+    } else {
+        return Err("either every_seconds, cron_expr, or at is required".into());
+    };
+    schedule::validate(&sched)?;
+    if sched.kind == "cron" {
+        ctx.limits.check_cron(&sched, now_ms)?;
+    }
+    Ok((sched, once))
 }
 
 /// Parses an ISO datetime; naive values are in `default_tz`.
 fn parse_at(at: &str, default_tz: &str) -> Result<i64, String> {
-    let invalid = || {
-        format!("Error: invalid ISO datetime format '{at}'. Expected format: YYYY-MM-DDTHH:MM:SS")
-    };
+    let invalid =
+        || format!("invalid ISO datetime format '{at}'. Expected format: YYYY-MM-DDTHH:MM:SS");
     if let Ok(aware) = DateTime::parse_from_rfc3339(at) {
         return Ok(aware.timestamp_millis());
     }
@@ -253,20 +280,28 @@ fn parse_at(at: &str, default_tz: &str) -> Result<i64, String> {
             .and_then(|d| d.and_hms_opt(0, 0, 0))
     })
     .ok_or_else(invalid)?;
-    let zone = schedule::check_zone(default_tz).map_err(|e| format!("Error: {e}"))?;
+    let zone = schedule::check_zone(default_tz)?;
     zone.from_local_datetime(&naive)
         .earliest()
         .map(|t| t.timestamp_millis())
         .ok_or_else(invalid)
 }
 
+/// Returns whether `bot` sees `job`: its own, the system jobs and jobs of no bot (a legacy
+/// file's); another bot's job is neither listed nor removed.
+fn visible(job: &Job, bot: &str) -> bool {
+    bot.is_empty() || job.bot.as_deref().is_none_or(|b| b == bot)
+}
+
 fn list(
     workspace: &Path,
-    default_tz: &str,
+    ctx: &CallContext<'_>,
     system: Option<SystemJobs<'_>>,
     now_ms: i64,
 ) -> anyhow::Result<String> {
+    let default_tz = ctx.default_tz;
     let mut jobs = store::load(workspace)?;
+    jobs.jobs.retain(|j| visible(j, ctx.bot));
     if let Some(system) = system {
         crate::register_heartbeat(&mut jobs, system.heartbeat, now_ms);
         crate::register_dream(&mut jobs, system.dream, default_tz, now_ms);
@@ -319,12 +354,13 @@ fn list(
     Ok(format!("Scheduled jobs:\n{}", lines.join("\n")))
 }
 
-fn remove(workspace: &Path, job_id: Option<&str>) -> anyhow::Result<String> {
+fn remove(workspace: &Path, bot: &str, job_id: Option<&str>) -> anyhow::Result<String> {
     let Some(job_id) = job_id else {
         return Ok("Error: job_id is required for remove".into());
     };
     store::update(workspace, |jobs| {
-        let Some(index) = jobs.jobs.iter().position(|j| j.id == job_id) else {
+        let found = jobs.jobs.iter().position(|j| j.id == job_id);
+        let Some(index) = found.filter(|i| visible(&jobs.jobs[*i], bot)) else {
             return (false, format!("Job {job_id} not found"));
         };
         let job = &jobs.jobs[index];
@@ -399,10 +435,195 @@ mod tests {
             chat_id: "42",
             in_cron: false,
             default_tz: "UTC",
+            bot: "alpha",
+            limits: Limits::default(),
         }
     }
 
     const NOW: i64 = 1_795_000_000_000;
+
+    fn add(ws: &Path, ctx: &CallContext<'_>, schedule: Value) -> String {
+        let mut args = json!({"action": "add", "message": "喝水 💧 提醒"});
+        for (key, value) in schedule.as_object().unwrap() {
+            args[key] = value.clone();
+        }
+        run(ws, ctx, &args, NOW)
+    }
+
+    #[test]
+    fn an_every_seconds_that_overflows_or_is_under_the_minimum_is_refused_and_nothing_stored() {
+        let ws = tempfile::tempdir().unwrap();
+        let range = "Error: every_seconds {} is out of range: it must be between 60 and \
+                     3153600000 seconds (the shortest period is tools.cron.minIntervalS)";
+        for (every, shown) in [
+            (json!(2_066_035_336_255_469_781_i64), "2066035336255469781"),
+            (json!(u64::MAX), "9223372036854775807"),
+            (json!(1e300), "9223372036854775807"),
+            (json!(-5), "-5"),
+            (json!(59), "59"),
+            (json!(3_153_600_001_i64), "3153600001"),
+        ] {
+            let refused = add(ws.path(), &chat(), json!({"every_seconds": every}));
+            assert_eq!(refused, range.replace("{}", shown), "{every}");
+        }
+        assert!(store::load(ws.path()).unwrap().jobs.is_empty());
+        let fast = CallContext {
+            limits: Limits {
+                min_interval_s: 5,
+                ..Limits::default()
+            },
+            ..chat()
+        };
+        assert!(
+            add(ws.path(), &fast, json!({"every_seconds": 5}))
+                .starts_with("Created job '喝水 💧 提醒'")
+        );
+        let hundred_years = add(
+            ws.path(),
+            &chat(),
+            json!({"every_seconds": 3_153_600_000_i64}),
+        );
+        assert!(hundred_years.starts_with("Created job"), "{hundred_years}");
+        let jobs = store::load(ws.path()).unwrap().jobs;
+        assert_eq!(jobs[0].schedule.every_ms, Some(5_000));
+        assert_eq!(jobs[1].state.next_run_at_ms, Some(NOW + 3_153_600_000_000));
+    }
+
+    #[test]
+    fn a_cron_expression_firing_faster_than_the_minimum_is_refused() {
+        let ws = tempfile::tempdir().unwrap();
+        let every_two_seconds = json!({"cron_expr": "* * * * * */2", "tz": "Asia/Tokyo"});
+        assert_eq!(
+            add(ws.path(), &chat(), every_two_seconds.clone()),
+            "Error: cron expression '* * * * * */2' runs 2 s apart; the shortest period is 60 s \
+             (tools.cron.minIntervalS)"
+        );
+        // Twice in one minute, once a day: the gap inside the pair counts.
+        let twice = add(ws.path(), &chat(), json!({"cron_expr": "0 9 * * * 0,30"}));
+        assert!(twice.contains("runs 30 s apart"), "{twice}");
+        assert!(store::load(ws.path()).unwrap().jobs.is_empty());
+        let every_minute = add(ws.path(), &chat(), json!({"cron_expr": "* * * * *"}));
+        assert!(every_minute.starts_with("Created job"), "{every_minute}");
+        let fast = CallContext {
+            limits: Limits {
+                min_interval_s: 1,
+                ..Limits::default()
+            },
+            ..chat()
+        };
+        assert!(add(ws.path(), &fast, every_two_seconds).starts_with("Created job"));
+    }
+
+    #[test]
+    fn an_at_in_the_past_or_past_the_calendar_is_refused() {
+        let ws = tempfile::tempdir().unwrap();
+        for (at, expected) in [
+            (
+                "0001-01-01T00:00:00",
+                "is in the past: a one-time job needs a time ahead",
+            ),
+            (
+                "2020-02-29T12:00:00+08:00",
+                "is in the past: a one-time job needs a time ahead",
+            ),
+            (
+                "9999-12-31T23:59:59-14:00",
+                "is out of range: the latest time is 9999-12-31T23:59:59Z",
+            ),
+        ] {
+            assert_eq!(
+                add(ws.path(), &chat(), json!({"at": at})),
+                format!("Error: at '{at}' {expected}")
+            );
+        }
+        assert!(
+            add(ws.path(), &chat(), json!({"at": "+275760-09-13T00:00:00"}))
+                .starts_with("Error: invalid ISO datetime format")
+        );
+        assert!(store::load(ws.path()).unwrap().jobs.is_empty());
+        let last = add(ws.path(), &chat(), json!({"at": "9999-12-31T23:59:59Z"}));
+        assert!(last.starts_with("Created job"), "{last}");
+        assert_eq!(
+            timing(&store::load(ws.path()).unwrap().jobs[0].schedule, "UTC"),
+            "at 9999-12-31T23:59:59+00:00 (UTC)"
+        );
+    }
+
+    #[test]
+    fn a_chat_holds_at_most_max_jobs_per_chat_and_other_chats_and_bots_are_not_counted() {
+        let ws = tempfile::tempdir().unwrap();
+        let capped = CallContext {
+            limits: Limits {
+                max_jobs_per_chat: 3,
+                ..Limits::default()
+            },
+            ..chat()
+        };
+        for _ in 0..3 {
+            assert!(add(ws.path(), &capped, json!({"every_seconds": 3600})).starts_with("Created"));
+        }
+        assert_eq!(
+            add(ws.path(), &capped, json!({"cron_expr": "0 9 * * *"})),
+            "Error: this chat already has 3 scheduled jobs, the most allowed \
+             (tools.cron.maxJobsPerChat is 3); remove one first (action='remove')"
+        );
+        let other_chat = CallContext {
+            session_key: "telegram:43",
+            chat_id: "43",
+            ..capped
+        };
+        let beta = CallContext {
+            bot: "beta",
+            ..capped
+        };
+        assert!(add(ws.path(), &other_chat, json!({"every_seconds": 3600})).starts_with("Created"));
+        assert!(add(ws.path(), &beta, json!({"every_seconds": 3600})).starts_with("Created"));
+        let id = store::load(ws.path()).unwrap().jobs[0].id.clone();
+        let removed = run(
+            ws.path(),
+            &capped,
+            &json!({"action": "remove", "job_id": id}),
+            NOW,
+        );
+        assert_eq!(removed, format!("Removed job {id}"));
+        assert!(
+            add(ws.path(), &capped, json!({"at": "2030-01-01T08:00:00"})).starts_with("Created")
+        );
+        assert_eq!(store::load(ws.path()).unwrap().jobs.len(), 5);
+    }
+
+    #[test]
+    fn a_bot_lists_and_removes_only_its_own_jobs_and_those_of_no_bot() {
+        let ws = tempfile::tempdir().unwrap();
+        let beta = CallContext {
+            bot: "beta",
+            ..chat()
+        };
+        assert!(add(ws.path(), &chat(), json!({"every_seconds": 3600})).starts_with("Created"));
+        let jobs = store::load(ws.path()).unwrap().jobs;
+        assert_eq!(jobs[0].bot.as_deref(), Some("alpha"));
+        let id = jobs[0].id.clone();
+        let list = json!({"action": "list"});
+        assert!(run(ws.path(), &chat(), &list, NOW).contains(&id));
+        assert_eq!(run(ws.path(), &beta, &list, NOW), "No scheduled jobs.");
+        let remove = json!({"action": "remove", "job_id": id});
+        assert_eq!(
+            run(ws.path(), &beta, &remove, NOW),
+            format!("Job {id} not found")
+        );
+        assert_eq!(store::load(ws.path()).unwrap().jobs.len(), 1);
+        // A legacy job (no bot) is seen by every bot of the workspace.
+        store::update(ws.path(), |file| {
+            file.jobs[0].bot = None;
+            (true, ())
+        })
+        .unwrap();
+        assert!(run(ws.path(), &beta, &list, NOW).contains("喝水 💧 提醒"));
+        assert_eq!(
+            run(ws.path(), &beta, &remove, NOW),
+            format!("Removed job {id}")
+        );
+    }
 
     #[test]
     fn add_binds_the_job_to_the_chat_and_writes_upstreams_format() {

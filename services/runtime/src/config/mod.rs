@@ -26,7 +26,10 @@ pub use load::{ConfigError, default_path, load, load_str, resolve_path};
 pub use schema::*;
 pub use slack::{SLACK_API, SlackBot, SlackConfig, SlackDmConfig};
 pub use telegram::{TELEGRAM_API, TelegramBot, TelegramConfig};
-pub use tools::{Cidr, DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig};
+pub use tools::{
+    Cidr, CronToolConfig, DEFAULT_CRON_MAX_JOBS_PER_CHAT, DEFAULT_CRON_MIN_INTERVAL_S,
+    DEFAULT_USER_AGENT, FetchConfig, SearchConfig, WebConfig,
+};
 pub use websocket::WebSocketConfig;
 
 /// The bot id used when `bots` is empty.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::tools::{Cidr, WebConfig};
+use super::tools::{Cidr, CronToolConfig, WebConfig};
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -446,6 +446,8 @@ pub struct ToolsConfig {
     /// entry must parse (checked at load).
     #[serde(alias = "ssrf_whitelist")]
     pub ssrf_whitelist: Vec<String>,
+    /// What the `cron` tool may schedule (shortest period, jobs per chat).
+    pub cron: CronToolConfig,
     /// Other upstream keys (`file`, `cliApps`, ...), kept as given.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,

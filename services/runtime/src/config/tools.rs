@@ -133,3 +133,31 @@ impl Cidr {
         }
     }
 }
+
+/// The shortest period the `cron` tool schedules by default (`tools.cron.minIntervalS`).
+pub const DEFAULT_CRON_MIN_INTERVAL_S: u64 = 60;
+/// Jobs one chat may hold by default (`tools.cron.maxJobsPerChat`).
+pub const DEFAULT_CRON_MAX_JOBS_PER_CHAT: usize = 50;
+
+/// `tools.cron` (not in nanobot 0.3.5, which has neither bound): what the model may schedule.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CronToolConfig {
+    /// Shortest period of an `every_seconds` job, and shortest gap between two runs of a
+    /// `cron_expr` job, in seconds. Default [`DEFAULT_CRON_MIN_INTERVAL_S`].
+    #[serde(alias = "min_interval_s")]
+    pub min_interval_s: u64,
+    /// Most jobs one chat (a bot's session) may hold; `add` past it is refused. Default
+    /// [`DEFAULT_CRON_MAX_JOBS_PER_CHAT`].
+    #[serde(alias = "max_jobs_per_chat")]
+    pub max_jobs_per_chat: usize,
+}
+
+impl Default for CronToolConfig {
+    fn default() -> Self {
+        Self {
+            min_interval_s: DEFAULT_CRON_MIN_INTERVAL_S,
+            max_jobs_per_chat: DEFAULT_CRON_MAX_JOBS_PER_CHAT,
+        }
+    }
+}

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use nanobot_cron::limits::Limits;
 use nanobot_cron::tool::{self, CallContext, SystemJobs};
 use nanobot_runtime::config::{Config, DreamConfig, HeartbeatConfig};
 
@@ -15,11 +16,13 @@ pub struct Cron {
     description: String,
     heartbeat: HeartbeatConfig,
     dream: DreamConfig,
+    limits: Limits,
 }
 
 impl Cron {
     /// Returns the tool for `cfg`'s agents: their time zone (`agents.defaults.timezone`) and
-    /// the system jobs the scheduler keeps (`gateway.heartbeat`, `agents.defaults.dream`).
+    /// the system jobs the scheduler keeps (`gateway.heartbeat`, `agents.defaults.dream`);
+    /// what may be scheduled (`tools.cron`).
     pub fn new(cfg: &Config) -> Self {
         let default_tz = &cfg.agents.defaults.timezone;
         Self {
@@ -27,6 +30,7 @@ impl Cron {
             description: tool::description(default_tz),
             heartbeat: cfg.gateway.heartbeat.clone(),
             dream: cfg.agents.defaults.dream.clone(),
+            limits: Limits::from(&cfg.tools.cron),
         }
     }
 }
@@ -55,6 +59,7 @@ impl Tool for Cron {
         let origin = ctx.origin.clone();
         let default_tz = self.default_tz.clone();
         let (heartbeat, dream) = (self.heartbeat.clone(), self.dream.clone());
+        let limits = self.limits;
         blocking(tool::NAME, move || {
             let call = CallContext {
                 session_key: &session_key,
@@ -62,6 +67,8 @@ impl Tool for Cron {
                 chat_id: &origin.chat_id,
                 in_cron: origin.in_cron,
                 default_tz: &default_tz,
+                bot: &origin.bot,
+                limits,
             };
             let now = nanobot_cron::store::now_ms();
             let system = SystemJobs {
