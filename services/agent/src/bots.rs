@@ -1,7 +1,6 @@
 //! Per-bot state of a runner: session store, tool client, provider and context builder.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,22 +30,7 @@ pub struct Bot {
     pub chat_channels: Vec<String>,
 }
 
-/// Returns the directory of builtin skills: `NANOBOT_SKILLS_DIR`, a `skills/` directory next
-/// to (or above) the executable, or `/usr/share/nanobot/skills`.
-pub fn builtin_skills_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("NANOBOT_SKILLS_DIR") {
-        return Some(PathBuf::from(dir));
-    }
-    let exe = std::env::current_exe().ok()?;
-    for dir in exe.ancestors().skip(1) {
-        let candidate = dir.join("skills");
-        if candidate.join("memory/SKILL.md").is_file() {
-            return Some(candidate);
-        }
-    }
-    let system = PathBuf::from("/usr/share/nanobot/skills");
-    system.is_dir().then_some(system)
-}
+pub use nanobot_runtime::skills_dir::builtin_skills_dir;
 
 /// Builds the per-bot state of every configured bot, by id.
 pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<String, Arc<Bot>> {

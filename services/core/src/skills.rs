@@ -244,9 +244,9 @@ const SUMMARY_HEADER: &str = "# Skills\n\nThe following skills extend your capab
 
 /// Returns 0.3.5's `build_skills_summary` of the skills not inlined: a `### Workspace skills
 /// (`skills`)` group, then `### Built-in skills (`<root>`)`, each line `- **name** — description
-/// [(unavailable: …)]  `<name>/SKILL.md``. The builtin root is absolute where 0.3.5 writes
-/// `skills` (its `read_file` maps `skills/<name>/…` onto the bundled copy; ours does not).
-pub fn summary(skills: &[Skill], builtin_root: Option<&Path>) -> Option<String> {
+/// [(unavailable: …)]  `<name>/SKILL.md``. Both roots read `skills`, as 0.3.5 writes them:
+/// `read_file` maps `skills/<name>/…` missing from the workspace onto the built-in copy.
+pub fn summary(skills: &[Skill]) -> Option<String> {
     let group = |source: &str, label: &str, root: &str| {
         let lines: Vec<String> = skills
             .iter()
@@ -265,13 +265,9 @@ pub fn summary(skills: &[Skill], builtin_root: Option<&Path>) -> Option<String> 
             .collect();
         (!lines.is_empty()).then(|| format!("### {label} (`{root}`)\n{}", lines.join("\n")))
     };
-    let builtin = builtin_root
-        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
     let groups: Vec<String> = [
         group("workspace", "Workspace skills", "skills"),
-        group("builtin", "Built-in skills", &builtin),
+        group("builtin", "Built-in skills", "skills"),
     ]
     .into_iter()
     .flatten()
@@ -280,8 +276,8 @@ pub fn summary(skills: &[Skill], builtin_root: Option<&Path>) -> Option<String> 
 }
 
 /// Returns the `# Skills` section of the system prompt around [`summary`].
-pub fn summary_section(skills: &[Skill], builtin_root: Option<&Path>) -> Option<String> {
-    summary(skills, builtin_root).map(|body| format!("{SUMMARY_HEADER}\n\n{body}"))
+pub fn summary_section(skills: &[Skill]) -> Option<String> {
+    summary(skills).map(|body| format!("{SUMMARY_HEADER}\n\n{body}"))
 }
 
 /// Returns the names a message invokes with `$name` (0.3.5's `(?<![\w$])\$([A-Za-z0-9_-]+)`),
@@ -355,17 +351,13 @@ mod tests {
         assert_eq!(skills.len(), 2);
         let active = active_section(&skills).unwrap();
         assert!(active.contains("### Skill: memory\n\nMine."), "{active}");
-        let summary = summary_section(&skills, Some(builtin.path())).unwrap();
-        let root = std::fs::canonicalize(builtin.path()).unwrap();
+        let summary = summary_section(&skills).unwrap();
         assert_eq!(
             summary,
-            format!(
-                "# Skills\n\nThe following skills extend your capabilities. Each group lists one \
-                 root and relative SKILL.md paths; join them when using `read_file`.\n\n\
-                 ### Built-in skills (`{}`)\n\
-                 - **github** — gh cli (unavailable: CLI: definitely-not-installed-gh)  `github/SKILL.md`",
-                root.display()
-            )
+            "# Skills\n\nThe following skills extend your capabilities. Each group lists one \
+             root and relative SKILL.md paths; join them when using `read_file`.\n\n\
+             ### Built-in skills (`skills`)\n\
+             - **github** — gh cli (unavailable: CLI: definitely-not-installed-gh)  `github/SKILL.md`"
         );
         let without = discover(ws.path(), Some(builtin.path()), &["github".to_string()]);
         assert_eq!(
@@ -432,7 +424,7 @@ mod tests {
         );
         let skills = discover(ws.path(), None, &[]);
         assert_eq!(
-            summary(&skills, None).unwrap(),
+            summary(&skills).unwrap(),
             "### Workspace skills (`skills`)\n\
              - **brew** — Brews tea 🍵 — 泡茶  `brew/SKILL.md`\n\
              - **nodesc** — nodesc  `nodesc/SKILL.md`"

@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod payloads;
 pub mod service;
 pub mod shutdown;
+pub mod skills_dir;
 pub mod sse;
 pub mod store;
 pub mod telemetry;

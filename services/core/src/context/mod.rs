@@ -153,10 +153,7 @@ impl ContextBuilder {
         }
         let skills = self.skills();
         parts.extend(skills::active_section(&skills));
-        parts.extend(skills::summary_section(
-            &skills,
-            self.builtin_skills.as_deref(),
-        ));
+        parts.extend(skills::summary_section(&skills));
         parts.join(SEPARATOR)
     }
 
@@ -171,14 +168,12 @@ impl ContextBuilder {
         let ws = self.workspace.display().to_string();
         let mut parts = vec![crate::subagent::system_prompt(&self.current_time(), &ws)];
         let skills = self.skills();
-        parts.extend(
-            skills::summary(&skills, self.builtin_skills.as_deref()).map(|body| {
-                format!(
-                    "## Skills\n\nEach group lists one root and relative SKILL.md paths. Join \
+        parts.extend(skills::summary(&skills).map(|body| {
+            format!(
+                "## Skills\n\nEach group lists one root and relative SKILL.md paths. Join \
                      them when using `read_file`.\n\n{body}"
-                )
-            }),
-        );
+            )
+        }));
         parts.join(SEPARATOR)
     }
 

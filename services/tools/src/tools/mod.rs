@@ -39,7 +39,9 @@ pub fn builtin(
         .unwrap_or(true);
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     if file_enabled {
-        tools.push(Arc::new(read_file::ReadFile));
+        tools.push(Arc::new(read_file::ReadFile::new(
+            nanobot_runtime::skills_dir::builtin_skills_dir(),
+        )));
         tools.push(Arc::new(write_file::WriteFile));
         tools.push(Arc::new(edit_file::EditFile));
         tools.push(Arc::new(apply_patch::ApplyPatch));

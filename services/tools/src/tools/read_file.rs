@@ -4,12 +4,13 @@
 //! the session (same path, offset and limit, unchanged mtime and SHA-256; the session's reads
 //! come with the call) is answered `[File unchanged since last read: …]` unless `force`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
 use nanobot_proto::FileRead;
+use nanobot_runtime::skills_dir::builtin_skill_file;
 use sha2::{Digest as _, Sha256};
 
 use super::documents::{self, Kind};
@@ -26,7 +27,17 @@ const MAX_FILE_BYTES: u64 = 100 * 1024 * 1024;
 
 /// Reads a file as numbered lines.
 #[derive(Debug, Default)]
-pub struct ReadFile;
+pub struct ReadFile {
+    /// The fleet's built-in skills: `skills/<name>/…` missing from the workspace reads there.
+    builtin_skills: Option<PathBuf>,
+}
+
+impl ReadFile {
+    /// Returns the tool; `builtin_skills` is the built-in skills directory, if any.
+    pub fn new(builtin_skills: Option<PathBuf>) -> Self {
+        Self { builtin_skills }
+    }
+}
 
 #[async_trait::async_trait]
 impl Tool for ReadFile {
@@ -62,11 +73,12 @@ impl Tool for ReadFile {
 
     async fn execute(&self, ctx: &ToolContext, args: Args) -> ToolOutput {
         let ctx = ctx.clone();
-        blocking(self.name(), move || read(&ctx, &args)).await
+        let builtin = self.builtin_skills.clone();
+        blocking(self.name(), move || read(&ctx, builtin.as_deref(), &args)).await
     }
 }
 
-fn read(ctx: &ToolContext, args: &Args) -> ToolOutput {
+fn read(ctx: &ToolContext, builtin_skills: Option<&Path>, args: &Args) -> ToolOutput {
     let path = arg_str(args, "path").unwrap_or_default();
     let offset = usize::try_from(arg_i64(args, "offset").unwrap_or(1).max(1)).unwrap_or(1);
     let asked_limit = arg_i64(args, "limit").and_then(|l| usize::try_from(l).ok());
@@ -77,6 +89,13 @@ fn read(ctx: &ToolContext, args: &Args) -> ToolOutput {
     let fp = match ctx.sandbox.resolve(path) {
         Ok(fp) => fp,
         Err(message) => return ToolOutput::error(message),
+    };
+    // A built-in skill the prompt lists as `skills/<name>/SKILL.md` (0.3.5).
+    let fp = match fp.exists() {
+        true => fp,
+        false => builtin_skills
+            .and_then(|dir| builtin_skill_file(dir, path))
+            .unwrap_or(fp),
     };
     if is_blocked_device(&fp) {
         return blocked(&fp.display().to_string());
@@ -331,7 +350,43 @@ mod tests {
         let Value::Object(args) = args else {
             panic!("args must be an object")
         };
-        ReadFile.execute(ctx, args).await
+        ReadFile::default().execute(ctx, args).await
+    }
+
+    #[tokio::test]
+    async fn skills_paths_missing_from_the_workspace_read_the_builtin_skill() {
+        let (dir, ctx) = ctx(true);
+        let builtin = dir.path().join("builtin");
+        std::fs::create_dir_all(builtin.join("天气")).unwrap();
+        std::fs::write(builtin.join("天气/SKILL.md"), "# 天气 🌦\n").unwrap();
+        std::fs::create_dir_all(ctx.sandbox.root().join("skills/mine")).unwrap();
+        std::fs::write(ctx.sandbox.root().join("skills/mine/SKILL.md"), "# mine\n").unwrap();
+        let tool = ReadFile::new(Some(builtin));
+        let read = |path: &str| {
+            let Value::Object(args) = json!({"path": path}) else {
+                unreachable!()
+            };
+            tool.execute(&ctx, args)
+        };
+        let builtin_skill = read("skills/天气/SKILL.md").await;
+        assert!(!builtin_skill.is_error, "{builtin_skill:?}");
+        assert!(
+            builtin_skill.content.contains("1| # 天气 🌦"),
+            "{builtin_skill:?}"
+        );
+        let own = read("skills/mine/SKILL.md").await;
+        assert!(own.content.contains("1| # mine"), "{own:?}");
+        let missing = read("skills/none/SKILL.md").await;
+        assert_eq!(
+            missing.content,
+            "Error: File not found: skills/none/SKILL.md"
+        );
+        // Without a built-in directory the workspace is all there is.
+        let plain = ReadFile::default();
+        let Value::Object(args) = json!({"path": "skills/天气/SKILL.md"}) else {
+            unreachable!()
+        };
+        assert!(plain.execute(&ctx, args).await.is_error);
     }
 
     #[tokio::test]
