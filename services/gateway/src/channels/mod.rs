@@ -6,6 +6,9 @@
 //!
 //! # Layout
 //! - [`acl`]: `allowFrom` matching.
+//! - [`poison`]: text over the bus limit cut to fit, a handler's panic turned into a skip: no
+//!   update can wedge its channel.
+//! - [`media`]: stored attachment names (never paths) and the per-message attachment caps.
 //! - [`delivery`]: the durable outbound consumer shared by the gateway replicas, with the
 //!   delivered-record that keeps a redelivery from sending twice.
 //! - [`stream`]: edit-in-place streaming (one preview message per reply, edited as deltas
@@ -20,6 +23,8 @@ pub mod acl;
 pub mod delivery;
 pub mod discord;
 pub mod email;
+mod media;
+mod poison;
 pub mod slack;
 mod stream;
 pub mod telegram;
@@ -96,8 +101,14 @@ impl Inbound {
     /// Publishes `msg` on its session's subject with its id as the de-duplication id: a
     /// re-publish (after a poller takeover) is dropped by the stream, and past its window by
     /// the runners' seen-set.
+    /// Text over the broker's message limit is cut to fit, with a note ([`poison::fit`]).
     pub async fn publish(&self, msg: &InboundMessage) -> Result<(), BusError> {
-        bus::publish(&self.js, msg.subject(), Some(&msg.id), msg).await
+        let limit = self.js.client().server_info().max_payload;
+        let msg = poison::fit(msg, limit);
+        if let std::borrow::Cow::Owned(cut) = &msg {
+            tracing::warn!(inbound_id = %cut.id, channel = %cut.channel, limit, "inbound text over the message size limit cut to fit");
+        }
+        bus::publish(&self.js, msg.subject(), Some(&msg.id), msg.as_ref()).await
     }
 }
 
@@ -160,7 +171,7 @@ pub async fn start(
         channels.add(channel);
     }
     for email in cfg.email_bots() {
-        channels.add(Arc::new(email::EmailChannel::new(email, deps)?));
+        channels.add(Arc::new(email::EmailChannel::new(cfg, email, deps)?));
     }
     slack::SlackChannel::all(cfg, deps)?
         .into_iter()

@@ -86,6 +86,12 @@ pub struct EmailConfig {
     /// Require `spf=pass` in `Authentication-Results` (anti-spoofing). Default true.
     #[serde(alias = "verify_spf")]
     pub verify_spf: bool,
+    /// The `authserv-id` (RFC 8601) the receiving mail server writes first in its own
+    /// `Authentication-Results`, e.g. `mx.example.com`: only the headers at the top of a mail
+    /// carrying it are believed for `verifyDkim`/`verifySpf` (a sender can write the header
+    /// too). Empty (the default): only the topmost header is believed.
+    #[serde(alias = "authserv_id")]
+    pub authserv_id: String,
     /// MIME types of attachments saved (`application/pdf`, `image/*`, `*`); empty saves none.
     #[serde(alias = "allowed_attachment_types")]
     pub allowed_attachment_types: Vec<String>,
@@ -131,6 +137,7 @@ impl Default for EmailConfig {
             allow_from: Vec::new(),
             verify_dkim: true,
             verify_spf: true,
+            authserv_id: String::new(),
             allowed_attachment_types: Vec::new(),
             max_attachment_size: 2_000_000,
             max_attachments_per_email: 5,

@@ -290,6 +290,14 @@ pub struct ChannelsConfig {
     /// Retries per delivery. Default 3.
     #[serde(alias = "send_max_retries")]
     pub send_max_retries: u32,
+    /// Most attachments of one inbound message saved; the rest are skipped with a note in
+    /// the turn. Default 10.
+    #[serde(alias = "max_attachments")]
+    pub max_attachments: usize,
+    /// Most bytes of one inbound message's attachments together; an attachment past it is
+    /// not downloaded and the turn says so. Default 50000000.
+    #[serde(alias = "max_attachment_bytes")]
+    pub max_attachment_bytes: u64,
     /// Telegram (`channels.telegram`), typed; see [`super::telegram`].
     pub telegram: Option<super::telegram::TelegramConfig>,
     /// Email (`channels.email`), typed; see [`super::email`].
@@ -312,6 +320,8 @@ impl Default for ChannelsConfig {
             send_progress: true,
             send_tool_hints: true,
             send_max_retries: 3,
+            max_attachments: 10,
+            max_attachment_bytes: 50_000_000,
             telegram: None,
             email: None,
             slack: None,

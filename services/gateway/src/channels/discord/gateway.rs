@@ -19,6 +19,7 @@ use nanobot_runtime::lease::Lease;
 
 use super::{DiscordChannel, receive};
 use crate::channels::Inbound;
+use crate::channels::poison::{self, Failure};
 
 /// Connects while this replica holds the token's lease; otherwise keeps trying to take it.
 pub(super) async fn run(
@@ -114,9 +115,13 @@ async fn handle(
 ) -> bool {
     let mut delay = Duration::from_millis(200);
     loop {
-        match receive::handle(ch, inbound, message).await {
+        match poison::guard(receive::handle(ch, inbound, message)).await {
             Ok(()) => return true,
-            Err(e) => {
+            Err(Failure::Poison(why)) => {
+                tracing::error!(bot = %ch.bot_id, message_id = %message.id, error = %why, "discord message cannot be handled; skipped");
+                return true;
+            }
+            Err(Failure::Retry(e)) => {
                 tracing::warn!(bot = %ch.bot_id, message_id = %message.id, error = format!("{e:#}"), retry_in = ?delay, "discord message not handled yet");
             }
         }

@@ -63,6 +63,8 @@ pub struct DiscordChannel {
     leases: Leases,
     pairing: PairingStore,
     media_dir: PathBuf,
+    /// Per-message attachment caps.
+    caps: crate::channels::media::Caps,
     /// Attachment downloads (Discord's CDN URLs carry no token).
     download: reqwest::Client,
     me: OnceLock<Id<UserMarker>>,
@@ -129,6 +131,7 @@ impl DiscordChannel {
             streams: Streamer::new(CHANNEL, &dc.bot, deps.redis.clone(), interval),
             token_id: token_id(&dc.config.token),
             media_dir: dc.workspace.join(".nanobot").join("media").join(CHANNEL),
+            caps: crate::channels::media::Caps::from_config(cfg),
             pairing: PairingStore::new(deps.redis.clone(), &dc.bot),
             leases: Leases::new(deps.redis.clone(), &deps.instance, lease_ttl),
             download: reqwest::Client::builder()

@@ -9,14 +9,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use serde_json::json;
 use twilight_http::request::channel::reaction::RequestReactionType;
-use twilight_model::channel::Message;
 use twilight_model::channel::message::MessageType;
+use twilight_model::channel::{Attachment, Message};
 use twilight_model::id::Id;
 use twilight_model::id::marker::UserMarker;
 
 use nanobot_proto::InboundMessage;
 
 use super::{CHANNEL, DiscordChannel};
+use crate::channels::media::{self, Budget};
 use crate::channels::{Inbound, acl};
 
 /// Largest attachment downloaded (upstream's 20 MB).
@@ -102,29 +103,7 @@ pub(super) async fn handle(
     react(ch, msg).await;
     ch.typing.start(&ch.http, msg.channel_id);
     ch.working.start(ch, msg.channel_id, msg.id);
-    let mut markers = Vec::new();
-    let mut paths = Vec::new();
-    for attachment in &msg.attachments {
-        let name = &attachment.filename;
-        if attachment.size > MAX_ATTACHMENT_BYTES {
-            markers.push(format!("[attachment: {name} - too large]"));
-            continue;
-        }
-        match download(ch, attachment).await {
-            Ok(path) => {
-                let file = path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                markers.push(format!("[attachment: {file}]"));
-                paths.push(path.display().to_string());
-            }
-            Err(e) => {
-                tracing::warn!(bot = %ch.bot_id, attachment = %name, error = format!("{e:#}"), "discord attachment download failed");
-                markers.push(format!("[attachment: {name} - download failed]"));
-            }
-        }
-    }
+    let (markers, paths) = save_attachments(ch, &msg.attachments).await;
     let text = strip_mention(&msg.content, me);
     let content = std::iter::once(text.as_str())
         .chain(markers.iter().map(String::as_str))
@@ -165,48 +144,80 @@ pub(super) async fn handle(
     Ok(())
 }
 
-/// Downloads an attachment to `{media}/{attachment id}_{safe name}` (kept when already there, so
-/// a message handled again downloads nothing).
+/// Downloads the attachments within the message's caps (and Discord's 20 MB each): one
+/// `[attachment: name]` line each and the saved paths; one skipped or not downloaded is a
+/// line saying so.
+async fn save_attachments(
+    ch: &DiscordChannel,
+    attachments: &[Attachment],
+) -> (Vec<String>, Vec<String>) {
+    let mut budget = Budget::new(ch.caps);
+    let mut markers = Vec::new();
+    let mut paths = Vec::new();
+    for attachment in attachments {
+        let name = &attachment.filename;
+        if attachment.size > MAX_ATTACHMENT_BYTES {
+            markers.push(format!("[attachment: {name} - too large]"));
+            continue;
+        }
+        if let Err(why) = budget.take(attachment.size) {
+            tracing::info!(bot = %ch.bot_id, attachment = %name, size = attachment.size, why = %why, "discord attachment skipped");
+            markers.push(format!("[attachment: {name} - {why}]"));
+            continue;
+        }
+        let max = (budget.bytes_left() + attachment.size).min(MAX_ATTACHMENT_BYTES);
+        match download(ch, attachment, max).await {
+            Ok((path, len)) => {
+                if let Err(why) = budget.settle(attachment.size, len) {
+                    tokio::fs::remove_file(&path).await.ok();
+                    markers.push(format!("[attachment: {name} - {why}]"));
+                    continue;
+                }
+                let file = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                markers.push(format!("[attachment: {file}]"));
+                paths.push(path.display().to_string());
+            }
+            Err(e) => {
+                tracing::warn!(bot = %ch.bot_id, attachment = %name, error = format!("{e:#}"), "discord attachment download failed");
+                markers.push(format!("[attachment: {name} - download failed]"));
+            }
+        }
+    }
+    (markers, paths)
+}
+
+/// Downloads an attachment (at most `max` bytes) to `{media}/{attachment id}_{safe name}`
+/// ([`media::stored_name`]); kept when already there, so a message handled again downloads
+/// nothing. Returns its path and length.
 async fn download(
     ch: &DiscordChannel,
-    attachment: &twilight_model::channel::Attachment,
-) -> anyhow::Result<PathBuf> {
-    let safe: String = attachment
-        .filename
-        .chars()
-        .map(
-            |c| match c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                true => c,
-                false => '_',
-            },
-        )
-        .collect();
-    let safe = safe.trim_start_matches('.');
-    let path = ch.media_dir.join(format!("{}_{safe}", attachment.id));
-    if tokio::fs::try_exists(&path).await.unwrap_or(false) {
-        return Ok(path);
+    attachment: &Attachment,
+    max: u64,
+) -> anyhow::Result<(PathBuf, u64)> {
+    let name = media::stored_name(&attachment.id.to_string(), &attachment.filename);
+    let path = media::path_in(&ch.media_dir, &name)?;
+    if let Ok(meta) = tokio::fs::metadata(&path).await {
+        return Ok((path, meta.len()));
     }
     tokio::fs::create_dir_all(&ch.media_dir)
         .await
         .context("create the media folder")?;
-    let bytes = ch
+    let response = ch
         .download
         .get(&attachment.url)
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
-        .context("fetch")?
-        .bytes()
-        .await
-        .context("read")?;
-    if bytes.len() as u64 > MAX_ATTACHMENT_BYTES {
-        anyhow::bail!("larger than announced");
-    }
+        .context("fetch")?;
+    let bytes = media::read_capped(response, max).await?;
     // Written aside and renamed, so a crash never leaves a truncated file under the final name.
     let partial = path.with_extension("part");
     tokio::fs::write(&partial, &bytes).await.context("write")?;
     tokio::fs::rename(&partial, &path).await.context("rename")?;
-    Ok(path)
+    Ok((path, bytes.len() as u64))
 }
 
 /// Sets the read-receipt reaction (best effort).

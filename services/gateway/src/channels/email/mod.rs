@@ -11,7 +11,8 @@
 //!   read again after a takeover is dropped by the stream's de-duplication and the runners'
 //!   seen-set.
 //! - Each mail ([`receive`]): never the bot's own address, never machine-sent mail
-//!   (auto-replies, bounces, lists), upstream's SPF/DKIM checks, `allowFrom` by address
+//!   (auto-replies, bounces, lists), upstream's SPF/DKIM checks (believing only the receiving
+//!   server's own `Authentication-Results`, [`authres`]), `allowFrom` by address
 //!   (case-insensitive) or an approved pairing; then one inbound message in upstream's
 //!   `[EMAIL-CONTEXT]` format, attachments saved in the bot's media directory.
 //! - Sending ([`outbound`]): one SMTP submission per reply through the shared delivery layer,
@@ -20,6 +21,7 @@
 //!
 //! Passwords are never logged; keys use [`mailbox_id`], a hash of host, user and mailbox.
 
+pub mod authres;
 mod imap;
 mod outbound;
 pub mod parse;
@@ -87,6 +89,8 @@ pub struct EmailChannel {
     leases: Leases,
     pairing: PairingStore,
     media_dir: PathBuf,
+    /// Per-message attachment caps.
+    caps: crate::channels::media::Caps,
     smtp: outbound::Smtp,
 }
 
@@ -101,7 +105,11 @@ impl std::fmt::Debug for EmailChannel {
 
 impl EmailChannel {
     /// Builds the channel of one bot (no network yet).
-    pub fn new(email: EmailBot, deps: &ChannelDeps) -> anyhow::Result<Self> {
+    pub fn new(
+        fleet: &nanobot_runtime::config::Config,
+        email: EmailBot,
+        deps: &ChannelDeps,
+    ) -> anyhow::Result<Self> {
         let cfg = email.config;
         let own_addresses = [&cfg.from_address, &cfg.smtp_username, &cfg.imap_username]
             .into_iter()
@@ -130,6 +138,7 @@ impl EmailChannel {
             pairing: PairingStore::new(deps.redis.clone(), &email.bot),
             redis: deps.redis.clone(),
             media_dir: email.workspace.join(".nanobot").join("media").join(CHANNEL),
+            caps: crate::channels::media::Caps::from_config(fleet),
             smtp: outbound::Smtp::new(&cfg)?,
             bot_id: email.bot,
             cfg,

@@ -25,10 +25,8 @@ pub struct Mail {
     pub body: String,
     /// Why the mail is machine-sent, when it is.
     pub automated: Option<&'static str>,
-    /// `Authentication-Results` says `spf=pass`.
-    pub spf_pass: bool,
-    /// `Authentication-Results` says `dkim=pass`.
-    pub dkim_pass: bool,
+    /// The `Authentication-Results` values, topmost first (judged by [`super::authres`]).
+    pub auth_results: Vec<String>,
     /// Attachments: (MIME type, file name, bytes).
     pub attachments: Vec<Attachment>,
 }
@@ -61,14 +59,8 @@ pub fn parse(raw: &[u8], max_body_chars: usize) -> Option<Mail> {
             .unwrap_or_default()
     };
     let automated = automated(&header, &sender);
-    let mut spf_pass = false;
-    let mut dkim_pass = false;
     // Raw header text: `Authentication-Results` has no typed parser.
-    for raw in raw_headers(&msg, "Authentication-Results") {
-        let raw = raw.to_lowercase();
-        spf_pass |= verdict_pass(&raw, "spf");
-        dkim_pass |= verdict_pass(&raw, "dkim");
-    }
+    let auth_results = raw_headers(&msg, "Authentication-Results");
     let mut body = body_text(&msg);
     if body.is_empty() {
         body = EMPTY_BODY.to_string();
@@ -110,8 +102,7 @@ pub fn parse(raw: &[u8], max_body_chars: usize) -> Option<Mail> {
         sender,
         body,
         automated,
-        spf_pass,
-        dkim_pass,
+        auth_results,
         attachments,
     })
 }
@@ -130,27 +121,6 @@ fn raw_headers(msg: &mail_parser::Message<'_>, name: &str) -> Vec<String> {
         })
         .map(|raw| String::from_utf8_lossy(raw).into_owned())
         .collect()
-}
-
-/// Returns whether an `Authentication-Results` text holds `<method>=pass`.
-fn verdict_pass(text: &str, method: &str) -> bool {
-    let mut rest = text;
-    while let Some(at) = rest.find(method) {
-        let before = rest[..at].chars().last();
-        let after = rest[at + method.len()..].trim_start();
-        let word_start = before.is_none_or(|c| !c.is_ascii_alphanumeric());
-        if word_start
-            && let Some(value) = after.strip_prefix('=')
-            && value.trim_start().starts_with("pass")
-        {
-            let tail = value.trim_start()["pass".len()..].chars().next();
-            if tail.is_none_or(|c| !c.is_ascii_alphanumeric()) {
-                return true;
-            }
-        }
-        rest = &rest[at + method.len()..];
-    }
-    false
 }
 
 /// Returns why a mail was sent by a machine (RFC 3834 `Auto-Submitted`, `Precedence`,
@@ -234,13 +204,14 @@ mod tests {
         assert_eq!(m.message_id, "<abc@example.com>");
         assert_eq!(m.references, ["<r1@x>", "<r2@x>"]);
         assert_eq!(m.body, "hello");
-        assert!(m.spf_pass && m.dkim_pass);
+        let passed = |m: &Mail, method| super::super::authres::passed(&m.auth_results, "", method);
+        assert!(passed(&m, "spf") && passed(&m, "dkim"));
         assert_eq!(m.automated, None);
         let unsigned = mail(
             "From: a@x\nAuthentication-Results: mx; spf=fail; dkim=passive",
             "",
         );
-        assert!(!unsigned.spf_pass && !unsigned.dkim_pass);
+        assert!(!passed(&unsigned, "spf") && !passed(&unsigned, "dkim"));
         assert_eq!(unsigned.body, EMPTY_BODY);
     }
 

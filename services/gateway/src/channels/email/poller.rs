@@ -31,6 +31,7 @@ use super::EmailChannel;
 use super::imap::{self, ImapError, Mailbox};
 use super::receive::{self, Handled};
 use crate::channels::Inbound;
+use crate::channels::poison::{self, Failure};
 
 /// Longest wait after a failed session before logging in again.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -162,7 +163,17 @@ async fn poll_once(
     }
     for uid in uids {
         let handled = match mailbox.fetch(uid).await? {
-            Some(raw) => receive::handle(ch, inbound, mailbox.validity, uid, &raw).await?,
+            Some(raw) => {
+                let handled = receive::handle(ch, inbound, mailbox.validity, uid, &raw);
+                match poison::guard(handled).await {
+                    Ok(handled) => handled,
+                    Err(Failure::Poison(why)) => {
+                        tracing::error!(bot = %ch.bot_id, uid, error = %why, "mail cannot be handled; skipped");
+                        Handled::SkippedUnseen
+                    }
+                    Err(Failure::Retry(e)) => return Err(e),
+                }
+            }
             None => Handled::SkippedUnseen,
         };
         if handled != Handled::SkippedUnseen && ch.cfg.mark_seen {

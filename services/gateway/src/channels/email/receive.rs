@@ -11,7 +11,8 @@ use serde_json::json;
 use nanobot_proto::InboundMessage;
 
 use super::parse::{self, Attachment, Mail};
-use super::{CHANNEL, EmailChannel, Thread};
+use super::{CHANNEL, EmailChannel, Thread, authres};
+use crate::channels::media::{self, Budget, Caps};
 use crate::channels::{Inbound, acl};
 
 /// What became of a mail.
@@ -62,12 +63,13 @@ pub(super) async fn handle(
         tracing::info!(bot = %ch.bot_id, uid, sender = %mail.sender, why, "machine-sent mail ignored");
         return Ok(Handled::SkippedSeen);
     }
-    if ch.cfg.verify_spf && !mail.spf_pass {
-        tracing::warn!(bot = %ch.bot_id, uid, sender = %mail.sender, "mail rejected: SPF verification failed (no spf=pass in Authentication-Results)");
+    let passed = |method| authres::passed(&mail.auth_results, &ch.cfg.authserv_id, method);
+    if ch.cfg.verify_spf && !passed("spf") {
+        tracing::warn!(bot = %ch.bot_id, uid, sender = %mail.sender, authserv_id = %ch.cfg.authserv_id, "mail rejected: SPF verification failed (no spf=pass in the receiving server's Authentication-Results)");
         return Ok(Handled::SkippedUnseen);
     }
-    if ch.cfg.verify_dkim && !mail.dkim_pass {
-        tracing::warn!(bot = %ch.bot_id, uid, sender = %mail.sender, "mail rejected: DKIM verification failed (no dkim=pass in Authentication-Results)");
+    if ch.cfg.verify_dkim && !passed("dkim") {
+        tracing::warn!(bot = %ch.bot_id, uid, sender = %mail.sender, authserv_id = %ch.cfg.authserv_id, "mail rejected: DKIM verification failed (no dkim=pass in the receiving server's Authentication-Results)");
         return Ok(Handled::SkippedUnseen);
     }
     let allowed = acl::allowed_by_list(&ch.allow_from, &mail.sender)
@@ -81,7 +83,7 @@ pub(super) async fn handle(
         return Ok(Handled::SkippedSeen);
     }
     let id = inbound_id(&ch.mailbox_id, validity, uid, &mail.message_id);
-    let saved = save_attachments(ch, &mail.attachments, uid).await;
+    let (saved, skipped) = save_attachments(ch, &mail.attachments, uid).await;
     let mut content = format!(
         "[EMAIL-CONTEXT] Email received.\nFrom: {}\nSubject: {}\nDate: {}\n\n{}",
         mail.sender, mail.subject, mail.date, mail.body
@@ -92,6 +94,10 @@ pub(super) async fn handle(
             "\n[attachment: {name} — saved to {}]",
             path.display()
         ));
+    }
+    for note in &skipped {
+        content.push('\n');
+        content.push_str(note);
     }
     let thread = Thread {
         subject: mail.subject.clone(),
@@ -132,17 +138,25 @@ fn metadata(mail: &Mail, uid: u32) -> serde_json::Value {
     })
 }
 
-/// Saves the attachments `allowedAttachmentTypes` lets in (within the size and count limits)
-/// as `<media dir>/<uid>_<name>`; a failure is logged and the mail goes on without that file.
-async fn save_attachments(ch: &EmailChannel, attachments: &[Attachment], uid: u32) -> Vec<PathBuf> {
-    let mut saved = Vec::new();
+/// Saves the attachments `allowedAttachmentTypes` lets in, within `maxAttachmentSize`,
+/// `maxAttachmentsPerEmail` and the per-message caps ([`Budget`]), as
+/// `<media dir>/<uid>_<safe name>` ([`media::stored_name`]). Returns the saved paths and a
+/// note for each one skipped by a limit; a write failure is logged and the mail goes on
+/// without that file.
+async fn save_attachments(
+    ch: &EmailChannel,
+    attachments: &[Attachment],
+    uid: u32,
+) -> (Vec<PathBuf>, Vec<String>) {
+    let (mut saved, mut notes) = (Vec::new(), Vec::new());
     if ch.cfg.allowed_attachment_types.is_empty() {
-        return saved;
+        return (saved, notes);
     }
+    let mut budget = Budget::new(Caps {
+        max_count: ch.caps.max_count.min(ch.cfg.max_attachments_per_email),
+        max_bytes: ch.caps.max_bytes,
+    });
     for attachment in attachments {
-        if saved.len() >= ch.cfg.max_attachments_per_email {
-            break;
-        }
         let wanted = ch
             .cfg
             .allowed_attachment_types
@@ -152,25 +166,34 @@ async fn save_attachments(ch: &EmailChannel, attachments: &[Attachment], uid: u3
             tracing::debug!(bot = %ch.bot_id, content_type = %attachment.content_type, "attachment skipped: type not allowed");
             continue;
         }
-        if attachment.data.len() as u64 > ch.cfg.max_attachment_size {
-            tracing::warn!(bot = %ch.bot_id, size = attachment.data.len(), limit = ch.cfg.max_attachment_size, "attachment skipped: too large");
+        let size = attachment.data.len() as u64;
+        let fits = match size > ch.cfg.max_attachment_size {
+            true => Err(format!(
+                "skipped: larger than {} bytes",
+                ch.cfg.max_attachment_size
+            )),
+            false => budget.take(size),
+        };
+        if let Err(why) = fits {
+            tracing::warn!(bot = %ch.bot_id, uid, size, why = %why, "attachment skipped");
+            notes.push(format!("[attachment: {} - {why}]", attachment.name));
             continue;
         }
-        let path = ch
-            .media_dir
-            .join(format!("{uid}_{}", safe_filename(&attachment.name)));
+        let name = media::stored_name(&uid.to_string(), &attachment.name);
         let written = async {
+            let path = media::path_in(&ch.media_dir, &name)?;
             tokio::fs::create_dir_all(&ch.media_dir).await?;
-            tokio::fs::write(&path, &attachment.data).await
+            tokio::fs::write(&path, &attachment.data).await?;
+            anyhow::Ok(path)
         };
         match written.await {
-            Ok(()) => saved.push(path),
+            Ok(path) => saved.push(path),
             Err(e) => {
-                tracing::warn!(bot = %ch.bot_id, path = %path.display(), error = %e, "attachment not saved")
+                tracing::warn!(bot = %ch.bot_id, name = %name, error = format!("{e:#}"), "attachment not saved")
             }
         }
     }
-    saved
+    (saved, notes)
 }
 
 /// Returns whether a MIME type matches an `allowedAttachmentTypes` pattern (`*`, `image/*`,
@@ -183,25 +206,6 @@ fn type_matches(pattern: &str, content_type: &str) -> bool {
     pattern
         .strip_suffix("/*")
         .is_some_and(|major| content_type.split('/').next() == Some(major))
-}
-
-/// Returns a file name safe to write: path separators and control characters replaced, no
-/// leading dots, never empty.
-fn safe_filename(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
-        .map(|c| match c {
-            '/' | '\\' | ':' | '*' | '?' | '"' | '<' | '>' | '|' => '_',
-            c if c.is_control() => '_',
-            c => c,
-        })
-        .collect();
-    let cleaned = cleaned.trim().trim_start_matches('.').to_string();
-    if cleaned.is_empty() {
-        "attachment".into()
-    } else {
-        cleaned.chars().take(200).collect()
-    }
 }
 
 fn now_ms() -> i64 {
@@ -235,8 +239,5 @@ mod tests {
         assert!(type_matches("Application/PDF", "application/pdf"));
         assert!(!type_matches("image/*", "application/pdf"));
         assert!(!type_matches("image/*", "imagex/png"));
-        assert_eq!(safe_filename("../../etc/passwd"), "_.._etc_passwd");
-        assert_eq!(safe_filename("..."), "attachment");
-        assert_eq!(safe_filename("report 1.pdf"), "report 1.pdf");
     }
 }

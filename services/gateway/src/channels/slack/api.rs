@@ -170,8 +170,9 @@ impl Api {
         answer(method, response).await
     }
 
-    /// Downloads `url` (a file's `url_private_download`) with the token.
-    pub(crate) async fn download(&self, url: &str) -> Result<(String, Bytes), ApiError> {
+    /// Downloads `url` (a file's `url_private_download`) with the token, reading at most
+    /// `max` bytes (more is refused as `file_too_large`, never held in memory whole).
+    pub(crate) async fn download(&self, url: &str, max: u64) -> Result<(String, Bytes), ApiError> {
         let method = "file download";
         let response = self
             .http
@@ -197,11 +198,25 @@ impl Api {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_lowercase();
-        let body = response.bytes().await.map_err(|e| ApiError::Network {
+        let too_large = || ApiError::Slack {
+            method: method.into(),
+            code: "file_too_large".into(),
+        };
+        if response.content_length().is_some_and(|n| n > max) {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        let mut response = response;
+        while let Some(chunk) = response.chunk().await.map_err(|e| ApiError::Network {
             method: method.into(),
             error: e.without_url().to_string(),
-        })?;
-        Ok((kind, body))
+        })? {
+            if (body.len() + chunk.len()) as u64 > max {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok((kind, Bytes::from(body)))
     }
 
     /// Uploads `bytes` as `name` to the URL `files.getUploadURLExternal` handed out.

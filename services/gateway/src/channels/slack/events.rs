@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{SlackChannel, receive};
 use crate::channels::Inbound;
+use crate::channels::poison::{self, Failure};
 
 /// Oldest request timestamp accepted (replay protection), as Slack recommends.
 const MAX_SKEW_SECS: i64 = 5 * 60;
@@ -96,9 +97,14 @@ async fn receive_event(State(route): State<Route>, headers: HeaderMap, body: Byt
             if !retry.is_empty() {
                 tracing::info!(bot = %ch.bot_id, event_id, retry, reason = header("x-slack-retry-reason"), "slack event retried");
             }
-            match receive::handle(ch, &route.inbound, event_id, &payload["event"]).await {
+            let handled = receive::handle(ch, &route.inbound, event_id, &payload["event"]);
+            match poison::guard(handled).await {
                 Ok(()) => StatusCode::OK.into_response(),
-                Err(e) => {
+                Err(Failure::Poison(why)) => {
+                    tracing::error!(bot = %ch.bot_id, event_id, error = %why, "slack event cannot be handled; acknowledged and skipped");
+                    StatusCode::OK.into_response()
+                }
+                Err(Failure::Retry(e)) => {
                     tracing::warn!(bot = %ch.bot_id, event_id, error = format!("{e:#}"), "slack event not handled; Slack will deliver it again");
                     StatusCode::INTERNAL_SERVER_ERROR.into_response()
                 }

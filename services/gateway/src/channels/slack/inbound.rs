@@ -15,6 +15,8 @@ pub struct FileRef {
     pub is_image: bool,
     /// `url_private_download` (or `url_private`), fetched with the bot token.
     pub url: String,
+    /// Size in bytes as Slack announces it; 0 when unknown.
+    pub size: u64,
 }
 
 /// An event as the channel sees it.
@@ -159,27 +161,10 @@ fn files_of(event: &Value) -> Vec<FileRef> {
                 name,
                 is_image,
                 url,
+                size: f["size"].as_u64().unwrap_or(0),
             }
         })
         .collect()
-}
-
-/// Returns `name` reduced to a safe file name (no path, no control characters).
-pub fn safe_file_name(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
-        .map(|c| match c {
-            '/' | '\\' | ':' | '\0' => '_',
-            c if c.is_control() => '_',
-            c => c,
-        })
-        .collect();
-    let cleaned = cleaned.trim_matches(|c| c == '.' || c == ' ').to_string();
-    if cleaned.is_empty() {
-        "file".into()
-    } else {
-        cleaned.chars().take(120).collect()
-    }
 }
 
 #[cfg(test)]
@@ -251,7 +236,5 @@ mod tests {
         assert!(p.files[0].is_image && p.files[0].name == "cat.png");
         assert_eq!(p.files[1].url, "https://files.slack.com/F2");
         assert!(!p.files[1].is_image && p.files[1].name == "notes");
-        assert_eq!(safe_file_name("../../etc/passwd"), "_.._etc_passwd");
-        assert_eq!(safe_file_name(".."), "file");
     }
 }

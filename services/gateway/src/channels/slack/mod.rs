@@ -64,6 +64,8 @@ pub struct SlackChannel {
     redis: Store,
     pairing: PairingStore,
     media_dir: PathBuf,
+    /// Per-message attachment caps.
+    caps: crate::channels::media::Caps,
     /// The bot's own user id (`auth.test`).
     me: OnceLock<String>,
     /// Streaming previews (`streaming`).
@@ -105,6 +107,7 @@ impl SlackChannel {
             api: api::Api::new(http.clone(), &c.api_base, &c.bot_token),
             app_api: api::Api::new(http, &c.api_base, &c.app_token),
             media_dir: slack.workspace.join(".nanobot").join("media").join(CHANNEL),
+            caps: crate::channels::media::Caps::from_config(cfg),
             pairing: PairingStore::new(deps.redis.clone(), &slack.bot),
             redis: deps.redis.clone(),
             bot_id: slack.bot,

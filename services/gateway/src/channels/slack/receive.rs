@@ -9,6 +9,7 @@
 //! (`slack:{channel}:{ts}`), which the stream and the runners' seen-set drop if it was
 //! already published.
 
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
@@ -19,6 +20,7 @@ use nanobot_proto::{InboundMessage, keys};
 
 use super::inbound::{self, FileRef, Parsed};
 use super::{CHANNEL, SlackChannel};
+use crate::channels::media::{self, Budget};
 use crate::channels::{Inbound, acl};
 use crate::render::slack::escape;
 
@@ -88,24 +90,7 @@ async fn handle_message(ch: &SlackChannel, inbound: &Inbound, msg: &Parsed) -> a
         return Ok(());
     }
     react(ch, msg).await;
-    let mut markers = Vec::new();
-    let mut paths = Vec::new();
-    for file in &msg.files {
-        match download(ch, file).await {
-            Ok(path) => {
-                markers.push(format!("[{}: {}]", kind(file), path.display()));
-                paths.push(path.display().to_string());
-            }
-            Err(e) => {
-                tracing::warn!(bot = %ch.bot_id, file_id = %file.id, error = format!("{e:#}"), "slack file not downloaded");
-                markers.push(format!(
-                    "[{}: {}: download failed; not available to nanobot. Check Slack files:read scope, reinstall the Slack app, and ensure the bot can access the file.]",
-                    kind(file),
-                    file.name
-                ));
-            }
-        }
-    }
+    let (markers, paths) = save_files(ch, &msg.files).await;
     let content = std::iter::once(msg.text.as_str())
         .chain(markers.iter().map(String::as_str))
         .filter(|s| !s.is_empty())
@@ -122,7 +107,7 @@ async fn handle_message(ch: &SlackChannel, inbound: &Inbound, msg: &Parsed) -> a
         chat_id: msg.chat_id.clone(),
         content,
         timestamp_ms: now_ms(),
-        media: paths,
+        media: paths.iter().map(|p| p.display().to_string()).collect(),
         metadata_json: json!({
             "slack": {
                 "ts": msg.ts,
@@ -180,10 +165,50 @@ fn kind(file: &FileRef) -> &'static str {
     if file.is_image { "image" } else { "file" }
 }
 
-/// Downloads a shared file with the bot token into the media directory.
-async fn download(ch: &SlackChannel, file: &FileRef) -> anyhow::Result<std::path::PathBuf> {
+/// Downloads the shared files within the message's caps: one `[image: path]` / `[file: path]`
+/// line each and the saved paths; a file past a cap or not downloaded is a line saying so.
+async fn save_files(ch: &SlackChannel, files: &[FileRef]) -> (Vec<String>, Vec<PathBuf>) {
+    let mut budget = Budget::new(ch.caps);
+    let mut markers = Vec::new();
+    let mut paths = Vec::new();
+    for file in files {
+        if let Err(why) = budget.take(file.size) {
+            tracing::info!(bot = %ch.bot_id, file_id = %file.id, size = file.size, why = %why, "slack file skipped");
+            markers.push(format!("[{}: {}: {why}]", kind(file), file.name));
+            continue;
+        }
+        let saved = download(ch, file, budget.bytes_left() + file.size).await;
+        let saved = saved.and_then(|(path, len)| match budget.settle(file.size, len) {
+            Ok(()) => Ok(path),
+            Err(why) => {
+                std::fs::remove_file(&path).ok();
+                Err(anyhow::anyhow!(why))
+            }
+        });
+        match saved {
+            Ok(path) => {
+                markers.push(format!("[{}: {}]", kind(file), path.display()));
+                paths.push(path);
+            }
+            Err(e) => {
+                tracing::warn!(bot = %ch.bot_id, file_id = %file.id, error = format!("{e:#}"), "slack file not downloaded");
+                markers.push(format!(
+                    "[{}: {}: download failed; not available to nanobot. Check Slack files:read scope, reinstall the Slack app, and ensure the bot can access the file.]",
+                    kind(file),
+                    file.name
+                ));
+            }
+        }
+    }
+    (markers, paths)
+}
+
+/// Downloads a shared file (at most `max` bytes) with the bot token into the media directory
+/// as [`media::stored_name`]; returns its path and length.
+async fn download(ch: &SlackChannel, file: &FileRef, max: u64) -> anyhow::Result<(PathBuf, u64)> {
     anyhow::ensure!(!file.url.is_empty(), "missing download url");
-    let (content_type, body) = ch.api.download(&file.url).await?;
+    let path = media::path_in(&ch.media_dir, &media::stored_name(&file.id, &file.name))?;
+    let (content_type, body) = ch.api.download(&file.url, max).await?;
     let head = String::from_utf8_lossy(&body[..body.len().min(256)]).to_lowercase();
     let head = head.trim_start();
     // Slack answers a missing scope with its sign-in page instead of the file.
@@ -196,12 +221,10 @@ async fn download(ch: &SlackChannel, file: &FileRef) -> anyhow::Result<std::path
     tokio::fs::create_dir_all(&ch.media_dir)
         .await
         .context("create the media directory")?;
-    let name = inbound::safe_file_name(&format!("{}_{}", file.id, file.name));
-    let path = ch.media_dir.join(name);
     tokio::fs::write(&path, &body)
         .await
         .context("write the file")?;
-    Ok(path)
+    Ok((path, body.len() as u64))
 }
 
 /// Sets the receipt reaction (best effort).

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{SlackChannel, receive};
 use crate::channels::Inbound;
+use crate::channels::poison::{self, Failure};
 
 /// A connection silent for this long (Slack pings about every 10 s) is dropped and reopened.
 const IDLE: Duration = Duration::from_secs(90);
@@ -127,10 +128,16 @@ async fn connection(
         if envelope["type"] == "events_api" {
             let payload = &envelope["payload"];
             let event_id = payload["event_id"].as_str().unwrap_or(envelope_id);
-            if let Err(e) = receive::handle(ch, inbound, event_id, &payload["event"]).await {
-                // Not acknowledged: Slack redelivers it.
-                tracing::warn!(bot = %ch.bot_id, event_id, error = format!("{e:#}"), "slack event not handled; Slack will deliver it again");
-                continue;
+            match poison::guard(receive::handle(ch, inbound, event_id, &payload["event"])).await {
+                Ok(()) => {}
+                Err(Failure::Poison(why)) => {
+                    tracing::error!(bot = %ch.bot_id, event_id, error = %why, "slack event cannot be handled; acknowledged and skipped");
+                }
+                Err(Failure::Retry(e)) => {
+                    // Not acknowledged: Slack redelivers it.
+                    tracing::warn!(bot = %ch.bot_id, event_id, error = format!("{e:#}"), "slack event not handled; Slack will deliver it again");
+                    continue;
+                }
             }
         }
         let ack = json!({"envelope_id": envelope_id}).to_string();

@@ -2,10 +2,12 @@
 //! id, the session key, whether the bot is addressed (groups), the command, the reply context
 //! and the attachments; and the final inbound text once media are downloaded.
 
-use teloxide::types::{Message, MessageEntityKind, User};
+use teloxide::types::{Message, MessageEntity, MessageEntityKind, User};
 
 /// Longest reply context kept, as upstream.
 const REPLY_CONTEXT_MAX: usize = 4000;
+/// Most entities of a message looked at (Telegram's own limit).
+const MAX_ENTITIES: usize = 100;
 
 /// The bot's own identity (from `getMe`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +65,8 @@ pub struct MediaRef {
     pub unique_id: String,
     /// File extension with the dot.
     pub ext: String,
+    /// Size in bytes as Telegram announces it; 0 when unknown.
+    pub size: u64,
 }
 
 /// A message as the channel sees it.
@@ -131,15 +135,21 @@ pub fn parse(msg: &Message, me: &Me) -> Option<Parsed> {
         .map(|t| t.0.0);
     let raw = msg.text().or(msg.caption()).unwrap_or("");
     let (text, command) = strip_command(raw, &me.username);
-    let entities = msg
-        .parse_entities()
-        .or_else(|| msg.parse_caption_entities())
+    let (entity_text, entities) = msg
+        .text()
+        .zip(msg.entities())
+        .or_else(|| msg.caption().zip(msg.caption_entities()))
         .unwrap_or_default();
     let at_me = format!("@{}", me.username).to_lowercase();
-    let mentioned = entities.iter().any(|e| match e.kind() {
-        MessageEntityKind::Mention => e.text().to_lowercase() == at_me,
+    // Telegram sends at most 100 entities; more are not looked at (each is a scan of the text).
+    let mentioned = entities.iter().take(MAX_ENTITIES).any(|e| match &e.kind {
+        MessageEntityKind::Mention => {
+            entity_str(entity_text, e).is_some_and(|t| t.to_lowercase() == at_me)
+        }
         MessageEntityKind::TextMention { user } => user.id.0 == me.id,
-        MessageEntityKind::BotCommand => e.text().to_lowercase().ends_with(&at_me),
+        MessageEntityKind::BotCommand => {
+            entity_str(entity_text, e).is_some_and(|t| t.to_lowercase().ends_with(&at_me))
+        }
         _ => false,
     });
     let reply = msg.reply_to_message();
@@ -212,6 +222,32 @@ fn reply_context(reply: &Message, me: &Me) -> String {
     format!("[{who}: {body}]")
 }
 
+/// Returns the text an entity covers, `None` when its UTF-16 offset or length falls outside
+/// `text` or inside a character (a surrogate pair): the sender wrote the entities, so they are
+/// checked, never trusted (teloxide's `parse_entities` panics on them).
+fn entity_str<'a>(text: &'a str, entity: &MessageEntity) -> Option<&'a str> {
+    let end_units = entity.offset.checked_add(entity.length)?;
+    let (mut start, mut end) = (None, None);
+    let mut units = 0;
+    for (byte, c) in text
+        .char_indices()
+        .chain(std::iter::once((text.len(), '\0')))
+    {
+        if units == entity.offset {
+            start = Some(byte);
+        }
+        if units == end_units {
+            end = Some(byte);
+            break;
+        }
+        if units > end_units {
+            break;
+        }
+        units += c.len_utf16();
+    }
+    text.get(start?..end?)
+}
+
 fn media_of(msg: &Message) -> Vec<MediaRef> {
     let mut out = Vec::new();
     let mut push = |kind, file: &teloxide::types::FileMeta, ext: String| {
@@ -220,6 +256,11 @@ fn media_of(msg: &Message) -> Vec<MediaRef> {
             file_id: file.id.0.clone(),
             unique_id: file.unique_id.0.clone(),
             ext,
+            // teloxide reads a missing `file_size` as u32::MAX.
+            size: match file.size {
+                u32::MAX => 0,
+                size => u64::from(size),
+            },
         });
     };
     if let Some(largest) = msg.photo().and_then(|sizes| sizes.last()) {
@@ -350,6 +391,30 @@ mod tests {
             p.reply_context.as_deref(),
             Some("[Reply to bot: earlier answer]")
         );
+    }
+
+    #[test]
+    fn entities_out_of_range_or_inside_a_surrogate_pair_are_ignored_not_a_panic() {
+        // "😀" is two UTF-16 units: offset 1 falls inside it.
+        let text = "😀 @nano_bot 你好";
+        let bad = [(1, 3), (0, 1), (40, 9), (3, 900), (usize::MAX, 2)];
+        for (offset, length) in bad {
+            let msg = group(json!({"text": text,
+                "entities": [{"type": "mention", "offset": offset, "length": length}]}));
+            let p = parse(&msg, &me()).expect("parsed");
+            assert!(!p.addressed, "{offset}+{length}");
+            assert_eq!(p.text, text);
+        }
+        let good = group(json!({"text": text,
+            "entities": [{"type": "mention", "offset": 3, "length": 9}]}));
+        assert!(
+            parse(&good, &me()).unwrap().addressed,
+            "a valid one still counts"
+        );
+        let caption = group(json!({"caption": "🇨🇳 /help@nano_bot", "photo": [
+            {"file_id": "f", "file_unique_id": "u", "width": 1, "height": 1}],
+            "caption_entities": [{"type": "bot_command", "offset": 5, "length": 14}]}));
+        assert!(parse(&caption, &me()).unwrap().addressed);
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Attachments: downloaded into the bot's workspace media folder
-//! (`<workspace>/.nanobot/media/telegram/{file_unique_id}{ext}`, so a re-fetched update finds
-//! its file already there), and voice/audio transcribed through an OpenAI-compatible
+//! (`<workspace>/.nanobot/media/telegram/{file_unique_id}{ext}`, a hash standing for an id
+//! that is not a plain one, so a re-fetched update finds its file already there; within the
+//! per-message caps of [`crate::channels::media`]), and voice/audio transcribed through an OpenAI-compatible
 //! `/audio/transcriptions` endpoint (`providers.groq`, as upstream; any `apiBase`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use teloxide::RequestError;
 use teloxide::net::Download as _;
 use teloxide::requests::Requester as _;
 use teloxide::types::FileId;
@@ -15,6 +17,7 @@ use nanobot_runtime::config::Config;
 
 use super::TelegramChannel;
 use super::inbound::MediaRef;
+use crate::channels::media::{self, Budget};
 
 /// Groq's OpenAI-compatible root, upstream's default transcription endpoint.
 const GROQ_API: &str = "https://api.groq.com/openai/v1";
@@ -87,34 +90,81 @@ impl Transcriber {
     }
 }
 
-/// Downloads `media` into the media folder (once) and returns its absolute path.
-pub(super) async fn save(ch: &TelegramChannel, media: &MediaRef) -> anyhow::Result<PathBuf> {
-    let path = ch
-        .media_dir
-        .join(format!("{}{}", media.unique_id, media.ext));
-    if tokio::fs::metadata(&path).await.is_ok_and(|m| m.len() > 0) {
+/// Why an attachment was not saved.
+#[derive(Debug)]
+pub(super) enum NotSaved {
+    /// Telegram refused it (gone, over its 20 MB download limit) or it broke the caps: the
+    /// turn goes on without it and says why.
+    Skipped(String),
+    /// A failure that may pass (network, disk): the update is handled again.
+    Failed(anyhow::Error),
+}
+
+/// Downloads `media` into the media folder (once) and returns its absolute path. The stored
+/// name is the file's unique id when it is a plain id, else a hash of it
+/// ([`media::safe_id`]): a platform id is never a path.
+pub(super) async fn save(
+    ch: &TelegramChannel,
+    media: &MediaRef,
+    budget: &mut Budget,
+) -> Result<PathBuf, NotSaved> {
+    let name = format!("{}{}", media::safe_id(&media.unique_id), media.ext);
+    let path = media::path_in(&ch.media_dir, &name).map_err(NotSaved::Failed)?;
+    budget.take(media.size).map_err(NotSaved::Skipped)?;
+    if let Some(len) = tokio::fs::metadata(&path).await.ok().map(|m| m.len())
+        && len > 0
+    {
+        budget.settle(media.size, len).map_err(NotSaved::Skipped)?;
         return Ok(path);
     }
+    let fetched = download(ch, media, &path).await;
+    let len = match fetched {
+        Ok(len) => len,
+        Err(e) => {
+            budget.settle(media.size, 0).ok();
+            return Err(e);
+        }
+    };
+    if let Err(why) = budget.settle(media.size, len) {
+        tokio::fs::remove_file(&path).await.ok();
+        return Err(NotSaved::Skipped(why));
+    }
+    Ok(path)
+}
+
+/// Downloads the file to `path` (written aside, then renamed); returns its length.
+async fn download(ch: &TelegramChannel, media: &MediaRef, path: &Path) -> Result<u64, NotSaved> {
+    let failed = |what: &str, e: &dyn std::fmt::Display| {
+        NotSaved::Failed(anyhow::anyhow!("{what}: {}", ch.redact(&e.to_string())))
+    };
     tokio::fs::create_dir_all(&ch.media_dir)
         .await
-        .context("create the media folder")?;
-    let file = ch
-        .api
-        .get_file(FileId(media.file_id.clone()))
-        .await
-        .map_err(|e| anyhow::anyhow!("getFile: {}", ch.redact(&e.to_string())))?;
+        .map_err(|e| failed("create the media folder", &e))?;
+    let file = match ch.api.get_file(FileId(media.file_id.clone())).await {
+        Ok(file) => file,
+        Err(RequestError::Api(e)) => {
+            tracing::warn!(bot = %ch.bot_id, error = %ch.redact(&e.to_string()), "telegram refused a file; the turn goes on without it");
+            return Err(NotSaved::Skipped("download refused by Telegram".into()));
+        }
+        Err(e) => return Err(failed("getFile", &e)),
+    };
     let partial = path.with_extension("part");
     let mut out = tokio::fs::File::create(&partial)
         .await
-        .context("create the media file")?;
+        .map_err(|e| failed("create the media file", &e))?;
     ch.api
         .download_file(&file.path, &mut out)
         .await
-        .map_err(|e| anyhow::anyhow!("download: {}", ch.redact(&e.to_string())))?;
-    tokio::fs::rename(&partial, &path)
+        .map_err(|e| failed("download", &e))?;
+    let len = out
+        .metadata()
         .await
-        .context("move the media file in place")?;
-    Ok(path)
+        .map_err(|e| failed("read the media file", &e))?
+        .len();
+    tokio::fs::rename(&partial, path)
+        .await
+        .map_err(|e| failed("move the media file in place", &e))?;
+    Ok(len)
 }
 
 /// Transcribes an audio file; `None` (logged) when no endpoint is configured or it fails, so

@@ -97,6 +97,8 @@ pub struct TelegramChannel {
     leases: Leases,
     pairing: PairingStore,
     media_dir: PathBuf,
+    /// Per-message attachment caps.
+    caps: crate::channels::media::Caps,
     transcriber: Option<media::Transcriber>,
     me: OnceLock<Me>,
     /// True while this replica holds the token's lease (it edits streaming previews).
@@ -137,6 +139,7 @@ impl TelegramChannel {
             token_id: token_id(&tg.config.token),
             transcriber: media::Transcriber::from_config(cfg),
             media_dir: tg.workspace.join(".nanobot").join("media").join(CHANNEL),
+            caps: crate::channels::media::Caps::from_config(cfg),
             pairing: PairingStore::new(deps.redis.clone(), &tg.bot),
             leases: Leases::new(deps.redis.clone(), &deps.instance, lease_ttl),
             redis: deps.redis.clone(),

@@ -22,6 +22,7 @@ use nanobot_runtime::lease::Lease;
 
 use super::{TelegramChannel, album, receive};
 use crate::channels::Inbound;
+use crate::channels::poison::{self, Failure};
 
 /// Seconds one `getUpdates` waits for updates (below teloxide's client timeout).
 pub(super) const POLL_SECS: u32 = 10;
@@ -155,8 +156,9 @@ async fn poll(ch: &TelegramChannel, inbound: &Inbound, lease: &Lease, cancel: &C
     }
 }
 
-/// Handles one turn's updates, retrying until its inbound message is published; false when the
-/// lease was lost or shutdown began first.
+/// Handles one turn's updates, retrying until its inbound message is published (an update
+/// whose handler panics is skipped, [`poison`]); false when the lease was lost or shutdown
+/// began first.
 async fn handle(
     ch: &TelegramChannel,
     inbound: &Inbound,
@@ -166,9 +168,13 @@ async fn handle(
 ) -> bool {
     let mut delay = Duration::from_millis(200);
     loop {
-        match receive::handle(ch, inbound, group).await {
+        match poison::guard(receive::handle(ch, inbound, group)).await {
             Ok(()) => return true,
-            Err(e) => {
+            Err(Failure::Poison(why)) => {
+                tracing::error!(bot = %ch.bot_id, update_id = group[0].id.0, error = %ch.redact(&why), "telegram update cannot be handled; skipped");
+                return true;
+            }
+            Err(Failure::Retry(e)) => {
                 tracing::warn!(bot = %ch.bot_id, update_id = group[0].id.0, error = %ch.redact(&format!("{e:#}")), retry_in = ?delay, "telegram update not handled yet");
             }
         }

@@ -14,6 +14,7 @@ use nanobot_proto::InboundMessage;
 
 use super::inbound::{self, Parsed};
 use super::{CHANNEL, TelegramChannel, media};
+use crate::channels::media::Budget;
 use crate::channels::{Inbound, acl};
 
 /// Upstream's command menu (`TelegramChannel.BOT_COMMANDS`, nanobot 0.3.5).
@@ -133,24 +134,7 @@ pub(super) async fn handle(
         first.chat_id,
         inbound::thread_of(&first.session_key),
     );
-    let mut attachments = Vec::new();
-    let mut paths = Vec::new();
-    for part in &parts {
-        for media in &part.media {
-            let saved = media::save(ch, media).await?;
-            // As upstream: a transcribed voice note or audio is its transcription; the tag
-            // with the path stays only when there is none.
-            let transcript = match media.kind.is_audio() {
-                true => media::transcribe(ch, &saved).await,
-                false => None,
-            };
-            attachments.push(match transcript {
-                Some(text) => format!("[transcription: {text}]"),
-                None => format!("[{}: {}]", media.kind.tag(), saved.display()),
-            });
-            paths.push(saved.display().to_string());
-        }
-    }
+    let (attachments, paths) = save_media(ch, &parts).await?;
     let update_id = updates[0].id.0;
     let msg = InboundMessage {
         id: inbound_id(update_id, first.message_id),
@@ -175,6 +159,41 @@ pub(super) async fn handle(
     inbound.publish(&msg).await.context("publish inbound")?;
     tracing::debug!(bot = %ch.bot_id, inbound_id = %msg.id, session = %msg.session_key, "telegram message published");
     Ok(())
+}
+
+/// Downloads every part's attachments within the message's caps: the `[image: path]` (or
+/// transcription) lines and the saved paths. One skipped (over a cap, refused by Telegram)
+/// is a `[image: name - skipped: why]` line; an error means the update is handled again.
+async fn save_media(
+    ch: &TelegramChannel,
+    parts: &[Parsed],
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let mut budget = Budget::new(ch.caps);
+    let mut attachments = Vec::new();
+    let mut paths = Vec::new();
+    for media in parts.iter().flat_map(|p| &p.media) {
+        let saved = match media::save(ch, media, &mut budget).await {
+            Ok(saved) => saved,
+            Err(media::NotSaved::Skipped(why)) => {
+                tracing::info!(bot = %ch.bot_id, kind = media.kind.tag(), size = media.size, why = %why, "telegram attachment skipped");
+                attachments.push(format!("[{}: {why}]", media.kind.tag()));
+                continue;
+            }
+            Err(media::NotSaved::Failed(e)) => return Err(e.context("save an attachment")),
+        };
+        // As upstream: a transcribed voice note or audio is its transcription; the tag
+        // with the path stays only when there is none.
+        let transcript = match media.kind.is_audio() {
+            true => media::transcribe(ch, &saved).await,
+            false => None,
+        };
+        attachments.push(match transcript {
+            Some(text) => format!("[transcription: {text}]"),
+            None => format!("[{}: {}]", media.kind.tag(), saved.display()),
+        });
+        paths.push(saved.display().to_string());
+    }
+    Ok((attachments, paths))
 }
 
 fn now_ms() -> i64 {

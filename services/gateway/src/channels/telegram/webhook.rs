@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{TelegramChannel, album, receive};
 use crate::channels::Inbound;
+use crate::channels::poison::{self, Failure};
 
 /// The header Telegram carries the secret token in.
 pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
@@ -100,17 +101,24 @@ async fn receive_update(
     let update: Update = match serde_json::from_slice(&body) {
         Ok(u) => u,
         Err(e) => {
-            tracing::warn!(bot = %ch.bot_id, error = %e, "undecodable telegram update dropped");
-            return StatusCode::BAD_REQUEST;
+            // Acknowledged: Telegram would post it again and again, ahead of the next ones.
+            tracing::warn!(bot = %ch.bot_id, error = %e, "undecodable telegram update acknowledged and skipped");
+            return StatusCode::OK;
         }
     };
-    let handled = match album::Album::of(&update) {
-        Some(album) => album::buffer(ch, &routes.inbound, &update, album).await,
-        None => receive::handle(ch, &routes.inbound, std::slice::from_ref(&update)).await,
-    };
-    match handled {
+    let handled = poison::guard(async {
+        match album::Album::of(&update) {
+            Some(album) => album::buffer(ch, &routes.inbound, &update, album).await,
+            None => receive::handle(ch, &routes.inbound, std::slice::from_ref(&update)).await,
+        }
+    });
+    match handled.await {
         Ok(()) => StatusCode::OK,
-        Err(e) => {
+        Err(Failure::Poison(why)) => {
+            tracing::error!(bot = %ch.bot_id, update_id = update.id.0, error = %ch.redact(&why), "telegram update cannot be handled; skipped");
+            StatusCode::OK
+        }
+        Err(Failure::Retry(e)) => {
             tracing::warn!(bot = %ch.bot_id, update_id = update.id.0, error = %ch.redact(&format!("{e:#}")), "telegram update not handled; Telegram will deliver it again");
             StatusCode::INTERNAL_SERVER_ERROR
         }
