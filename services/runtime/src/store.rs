@@ -50,8 +50,8 @@ pub enum StoreError {
 /// shares the underlying connections.
 #[derive(Clone)]
 pub enum Store {
-    /// One Redis server.
-    Node(ConnectionManager),
+    /// One Redis server (a primary that may have replicas), and its `WAIT` budget.
+    Node(ConnectionManager, Arc<ReplicaGate>),
     /// A Redis Cluster, and its `WAIT` budget.
     Cluster(ClusterStore, Arc<ReplicaGate>),
     /// The master of a Sentinel-monitored group, and its `WAIT` budget.
@@ -61,7 +61,7 @@ pub enum Store {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Self::Node(_) => "Store::Node",
+            Self::Node(..) => "Store::Node",
             Self::Cluster(..) => "Store::Cluster",
             Self::Sentinel(..) => "Store::Sentinel",
         })
@@ -69,17 +69,23 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// On a cluster or behind Sentinel, waits (`WAIT 1`) until the writes made so far on the
-    /// node that holds `key` reached a replica, so a failover after this returns keeps them.
-    /// Best effort and bounded ([`ReplicaGate`]): a replica that does not confirm in time is
-    /// logged, not fatal (Redis replication stays asynchronous), and pauses the waits. On one
-    /// node there is nothing to wait for: its AOF keeps the writes across a restart.
+    /// When the primary that holds `key` reports a replica (`ROLE`, asked before the first
+    /// `WAIT` and again while it has none: [`ReplicaGate`]), waits (`WAIT 1`) until the writes
+    /// made so far on it reached a replica, so a failover after this returns keeps them. A
+    /// primary without a replica is not waited on (its AOF keeps the writes across a restart).
+    /// Best effort and bounded: a replica that does not confirm in time is logged, not fatal
+    /// (Redis replication stays asynchronous), and pauses the waits.
     pub async fn replicate(&self, key: &str) {
         let mut wait = redis::cmd("WAIT");
         wait.arg(1).arg(replicate::TIMEOUT_MS);
         let role = redis::cmd("ROLE");
         match self {
-            Self::Node(_) => {}
+            Self::Node(conn, gate) => {
+                let (mut a, mut b) = (conn.clone(), conn.clone());
+                let wait = async move { wait.query_async(&mut a).await };
+                gate.replicate(wait, || async move { role.query_async(&mut b).await })
+                    .await;
+            }
             Self::Sentinel(conn, gate) => {
                 let (mut a, mut b) = (conn.clone(), conn.clone());
                 let wait = async move { wait.query_async(&mut a).await };
@@ -104,7 +110,7 @@ impl Store {
 impl ConnectionLike for Store {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Self::Node(c) => c.req_packed_command(cmd),
+            Self::Node(c, _) => c.req_packed_command(cmd),
             Self::Cluster(c, _) => c.req_packed_command(cmd),
             Self::Sentinel(c, _) => c.req_packed_command(cmd),
         }
@@ -117,7 +123,7 @@ impl ConnectionLike for Store {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Node(c, _) => c.req_packed_commands(pipeline, offset, count),
             Self::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
             Self::Sentinel(c, _) => c.req_packed_commands(pipeline, offset, count),
         }
@@ -125,7 +131,7 @@ impl ConnectionLike for Store {
 
     fn get_db(&self) -> i64 {
         match self {
-            Self::Node(c) => c.get_db(),
+            Self::Node(c, _) => c.get_db(),
             Self::Cluster(c, _) => c.get_db(),
             Self::Sentinel(c, _) => c.get_db(),
         }
@@ -202,6 +208,7 @@ async fn connect_node(url: &str) -> redis::RedisResult<Store> {
         .set_max_delay(Duration::from_secs(2));
     Ok(Store::Node(
         ConnectionManager::new_with_config(client, config).await?,
+        Arc::default(),
     ))
 }
 

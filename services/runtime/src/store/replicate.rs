@@ -9,11 +9,14 @@
 //! - a `WAIT` that is not confirmed in time asks the node for its `ROLE`; a primary that still
 //!   lists a replica with a replication offset is only slow (the write is logged unconfirmed
 //!   and the next write waits again), one without pauses the `WAIT`s;
-//! - while paused (1 s, doubling to 30 s while the node still has no replica, reset once it
+//! - while paused (1 s, doubling to 10 s while the node still has no replica, reset once it
 //!   has), writes are not waited for; nothing is lost by that, since no replica could confirm
 //!   them. The pause is the store's, so during it a write to another primary is not waited
 //!   for either (a second failover within the pause could lose it);
 //! - after the pause one writer asks `ROLE` again, the others keep not waiting until it knows.
+//!
+//! A new gate asks `ROLE` before its first `WAIT`, so a primary that never had a replica (one
+//! local Redis) is never waited on: the first write costs one `ROLE`, no `WAIT` timeout.
 //!
 //! Each change is logged once, not each write.
 
@@ -24,8 +27,9 @@ use redis::{RedisResult, Value};
 
 /// How long one `WAIT` waits for a replica (ms).
 pub const TIMEOUT_MS: u64 = 1_000;
-/// First and longest pause in `WAIT`s while a primary has no replica.
-const BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
+/// First and longest pause in `WAIT`s while a primary has no replica: how soon a replica that
+/// attaches later is waited for.
+const BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(10));
 
 /// Whether `WAIT`s are sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,18 +40,33 @@ enum State {
     Paused(Instant),
     /// One writer is asking whether the primary has a replica again.
     Probing,
+    /// Not asked yet: the first writer asks before any `WAIT`.
+    Unknown,
 }
 
 /// The `WAIT` state of one store (shared by its clones).
 #[derive(Debug)]
 pub struct ReplicaGate {
-    state: Mutex<(State, Duration)>,
+    state: Mutex<Gate>,
+}
+
+/// The state, the next pause, and whether the last answer listed a replica (so only changes
+/// are logged).
+#[derive(Debug)]
+struct Gate {
+    state: State,
+    pause: Duration,
+    had_replica: bool,
 }
 
 impl Default for ReplicaGate {
     fn default() -> Self {
         Self {
-            state: Mutex::new((State::Open, BACKOFF.0)),
+            state: Mutex::new(Gate {
+                state: State::Unknown,
+                pause: BACKOFF.0,
+                had_replica: false,
+            }),
         }
     }
 }
@@ -66,8 +85,8 @@ struct ProbeGuard<'a>(&'a ReplicaGate);
 impl Drop for ProbeGuard<'_> {
     fn drop(&mut self) {
         let mut state = self.0.lock();
-        if state.0 == State::Probing {
-            state.0 = State::Paused(Instant::now());
+        if matches!(state.state, State::Probing | State::Unknown) {
+            state.state = State::Paused(Instant::now());
         }
     }
 }
@@ -99,16 +118,20 @@ impl ReplicaGate {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (State, Duration)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Gate> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn turn(&self) -> Turn {
         let mut state = self.lock();
-        match state.0 {
+        match state.state {
             State::Open => Turn::Wait,
+            State::Unknown => {
+                state.state = State::Probing;
+                Turn::Probe
+            }
             State::Paused(until) if Instant::now() >= until => {
-                state.0 = State::Probing;
+                state.state = State::Probing;
                 Turn::Probe
             }
             State::Paused(_) | State::Probing => Turn::Skip,
@@ -135,22 +158,28 @@ impl ReplicaGate {
         let has_replica = matches!(role, Ok(v) if has_replica(v));
         let mut state = self.lock();
         if has_replica {
-            if state.0 != State::Open {
-                tracing::info!(
-                    "the primary has a replica again; waiting for replicas after writes"
-                );
+            if !state.had_replica {
+                tracing::info!("the primary has a replica; waiting for replicas after writes");
             }
-            *state = (State::Open, BACKOFF.0);
+            *state = Gate {
+                state: State::Open,
+                pause: BACKOFF.0,
+                had_replica: true,
+            };
             return true;
         }
-        if let State::Paused(_) = state.0 {
+        if let State::Paused(_) = state.state {
             return false; // another writer paused it already
         }
-        let pause = state.1;
+        let pause = state.pause;
         match role {
-            Ok(_) => tracing::warn!(
+            Ok(_) if state.had_replica => tracing::warn!(
                 pause_secs = pause.as_secs(),
                 "a primary has no replica to confirm writes; not waiting for replicas for a while"
+            ),
+            Ok(_) => tracing::debug!(
+                pause_secs = pause.as_secs(),
+                "the primary has no replica; writes are not waited for"
             ),
             Err(e) => tracing::warn!(
                 error = %e,
@@ -158,10 +187,11 @@ impl ReplicaGate {
                 "asking a primary for its replicas failed; not waiting for replicas for a while"
             ),
         }
-        *state = (
-            State::Paused(Instant::now() + pause),
-            (pause * 2).min(BACKOFF.1),
-        );
+        *state = Gate {
+            state: State::Paused(Instant::now() + pause),
+            pause: (pause * 2).min(BACKOFF.1),
+            had_replica: false,
+        };
         false
     }
 }
@@ -223,7 +253,7 @@ mod tests {
     #[tokio::test]
     async fn a_probe_dropped_before_its_answer_lets_the_next_writer_probe() {
         let gate = ReplicaGate::default();
-        gate.lock().0 = State::Paused(Instant::now());
+        gate.lock().state = State::Paused(Instant::now());
         assert_eq!(gate.turn(), Turn::Probe);
         assert_eq!(gate.turn(), Turn::Skip, "one probe at a time");
         drop(ProbeGuard(&gate));

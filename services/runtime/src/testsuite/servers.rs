@@ -279,7 +279,7 @@ impl Redis {
         let client = redis::Client::open(self.url()).context("parse redis url")?;
         redis::aio::ConnectionManager::new(client)
             .await
-            .map(crate::store::Store::Node)
+            .map(|c| crate::store::Store::Node(c, Default::default()))
             .with_context(|| format!("connect to {}", self.url()))
     }
 
