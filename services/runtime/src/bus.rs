@@ -14,6 +14,8 @@ use nanobot_proto::{ERROR_CODE_HEADER, ERROR_HEADER, ErrorCode, Rpc, subjects};
 use crate::config::BusConfig;
 use crate::telemetry;
 
+pub mod retry;
+
 /// Header with the JetStream de-duplication id (publish idempotency).
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
 
@@ -301,7 +303,9 @@ pub fn headers(msg_id: Option<&str>) -> HeaderMap {
 }
 
 /// Publishes `msg` to JetStream and waits for the stream's ack. `msg_id` de-duplicates
-/// re-publishes within the stream's duplicate window.
+/// re-publishes within the stream's duplicate window; with it, transient errors (a stream
+/// leader being elected, a reconnection) are retried for up to [`retry::RETRY_FOR`], and
+/// the message is still stored once ([`retry`]). Without it, one attempt.
 pub async fn publish<M: prost::Message>(
     js: &jetstream::Context,
     subject: String,
@@ -309,18 +313,16 @@ pub async fn publish<M: prost::Message>(
     msg: &M,
 ) -> Result<(), BusError> {
     let payload = Bytes::from(msg.encode_to_vec());
-    let ack = js
-        .publish_with_headers(subject, headers(msg_id), payload)
+    let retry_for = match msg_id {
+        Some(_) => retry::RETRY_FOR,
+        None => Duration::ZERO,
+    };
+    retry::publish_acked(js, &subject, headers(msg_id), payload, retry_for)
         .await
         .map_err(|e| BusError::JetStream {
             op: "publish",
             cause: e.to_string(),
-        })?;
-    ack.await.map_err(|e| BusError::JetStream {
-        op: "publish ack",
-        cause: e.to_string(),
-    })?;
-    Ok(())
+        })
 }
 
 /// Failure of a typed request.
