@@ -24,6 +24,7 @@ pub mod args;
 pub mod attachment;
 pub mod checkpoint;
 pub mod context;
+pub mod goal;
 pub mod heartbeat;
 pub mod history;
 pub mod hooks;
