@@ -19,3 +19,6 @@ mod telegram_split;
 
 #[path = "../conformance/cron_schedule.rs"]
 mod cron_schedule;
+
+#[path = "../conformance/tool_params.rs"]
+mod tool_params;

@@ -4,6 +4,9 @@
 
 use serde_json::{Map, Value};
 
+use crate::pyfmt::{py_float, py_int, py_str};
+pub use crate::pyfmt::{py_repr, py_type_name};
+
 /// Turns the wire's `arguments_json` into a parameter value: empty → `{}`; JSON text is
 /// parsed; a JSON string that itself holds a JSON object or array is parsed once more (no
 /// repair); anything else is kept as a string (and later refused as "not an object").
@@ -50,20 +53,6 @@ pub fn unwrap_arguments(params: Value, schema: &Value) -> Value {
     }
 }
 
-/// Returns Python's type name of a JSON value (`dict`, `list`, `str`, `int`, …), as upstream
-/// prints it in its errors.
-pub fn py_type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
-}
-
 pub use nanobot_proto::tool_names::unknown_tool_error;
 
 /// Returns the error for parameters that are not a JSON object.
@@ -102,6 +91,32 @@ fn is_nullable(schema: &Value) -> bool {
             .get("nullable")
             .and_then(Value::as_bool)
             .unwrap_or(false)
+}
+
+/// Turns a call's `arguments_json` into the parameters tool `name` runs with, as upstream's
+/// `prepare_call` after the tool is found: coercion, `{"arguments": …}` unwrapping, the
+/// object check, `cast_params` and `validate_params` against `schema`, joined with the tool's
+/// own checks (`extra`, on the cast parameters). `Err` is the text the model sees.
+pub fn prepare_params(
+    name: &str,
+    arguments_json: &str,
+    schema: &Value,
+    extra: impl FnOnce(&Map<String, Value>) -> Vec<String>,
+) -> Result<Map<String, Value>, String> {
+    let raw = unwrap_arguments(coerce_arguments(arguments_json), schema);
+    if !raw.is_object() {
+        return Err(not_an_object_error(name, &raw));
+    }
+    let cast = cast_params(raw, schema);
+    let mut errors = validate_params(&cast, schema);
+    let Value::Object(args) = cast else {
+        return Err(not_an_object_error(name, &cast));
+    };
+    errors.extend(extra(&args));
+    if !errors.is_empty() {
+        return Err(invalid_params_error(name, &errors));
+    }
+    Ok(args)
 }
 
 // === cast_params ===
@@ -168,99 +183,6 @@ fn cast_value(value: Value, schema: &Value) -> Value {
         },
         ("object", v @ Value::Object(_)) => cast_object(v, schema),
         (_, v) => v,
-    }
-}
-
-/// Parses like Python's `int(str)`: surrounding whitespace, a sign, `_` between digits.
-fn py_int(s: &str) -> Option<i64> {
-    let t = s.trim();
-    let (sign, digits) = match t.strip_prefix('-') {
-        Some(rest) => ("-", rest),
-        None => ("", t.strip_prefix('+').unwrap_or(t)),
-    };
-    if digits.is_empty()
-        || digits.starts_with('_')
-        || digits.ends_with('_')
-        || digits.contains("__")
-    {
-        return None;
-    }
-    let clean: String = digits.chars().filter(|c| *c != '_').collect();
-    if !clean.chars().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    format!("{sign}{clean}").parse().ok()
-}
-
-/// Parses like Python's `float(str)` (accepts `nan`, `inf`, `Infinity`, exponents).
-fn py_float(s: &str) -> Option<f64> {
-    let t = s.trim();
-    if t.is_empty() || t.contains("__") || t.starts_with('_') || t.ends_with('_') {
-        return None;
-    }
-    let clean: String = t.chars().filter(|c| *c != '_').collect();
-    clean.parse::<f64>().ok()
-}
-
-/// Returns Python's `repr` of a JSON value (`'a'`, `True`, `None`, `[1, 'x']`).
-pub fn py_repr(value: &Value) -> String {
-    match value {
-        Value::String(s) => {
-            let mut out = String::from("'");
-            for c in s.chars() {
-                match c {
-                    '\\' => out.push_str("\\\\"),
-                    '\'' => out.push_str("\\'"),
-                    '\n' => out.push_str("\\n"),
-                    '\r' => out.push_str("\\r"),
-                    '\t' => out.push_str("\\t"),
-                    c if u32::from(c) < 0x20 || c == '\x7f' => {
-                        out.push_str(&format!("\\x{:02x}", u32::from(c)));
-                    }
-                    c => out.push(c),
-                }
-            }
-            out.push('\'');
-            out
-        }
-        other => py_str(other),
-    }
-}
-
-/// Returns Python's `str` of a JSON value.
-fn py_str(value: &Value) -> String {
-    match value {
-        Value::Null => "None".into(),
-        Value::Bool(true) => "True".into(),
-        Value::Bool(false) => "False".into(),
-        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
-            (Some(i), _, _) => i.to_string(),
-            (_, Some(u), _) => u.to_string(),
-            (_, _, Some(f)) => py_float_repr(f),
-            _ => n.to_string(),
-        },
-        Value::String(s) => s.clone(),
-        Value::Array(items) => {
-            format!(
-                "[{}]",
-                items.iter().map(py_repr).collect::<Vec<_>>().join(", ")
-            )
-        }
-        Value::Object(map) => {
-            let parts: Vec<String> = map
-                .iter()
-                .map(|(k, v)| format!("'{k}': {}", py_repr(v)))
-                .collect();
-            format!("{{{}}}", parts.join(", "))
-        }
-    }
-}
-
-fn py_float_repr(f: f64) -> String {
-    if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e16 {
-        format!("{f:.1}")
-    } else {
-        format!("{f}")
     }
 }
 

@@ -165,6 +165,11 @@ impl Registry {
         all
     }
 
+    /// Returns whether `name` is a registered tool (built-in or MCP).
+    pub fn serves(&self, name: &str) -> bool {
+        self.tools.contains_key(name) || self.mcp.tool(name).is_some()
+    }
+
     /// Returns the registered names in upstream's registration order: builtins by tool
     /// class name, then MCP tools ([`nanobot_proto::tool_names::sort`]).
     pub fn names(&self) -> Vec<String> {
@@ -210,21 +215,9 @@ impl Registry {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             return Err(params::unknown_tool_error(name, &names));
         };
-        let schema = tool.parameters();
-        let raw = params::unwrap_arguments(params::coerce_arguments(arguments_json), &schema);
-        if !raw.is_object() {
-            return Err(params::not_an_object_error(name, &raw));
-        }
-        let cast = params::cast_params(raw, &schema);
-        let mut errors = params::validate_params(&cast, &schema);
-        let args = match cast {
-            Value::Object(args) => args,
-            other => return Err(params::not_an_object_error(name, &other)),
-        };
-        errors.extend(tool.validate(&args));
-        if !errors.is_empty() {
-            return Err(params::invalid_params_error(name, &errors));
-        }
+        let args = params::prepare_params(name, arguments_json, &tool.parameters(), |args| {
+            tool.validate(args)
+        })?;
         Ok((tool, args))
     }
 
