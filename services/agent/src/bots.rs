@@ -46,13 +46,18 @@ pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<
             tracing::info!(bot = %spec.id, provider = %target.provider, model = %target.model, presets = models.names().len() - 1, "bot ready");
             let bot = Bot {
                 sessions: SessionStore::new(redis.clone(), &spec.id),
-                // The runner serves `message` and `spawn` itself.
+                // The runner serves `message`, `spawn` and the goal tools itself.
                 tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout)
                     .with_replies(replies.clone())
-                    .with_local(vec![
-                        crate::message_tool::spec(),
-                        nanobot_core::subagent::spec(),
-                    ]),
+                    .with_local(
+                        [
+                            crate::message_tool::spec(),
+                            nanobot_core::subagent::spec(),
+                        ]
+                        .into_iter()
+                        .chain(crate::goal_tools::specs())
+                        .collect(),
+                    ),
                 models,
                 context: ContextBuilder::new(
                     spec.workspace.clone(),

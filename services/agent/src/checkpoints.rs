@@ -75,6 +75,12 @@ impl<'a> SessionCheckpoints<'a> {
         }
     }
 
+    /// Edits the turn's copy of the metadata with `f` without writing it: the change is saved
+    /// with the turn's next save (its rows and metadata in one write) or its final commit.
+    pub async fn edit<R>(&self, f: impl FnOnce(&mut Map<String, Value>) -> R) -> R {
+        f(&mut self.state.lock().await.metadata)
+    }
+
     /// Updates the metadata with `f` and writes it.
     pub async fn update(&self, f: impl FnOnce(&mut Map<String, Value>)) -> anyhow::Result<()> {
         let mut state = self.state.lock().await;

@@ -25,6 +25,8 @@ pub mod checkpoints;
 pub mod commands;
 pub mod commit;
 pub mod error;
+pub mod goal_tools;
+pub mod goal_turn;
 pub mod handlers;
 pub mod lease;
 pub mod mailbox;

@@ -1,7 +1,7 @@
 //! The tools a turn's runner serves itself, in front of the executors: `spawn` (see
-//! `subagent`) and the `message` tool (it acts on the turn's delivery), which sends a
-//! message, with optional workspace files, to the current chat or to any chat of a configured
-//! channel, as upstream. A message to the current chat marks the turn "sent", so its final
+//! `subagent`), `create_goal` and `update_goal` (see `goal_tools`), and the `message` tool
+//! (it acts on the turn's delivery), which sends a message, with optional workspace files, to
+//! the current chat or to any chat of a configured channel, as upstream. A message to the current chat marks the turn "sent", so its final
 //! reply is not sent again. Every other tool goes to the executors.
 //!
 //! A message is a JetStream outbound message with a delivery id made of the turn's id and the
@@ -16,6 +16,7 @@ use nanobot_core::attachment::{self, Refused};
 use nanobot_core::tools::{RETRY_HINT, ToolExecutor, ToolOutcome, ToolScope};
 use nanobot_proto::{OutboundKind, OutboundMessage, ToolSpec};
 
+use crate::goal_tools::GoalTools;
 use crate::outbox::{self, Outbox};
 use crate::subagent::Spawner;
 
@@ -59,6 +60,8 @@ pub struct TurnTools<'a> {
     pub quiet: bool,
     /// Serves `spawn`.
     spawner: Option<Spawner<'a>>,
+    /// Serves `create_goal` and `update_goal`.
+    goals: Option<GoalTools<'a>>,
     sent_here: AtomicBool,
 }
 
@@ -78,6 +81,7 @@ impl<'a> TurnTools<'a> {
             channels,
             quiet,
             spawner: None,
+            goals: None,
             sent_here: AtomicBool::new(false),
         }
     }
@@ -86,6 +90,14 @@ impl<'a> TurnTools<'a> {
     pub fn with_spawner(self, spawner: Spawner<'a>) -> Self {
         Self {
             spawner: Some(spawner),
+            ..self
+        }
+    }
+
+    /// Serves the goal tools too.
+    pub fn with_goals(self, goals: GoalTools<'a>) -> Self {
+        Self {
+            goals: Some(goals),
             ..self
         }
     }
@@ -263,6 +275,11 @@ impl ToolExecutor for TurnTools<'_> {
             && let Some(spawner) = &self.spawner
         {
             return spawner.spawn(call_id, arguments).await;
+        }
+        if GoalTools::serves(name)
+            && let Some(goals) = &self.goals
+        {
+            return goals.execute(name, arguments).await;
         }
         if name != NAME {
             return self.inner.execute(scope, call_id, name, arguments).await;

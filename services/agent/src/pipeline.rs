@@ -14,6 +14,7 @@ use nanobot_core::session::Session;
 use crate::bots::Bot;
 use crate::commands;
 use crate::commit::{self, Reply};
+use crate::goal_turn;
 use crate::handlers::Deps;
 use crate::outbox::Outbox;
 use crate::recovery;
@@ -29,6 +30,12 @@ pub async fn run(
     outbox: &Outbox,
     mut session: Session,
 ) -> anyhow::Result<Option<Measured>> {
+    if goal_turn::stale(input.continuation, &session.metadata) {
+        // Its goal ended (or its turn was redone to the end) after it was published.
+        tracing::info!(session_id = %input.session_key, "dropped a goal continuation: no active goal");
+        commit::finish(deps, ctx, input, outbox, Reply::default()).await?;
+        return Ok(None);
+    }
     if let Some(reply) = commands::answer(deps, bot, ctx.sessions, input).await? {
         commit::finish(deps, ctx, input, outbox, Reply::text(&reply)).await?;
         return Ok(None);

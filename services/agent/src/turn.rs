@@ -6,16 +6,21 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use nanobot_core::goal;
 use nanobot_core::history::MAX_REPLAY_MESSAGES;
 use nanobot_core::hooks::{AgentHook, CompositeHook, LoggingHook, UsageHook};
 use nanobot_core::memory as core_memory;
 use nanobot_core::resolve;
-use nanobot_core::runner::{self, Injections, RunDeps, RunSpec};
+use nanobot_core::runner::{
+    self, Injections, OnBudgetExhausted, RunDeps, RunOptions, RunSpec, StopReason,
+};
 use nanobot_core::session::{Commit, Session, SessionWriter, meta, now_iso};
 use nanobot_core::subagent;
 use nanobot_core::tool_results::Offload;
 use nanobot_core::tools::{FileReads, Offered, ToolScope};
 
+use crate::goal_tools::GoalTools;
+use crate::goal_turn::{self, GoalInjections};
 use crate::message_tool::TurnTools;
 
 use crate::bots::Bot;
@@ -63,6 +68,13 @@ pub struct TurnInput {
     pub announced: Option<String>,
     /// What the message is (classified when it was decoded).
     pub kind: Kind,
+    /// A user's `/goal <task>` started the turn: the goal guidance is in the model's input
+    /// and `create_goal` may run.
+    pub goal_requested: bool,
+    /// An internal goal continuation ([`goal_turn::continuation`]): its text is not stored.
+    pub continuation: bool,
+    /// The chat message (goal continuations are made from it).
+    pub message: Option<nanobot_proto::InboundMessage>,
 }
 
 impl TurnInput {
@@ -85,6 +97,12 @@ impl TurnInput {
             stream: m.stream,
             in_cron: false,
             kind: incoming.kind.clone(),
+            goal_requested: matches!(
+                &incoming.kind,
+                Kind::Command(commands::Command::Goal(Some(task))) if !task.trim().is_empty()
+            ),
+            continuation: goal_turn::is_continuation(m),
+            message: Some(m.clone()),
         }
     }
 
@@ -108,6 +126,9 @@ impl TurnInput {
             stream: false,
             in_cron: true,
             announced: None,
+            goal_requested: false,
+            continuation: false,
+            message: None,
         }
     }
 }
@@ -153,6 +174,11 @@ pub async fn run(
     let replay_len = replay.len();
     let summary = core_memory::summary_section(&session.metadata);
     let file_reads = FileReads::from_metadata(&session.metadata);
+    let goal_block = goal::runtime_block(&session.metadata, input.goal_requested);
+    // A user turn whose budget runs out with a goal that may continue skips the finalization
+    // request (upstream `should_finalize_on_max_iterations`, decided as the turn starts).
+    let user_turn = !input.in_cron && input.announced.is_none();
+    let finalize = !(user_turn && goal::budget_continuation_available(&session.metadata));
     // The pending markers go with the user message in one write: a retry after a failure
     // in between would otherwise store the message twice.
     let stored_before = session.first_index + session.messages.len();
@@ -201,21 +227,24 @@ pub async fn run(
         if announcement_last {
             replay.pop();
         }
-        if !stored_announcement {
+        // A goal continuation's text goes to the model only (upstream: not stored as input).
+        let stored = stored_announcement || input.continuation;
+        if !stored {
             after.push(row.clone());
         }
         let first = Commit {
-            rows: if stored_announcement {
-                Vec::new()
-            } else {
-                vec![row]
-            },
+            rows: if stored { Vec::new() } else { vec![row] },
             metadata: Some(metadata.clone()),
             ..Default::default()
         };
         sessions.commit(&input.session_key, &first).await?;
-        bot.context
-            .messages(replay, &input.content, &input.media, &input.channel)
+        bot.context.messages_with(
+            replay,
+            &input.content,
+            &input.media,
+            &input.channel,
+            goal_block,
+        )
     };
     if let Some(section) = &summary {
         nanobot_core::context::inject_summary(&mut messages, section);
@@ -248,7 +277,12 @@ pub async fn run(
         bot,
         input,
         outbox,
-    });
+    })
+    .with_goals(GoalTools::new(&sink, input.goal_requested));
+    let injections = GoalInjections {
+        follow_ups: ctx.follow_ups,
+        sink: &sink,
+    };
     let gates = Gates {
         stream: input.stream,
         progress: cfg.channels.send_progress,
@@ -267,9 +301,9 @@ pub async fn run(
         specs: &offered,
         hook: &hook,
         checkpoints: Some(&sink),
-        injections: ctx.follow_ups.map(|f| f as &dyn Injections),
+        injections: Some(&injections as &dyn Injections),
     };
-    let result = runner::run(
+    let mut result = runner::run_with(
         deps_run,
         RunSpec {
             messages,
@@ -295,8 +329,23 @@ pub async fn run(
                 max_chars: d.max_tool_result_chars,
             },
         },
+        RunOptions {
+            on_budget_exhausted: if finalize {
+                OnBudgetExhausted::Finalize
+            } else {
+                OnBudgetExhausted::Stop
+            },
+        },
     )
     .await;
+    let continued = user_turn
+        && result.stop_reason == StopReason::MaxIterations
+        && sink.edit(|m| goal::budget_continuation_available(m)).await;
+    if continued {
+        goal_turn::strip_terminal_reply(&mut result.new_messages, &result.content);
+        result.content.clear();
+    }
+    let mut next = None;
     let streamed = output.finish().await;
     let (usage, iterations) = usage_hook.totals();
     tracing::info!(
@@ -323,8 +372,15 @@ pub async fn run(
                 cached_tokens: result.usage.cached_tokens,
             }
             .write(m);
+            if continued {
+                next = Some((goal::budget_continuation(m), goal::count_continuation(m)));
+            }
+            goal::clear_rounds_if_inactive(m);
         })
         .await?;
+    if let (Some((prompt, round)), Some(origin)) = (next, &input.message) {
+        goal_turn::publish(&deps.js, &goal_turn::continuation(origin, prompt, round)).await?;
+    }
     after.extend(result.new_messages.iter().cloned());
     let measured = Measured {
         stored: stored_before + after.len() - replay_len,
@@ -344,7 +400,7 @@ pub async fn run(
             total_tokens: result.usage.total(),
         }),
         model: result.model.clone().unwrap_or_default(),
-        ..if answered {
+        ..if answered || continued {
             Reply::default()
         } else {
             Reply::text(&result.content)

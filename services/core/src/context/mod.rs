@@ -197,7 +197,25 @@ impl ContextBuilder {
         media: &[String],
         channel: &str,
     ) -> Vec<Value> {
+        self.messages_with(history, current, media, channel, None)
+    }
+
+    /// [`Self::messages`] with a runtime-context `block` (the goal's, see
+    /// [`crate::goal::runtime_block`]) appended to the user message before any skill block,
+    /// in 0.3.5's order (tool providers, then explicit skills).
+    pub fn messages_with(
+        &self,
+        history: Vec<Value>,
+        current: &str,
+        media: &[String],
+        channel: &str,
+        block: Option<String>,
+    ) -> Vec<Value> {
         let content = user_content(&self.workspace, current, media);
+        let content = match block {
+            Some(block) => append_runtime_block(content, block),
+            None => content,
+        };
         let content = match skills::explicit_block(&self.skills(), current) {
             Some(block) => append_runtime_block(content, block),
             None => content,

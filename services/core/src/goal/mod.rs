@@ -198,10 +198,11 @@ pub fn budget_continuation_available(metadata: &Map<String, Value>) -> bool {
     is_active(metadata) && rounds(metadata) < MAX_CONTINUATION_ROUNDS
 }
 
-/// Counts one budget continuation.
-pub fn count_continuation(metadata: &mut Map<String, Value>) {
+/// Counts one budget continuation; returns its round (1 for the first).
+pub fn count_continuation(metadata: &mut Map<String, Value>) -> u64 {
     let next = rounds(metadata) + 1;
     metadata.insert(CONTINUATION_ROUNDS_KEY.into(), json!(next));
+    next
 }
 
 /// Drops the continuation count once no goal is active (upstream

@@ -50,6 +50,13 @@ pub const MAX_INJECTION_CYCLES: u32 = 5;
 pub trait Injections: Send + Sync {
     /// Takes up to `max` waiting messages as `{"role": "user", "content": …}` rows.
     async fn drain(&self, max: usize) -> Vec<Value>;
+
+    /// A user row asking the run to go on when the model answered and nothing else is
+    /// waiting (upstream's `continuation_callback`: an active sustained goal); not counted as
+    /// a follow-up.
+    async fn continuation(&self) -> Option<Value> {
+        None
+    }
 }
 
 /// What a run needs.
@@ -234,6 +241,8 @@ struct Run<'a> {
     /// Tools that may run concurrently with their neighbours (upstream `concurrency_safe`:
     /// read-only and not exclusive).
     concurrent: HashSet<String>,
+    /// Names of the tools offered to the model (the only ones metric labels carry).
+    offered: HashSet<String>,
     /// Call ids whose results were compacted in the model's copy ([`compact`]).
     compacted: HashSet<String>,
     /// Estimated tokens of the tool definitions.
@@ -268,6 +277,23 @@ impl Run<'_> {
             "injected follow-up messages"
         );
         self.messages.extend(rows);
+        true
+    }
+
+    /// Appends the caller's continuation when no follow-up is waiting; returns whether one
+    /// came (upstream `_try_drain_injections` with `allow_continuation`).
+    async fn inject_or_continue(&mut self) -> bool {
+        if self.inject("before the final reply").await {
+            return true;
+        }
+        let Some(row) = (match self.deps.injections {
+            Some(source) => source.continuation().await,
+            None => None,
+        }) else {
+            return false;
+        };
+        tracing::info!("injected caller-requested continuation before the final reply");
+        self.messages.push(row);
         true
     }
 
@@ -389,6 +415,7 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
         definitions: deps.specs.definitions(),
         compacted: HashSet::new(),
         tool_tokens: 0,
+        offered: deps.specs.specs().iter().map(|s| s.name.clone()).collect(),
         concurrent: deps
             .specs
             .specs()
@@ -511,7 +538,7 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
         } else {
             let reply = assistant_message(Some(&clean), &response, &[]);
             run.messages.push(reply.clone());
-            if parts.is_empty() && run.inject("before the final reply").await {
+            if parts.is_empty() && run.inject_or_continue().await {
                 // The reply so far stays in the transcript; the model answers the follow-ups.
                 run.emit(Checkpoint {
                     phase: Phase::FinalResponse,

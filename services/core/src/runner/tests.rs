@@ -517,6 +517,7 @@ async fn a_reply_with_thousands_of_calls_runs_the_capped_number_a_few_at_a_time(
         &tools,
         &ToolScope::default(),
         &read_only,
+        &read_only,
         &response.tool_calls,
         &[],
         &NoopHook,
@@ -921,5 +922,68 @@ async fn a_snip_without_a_user_message_in_budget_keeps_the_turn_from_its_user_me
         r.new_messages.len(),
         5,
         "the session keeps every message of the turn"
+    );
+}
+
+/// A caller asking the run to go on while its goal is active (the loop's `_goal_continue`):
+/// up to `left` times.
+struct GoOn(Mutex<u32>);
+
+#[async_trait::async_trait]
+impl Injections for GoOn {
+    async fn drain(&self, _: usize) -> Vec<Value> {
+        Vec::new()
+    }
+
+    async fn continuation(&self) -> Option<Value> {
+        let mut left = self.0.lock().unwrap();
+        (*left > 0).then(|| {
+            *left -= 1;
+            json!({"role": "user", "content": "继续 📚"})
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_continuation_keeps_the_run_going_after_an_answer_within_the_iteration_budget() {
+    let specs = Offered::new(vec![tool_spec("exec")]);
+    let go_on = GoOn(Mutex::new(1));
+    let model = Model::new(vec![text("第一章 📖"), text("写完了 ✅")]);
+    let deps = RunDeps {
+        model: &model,
+        tools: &Tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: Some(&go_on),
+    };
+    let r = run(deps, spec(10)).await;
+    assert_eq!(r.content, "写完了 ✅");
+    assert_eq!(r.injected, 0, "a continuation is no follow-up");
+    let second = &model.requests()[1].messages;
+    assert_eq!(
+        second[second.len() - 1],
+        json!({"role": "user", "content": "继续 📚"})
+    );
+    let roles: Vec<_> = r.new_messages.iter().map(|m| m["role"].clone()).collect();
+    assert_eq!(
+        roles,
+        [json!("assistant"), json!("user"), json!("assistant")]
+    );
+
+    // Asked to go on forever, the run stops at its iteration budget.
+    let forever = GoOn(Mutex::new(u32::MAX));
+    let model = Model::new(vec![]);
+    let deps = RunDeps {
+        injections: Some(&forever),
+        model: &model,
+        ..deps
+    };
+    let r = run(deps, spec(3)).await;
+    assert_eq!(r.stop_reason, StopReason::MaxIterations);
+    assert_eq!(
+        model.requests().len(),
+        4,
+        "3 iterations and the finalization"
     );
 }
