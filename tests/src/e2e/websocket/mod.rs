@@ -4,6 +4,8 @@
 
 mod browser;
 mod cdp;
+mod limits;
+mod owners;
 mod protocol;
 mod replicas;
 
@@ -67,6 +69,14 @@ impl WsClient {
         let (socket, _) = tokio_tungstenite::connect_async(url)
             .await
             .expect("websocket connect");
+        Self::from_socket(socket, client_id).await
+    }
+
+    /// Wraps a connected `socket` and reads its `ready` frame, which must name `client_id`.
+    pub(crate) async fn from_socket(
+        socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+        client_id: &str,
+    ) -> Self {
         let mut client = Self {
             socket,
             frames: Vec::new(),

@@ -9,7 +9,7 @@ use crate::harness::{Fleet, free_port};
 use crate::scripted_llm::{Gate, Reply};
 
 /// Adds a second gateway replica serving the channel on its own port; returns the port.
-async fn second_replica(fleet: &mut Fleet) -> u16 {
+pub(super) async fn second_replica(fleet: &mut Fleet) -> u16 {
     let port = free_port().unwrap();
     let env = port.to_string();
     fleet
