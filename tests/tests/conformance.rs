@@ -22,3 +22,9 @@ mod cron_schedule;
 
 #[path = "../conformance/tool_params.rs"]
 mod tool_params;
+
+#[path = "../conformance/reasoning.rs"]
+mod reasoning;
+
+#[path = "../conformance/history.rs"]
+mod history;

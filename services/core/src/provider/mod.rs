@@ -9,6 +9,7 @@ mod anthropic_stream;
 pub mod openai;
 #[cfg(test)]
 mod stream_tests;
+mod think;
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use serde_json::Value;
 
 pub use anthropic::AnthropicProvider;
 pub use openai::OpenAiProvider;
+pub use think::{strip_think, strip_think_edges};
 
 /// Backoff before each retry (upstream `providers/base.py`).
 pub const RETRY_DELAYS: [Duration; 3] = [
@@ -115,7 +117,7 @@ pub struct ChatResponse {
     pub finish_reason: String,
     /// Usage, when reported.
     pub usage: Usage,
-    /// `reasoning_content`, Anthropic thinking text, or the text of stripped think tags.
+    /// `reasoning_content` or Anthropic thinking text (inline think tags are dropped, as 0.3.5).
     pub reasoning_content: Option<String>,
     /// Anthropic thinking blocks, kept verbatim (with signatures) for replay.
     pub thinking_blocks: Vec<Value>,
@@ -407,12 +409,10 @@ impl Provider {
             Self::Anthropic(p) => p.chat(req, on_delta).await?,
             Self::Fallback(f) => return Box::pin(f.primary.chat_once(req, on_delta)).await,
         };
+        // As 0.3.5's `extract_reasoning`: the reply loses its inline reasoning tags; the
+        // message keeps only the reasoning the provider sent apart (`reasoning_content`).
         if let Some(text) = response.content.take() {
-            let (clean, think) = strip_think(&text);
-            response.content = Some(clean);
-            if response.reasoning_content.is_none() {
-                response.reasoning_content = think;
-            }
+            response.content = Some(strip_think(&text).0);
         }
         Ok(response)
     }
@@ -508,95 +508,9 @@ pub(crate) fn sse_events(
     })
 }
 
-/// Removes `<think>…</think>` (and `<thinking>`, `<thought>`) blocks; returns (text, reasoning).
-pub fn strip_think(text: &str) -> (String, Option<String>) {
-    let mut out = text.to_string();
-    let mut reasoning = Vec::new();
-    for tag in ["think", "thinking", "thought"] {
-        let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
-        while let Some(start) = out.find(&open) {
-            let Some(rel_end) = out[start..].find(&close) else {
-                reasoning.push(out[start + open.len()..].trim().to_string());
-                out.truncate(start);
-                break;
-            };
-            let end = start + rel_end;
-            reasoning.push(out[start + open.len()..end].trim().to_string());
-            out.replace_range(start..end + close.len(), "");
-        }
-    }
-    let reasoning = (!reasoning.is_empty()).then(|| reasoning.join("\n"));
-    (strip_think_edges(&out), reasoning)
-}
-
-/// Upstream `strip_think`'s rules for what a block pass leaves behind, applied at the edges
-/// only (so prose that mentions the tags keeps them): a malformed opening tag run into text
-/// (`<think广场…`), self-closing `<thinking/>` at the start or end, orphan closing tags at the
-/// start or end, a channel marker (`<|channel|>`) at the start, a partial tag cut off at the
-/// end of a stream chunk (`<thi`, `</thou`, `<|chan`).
-pub fn strip_think_edges(text: &str) -> String {
-    static RULES: std::sync::LazyLock<Vec<(regex::Regex, &'static str)>> = std::sync::LazyLock::new(
-        || {
-            const TAG: &str = "(?:think|thinking|thought)";
-            const PARTIAL: &str = "</?(?:thinking|thought|thinkin|thinki|though|think|thoug|thin|thou|thi|tho|th|t)>?";
-            let rule = |pattern: String, with: &'static str| {
-                (
-                    regex::Regex::new(&pattern).expect("static think-strip pattern"),
-                    with,
-                )
-            };
-            vec![
-                rule(r"^\s*<thinking/>\s*".into(), ""),
-                rule(r"\s*<thinking/>\s*$".into(), ""),
-                rule(format!("<{TAG}([^A-Za-z0-9_\\-:>/]|$)"), "$1"),
-                rule(format!(r"^\s*</{TAG}>\s*"), ""),
-                rule(format!(r"\s*</{TAG}>\s*$"), ""),
-                rule(r"^\s*<\|?channel\|?>\s*".into(), ""),
-                rule(
-                    format!(r"(?:{PARTIAL}|<\|?(?:channel|channe|chann|chan|cha|ch|c)(?:\|?>?)?)$"),
-                    "",
-                ),
-                rule(r"^\s*<\|?$".into(), ""),
-            ]
-        },
-    );
-    let mut out = text.to_string();
-    for (pattern, with) in RULES.iter() {
-        out = pattern.replace_all(&out, *with).into_owned();
-    }
-    out.trim().to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn think_tags_are_stripped_into_reasoning() {
-        let (text, reasoning) = strip_think("<think>plan it</think>\nAnswer.");
-        assert_eq!(text, "Answer.");
-        assert_eq!(reasoning.as_deref(), Some("plan it"));
-        assert_eq!(strip_think("plain").0, "plain");
-        assert_eq!(strip_think("x <thinking>unterminated").0, "x");
-    }
-
-    #[test]
-    fn orphan_closing_partial_and_malformed_think_tags_are_stripped_at_the_edges() {
-        let clean = |t: &str| strip_think(t).0;
-        assert_eq!(clean("</think>\nAnswer."), "Answer.");
-        assert_eq!(clean("Answer.</thinking>"), "Answer.");
-        assert_eq!(clean("Answer. <thi"), "Answer.");
-        assert_eq!(clean("Answer.</thou"), "Answer.");
-        assert_eq!(clean("Answer <|chan"), "Answer");
-        assert_eq!(clean("<|channel|>final text"), "final text");
-        assert_eq!(clean("<thinking/> hi"), "hi");
-        assert_eq!(clean("<think广场在这里"), "广场在这里");
-        assert_eq!(
-            clean("the </think> tag closes a block"),
-            "the </think> tag closes a block",
-            "mid-text mentions are kept"
-        );
-    }
 
     #[test]
     fn quota_429s_and_client_errors_are_not_retried() {
