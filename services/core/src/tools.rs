@@ -253,7 +253,9 @@ impl ToolClient {
                 accepted,
                 "tool executor lost mid-call, retrying read-only tool"
             );
-            nanobot_runtime::metrics::get().tool_retry(name);
+            // Read-only tools are offered ones: a bounded label.
+            let label = nanobot_runtime::metrics::ToolName::new(name, true);
+            nanobot_runtime::metrics::get().tool_retry(label);
             let left = self.timeout.saturating_sub(started.elapsed());
             outcome =
                 liveness::attempt(&self.client, &self.replies, &request, left, self.liveness).await;

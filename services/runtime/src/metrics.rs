@@ -5,7 +5,8 @@
 //!
 //! Counters are per process and start at 0 when it starts (Prometheus handles the reset).
 
-use std::sync::OnceLock;
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -61,6 +62,30 @@ pub struct ToolLabels {
     /// `runner` (the agent asking, executor round trip included) or `executor` (the tools
     /// role running it).
     pub side: &'static str,
+}
+
+/// The `tool` label of a call whose name the turn did not offer (a name the model made up).
+pub const UNKNOWN_TOOL: &str = "unknown";
+/// Most distinct `tool` label values per process; a further name counts as [`UNKNOWN_TOOL`].
+/// A backstop: offered names are bounded by the configured tools already.
+pub const MAX_TOOL_LABELS: usize = 256;
+
+/// A tool name fit for a label: the name when the tool was offered to the model (or is one
+/// the executor serves: built-in or MCP), else [`UNKNOWN_TOOL`], so names chosen by a model
+/// never add series to `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolName<'a>(&'a str);
+
+impl<'a> ToolName<'a> {
+    /// `name` when `known` (offered, or served), else [`UNKNOWN_TOOL`].
+    pub fn new(name: &'a str, known: bool) -> Self {
+        Self(if known { name } else { UNKNOWN_TOOL })
+    }
+
+    /// The label value.
+    pub fn as_str(&self) -> &'a str {
+        self.0
+    }
 }
 
 /// A finished tool call.
@@ -131,6 +156,8 @@ pub struct Metrics {
     pub lease_takeovers: Counter,
     /// `nanobot_deliveries_total{channel,outcome}`.
     pub deliveries: Family<DeliveryLabels, Counter>,
+    /// The `tool` label values used so far (at most [`MAX_TOOL_LABELS`]).
+    tool_names: Mutex<HashSet<String>>,
 }
 
 /// Seconds buckets from 5 ms to about 10 min (turns, LLM and tool calls).
@@ -157,6 +184,7 @@ impl Metrics {
             queue_pending: Family::default(),
             queue_ack_pending: Family::default(),
             deliveries: Family::default(),
+            tool_names: Mutex::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -276,30 +304,48 @@ impl Metrics {
         }
     }
 
+    /// Returns the label of `tool`: its name while fewer than [`MAX_TOOL_LABELS`] names were
+    /// used, else [`UNKNOWN_TOOL`].
+    fn tool_label(&self, tool: ToolName<'_>) -> String {
+        let name = tool.as_str();
+        let mut seen = self.tool_names.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(name) {
+            return name.to_string();
+        }
+        if seen.len() >= MAX_TOOL_LABELS {
+            return UNKNOWN_TOOL.to_string();
+        }
+        seen.insert(name.to_string());
+        name.to_string()
+    }
+
     /// Counts one tool call of `tool` on `side` (`runner`, `executor`).
-    pub fn tool_call(&self, tool: &str, side: &'static str, elapsed: Duration, is_error: bool) {
+    pub fn tool_call(
+        &self,
+        tool: ToolName<'_>,
+        side: &'static str,
+        elapsed: Duration,
+        is_error: bool,
+    ) {
         let outcome = if is_error { "error" } else { "ok" };
+        let tool = self.tool_label(tool);
         self.tool_calls
             .get_or_create(&ToolOutcomeLabels {
-                tool: tool.to_string(),
+                tool: tool.clone(),
                 side,
                 outcome,
             })
             .inc();
         self.tool_duration
-            .get_or_create(&ToolLabels {
-                tool: tool.to_string(),
-                side,
-            })
+            .get_or_create(&ToolLabels { tool, side })
             .observe(elapsed.as_secs_f64());
     }
 
     /// Counts one read-only tool call retried after its executor was lost.
-    pub fn tool_retry(&self, tool: &str) {
+    pub fn tool_retry(&self, tool: ToolName<'_>) {
+        let tool = self.tool_label(tool);
         self.tool_retries
-            .get_or_create(&ToolNameLabels {
-                tool: tool.to_string(),
-            })
+            .get_or_create(&ToolNameLabels { tool })
             .inc();
     }
 
@@ -372,7 +418,12 @@ mod tests {
         let m = Metrics::new();
         m.turn("completed", Duration::from_millis(30));
         m.llm_call("custom", Duration::from_millis(10), (120, 7), None);
-        m.tool_call("list_dir", "runner", Duration::from_millis(2), false);
+        m.tool_call(
+            ToolName::new("list_dir", true),
+            "runner",
+            Duration::from_millis(2),
+            false,
+        );
         m.delivery("api", "delivered");
         let text = m.render();
         for line in [
@@ -386,5 +437,41 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line:?} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn tool_labels_are_offered_names_or_unknown_and_their_count_is_bounded() {
+        let m = Metrics::new();
+        let call = |name: &str, known: bool| {
+            m.tool_call(ToolName::new(name, known), "runner", Duration::ZERO, true);
+        };
+        call("read_file", true);
+        for i in 0..1_000 {
+            call(&format!("made_up_{i}_工具_🔧"), false);
+        }
+        let text = m.render();
+        assert!(text.contains(
+            "nanobot_tool_calls_total{tool=\"unknown\",side=\"runner\",outcome=\"error\"} 1000"
+        ));
+        assert!(!text.contains("made_up"));
+        // Even names called known are bounded (a backstop).
+        for i in 0..1_000 {
+            call(&format!("served_{i}"), true);
+        }
+        m.tool_retry(ToolName::new("served_999", true));
+        let series = |text: &str| {
+            text.lines()
+                .filter(|l| l.starts_with("nanobot_tool_calls_total{"))
+                .count()
+        };
+        assert_eq!(
+            series(&m.render()),
+            MAX_TOOL_LABELS,
+            "read_file, unknown and the first served ones"
+        );
+        assert!(
+            m.render()
+                .contains("nanobot_tool_retries_total{tool=\"unknown\"} 1")
+        );
     }
 }

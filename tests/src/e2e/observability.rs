@@ -312,7 +312,9 @@ async fn sample(
         .iter()
         .find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
         .and_then(|s| match s.value {
-            prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => Some(v),
+            prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v)
+            | prometheus_parse::Value::Counter(v) => Some(v),
             _ => None,
         })
 }
@@ -364,4 +366,113 @@ async fn the_agent_reports_the_sessions_it_leases_now_and_its_queue_lag() {
     )
     .await
     .expect("the inbound consumer's queue gauges are sampled and empty");
+}
+
+/// The `nanobot_tool_*` series of a role's `/metrics` text.
+fn tool_series(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| l.starts_with("nanobot_tool_"))
+        .collect()
+}
+
+/// Issue 30: a model calling hundreds of tool names nobody offered (and a caller sending them
+/// straight to an executor) leaves `/metrics` with a bounded number of series: such calls count
+/// under `tool="unknown"`, offered tools under their names.
+#[tokio::test]
+async fn made_up_tool_names_count_as_unknown_and_add_no_metric_series() {
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    const REPLIES: usize = 5;
+    let made_up = |reply: usize, i: usize| format!("工具_{reply}_{i}_🔧_{:x}", reply * 7919 + i);
+    for reply in 0..REPLIES {
+        let mut calls: Vec<(String, Value)> = (0..63)
+            .map(|i| (made_up(reply, i), json!({"x": "💥"})))
+            .collect();
+        calls.push(("list_dir".into(), json!({"path": "."})));
+        fleet.llm.push(Reply::tool_calls(calls));
+    }
+    fleet.llm.push(Reply::text("尽力了 ✅"));
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .json(&json!({"messages": [{"role": "user", "content": "call everything"}]}))
+        .timeout(super::TURN * 2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    // The same kind of names sent straight to the executors.
+    let nats = fleet.nats_client().await.unwrap();
+    for i in 0..50 {
+        let name = format!("直呼_{i}_tool");
+        let request = nanobot_proto::ToolCallRequest {
+            bot: "default".into(),
+            call_id: format!("direct-{i}"),
+            name: name.clone(),
+            arguments_json: "{}".into(),
+            ..Default::default()
+        };
+        let subject = nanobot_proto::subjects::tool_call("default", &name);
+        let payload = prost::Message::encode_to_vec(&request);
+        let reply = tokio::time::timeout(
+            Duration::from_secs(10),
+            nats.request(subject, payload.into()),
+        )
+        .await;
+        assert!(matches!(reply, Ok(Ok(_))), "the executor answers {name}");
+    }
+
+    let unknown = (REPLIES * 63) as f64;
+    let agent = fleet.health_base("agent").unwrap();
+    let tools = fleet.health_base("tools").unwrap();
+    let runner_unknown = [
+        ("tool", "unknown"),
+        ("side", "runner"),
+        ("outcome", "error"),
+    ];
+    let executor_unknown = [
+        ("tool", "unknown"),
+        ("side", "executor"),
+        ("outcome", "error"),
+    ];
+    let counted = || async {
+        sample(&http, &agent, "nanobot_tool_calls_total", &runner_unknown).await == Some(unknown)
+            && sample(&http, &tools, "nanobot_tool_calls_total", &executor_unknown).await
+                == Some(50.0)
+    };
+    wait_until(counted, Duration::from_secs(15))
+        .await
+        .expect("every made-up call counted as unknown, on both sides");
+    for base in [&agent, &tools] {
+        let text = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            !text.contains("工具") && !text.contains("直呼") && !text.contains("🔧"),
+            "a made-up name became a label:\n{text}"
+        );
+        let series = tool_series(&text);
+        // Per side: calls {ok, error} and a duration histogram (18 buckets, +Inf, sum,
+        // count) for `unknown` and `list_dir` at most.
+        assert!(
+            series.len() <= 2 * (2 + 21),
+            "{} series:\n{text}",
+            series.len()
+        );
+    }
+    let listed = [("tool", "list_dir"), ("side", "runner"), ("outcome", "ok")];
+    assert_eq!(
+        sample(&http, &agent, "nanobot_tool_calls_total", &listed).await,
+        Some(REPLIES as f64),
+        "an offered tool keeps its name"
+    );
 }

@@ -23,6 +23,7 @@ use crate::checkpoint::{Checkpoint, Phase};
 use crate::hooks::AgentHook;
 use crate::provider::{ChatResponse, ToolCall};
 use crate::tools::{RETRY_HINT, ToolExecutor, ToolOutcome, ToolScope};
+use nanobot_runtime::metrics::ToolName;
 
 impl Run<'_> {
     /// Runs one batch of tool calls with checkpoints before and after.
@@ -64,6 +65,7 @@ impl Run<'_> {
         let outcomes = run_calls(
             self.deps.tools,
             &self.spec.scope,
+            &self.offered,
             &self.concurrent,
             calls,
             &blocked,
@@ -127,9 +129,11 @@ fn lookup_signature(c: &ToolCall) -> Option<String> {
 }
 
 /// Runs one call: repaired arguments, upstream's text for an empty result, the hook after.
+/// Its metrics carry the tool's name only when the turn `offered` it (else `unknown`).
 async fn run_one(
     tools: &dyn ToolExecutor,
     scope: &ToolScope,
+    offered: &HashSet<String>,
     hook: &dyn AgentHook,
     c: &ToolCall,
     blocked: bool,
@@ -156,7 +160,7 @@ async fn run_one(
         .instrument(span)
         .await;
     nanobot_runtime::metrics::get().tool_call(
-        &c.name,
+        ToolName::new(&c.name, offered.contains(&c.name)),
         "runner",
         started.elapsed(),
         outcome.is_error,
@@ -186,10 +190,12 @@ fn over_cap(requested: usize) -> ToolOutcome {
 }
 
 /// Runs `calls` in batches and returns one outcome per call, in order; a call whose index is
-/// `true` in `blocked` gets [`REPEATED_LOOKUP_ERROR`] instead of running.
+/// `true` in `blocked` gets [`REPEATED_LOOKUP_ERROR`] instead of running. `offered` names the
+/// tools the turn offered (the only names its metrics carry).
 pub(crate) async fn run_calls(
     tools: &dyn ToolExecutor,
     scope: &ToolScope,
+    offered: &HashSet<String>,
     concurrent: &HashSet<String>,
     calls: &[ToolCall],
     blocked: &[bool],
@@ -209,7 +215,10 @@ pub(crate) async fn run_calls(
         // Collected first: a lazily mapped iterator inside `buffered` hides the futures'
         // lifetimes from the `Send` check of the spawned turn.
         let calls_run: Vec<_> = (i..end)
-            .map(|j| run_one(tools, scope, hook, &calls[j], blocked.get(j) == Some(&true)))
+            .map(|j| {
+                let blocked = blocked.get(j) == Some(&true);
+                run_one(tools, scope, offered, hook, &calls[j], blocked)
+            })
             .collect();
         let results = futures::stream::iter(calls_run)
             .buffered(MAX_IN_FLIGHT)

@@ -154,8 +154,9 @@ async fn call(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "tool call finished"
     );
+    let served = deps.registry.serves(&request.name);
     nanobot_runtime::metrics::get().tool_call(
-        &request.name,
+        nanobot_runtime::metrics::ToolName::new(&request.name, served),
         "executor",
         started.elapsed(),
         output.is_error,
