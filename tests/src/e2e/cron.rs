@@ -46,6 +46,8 @@ async fn reminder_rows(fleet: &Fleet) -> usize {
 async fn a_cron_job_made_in_a_chat_fires_into_that_chat_once_per_run_while_the_leader_is_killed() {
     let mut fleet = Fleet::builder()
         .roles(&["gateway", "agent", "tools", "cron", "cron", "cron"])
+        // Runs two seconds apart (the default shortest period is 60 s).
+        .config(json!({"tools": {"cron": {"minIntervalS": 1}}}))
         .start()
         .await
         .unwrap();
@@ -341,4 +343,109 @@ async fn the_cron_tool_schedules_in_the_jobs_zone_and_refuses_to_remove_dream() 
         next > before && next <= before + DAY,
         "{next} within a day of {before}"
     );
+}
+
+/// Issue 30: bots alpha and beta share one workspace (so one `cron/jobs.json`); each makes a
+/// job in a chat of the same name. Each job fires only as the bot whose chat made it: its turn
+/// runs in that bot's session and its reply goes out as that bot, never as the other.
+#[tokio::test]
+async fn two_bots_sharing_a_workspace_each_fire_only_their_own_cron_jobs() {
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools", "cron"])
+        .config(json!({
+            "bots": {"alpha": {}, "beta": {}},
+            "tools": {"cron": {"minIntervalS": 1}},
+        }))
+        .start()
+        .await
+        .unwrap();
+    let note = |bot: &str| format!("{bot} 提醒喝水 💧");
+    for bot in ["alpha", "beta"] {
+        fleet.llm.when_last_user_contains_seq(
+            format!("schedule for {bot}"),
+            vec![
+                Reply::tool_calls([(
+                    "cron",
+                    json!({"action": "add", "message": note(bot), "every_seconds": 2}),
+                )]),
+                Reply::text("已安排 ✅"),
+            ],
+        );
+        fleet.llm.when_last_user_contains(
+            format!("Scheduled instruction: {}", note(bot)),
+            Reply::text(format!("{bot}: 喝水时间到 💧")),
+        );
+    }
+    let http = reqwest::Client::new();
+    // beta first: with jobs of no owner, the scheduler's first bot (alpha) fired both.
+    for bot in ["beta", "alpha"] {
+        let response = http
+            .post(format!("{}/v1/chat/completions", fleet.api_base()))
+            .header("x-nanobot-bot", bot)
+            .json(&json!({"session_id": "remind", "messages": [{"role": "user", "content": format!("schedule for {bot}")}]}))
+            .timeout(TURN * 2)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{bot}");
+    }
+    let owners: Vec<(String, String)> = jobs_file(&fleet)["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["payload"]["kind"] == "agent_turn")
+        .map(|j| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (text(&j["bot"]), text(&j["payload"]["message"]))
+        })
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            ("beta".to_string(), note("beta")),
+            ("alpha".to_string(), note("alpha"))
+        ]
+    );
+
+    // Each bot's reminders run twice in its own session.
+    let both_ran = || async {
+        reminders(&fleet, "alpha", &note("alpha")).await >= 2
+            && reminders(&fleet, "beta", &note("beta")).await >= 2
+    };
+    if wait_until(both_ran, TURN * 2).await.is_err() {
+        panic!(
+            "each bot's job runs as that bot\ncron log:\n{}",
+            fleet.service("cron").log_tail(30)
+        );
+    }
+    assert_eq!(
+        reminders(&fleet, "alpha", &note("beta")).await,
+        0,
+        "beta's job ran as alpha"
+    );
+    assert_eq!(
+        reminders(&fleet, "beta", &note("alpha")).await,
+        0,
+        "alpha's job ran as beta"
+    );
+    for out in outbound_messages(&fleet).await {
+        if out.kind == OutboundKind::Final as i32 && out.content.contains("喝水时间到") {
+            assert!(
+                out.content.starts_with(&format!("{}:", out.bot)),
+                "a reminder went out as the wrong bot: {out:?}"
+            );
+        }
+    }
+}
+
+/// The reminder turns of job message `note` stored in `bot`'s session `api:remind`.
+async fn reminders(fleet: &Fleet, bot: &str, note: &str) -> usize {
+    let wanted = format!("Scheduled instruction: {note}");
+    session_rows(fleet, bot, "api:remind")
+        .await
+        .iter()
+        .filter(|r| {
+            r["role"] == "user" && r["content"].as_str().is_some_and(|c| c.contains(&wanted))
+        })
+        .count()
 }
