@@ -53,6 +53,10 @@ pub async fn finish(
 ) -> Result<()> {
     let taken = ctx.follow_ups.map(FollowUps::taken).unwrap_or_default();
     let mut answers = vec![input.id.clone()];
+    if input.continuation {
+        // A goal continuation's reply is the reply its user's message waits for.
+        answers.push(crate::goal_turn::root_id(&input.id).to_string());
+    }
     answers.extend(taken.ids.iter().cloned());
     let message = reply.text.as_ref().map(|(kind, text)| {
         let mut m = outbox.message(*kind, text, 0);

@@ -21,6 +21,9 @@ use nanobot_runtime::bus;
 use crate::checkpoints::SessionCheckpoints;
 use crate::mailbox::FollowUps;
 
+/// What a continuation's id adds to its root message's id, before its round.
+const CONTINUATION_ID: &str = ":goal-continuation:";
+
 /// Inbound metadata a continuation does not inherit from the message it continues.
 const STRIPPED_META: [&str; 3] = [
     "_internal_continuation_pending",
@@ -84,9 +87,9 @@ pub fn continuation(origin: &InboundMessage, prompt: String, round: u64) -> Inbo
     }
     metadata.insert(CONTINUATION_META.into(), json!(true));
     metadata.insert(CONTINUATION_KIND_META.into(), json!(CONTINUATION_KIND));
-    let root = origin.id.split(":goal-continuation:").next().unwrap_or("");
+    let root = root_id(&origin.id);
     InboundMessage {
-        id: format!("{root}:goal-continuation:{round}"),
+        id: format!("{root}{CONTINUATION_ID}{round}"),
         sender_id: goal::CONTINUATION_SENDER.into(),
         content: prompt,
         media: Vec::new(),
@@ -97,6 +100,11 @@ pub fn continuation(origin: &InboundMessage, prompt: String, round: u64) -> Inbo
             .map_or(0, |d| d.as_millis() as i64),
         ..origin.clone()
     }
+}
+
+/// The id of the user's message a continuation (or that message itself) continues.
+pub fn root_id(id: &str) -> &str {
+    id.split(CONTINUATION_ID).next().unwrap_or(id)
 }
 
 /// Publishes `msg` to its session's mailbox (a copy with the same id is dropped).
@@ -143,6 +151,8 @@ mod tests {
         assert!(!is_continuation(&origin));
         let second = continuation(&first, "继续".into(), 2);
         assert_eq!(second.id, "m1:goal-continuation:2");
+        assert_eq!(root_id(&second.id), "m1");
+        assert_eq!(root_id("m1"), "m1");
         let forged = InboundMessage {
             sender_id: "u1".into(),
             ..first.clone()

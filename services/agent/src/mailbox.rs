@@ -5,17 +5,25 @@
 
 use std::sync::Mutex;
 
-use async_nats::jetstream::{self, stream::DirectGetErrorKind};
+use async_nats::jetstream::{
+    self,
+    stream::{DirectGetError, DirectGetErrorKind},
+};
 use prost::Message as _;
 use serde_json::{Value, json};
 
 use nanobot_core::runner::Injections;
 use nanobot_core::subagent;
 use nanobot_proto::{InboundMessage, keys, subjects};
+use nanobot_runtime::bus::retry;
 use nanobot_runtime::store::Store;
 use redis::AsyncCommands as _;
 
 use crate::commands::{self, Kind};
+
+/// How long one mailbox read waits: a direct get answered by a node that then died is never
+/// answered, and is asked again of the nodes left.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Reads sessions' messages from the inbound stream.
 #[derive(Debug, Clone)]
@@ -60,13 +68,25 @@ impl Mailbox {
         Ok(Self { stream })
     }
 
-    /// Returns the first message on `subject` with a sequence above `after`.
+    /// Returns the first message on `subject` with a sequence above `after`. A read lost with a
+    /// node that died (no answer within [`READ_TIMEOUT`], no responders, 503 while a leader is
+    /// elected) is repeated on the nodes left for up to [`retry::RETRY_FOR`].
     pub async fn next_after(&self, subject: &str, after: u64) -> anyhow::Result<Option<Entry>> {
-        match self
-            .stream
-            .direct_get_next_for_subject(subject, Some(after + 1))
-            .await
-        {
+        let read = || async {
+            let get = self
+                .stream
+                .direct_get_next_for_subject(subject, Some(after + 1));
+            match tokio::time::timeout(READ_TIMEOUT, get).await {
+                Ok(got) => got,
+                Err(_) => Err(DirectGetErrorKind::TimedOut.into()),
+            }
+        };
+        let transient = |e: &DirectGetError| match e.kind() {
+            DirectGetErrorKind::TimedOut | DirectGetErrorKind::Request => true,
+            DirectGetErrorKind::ErrorResponse(status, _) => status.as_u16() == 503,
+            _ => false,
+        };
+        match retry::retry_transient(subject, retry::RETRY_FOR, read, transient).await {
             Ok(m) => Ok(Some(Entry {
                 seq: m.sequence,
                 incoming: Incoming::decode(m.payload).ok(),
@@ -192,6 +212,12 @@ impl Injections for FollowUps {
                     kind: Kind::Command(_) | Kind::Rejected(_),
                     ..
                 }) if !duplicate => break,
+                // So does a goal's internal continuation (its text is never a user's row).
+                Some(Incoming { message, .. })
+                    if !duplicate && crate::goal_turn::is_continuation(&message) =>
+                {
+                    break;
+                }
                 Some(Incoming {
                     kind: Kind::Text,
                     message,

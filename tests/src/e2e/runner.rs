@@ -369,7 +369,7 @@ async fn commands_answer_with_upstream_strings_without_calling_the_model() {
 }
 
 #[tokio::test]
-async fn goal_goes_to_the_model_and_trigger_and_evaluator_prompt_answer_as_upstream() {
+async fn goal_starts_goal_mode_and_trigger_and_evaluator_prompt_answer_as_upstream() {
     let mut fleet = Fleet::builder()
         .roles(&["agent", "tools"])
         .start()
@@ -404,11 +404,12 @@ async fn goal_goes_to_the_model_and_trigger_and_evaluator_prompt_answer_as_upstr
         .await,
         "开始写 📚"
     );
+    // The command's text, then the goal guidance (see `e2e::goal`).
     let asked = fleet.llm.requests().pop().and_then(|r| r.last_user_text());
     assert!(
-        asked
-            .as_deref()
-            .is_some_and(|t| t.ends_with("/goal 写一本书 📚 👩\u{200d}👩\u{200d}👧\u{200d}👦")),
+        asked.as_deref().is_some_and(|t| t.starts_with(
+            "/goal 写一本书 📚 👩\u{200d}👩\u{200d}👧\u{200d}👦\n\n[Goal Runtime Guidance"
+        )),
         "{asked:?}"
     );
 }

@@ -1,10 +1,14 @@
 //! `/goal` and `/trigger` (upstream `cmd_goal`, `cmd_trigger`).
 //!
 //! `/goal <task>` from a user goes to the model as a turn whose message is the command's own
-//! text, as upstream (`msg.content = ctx.raw`). Upstream's goal mode around it (the
-//! `create_goal` / `update_goal` tools writing `goal_state` into the session metadata, the
-//! goal guidance in the runtime context, continuation rounds after the tool budget) is not in
-//! the fleet yet, so the turn is an ordinary one.
+//! text, as upstream (`msg.content = ctx.raw`), in goal mode: the turn is marked
+//! `goal_requested` ([`crate::turn::TurnInput::goal_requested`]), so its user message carries
+//! upstream's goal guidance (`nanobot_core::goal::runtime_block`) and `create_goal` may run
+//! ([`crate::goal_tools`]); the goal then lives in the session's `goal_state` and is continued
+//! as upstream does ([`crate::goal_turn`]). 0.3.5 has no `/goal` status or cancel form (the
+//! model cancels with `update_goal`, `action='cancel'`) and its `/status` does not show the
+//! goal; neither does the fleet's. A `/goal` sent while a turn runs waits for it, as every
+//! command does in the fleet (0.3.5 answers that a task is already running).
 //!
 //! `/trigger <name>` needs upstream's local trigger store and its `nanobot trigger <id>`
 //! delivery, which the fleet does not have: without a name it answers upstream's usage, with
