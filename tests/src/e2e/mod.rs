@@ -18,6 +18,7 @@ mod email;
 mod exec_sessions;
 mod executors;
 mod fleet_up;
+mod goal;
 mod hardening;
 mod k8s;
 mod memory;
