@@ -247,7 +247,13 @@ impl DiscordFake {
                 .map(|(name, bytes)| {
                     let file_id = Shared::next_id(inner);
                     inner.files.push((file_id, name.clone(), bytes.clone()));
-                    let url = format!("http://{}/attachments/{file_id}/{name}", self.shared.addr);
+                    // Percent-encoded, as Discord's CDN links are.
+                    let encoded: String =
+                        url::form_urlencoded::byte_serialize(name.as_bytes()).collect();
+                    let url = format!(
+                        "http://{}/attachments/{file_id}/{encoded}",
+                        self.shared.addr
+                    );
                     json!({"id": file_id.to_string(), "filename": name, "size": bytes.len(),
                            "url": url, "proxy_url": url})
                 })

@@ -460,3 +460,67 @@ async fn a_rejected_discord_token_is_a_clear_error_and_the_other_channels_keep_w
     );
     assert_eq!(discord.sessions().identified, 0);
 }
+
+/// Issue 30 items 4 and 5: a text over the bus limit and attachment names that are paths
+/// never wedge the bot or write outside its media folder; the next message is answered.
+#[tokio::test]
+async fn a_two_megabyte_message_and_attachment_names_that_are_paths_never_wedge_the_bot() {
+    let (fleet, fake) = discord_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::text("noted"));
+    fleet
+        .llm
+        .when_last_user_contains("after the poison", Reply::text("still here 🙂"));
+    let huge = "長文👍🏽".repeat(2 * 1024 * 1024 / "長文👍🏽".len() + 1);
+    fake.inject(DcMessage::dm(ALICE, ALICE_DM, &huge));
+    for name in ["../../逃逸.txt", "/etc/evil.txt", "a\u{0}b/../c.txt"] {
+        fake.inject(DcMessage::dm(ALICE, ALICE_DM, "file 📎").with_file(name, b"payload"));
+    }
+    fake.inject(DcMessage::dm(ALICE, ALICE_DM, "after the poison 🌊"));
+    fake.wait_until("the last message answered", DEFAULT_WAIT, |f| {
+        f.sent_in(ALICE_DM)
+            .iter()
+            .any(|m| m.content == "still here 🙂")
+            .then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    // Messages that arrive while a turn runs are one turn: read the session's user rows.
+    let asked: Vec<String> =
+        crate::e2e::session_rows(&fleet, "default", &format!("discord:{ALICE_DM}"))
+            .await
+            .iter()
+            .filter(|r| r["role"] == "user")
+            .filter_map(|r| r["content"].as_str().map(str::to_string))
+            .collect();
+    let cut = asked
+        .iter()
+        .find(|t| t.contains("[message cut: the first "))
+        .expect("the huge text reached the model, cut");
+    assert!(cut.starts_with("長文👍🏽長文") && cut.len() < 1024 * 1024);
+    let media = fleet.workspace().join(".nanobot/media/discord");
+    let saved: Vec<_> = std::fs::read_dir(&media)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(saved.len(), 3, "{saved:?}");
+    for path in &saved {
+        assert_eq!(std::fs::read(path).unwrap(), b"payload");
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            asked
+                .iter()
+                .any(|t| t.ends_with(&format!("file 📎\n[attachment: {name}]"))),
+            "{name}: {asked:.300?}"
+        );
+    }
+    assert!(
+        saved
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with("__.._逃逸.txt"))
+    );
+    assert!(!fleet.workspace().join("逃逸.txt").exists());
+    assert!(
+        asked.iter().any(|t| t == "after the poison 🌊"),
+        "{asked:.300?}"
+    );
+}

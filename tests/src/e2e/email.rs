@@ -542,3 +542,128 @@ async fn a_recreated_mailbox_is_not_answered_again_only_mail_arriving_after_it()
     assert_eq!(sent[1].subject, "Re: New question", "{sent:#?}");
     assert_eq!(fleet.llm.request_count(), 2);
 }
+
+/// Issue 30 item 3: a sender writes `Authentication-Results` too; only the receiving server's
+/// own (its `authservId`, at the top) are believed.
+#[tokio::test]
+async fn a_sender_written_authentication_results_header_never_passes_the_dkim_spf_gate() {
+    let servers = MailServers::shared().await.expect("mail servers");
+    let bot = bot_address("bot");
+    let alice = person("alice");
+    let mut fleet = email_fleet(
+        servers,
+        &bot,
+        json!({"allowFrom": [alice], "authservId": "mx.fleet.test"}),
+    )
+    .await;
+    fleet.llm.set_fallback(Reply::text("answered"));
+    let raw = |results: &str, id: &str, subject: &str| {
+        format!(
+            "{results}From: {alice}\r\nTo: {bot}\r\nSubject: {subject}\r\nMessage-ID: <{id}@example.test>\r\n\
+             Date: Wed, 25 Nov 2026 07:00:00 +0000\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nhi 👋\r\n"
+        )
+    };
+    let forged = [
+        // The server's verdict on top, the sender's own claim below it.
+        "Authentication-Results: mx.fleet.test; spf=fail smtp.mailfrom=x; dkim=none\r\n\
+         Authentication-Results: mx.fleet.test; spf=pass; dkim=pass\r\n",
+        // The server wrote none; the sender's claim names another server.
+        "Authentication-Results: evil.example; spf=pass; dkim=pass\r\n",
+        // The server's id below someone else's header.
+        "Authentication-Results: relay.evil.example; spf=pass; dkim=pass\r\n\
+         Authentication-Results: mx.fleet.test; spf=pass; dkim=pass\r\n",
+    ];
+    for (i, results) in forged.iter().enumerate() {
+        let mail = raw(results, &format!("forged-{i}"), &format!("Forged {i} 伪造"));
+        servers.deliver(&bot, mail.as_bytes()).await.unwrap();
+    }
+    // The server's own pass on top (a forged fail below it changes nothing): answered.
+    let genuine = raw(
+        "Authentication-Results: MX.fleet.test 1 (dovecot); spf=pass smtp.mailfrom=a;\r\n\tdkim=pass header.d=example.test\r\n\
+         Authentication-Results: mx.fleet.test; spf=fail; dkim=fail\r\n",
+        "genuine",
+        "Genuine 真",
+    );
+    servers.deliver(&bot, genuine.as_bytes()).await.unwrap();
+    let sent = wait_sent(servers, &alice, 1).await;
+    assert_eq!(sent[0].subject, "Re: Genuine 真");
+    let asked: Vec<String> = fleet
+        .llm
+        .requests()
+        .iter()
+        .filter_map(|r| r.last_user_text())
+        .collect();
+    assert_eq!(
+        asked.len(),
+        1,
+        "only the genuine mail ran a turn: {asked:#?}"
+    );
+    assert!(asked[0].contains("Subject: Genuine 真"), "{asked:?}");
+    let log = fleet.service("gateway").logs();
+    assert_eq!(
+        log.matches("mail rejected: SPF verification failed")
+            .count(),
+        forged.len(),
+        "{log}"
+    );
+}
+
+/// Issue 30 items 5 and 6: attachment names are never paths, and a mail's attachments past the
+/// per-message caps are skipped with a note.
+#[tokio::test]
+async fn attachment_names_stay_in_the_media_folder_and_attachments_past_the_caps_are_noted() {
+    let servers = MailServers::shared().await.expect("mail servers");
+    let bot = bot_address("bot");
+    let alice = person("alice");
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(
+            json!({"channels": {"maxAttachments": 3, "email": section(servers, &bot, json!({
+            "allowFrom": [alice], "allowedAttachmentTypes": ["*"]}))}}),
+        )
+        .start()
+        .await
+        .expect("fleet");
+    wait_log(&mut fleet, LEASE_TAKEN).await;
+    fleet.llm.set_fallback(Reply::text("got them"));
+    let part = |disposition: &str, body: &str| {
+        format!(
+            "--b\r\nContent-Type: text/plain\r\nContent-Disposition: attachment; {disposition}\r\n\r\n{body}\r\n"
+        )
+    };
+    let parts = [
+        part("filename=\"../../escaped.txt\"", "one"),
+        part("filename=\"/etc/evil.txt\"", "two"),
+        part("filename*=utf-8''%E5%AD%A3%E5%BA%A6%00..%2Fx.txt", "three"),
+        part("filename=\"fourth.txt\"", "four"),
+    ];
+    let mail = format!(
+        "Authentication-Results: mx.fleet.test; spf=pass; dkim=pass\r\n\
+         From: {alice}\r\nTo: {bot}\r\nSubject: Files 📎\r\nMessage-ID: <files@example.test>\r\n\
+         Date: Wed, 25 Nov 2026 07:00:00 +0000\r\nMIME-Version: 1.0\r\n\
+         Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\n\
+         see attached\r\n{}--b--\r\n",
+        parts.concat()
+    );
+    servers.deliver(&bot, mail.as_bytes()).await.unwrap();
+    wait_sent(servers, &alice, 1).await;
+    let asked = fleet.llm.requests()[0].last_user_text().unwrap();
+    let media = fleet.workspace().join(".nanobot/media/email");
+    let mut saved: Vec<_> = std::fs::read_dir(&media)
+        .expect("media dir")
+        .map(|e| e.unwrap().path())
+        .collect();
+    saved.sort();
+    assert_eq!(saved.len(), 3, "{saved:?}");
+    for path in &saved {
+        assert_eq!(path.parent(), Some(media.as_path()));
+        assert!(asked.contains(&path.display().to_string()), "{asked}");
+    }
+    assert!(!fleet.workspace().join("escaped.txt").exists());
+    assert!(!fleet.workspace().join(".nanobot/escaped.txt").exists());
+    assert!(
+        asked
+            .contains("[attachment: fourth.txt - skipped: more than 3 attachments in one message]"),
+        "{asked}"
+    );
+}

@@ -457,3 +457,64 @@ async fn a_refused_slack_token_is_a_clear_error_and_the_gateway_keeps_serving_te
     assert_eq!(slack.connections(), 0, "no socket without a bot identity");
     assert!(fleet.service("gateway").is_running());
 }
+
+/// Issue 30 items 4 and 5: a text over the bus limit and file ids and names that are paths
+/// never wedge the bot or write outside its media folder; the next message is answered.
+#[tokio::test]
+async fn a_two_megabyte_text_and_file_names_that_are_paths_never_wedge_the_bot() {
+    let (fleet, fake) = slack_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::text("noted"));
+    fleet
+        .llm
+        .when_last_user_contains("after the poison", Reply::text("still here 🙂"));
+    let huge = "長文👍🏽".repeat(2 * 1024 * 1024 / "長文👍🏽".len() + 1);
+    fake.send_event(dm("1700000500.000100", &huge)).unwrap();
+    let hostile = [
+        ("../../F0UP", "../../../逃逸.txt"),
+        ("/etc/F0ABS", "/etc/evil.txt"),
+        ("F0NUL", "a\u{0}b/../c.txt"),
+    ];
+    for (i, (id, name)) in hostile.iter().enumerate() {
+        let url = fake.add_file(&format!("F0HOSTILE{i}"), "text/plain", b"payload");
+        let mut shared = dm(&format!("1700000501.00010{i}"), "file 📎");
+        shared["files"] = json!([{"id": id, "name": name, "mimetype": "text/plain",
+            "url_private_download": url}]);
+        fake.send_event(shared).unwrap();
+    }
+    fake.send_event(dm("1700000502.000100", "after the poison 🌊"))
+        .unwrap();
+    fake.wait_posted("D0ALICE", |p| p.text == "still here 🙂")
+        .await
+        .unwrap();
+    // Messages that arrive while a turn runs are one turn: read the session's user rows.
+    let asked: Vec<String> = crate::e2e::session_rows(&fleet, "default", "slack:D0ALICE")
+        .await
+        .iter()
+        .filter(|r| r["role"] == "user")
+        .filter_map(|r| r["content"].as_str().map(str::to_string))
+        .collect();
+    let cut = asked
+        .iter()
+        .find(|t| t.contains("[message cut: the first "))
+        .expect("the huge text reached the model, cut");
+    assert!(cut.starts_with("長文👍🏽長文") && cut.len() < 1024 * 1024);
+    let media = fleet.workspace().join(".nanobot/media/slack");
+    let saved: Vec<_> = std::fs::read_dir(&media)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(saved.len(), 3, "{saved:?}");
+    for path in &saved {
+        assert_eq!(std::fs::read(path).unwrap(), b"payload");
+        let line = format!("[file: {}]", path.display());
+        assert!(
+            asked.iter().any(|t| t.contains(&line)),
+            "{line}: {asked:.300?}"
+        );
+    }
+    assert!(!fleet.workspace().join("逃逸.txt").exists());
+    assert!(
+        asked.iter().any(|t| t == "after the poison 🌊"),
+        "{asked:.300?}"
+    );
+}

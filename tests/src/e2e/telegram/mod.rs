@@ -6,6 +6,7 @@ mod delivery;
 mod heartbeat;
 mod media;
 mod message;
+mod poison;
 mod proxy;
 
 use serde_json::{Value, json};
