@@ -21,6 +21,7 @@ mod fleet_up;
 mod goal;
 mod hardening;
 mod k8s;
+mod k8s_policy;
 mod memory;
 mod observability;
 mod replication;
