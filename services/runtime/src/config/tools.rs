@@ -161,3 +161,43 @@ impl Default for CronToolConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::*;
+
+    fn load(json: &str) -> Result<crate::config::Config, crate::config::ConfigError> {
+        crate::config::load_str(Some(json), Path::new("config.json"), &HashMap::new())
+    }
+
+    #[test]
+    fn the_cron_tools_bounds_default_load_and_are_checked() {
+        let cfg = load("{}").unwrap();
+        assert_eq!(cfg.tools.cron, CronToolConfig::default());
+        assert_eq!(cfg.tools.cron.min_interval_s, 60);
+        assert_eq!(cfg.tools.cron.max_jobs_per_chat, 50);
+        let set = load(r#"{"tools":{"cron":{"minIntervalS":5,"max_jobs_per_chat":3}}}"#).unwrap();
+        assert_eq!(
+            (
+                set.tools.cron.min_interval_s,
+                set.tools.cron.max_jobs_per_chat
+            ),
+            (5, 3)
+        );
+        let err = load(r#"{"tools":{"cron":{"minIntervalS":0,"maxJobsPerChat":0}}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tools.cron.minIntervalS: must be within 1..=86400 (a day)"),
+            "{err}"
+        );
+        assert!(
+            err.contains("tools.cron.maxJobsPerChat: must be within 1..=10000"),
+            "{err}"
+        );
+        assert!(load(r#"{"tools":{"cron":{"minIntervalS":86401}}}"#).is_err());
+    }
+}

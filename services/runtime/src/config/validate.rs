@@ -184,6 +184,11 @@ fn model_presets(config: &Config, problems: &mut Vec<String>) {
 }
 
 /// Returns every semantic problem of a parsed config; unknown keys go to `unknown`.
+/// Largest `tools.cron.minIntervalS`: a day.
+const MAX_CRON_MIN_INTERVAL_S: u64 = 86_400;
+/// Largest `tools.cron.maxJobsPerChat`.
+const MAX_CRON_JOBS_PER_CHAT: usize = 10_000;
+
 pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String> {
     let mut problems = Vec::new();
     let d = &config.agents.defaults;
@@ -238,6 +243,17 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
                 "tools.ssrfWhitelist[{i}]: {entry:?} is not a CIDR or an IP address"
             ));
         }
+    }
+    let cron = &config.tools.cron;
+    if !(1..=MAX_CRON_MIN_INTERVAL_S).contains(&cron.min_interval_s) {
+        problems.push(format!(
+            "tools.cron.minIntervalS: must be within 1..={MAX_CRON_MIN_INTERVAL_S} (a day)"
+        ));
+    }
+    if !(1..=MAX_CRON_JOBS_PER_CHAT).contains(&cron.max_jobs_per_chat) {
+        problems.push(format!(
+            "tools.cron.maxJobsPerChat: must be within 1..={MAX_CRON_JOBS_PER_CHAT}"
+        ));
     }
     for url in config.bus.url.split(',') {
         if !is_url(url.trim(), &["nats", "tls", "ws", "wss"]) {
