@@ -264,7 +264,10 @@ async fn consume(
         let msg = match next {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!(error = %e, "failed to receive message");
+                // A 503 while the consumer's leader is elected again: pause, as for a failed
+                // pull, instead of pulling again at once (thousands of pulls a second).
+                tracing::warn!(error = %e, "failed to receive message, retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
         };

@@ -52,7 +52,12 @@ async fn options(cfg: &BusConfig, name: &str) -> Result<async_nats::ConnectOptio
     let mut opts = async_nats::ConnectOptions::new()
         .name(name)
         .connection_timeout(Duration::from_secs(5))
-        .request_timeout(Some(Duration::from_secs(30)))
+        // JetStream API calls and reads wait this long at most: one sent to a node that died is
+        // never answered, and its caller retries on the nodes left (seconds, not 30 s).
+        .request_timeout(Some(Duration::from_secs(10)))
+        // A server that vanished without closing the connection (a lost host) is noticed
+        // after two missed pings, 10 s, not the default 2 minutes.
+        .ping_interval(Duration::from_secs(5))
         .event_callback(|event| async move {
             match event {
                 async_nats::Event::Disconnected => tracing::warn!("nats disconnected"),

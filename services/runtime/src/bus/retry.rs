@@ -1,11 +1,15 @@
-//! Publishing through a NATS node loss. While a cluster elects a new leader for a stream (its
-//! leader's node died) or the client reconnects to another node, a publish fails with "no
-//! stream found" (no responders), times out, or loses its connection, for a few seconds.
+//! Publishing (and reading) through a NATS node loss. While a cluster elects a new leader for a
+//! stream (its leader's node died) or the client reconnects to another node, a publish fails
+//! with "no stream found" (no responders), times out, or loses its connection, for a few
+//! seconds (about 5–8 s for a stream leader's election in the chaos tests).
 //! [`publish_acked`] retries those errors with jittered exponential backoff (100 ms, doubling
 //! to 1 s) for at most [`RETRY_FOR`]; each attempt carries the same `Nats-Msg-Id`, so the
 //! stream stores the message once however many attempts reached it (within its duplicate
 //! window, two minutes for the fleet's streams). Other errors (a message over the size limit,
 //! a stream refusing it) are answered at once.
+//!
+//! [`retry_transient`] is the same loop for other requests that are safe to repeat (a runner's
+//! direct get of its session's mailbox).
 //!
 //! Killed mid-way (SIGKILL), nothing is half done: the message is stored once or not at all,
 //! and the caller, which had no ack, did not answer its client as done.
@@ -66,6 +70,25 @@ pub async fn publish_acked(
     payload: Bytes,
     retry_for: Duration,
 ) -> Result<(), jetstream::context::PublishError> {
+    let op = || attempt(js, subject, &headers, &payload);
+    retry_transient(subject, retry_for, op, is_transient).await
+}
+
+/// Runs `op` until it succeeds, fails with an error `transient` refuses, or `retry_for` has
+/// passed (then its last error), with jittered exponential backoff (100 ms doubling to 1 s)
+/// between attempts. Bound each attempt in `op`: the total is `retry_for` plus one attempt.
+/// `what` names the operation in the log (a retry is logged once, and how it ended).
+pub async fn retry_transient<T, E, F, Fut>(
+    what: &str,
+    retry_for: Duration,
+    op: F,
+    transient: impl Fn(&E) -> bool,
+) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
     let deadline = tokio::time::Instant::now() + retry_for;
     let backoff = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
@@ -73,21 +96,21 @@ pub async fn publish_acked(
         .with_jitter()
         .without_max_times();
     let mut retries = 0u32;
-    let result = (|| attempt(js, subject, &headers, &payload))
+    let result = op
         .retry(backoff)
         .sleep(tokio::time::sleep)
-        .when(|e| is_transient(e) && tokio::time::Instant::now() < deadline)
+        .when(|e| transient(e) && tokio::time::Instant::now() < deadline)
         .notify(|e, after| {
             retries += 1;
             if retries == 1 {
-                tracing::warn!(error = %e, subject, retry_in = ?after, "publish failed; retrying");
+                tracing::warn!(error = %e, what, retry_in = ?after, "jetstream operation failed; retrying");
             }
         })
         .await;
     if retries > 0 {
         match &result {
-            Ok(()) => tracing::info!(subject, retries, "publish acknowledged after retries"),
-            Err(e) => tracing::warn!(error = %e, subject, retries, "publish gave up"),
+            Ok(_) => tracing::info!(what, retries, "jetstream operation succeeded after retries"),
+            Err(e) => tracing::warn!(error = %e, what, retries, "jetstream operation gave up"),
         }
     }
     result
