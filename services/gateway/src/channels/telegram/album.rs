@@ -27,6 +27,7 @@ use nanobot_runtime::store::Store;
 
 use super::{TelegramChannel, receive};
 use crate::channels::Inbound;
+use crate::channels::poison::{self, Failure};
 
 /// How long an album must stay without a new part before it is published (upstream's 0.6 s).
 const QUIET: Duration = Duration::from_millis(600);
@@ -180,7 +181,14 @@ async fn publish_claimed(
     }
     let parts: Vec<Update> = parts.into_values().collect();
     if !parts.is_empty() {
-        receive::handle(ch, inbound, &parts).await?;
+        match poison::guard(receive::handle(ch, inbound, &parts)).await {
+            Ok(()) => {}
+            // Trimmed like a published album: handling it again would fail the same way.
+            Err(Failure::Poison(why)) => {
+                tracing::error!(bot = %ch.bot_id, error = %ch.redact(&why), "telegram album cannot be handled; skipped");
+            }
+            Err(Failure::Retry(e)) => return Err(e),
+        }
     }
     // Only the parts published leave the list; one pushed meanwhile stays for its own turn.
     let _: () = conn
