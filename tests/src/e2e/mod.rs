@@ -7,6 +7,7 @@ mod background;
 mod backpressure;
 mod bot_isolation;
 mod chaos;
+mod chaos_gateway;
 mod cli;
 mod compose;
 mod config_scope;
