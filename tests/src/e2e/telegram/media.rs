@@ -65,7 +65,7 @@ fn album_part(update_id: i64, group: &str, photo: &FileRef, caption: Option<&str
 }
 
 /// A webhook-mode fleet with two gateway replicas listening on two ports.
-async fn webhook_fleet(fake: &TelegramFake) -> (Fleet, u16, u16) {
+pub(super) async fn webhook_fleet(fake: &TelegramFake) -> (Fleet, u16, u16) {
     let bot = fake.bot(TOKEN);
     let port = crate::harness::free_port().unwrap();
     let mut fleet = Fleet::builder()
@@ -99,7 +99,7 @@ async fn webhook_fleet(fake: &TelegramFake) -> (Fleet, u16, u16) {
 }
 
 /// Posts `body` to the webhook listener on `port` as Telegram does; returns the status.
-async fn post(port: u16, body: Value) -> u16 {
+pub(super) async fn post(port: u16, body: Value) -> u16 {
     reqwest::Client::new()
         .post(format!("http://127.0.0.1:{port}/telegram"))
         .header("X-Telegram-Bot-Api-Secret-Token", "album-secret")
@@ -126,7 +126,7 @@ async fn wait_reply_with(fake: &TelegramFake, text: &str) {
 
 /// A plain message after everything else: once it is answered, every earlier turn of the
 /// session ran (one session, turns in order).
-async fn barrier(fake: &TelegramFake, port: u16) {
+pub(super) async fn barrier(fake: &TelegramFake, port: u16) {
     let barrier = json!({"update_id": 500_100, "message": {
         "message_id": 500_100, "date": 1_790_000_001,
         "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},

@@ -223,3 +223,28 @@ async fn attachments_past_the_count_or_byte_cap_are_skipped_with_a_note_and_neve
         );
     }
 }
+
+#[tokio::test]
+async fn in_webhook_mode_hostile_and_undecodable_updates_are_acknowledged_and_the_next_answered() {
+    let fake = TelegramFake::start().await.unwrap();
+    fake.add_bot(super::TOKEN, "nano_test_bot");
+    let (_fleet, port, port_b) = super::media::webhook_fleet(&fake).await;
+    let hostile = json!({"update_id": 700_001, "message": {
+        "message_id": 700_001, "date": 1_790_000_000,
+        "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
+        "from": {"id": ALICE, "is_bot": false, "first_name": "Alice", "username": "alice"},
+        "text": "😀 @nano_test_bot 你好",
+        "entities": [{"type": "mention", "offset": 1, "length": 3}]}});
+    assert_eq!(
+        super::media::post(port, hostile).await,
+        200,
+        "handled, not a panic"
+    );
+    let undecodable = json!({"update_id": "not a number", "message": "🙃"});
+    assert_eq!(
+        super::media::post(port_b, undecodable).await,
+        200,
+        "acknowledged"
+    );
+    super::media::barrier(&fake, port).await;
+}
