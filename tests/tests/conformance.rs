@@ -28,3 +28,6 @@ mod reasoning;
 
 #[path = "../conformance/history.rs"]
 mod history;
+
+#[path = "../conformance/tool_definitions.rs"]
+mod tool_definitions;

@@ -1,5 +1,5 @@
-//! Session history rules from nanobot: what is replayed to the model (aligned to a user turn,
-//! legal tool-call boundaries) and how a turn's new messages are saved.
+//! Session history rules from nanobot 0.3.5: what is replayed to the model
+//! ([`get_history`], then [`prepare_for_model`]) and how a turn's new messages are saved.
 
 use std::collections::HashSet;
 
@@ -7,14 +7,23 @@ use serde_json::{Value, json};
 
 use crate::session::now_iso;
 
-/// Replay cap on messages (upstream `get_history(max_messages=120)`).
-pub const MAX_REPLAY_MESSAGES: usize = 120;
-/// Suffix kept replayable even when archived (upstream `MIN_COMPACTED_REPLAY_MESSAGES`).
-pub const MIN_COMPACTED_REPLAY_MESSAGES: usize = 8;
+mod govern;
 
+pub(crate) use govern::legal_tool_rows;
+pub use govern::{BACKFILL_CONTENT, prepare_for_model};
+
+/// No count cap on replay: 0.3.5's turn calls `get_history()` with `max_messages=0`, and the
+/// token budget ([`replay_within`]'s `max_tokens`, then the runner's snip) bounds what is
+/// sent. Kept as a value callers can pass as "no cap".
+pub const MAX_REPLAY_MESSAGES: usize = usize::MAX;
+
+/// 0.3.5's hidden user row a summary checkpoint starts replay with (`SUMMARY_CONTINUATION_TEXT`):
+/// never merged with a neighbouring user message.
+pub const SUMMARY_CONTINUATION_TEXT: &str =
+    "Continue the active task from the working-memory checkpoint above.";
+
+/// Keys of a stored row the model is sent (when the row has them, even as null).
 const REPLAY_KEYS: &[&str] = &[
-    "role",
-    "content",
     "tool_calls",
     "tool_call_id",
     "name",
@@ -22,23 +31,39 @@ const REPLAY_KEYS: &[&str] = &[
     "thinking_blocks",
 ];
 
+/// Attached CLI apps named on a user row's replay (0.3.5 `cli_apps[:8]`).
+const MAX_CLI_APPS: usize = 8;
+
 fn role(m: &Value) -> &str {
     m.get("role").and_then(Value::as_str).unwrap_or("")
 }
 
-/// Returns the first index at or after `from` where history may legally start: a `user` row,
-/// so no tool result appears before the assistant call that declared it.
-pub fn legal_start(messages: &[Value], from: usize) -> Option<usize> {
-    (from..messages.len()).find(|&i| role(&messages[i]) == "user")
+/// Python's truthiness of a JSON value (absent, null, false, 0, "", [] and {} are false).
+pub(crate) fn truthy(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+    }
 }
 
-/// Upstream's placeholder for a declared tool call whose result never came
-/// (`BACKFILL_CONTENT`).
-pub const BACKFILL_CONTENT: &str = "[Tool result unavailable — call was interrupted or lost]";
+/// Python's `str()` of a scalar JSON value (JSON text for the rest).
+pub(crate) fn py_str(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Null => "None".into(),
+        other => other.to_string(),
+    }
+}
 
-/// Returns the start of a recent window of `max` rows (upstream
-/// `recent_message_start_index`): with `extend_to_user`, a window holding no user row is
-/// extended back to the user that began its turn (or the proactive delivery just before it).
+/// Returns the start of a recent window of `max` rows (0.3.5 `recent_message_start_index`):
+/// with `extend_to_user`, a window holding no user row is extended back to the user that
+/// began its turn (or the proactive delivery just before it).
 fn recent_start(messages: &[Value], max: usize, extend_to_user: bool) -> usize {
     if max == 0 {
         return messages.len();
@@ -58,11 +83,10 @@ fn recent_start(messages: &[Value], max: usize, extend_to_user: bool) -> usize {
 }
 
 fn is_channel_delivery(m: &Value) -> bool {
-    m.get("_channel_delivery")
-        .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+    truthy(m.get("_channel_delivery"))
 }
 
-/// Returns the first index whose tool results all follow their assistant call (upstream
+/// Returns the first index whose tool results all follow their assistant call (0.3.5
 /// `find_legal_message_start`).
 pub(crate) fn find_legal_message_start(messages: &[Value]) -> usize {
     let mut declared = HashSet::new();
@@ -71,8 +95,10 @@ pub(crate) fn find_legal_message_start(messages: &[Value]) -> usize {
         match role(m) {
             "assistant" => declared.extend(call_ids(m)),
             "tool" => {
-                let id = m.get("tool_call_id").and_then(Value::as_str).unwrap_or("");
-                if !id.is_empty() && !declared.contains(id) {
+                let id = m.get("tool_call_id").filter(|id| truthy(Some(id)));
+                if let Some(id) = id.map(py_str)
+                    && !declared.contains(&id)
+                {
                     start = i + 1;
                     declared.clear();
                 }
@@ -88,45 +114,65 @@ fn call_ids(m: &Value) -> Vec<String> {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|c| c.get("id").and_then(Value::as_str).map(str::to_string))
+        .filter_map(|c| c.get("id").filter(|id| truthy(Some(id))).map(py_str))
         .collect()
 }
 
-/// Returns the messages replayed to the model, at most `max_messages` of them
-/// ([`replay_within`] without a token budget).
+/// Returns the messages replayed to the model ([`replay_within`] without a token budget).
 pub fn replay(messages: &[Value], last_consolidated: usize, max_messages: usize) -> Vec<Value> {
     replay_within(messages, last_consolidated, max_messages, 0)
 }
 
-/// Returns the messages replayed to the model, as upstream `Session.get_history` (§8.3):
-/// from `min(last_consolidated, the last 8 rows extended back to their user)`, at most
-/// `max_messages`, aligned to the user row that began a turn (or the proactive delivery
-/// right before it), at a legal tool-call boundary; command rows and empty assistant rows
-/// dropped, assistant text sanitised ([`sanitize_assistant_text`]), media breadcrumbs on user
-/// rows, only model-facing keys kept. Then, with `max_tokens > 0`, the newest rows within that
-/// many tokens, re-aligned to a user row (the nearest one even over budget). Tool rows are
-/// legal throughout: a result whose call is not in the replay is dropped, and a call whose
-/// result is missing gets upstream's [`BACKFILL_CONTENT`].
+/// Returns what a turn sends of its history: [`get_history`] (no subagent extension), then
+/// the model's copy of it ([`prepare_for_model`]). `max_messages` is a caller-owned cap (0.3.5's
+/// turn has none: pass [`MAX_REPLAY_MESSAGES`]); `max_tokens` 0 means no token budget.
 pub fn replay_within(
     messages: &[Value],
     last_consolidated: usize,
     max_messages: usize,
     max_tokens: usize,
 ) -> Vec<Value> {
-    let mut replay_start = last_consolidated.min(messages.len());
-    if replay_start > 0 {
-        replay_start =
-            replay_start.min(recent_start(messages, MIN_COMPACTED_REPLAY_MESSAGES, true));
-    }
-    let replayable = &messages[replay_start..];
-    let unarchived = messages.len().saturating_sub(last_consolidated);
-    let cap_start = if replay_start < last_consolidated && unarchived < max_messages {
-        // One tool-heavy turn spanning the archive boundary is kept whole.
+    let cap = if max_messages == usize::MAX {
         0
     } else {
-        recent_start(replayable, max_messages, false)
+        max_messages
     };
-    let mut sliced = &replayable[cap_start..];
+    prepare_for_model(get_history(
+        messages,
+        last_consolidated,
+        cap,
+        false,
+        max_tokens,
+    ))
+}
+
+/// Returns the replayable rows of a session as 0.3.5's `Session.get_history`: the rows from
+/// `last_archived` on (every row when the watermark is past the end, as 0.3.5 resets a corrupt
+/// one), the last `max_messages` of them when that is not 0 (extended back to their user with
+/// `extend_to_user`), from the first user row (or the proactive delivery right before it), at a
+/// legal tool-call boundary; command rows and assistant rows with nothing to say dropped,
+/// assistant text sanitised ([`sanitize_assistant_text`]), media and CLI-app breadcrumbs on user
+/// rows, only model-facing keys kept. Then, with `max_tokens > 0`, the newest rows within that
+/// many tokens, re-aligned to a user row (the nearest one even over budget).
+pub fn get_history(
+    messages: &[Value],
+    last_archived: usize,
+    max_messages: usize,
+    extend_to_user: bool,
+    max_tokens: usize,
+) -> Vec<Value> {
+    let from = if last_archived > messages.len() {
+        0
+    } else {
+        last_archived
+    };
+    let replayable = &messages[from..];
+    let start = if max_messages == 0 {
+        0
+    } else {
+        recent_start(replayable, max_messages, extend_to_user)
+    };
+    let mut sliced = &replayable[start..];
     if let Some(i) = sliced.iter().position(|m| role(m) == "user") {
         let from = if i > 0 && is_channel_delivery(&sliced[i - 1]) {
             i - 1
@@ -136,44 +182,54 @@ pub fn replay_within(
         sliced = &sliced[from..];
     }
     sliced = &sliced[find_legal_message_start(sliced)..];
-    let mut out = Vec::new();
-    for m in sliced {
-        if m.get("_command").and_then(Value::as_bool).unwrap_or(false) {
-            continue;
-        }
-        let r = role(m);
-        let mut row = serde_json::Map::new();
-        for key in REPLAY_KEYS {
-            if let Some(v) = m.get(*key)
-                && !v.is_null()
-            {
-                row.insert((*key).to_string(), v.clone());
+    let out: Vec<Value> = sliced.iter().filter_map(replay_row).collect();
+    if max_tokens > 0 && !out.is_empty() {
+        return newest_within(out, max_tokens);
+    }
+    out
+}
+
+/// One stored row as the model is sent it, `None` for a row it is not sent.
+fn replay_row(m: &Value) -> Option<Value> {
+    if truthy(m.get("_command")) {
+        return None;
+    }
+    let r = role(m);
+    let mut content = m.get("content").cloned().unwrap_or_else(|| json!(""));
+    if let Value::String(text) = &content {
+        let mut text = if r == "assistant" {
+            sanitize_assistant_text(text)
+        } else {
+            text.clone()
+        };
+        if r == "user" {
+            text = with_media_breadcrumbs(text, m.get("media"));
+            if !m.get("_runtime_context").is_some_and(Value::is_object) {
+                text = with_cli_app_breadcrumbs(text, m.get("cli_apps"));
             }
         }
-        if r == "assistant"
-            && let Some(text) = m.get("content").and_then(Value::as_str)
-        {
-            row.insert("content".into(), json!(sanitize_assistant_text(text)));
-        }
-        let keeps_turn = ["tool_calls", "reasoning_content", "thinking_blocks"]
-            .iter()
-            .any(|k| row.contains_key(*k));
-        if r == "assistant" && !keeps_turn && is_blank(row.get("content")) {
-            continue;
-        }
-        if r == "user" {
-            append_media_breadcrumbs(&mut row, m);
-        }
-        out.push(Value::Object(row));
+        content = Value::String(text);
     }
-    if max_tokens > 0 && !out.is_empty() {
-        out = newest_within(out, max_tokens);
+    let says_nothing = content.as_str().is_some_and(|t| py_strip(t).is_empty());
+    let keeps_turn = ["tool_calls", "reasoning_content", "thinking_blocks"]
+        .iter()
+        .any(|k| m.get(*k).is_some());
+    if r == "assistant" && says_nothing && !keeps_turn {
+        return None;
     }
-    legal_tool_rows(out)
+    let mut row = serde_json::Map::new();
+    row.insert("role".into(), m.get("role").cloned().unwrap_or(Value::Null));
+    row.insert("content".into(), content);
+    for key in REPLAY_KEYS {
+        if let Some(v) = m.get(*key) {
+            row.insert((*key).to_string(), v.clone());
+        }
+    }
+    Some(Value::Object(row))
 }
 
 /// Keeps the newest rows within `max_tokens`, re-aligned to a user row (the nearest one even
-/// over budget) at a legal tool-call boundary (upstream's `max_tokens` pass).
+/// over budget) at a legal tool-call boundary (0.3.5's `max_tokens` pass).
 fn newest_within(out: Vec<Value>, max_tokens: usize) -> Vec<Value> {
     use crate::memory::budget::{estimate_message, estimate_message_bound};
     // When even the byte bound fits, every row does: no tokenizer pass (the common case).
@@ -201,60 +257,11 @@ fn newest_within(out: Vec<Value>, max_tokens: usize) -> Vec<Value> {
     kept[find_legal_message_start(kept)..].to_vec()
 }
 
-/// Drops tool results whose call is not declared before them (or already answered), and
-/// gives every declared call without a result upstream's [`BACKFILL_CONTENT`] right after
-/// its assistant row's results, so a provider never sees an illegal tool sequence.
-pub(crate) fn legal_tool_rows(rows: Vec<Value>) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::with_capacity(rows.len());
-    // Calls of the latest assistant row still waiting for their result, in call order.
-    let mut open: Vec<(String, String)> = Vec::new();
-    let mut answered = HashSet::new();
-    let close = |out: &mut Vec<Value>, open: &mut Vec<(String, String)>| {
-        for (id, name) in open.drain(..) {
-            out.push(json!({"role": "tool", "tool_call_id": id, "name": name, "content": BACKFILL_CONTENT}));
-        }
-    };
-    for m in rows {
-        if role(&m) == "tool" {
-            let id = m.get("tool_call_id").and_then(Value::as_str).unwrap_or("");
-            let Some(pos) = open.iter().position(|(open_id, _)| open_id == id) else {
-                continue;
-            };
-            if !answered.insert(id.to_string()) {
-                continue;
-            }
-            open.remove(pos);
-            out.push(m);
-            continue;
-        }
-        close(&mut out, &mut open);
-        if role(&m) == "assistant" {
-            for call in m
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let id = call.get("id").and_then(Value::as_str).unwrap_or("");
-                let name = call
-                    .pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                if !id.is_empty() {
-                    open.push((id.to_string(), name.to_string()));
-                }
-            }
-        }
-        out.push(m);
-    }
-    close(&mut out, &mut open);
-    out
-}
-
-/// Removes replay artefacts a model could learn to repeat from an assistant row (upstream
+/// Removes replay artefacts a model could learn to repeat from an assistant row (0.3.5
 /// `_sanitize_assistant_replay_text`): a leading `[Message Time: …]`, lines that are only a
-/// local `[image: /…]` breadcrumb or an echoed `message(…)` / `generate_image(…)` call; then
-/// think tags as [`crate::provider::strip_think`].
+/// local `[image: /…]` breadcrumb or an echoed `message(…)` / `generate_image(…)` call; then,
+/// deliberately beyond 0.3.5, think tags as [`crate::provider::strip_think`] (a reasoning leak
+/// stored in a reply is not shown back to the model as an example).
 pub fn sanitize_assistant_text(text: &str) -> String {
     static PATTERNS: std::sync::LazyLock<[regex::Regex; 3]> = std::sync::LazyLock::new(|| {
         [
@@ -266,26 +273,94 @@ pub fn sanitize_assistant_text(text: &str) -> String {
     });
     let [time, image, echo] = &*PATTERNS;
     let text = time.replace(text, "");
-    let kept: Vec<&str> = text
-        .lines()
+    let kept: Vec<&str> = py_lines(&text)
         .filter(|line| !image.is_match(line) && !echo.is_match(line))
         .collect();
-    crate::provider::strip_think(kept.join("\n").trim()).0
+    crate::provider::strip_think(py_strip(&kept.join("\n"))).0
 }
 
-fn append_media_breadcrumbs(row: &mut serde_json::Map<String, Value>, m: &Value) {
-    let Some(media) = m.get("media").and_then(Value::as_array) else {
-        return;
+/// Python's `str.splitlines()`: lines split at any line boundary Python knows.
+fn py_lines(text: &str) -> impl Iterator<Item = &str> {
+    const BREAKS: &[char] = &[
+        '\n', '\r', '\u{b}', '\u{c}', '\u{1c}', '\u{1d}', '\u{1e}', '\u{85}', '\u{2028}',
+        '\u{2029}',
+    ];
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let Some(at) = rest.find(BREAKS) else {
+            return Some(std::mem::take(&mut rest));
+        };
+        let line = &rest[..at];
+        let width = if rest[at..].starts_with("\r\n") {
+            2
+        } else {
+            rest[at..].chars().next().map_or(1, char::len_utf8)
+        };
+        rest = &rest[at + width..];
+        Some(line)
+    })
+}
+
+/// Python's `str.strip()`: whitespace as Python counts it (Unicode white space and the
+/// separators `\x1c`–`\x1f`).
+fn py_strip(text: &str) -> &str {
+    text.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+}
+
+/// 0.3.5 `content_with_media_breadcrumbs`: a user row's non-empty media paths as
+/// `[image: path]` lines after its text (alone when it has none).
+fn with_media_breadcrumbs(text: String, media: Option<&Value>) -> String {
+    let Some(media) = media.and_then(Value::as_array) else {
+        return text;
     };
-    let mut text = row
-        .get("content")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    for path in media.iter().filter_map(Value::as_str) {
-        text.push_str(&format!("\n[image: {path}]"));
+    let crumbs: Vec<String> = media
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .map(|p| format!("[image: {p}]"))
+        .collect();
+    join_after(text, crumbs)
+}
+
+/// 0.3.5's replay of a user row's attached CLI apps (when its runtime context was not stored):
+/// one `[CLI App Attachment: …]` line per named app, of the first eight.
+fn with_cli_app_breadcrumbs(text: String, apps: Option<&Value>) -> String {
+    let Some(apps) = apps.and_then(Value::as_array) else {
+        return text;
+    };
+    let lines: Vec<String> = apps
+        .iter()
+        .take(MAX_CLI_APPS)
+        .filter(|a| a.is_object())
+        .filter_map(|app| {
+            let field = |k: &str| app.get(k).filter(|v| truthy(Some(v))).map(py_str);
+            let name = py_strip(&field("name").unwrap_or_default()).to_lowercase();
+            if name.is_empty() {
+                return None;
+            }
+            let entry = field("entry_point").unwrap_or_else(|| "unknown".into());
+            let entry = match py_strip(&entry) {
+                "" => "unknown",
+                e => e,
+            };
+            Some(format!(
+                "[CLI App Attachment: @{name}; tool=run_cli_app; entry_point={entry}; \
+                 skill=skills/cli-app-{name}/SKILL.md]"
+            ))
+        })
+        .collect();
+    join_after(text, lines)
+}
+
+fn join_after(text: String, lines: Vec<String>) -> String {
+    match (lines.is_empty(), text.is_empty()) {
+        (true, _) => text,
+        (false, true) => lines.join("\n"),
+        (false, false) => format!("{text}\n{}", lines.join("\n")),
     }
-    row.insert("content".into(), Value::String(text));
 }
 
 fn is_blank(content: Option<&Value>) -> bool {
@@ -404,17 +479,22 @@ mod tests {
     }
 
     #[test]
-    fn replay_keeps_the_last_eight_even_when_archived_and_honours_the_cap() {
+    fn archived_rows_are_never_replayed_and_there_is_no_count_cap() {
         let mut msgs = Vec::new();
-        for i in 0..10 {
+        for i in 0..100 {
             msgs.push(user(&format!("q{i}")));
             msgs.push(asst(&format!("a{i}")));
         }
-        let out = replay(&msgs, 20, 120);
-        assert_eq!(out.len(), 8);
-        assert_eq!(out[0], user("q6"));
+        assert_eq!(replay(&msgs, 200, MAX_REPLAY_MESSAGES), Vec::<Value>::new());
+        assert_eq!(replay(&msgs, 196, MAX_REPLAY_MESSAGES)[0], user("q98"));
+        let all = replay(&msgs, 0, MAX_REPLAY_MESSAGES);
+        assert_eq!(all.len(), 200, "more than the old 120-row cap");
         let capped = replay(&msgs, 0, 5);
-        assert_eq!(capped[0], user("q8"), "aligned forward to a user row");
+        assert_eq!(
+            capped[0],
+            user("q98"),
+            "a caller's cap, aligned to a user row"
+        );
         assert_eq!(capped.len(), 4);
     }
 
@@ -426,16 +506,32 @@ mod tests {
     }
 
     #[test]
-    fn an_archived_replay_reaches_back_to_the_user_that_began_the_turn() {
+    fn a_summary_checkpoint_starts_replay_at_its_hidden_row_never_merged() {
         let mut msgs = vec![user("q0"), asst("a0"), user("q1")];
         for i in 0..6 {
             msgs.push(call(&format!("c{i}")));
             msgs.push(result(&format!("c{i}")));
         }
         msgs.push(asst("done"));
-        let out = replay(&msgs, msgs.len(), 120);
-        assert_eq!(out[0], user("q1"), "not mid-turn: {out:#?}");
-        assert_eq!(out.len(), 14);
+        let boundary = msgs.len();
+        msgs.push(
+            json!({"role": "user", "content": SUMMARY_CONTINUATION_TEXT, "_hidden_history": true}),
+        );
+        msgs.push(user("next 🌏"));
+        let out = replay(&msgs, boundary, MAX_REPLAY_MESSAGES);
+        assert_eq!(out, vec![user(SUMMARY_CONTINUATION_TEXT), user("next 🌏")]);
+    }
+
+    #[test]
+    fn adjacent_user_rows_are_merged_for_the_model() {
+        let msgs = vec![
+            user("你好"),
+            json!({"role": "user", "content": "/status", "_command": true}),
+            user("مرحبا"),
+            json!({"role": "user", "content": "", "media": ["/m/猫.png"]}),
+        ];
+        let out = replay(&msgs, 0, MAX_REPLAY_MESSAGES);
+        assert_eq!(out, vec![user("你好\n\nمرحبا\n\n[image: /m/猫.png]")]);
     }
 
     #[test]

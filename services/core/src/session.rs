@@ -29,6 +29,11 @@ pub enum SessionError {
     Fenced { session: String },
 }
 
+/// Rows before the archive boundary a turn loads besides the replayable ones
+/// ([`SessionStore::load_recent`]): never replayed (0.3.5 replays from the boundary), but a
+/// turn's checks on its session's latest rows (an announcement already stored) still see them.
+pub const LOADED_ARCHIVED_ROWS: usize = 8;
+
 /// How long "seen" markers of answered inbound messages are kept.
 pub const SEEN_TTL_SECS: u64 = 7 * 24 * 3600;
 
@@ -209,8 +214,9 @@ impl SessionStore {
     }
 
     /// Loads what a turn can replay: the metadata and the rows from
-    /// `min(last_consolidated, len − 8)` on, at most the last `cap`, in one atomic read, so a
-    /// turn's cost does not grow with the session's archived history.
+    /// `min(last_consolidated, len − 8)` on ([`LOADED_ARCHIVED_ROWS`]; a `last_consolidated` past
+    /// the end counts as 0), at most the last `cap`, in one atomic read, so a turn's cost does
+    /// not grow with the session's archived history.
     pub async fn load_recent(&self, key: &str, cap: usize) -> Result<Session> {
         let mut conn = self.redis.clone();
         let answer: redis::Value = self
@@ -227,7 +233,7 @@ impl SessionStore {
         let mut read = scripts::LOAD_RECENT.prepare_invoke();
         read.key(keys::session_meta(&self.bot, key))
             .key(keys::session_messages(&self.bot, key))
-            .arg(crate::history::MIN_COMPACTED_REPLAY_MESSAGES)
+            .arg(LOADED_ARCHIVED_ROWS)
             .arg(cap.min(i64::MAX as usize));
         read
     }
@@ -275,8 +281,13 @@ impl SessionStore {
         let last_consolidated = meta
             .get("last_consolidated")
             .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(0)
-            .min(first_index + messages.len());
+            .unwrap_or(0);
+        // A watermark past the end (corrupt metadata) would hide all history: 0.3.5 resets it.
+        let last_consolidated = if last_consolidated > first_index + messages.len() {
+            0
+        } else {
+            last_consolidated
+        };
         Session {
             key: key.to_string(),
             messages,
@@ -621,22 +632,28 @@ mod tests {
         assert_eq!(recent.last_consolidated, 490);
         let cap = crate::history::MAX_REPLAY_MESSAGES;
         assert_eq!(recent.replay(cap), full.replay(cap));
-        // Archived up to the end: the last 8 rows stay replayable.
+        // Archived up to the end: the last 8 rows are loaded but, as in 0.3.5, not replayed.
         store.set_last_consolidated(key, 500).await.unwrap();
         let recent = store.load_recent(key, cap).await.unwrap();
         assert_eq!((recent.first_index, recent.messages.len()), (492, 8));
+        assert_eq!(recent.replay(cap), Vec::<Value>::new());
         assert_eq!(
             recent.replay(cap),
             store.load(key).await.unwrap().replay(cap)
         );
-        // Nothing archived: at most the cap.
+        // Nothing archived: no count cap, everything is replayed (the token budget bounds it).
         store.set_last_consolidated(key, 0).await.unwrap();
         let recent = store.load_recent(key, cap).await.unwrap();
-        assert_eq!(recent.messages.len(), cap);
-        assert_eq!(
-            recent.replay(cap),
-            store.load(key).await.unwrap().replay(cap)
-        );
+        assert_eq!(recent.messages.len(), 500);
+        assert_eq!(recent.replay(cap).len(), 500);
+        // A caller's own cap still bounds the read.
+        let capped = store.load_recent(key, 120).await.unwrap();
+        assert_eq!((capped.first_index, capped.messages.len()), (380, 120));
+        // A watermark past the end (corrupt metadata) is reset, as 0.3.5 does: all replayed.
+        store.set_last_consolidated(key, 900).await.unwrap();
+        let recent = store.load_recent(key, cap).await.unwrap();
+        assert_eq!((recent.first_index, recent.last_consolidated), (0, 0));
+        assert_eq!(recent.replay(cap).len(), 500);
         let whole = store.load_recent(key, usize::MAX).await.unwrap();
         assert_eq!((whole.first_index, whole.messages.len()), (0, 500));
     }

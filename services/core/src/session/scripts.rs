@@ -42,13 +42,14 @@ macro_rules! fenced_once {
 /// Appends rows and touches the session. KEYS: fence, messages, meta.
 /// ARGV: token, now, write id, rows….
 /// Reads the part of a session a turn can replay: KEYS meta, messages; ARGV the suffix kept
-/// replayable when archived, the replay cap → `{first index, meta fields, rows}`. The rows
-/// start at `max(min(last_consolidated, len - suffix), len - cap)`, so a turn reads at most
-/// the cap whatever the session's stored length.
+/// loaded when archived, the replay cap → `{first index, meta fields, rows}`. The rows
+/// start at `max(min(last_consolidated, len - suffix), len - cap)` (a `last_consolidated`
+/// past the end counts as 0), so a turn reads no archived rows beyond the suffix.
 pub(super) static LOAD_RECENT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "local len = redis.call('LLEN', KEYS[2])
          local lc = tonumber(redis.call('HGET', KEYS[1], 'last_consolidated') or '0') or 0
+         if lc > len then lc = 0 end
          local from = math.max(math.min(lc, len - tonumber(ARGV[1])), len - tonumber(ARGV[2]), 0)
          return {from, redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], from, -1)}",
     )

@@ -1,0 +1,89 @@
+"""0.3.5's replay of a session's history, for `history.json`.
+
+A case's input is `{"messages": [...], "last_archived": n, "max_messages": n,
+"extend_to_user": bool, "max_tokens": n}` (all but `messages` optional, defaulting as the
+agent loop calls `Session.get_history`: no message cap, no token budget).
+
+- `get_history`: `Session.get_history` on a session holding `messages` with `last_archived`.
+- `prepare_for_model`: `ContextGovernor.prepare_messages_for_model` on `messages`
+  (placeholder assistant rows, malformed tool calls, orphan results, missing results, empty
+  results, adjacent user messages), with no workspace and a tool-result cap no case reaches.
+- `replay`: the two in turn, what a turn sends of its history.
+
+Token budgets are counted as 0.3.5 counts them with network access: tiktoken's `cl100k_base`.
+Without it 0.3.5 silently falls back to UTF-8 bytes, so the adapter seeds tiktoken's cache
+with the same table from the `tiktoken-rs` crate in the local Cargo registry (tiktoken checks
+its hash) and fails when there is none.
+"""
+
+import glob
+import hashlib
+import os
+import shutil
+import tempfile
+from copy import deepcopy
+
+_CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+
+
+def _seed_tiktoken_cache() -> None:
+    cache = os.environ.setdefault(
+        "TIKTOKEN_CACHE_DIR", os.path.join(tempfile.gettempdir(), "nanobot-conformance-tiktoken")
+    )
+    target = os.path.join(cache, hashlib.sha1(_CL100K_URL.encode()).hexdigest())
+    if os.path.exists(target):
+        return
+    pattern = os.path.expanduser("~/.cargo/registry/src/*/tiktoken-rs-*/assets/cl100k_base.tiktoken")
+    found = sorted(glob.glob(pattern))
+    if not found:
+        raise RuntimeError(f"no cl100k_base table for 0.3.5's token counts (looked for {pattern})")
+    os.makedirs(cache, exist_ok=True)
+    shutil.copy(found[-1], target)
+
+
+_seed_tiktoken_cache()
+
+from nanobot.agent.context_governance import ContextGovernanceConfig, ContextGovernor
+from nanobot.session.manager import Session
+from nanobot.utils.helpers import _get_token_encoding
+
+_get_token_encoding()  # fail here, not in a silent byte-count fallback
+
+_NO_CAP = 1_000_000
+
+
+def _history(spec: dict) -> list:
+    session = Session(
+        key="probe:1",
+        messages=deepcopy(spec["messages"]),
+        last_consolidated=spec.get("last_archived", 0),
+    )
+    return session.get_history(
+        spec.get("max_messages", 0),
+        max_tokens=spec.get("max_tokens", 0),
+        extend_to_user=spec.get("extend_to_user", False),
+    )
+
+
+def _prepare(messages: list) -> list:
+    config = ContextGovernanceConfig(
+        provider=None,
+        model="probe",
+        tools=None,
+        workspace=None,
+        session_key="probe:1",
+        max_tool_result_chars=_NO_CAP,
+    )
+    return ContextGovernor().prepare_messages_for_model(config, deepcopy(messages))
+
+
+def get_history(spec: dict) -> list:
+    return _history(spec)
+
+
+def prepare_for_model(spec: dict) -> list:
+    return _prepare(spec["messages"])
+
+
+def replay(spec: dict) -> list:
+    return _prepare(_history(spec))
