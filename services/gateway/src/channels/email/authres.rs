@@ -12,8 +12,8 @@
 //! results for that method is `pass` (a mail may carry several DKIM signatures). A forged
 //! `dkim=pass` lower down never overrides the server's `dkim=fail` above it.
 //!
-//! No maintained Rust crate parses this header (`mail-auth` writes it), hence this small
-//! parser: comments (nested, with quoted pairs) and folding removed, `;` outside quoted
+//! `mail-auth` only writes this header and `msg-auth-status` (which parses it) is young and
+//! little used, hence this small parser: comments (nested, with quoted pairs) and folding removed, `;` outside quoted
 //! strings separates the `authserv-id [version]` from each `method[/version]=result …`.
 
 /// One parsed header: its authserv-id (lower case) and its `(method, result)` pairs (lower

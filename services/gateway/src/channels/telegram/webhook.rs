@@ -4,6 +4,8 @@
 //! matched to its bot by `webhookPath` and the `X-Telegram-Bot-Api-Secret-Token` header
 //! (compared in constant time); anything else is refused. An update is answered 200 only once
 //! its inbound message was accepted by JetStream (else 500, and Telegram delivers it again);
+//! one that can never be handled (undecodable, or its handler panics) is logged and answered
+//! 200, so Telegram does not keep posting it ahead of the next ones;
 //! its inbound id is derived from the update, so a repeat is one inbound message. An album's
 //! parts are answered once buffered in Redis and published as one turn ([`album`]).
 
