@@ -66,6 +66,20 @@ pub fn stale(continuation: bool, metadata: &Map<String, Value>) -> bool {
     continuation && !goal::is_active(metadata)
 }
 
+/// Appends the goal's runtime `block` to the last user message of a resumed turn's
+/// transcript (its stored row is the bare text, so the model reads the guidance again).
+pub fn append_to_last_user(messages: &mut [Value], block: &str) {
+    let Some(row) = messages.iter_mut().rev().find(|m| m["role"] == "user") else {
+        return;
+    };
+    match &mut row["content"] {
+        Value::String(text) if text.is_empty() => *text = block.to_string(),
+        Value::String(text) => *text = format!("{text}\n\n{block}"),
+        Value::Array(parts) => parts.push(json!({"type": "text", "text": block})),
+        _ => {}
+    }
+}
+
 /// Whether the turn's messages end with the budget's finalization reply `content` (upstream
 /// `_strip_terminal_assistant`): it is not saved when the goal continues.
 pub fn strip_terminal_reply(messages: &mut Vec<Value>, content: &str) {
@@ -158,6 +172,24 @@ mod tests {
             ..first.clone()
         };
         assert!(!is_continuation(&forged), "a user's message is never one");
+    }
+
+    #[test]
+    fn a_resumed_turn_reads_the_goal_block_after_its_last_user_message() {
+        let mut rows = vec![
+            json!({"role": "system", "content": "sys"}),
+            json!({"role": "user", "content": "/goal 写一本书 📚"}),
+            json!({"role": "assistant", "content": null, "tool_calls": []}),
+            json!({"role": "tool", "content": "ok"}),
+        ];
+        append_to_last_user(&mut rows, "[Goal 📚]");
+        assert_eq!(rows[1]["content"], "/goal 写一本书 📚\n\n[Goal 📚]");
+        let mut parts = vec![json!({"role": "user", "content": [{"type": "text", "text": "图"}]})];
+        append_to_last_user(&mut parts, "[Goal 📚]");
+        assert_eq!(
+            parts[0]["content"][1],
+            json!({"type": "text", "text": "[Goal 📚]"})
+        );
     }
 
     #[test]

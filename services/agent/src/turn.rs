@@ -204,7 +204,11 @@ pub async fn run(
     let mut messages = if resume {
         // A redelivered message whose turn was interrupted: continue from its saved rows.
         sessions.set_metadata(&input.session_key, &metadata).await?;
-        bot.context.resumed_messages(replay, &input.channel)
+        let mut messages = bot.context.resumed_messages(replay, &input.channel);
+        if let Some(block) = &goal_block {
+            goal_turn::append_to_last_user(&mut messages, block);
+        }
+        messages
     } else {
         // The message is persisted before the first LLM call (crash recovery): a user row, or
         // for a subagent's announcement upstream's assistant row tagged with its task.

@@ -222,6 +222,13 @@ async fn a_runner_killed_mid_goal_resumes_the_turn_with_the_goal_still_active() 
         4,
         "create_goal is not called again"
     );
+    // The resumed turn reads the guidance and the active goal after its user message.
+    let resumed = fleet.llm.requests()[2].messages();
+    let user = resumed.iter().rev().find(|m| m["role"] == "user").unwrap();
+    assert_eq!(
+        user["content"],
+        format!("/goal 写一本书 📚\n\n{}", upstream("block_both"))
+    );
     assert_completed(&session_metadata(&fleet, "cli:goal-kill").await);
     let rows = session_rows(&fleet, "default", "cli:goal-kill").await;
     let recorded: Vec<&Value> = rows
