@@ -54,7 +54,8 @@ async fn logged_texts(fleet: &crate::harness::Fleet, chat: &str) -> Vec<String> 
 }
 
 #[tokio::test]
-async fn another_client_is_refused_attach_history_and_messages_of_a_chat_on_every_replica() {
+async fn another_client_is_refused_attach_history_and_messages_of_a_chat_on_every_replica_and_after_a_restart()
+ {
     let (mut fleet, port_a) = ws_fleet(json!({"streaming": false})).await;
     let port_b = second_replica(&mut fleet).await;
     let mut alice = WsClient::connect(port_a, "alice").await;
@@ -131,6 +132,27 @@ async fn another_client_is_refused_attach_history_and_messages_of_a_chat_on_ever
         Some("alice"),
         "the owner is kept in Redis"
     );
+
+    // A SIGKILLed and restarted replica still knows whose the chat is.
+    fleet.service_at("gateway", 0).restart().unwrap();
+    let listening = || async move {
+        tokio::net::TcpStream::connect(("127.0.0.1", port_a))
+            .await
+            .is_ok()
+    };
+    crate::harness::wait_until(listening, super::TURN)
+        .await
+        .expect("the restarted replica listens");
+    let mut bob = WsClient::connect(port_a, "bob").await;
+    bob.send(json!({"type": "attach", "chat_id": "chat-a"}))
+        .await;
+    let refused = bob.until(|f| f["event"] == "error").await;
+    assert_eq!(refused["chat_id"], "chat-a", "{refused}");
+    let mut alice = WsClient::connect(port_a, "alice").await;
+    alice
+        .send(json!({"type": "attach", "chat_id": "chat-a"}))
+        .await;
+    alice.until(|f| f["event"] == "attached").await;
 }
 
 /// The issue route of the token fleets.
