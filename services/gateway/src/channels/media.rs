@@ -8,7 +8,7 @@
 //! plain name inside the folder.
 //!
 //! **Caps.** [`Budget`] bounds one message's attachments by count and total bytes
-//! (`channels.maxAttachments`, default 10, and `channels.maxAttachmentBytes`, default 50 MB):
+//! (`channels.maxAttachments`, default 10, and `channels.maxAttachmentBytes`, default 25 MB):
 //! an attachment past either is not downloaded (or, for mail, not written) and the turn says
 //! so (`[file: name - skipped: …]`), so a message with many large files cannot fill the
 //! agent's memory or the model request.

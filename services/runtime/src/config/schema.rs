@@ -295,7 +295,8 @@ pub struct ChannelsConfig {
     #[serde(alias = "max_attachments")]
     pub max_attachments: usize,
     /// Most bytes of one inbound message's attachments together; an attachment past it is
-    /// not downloaded and the turn says so. Default 50000000.
+    /// not downloaded and the turn says so. Default 25000000 (one file at Telegram's 20 MB
+    /// download limit fits; the model request stays far from 100 MB).
     #[serde(alias = "max_attachment_bytes")]
     pub max_attachment_bytes: u64,
     /// Telegram (`channels.telegram`), typed; see [`super::telegram`].
@@ -321,7 +322,7 @@ impl Default for ChannelsConfig {
             send_tool_hints: true,
             send_max_retries: 3,
             max_attachments: 10,
-            max_attachment_bytes: 50_000_000,
+            max_attachment_bytes: 25_000_000,
             telegram: None,
             email: None,
             slack: None,
