@@ -43,6 +43,9 @@ pub enum Part {
     Mcp,
     /// `tools.web` (web search keys): tools.
     Web,
+    /// `store` (the Redis URL's password): every role but the tool executors, which keep
+    /// nothing in Redis.
+    Store,
 }
 
 /// The provider whose key the gateway uses to transcribe voice messages.
@@ -56,6 +59,7 @@ pub fn uses(role: Role, part: Part, provider: &str) -> bool {
         (Role::Gateway, Part::Provider) => norm(provider) == TRANSCRIPTION_PROVIDER,
         (Role::Gateway, Part::Channels | Part::Api | Part::Transcription) => true,
         (Role::Tools, Part::Mcp | Part::Web) => true,
+        (role, Part::Store) => role != Role::Tools,
         _ => false,
     }
 }
@@ -81,6 +85,7 @@ pub fn withhold(root: &mut Value, role: Role) {
             }),
             "api" if !uses(role, Part::Api, "") => scrub(value),
             "transcription" if !uses(role, Part::Transcription, "") => scrub(value),
+            "store" if !uses(role, Part::Store, "") => scrub(value),
             "tools" => each(value, |key, section| match norm(key).as_str() {
                 "mcpservers" if !uses(role, Part::Mcp, "") => scrub(section),
                 "web" if !uses(role, Part::Web, "") => scrub(section),
@@ -105,9 +110,15 @@ fn scrub_channels(channels: &mut Value) {
     each(channels, |_, channel| scrub(channel));
 }
 
-/// Withholds every secret string under `value`.
+/// Withholds every secret string under `value`: secret-named keys, `headers`/`env` maps, and
+/// the secrets inside URLs ([`withhold_in_url`]: proxies, `apiBase`, an MCP server's URL).
 fn scrub(value: &mut Value) {
     match value {
+        Value::String(text) => {
+            if let Some(withheld) = withhold_in_url(text) {
+                *text = withheld;
+            }
+        }
         Value::Object(map) => {
             for (key, child) in map.iter_mut() {
                 if matches!(norm(key).as_str(), "headers" | "env" | "extraheaders") {
@@ -122,6 +133,78 @@ fn scrub(value: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(scrub),
         _ => {}
     }
+}
+
+/// What a withheld secret inside a URL reads as (a valid userinfo and query value).
+pub const WITHHELD_IN_URL: &str = "withheld-from-this-role";
+
+/// `text`'s URLs (comma-separated, as `bus.url` lists servers) with their secrets replaced by
+/// [`WITHHELD_IN_URL`]: the userinfo's password (a lone user name too: `https://TOKEN@host`)
+/// and the values of query parameters named like secrets (`token`, `key`, `sig`, `auth`, …).
+/// `None` when there is nothing to withhold (the text stays byte for byte as written).
+pub fn withhold_in_url(text: &str) -> Option<String> {
+    if !text.contains("://") {
+        return None;
+    }
+    let out: Vec<String> = text.split(',').map(withhold_in_one_url).collect();
+    let out = out.join(",");
+    (out != text).then_some(out)
+}
+
+fn withhold_in_one_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:{WITHHELD_IN_URL}@{host}"),
+            None => format!("{WITHHELD_IN_URL}@{host}"),
+        },
+        None => authority.to_string(),
+    };
+    let (path, fragment) = tail
+        .split_once('#')
+        .map_or((tail, None), |(p, f)| (p, Some(f)));
+    let tail = match path.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((name, value)) if is_secret_param(name) && !value.is_empty() => {
+                        format!("{name}={WITHHELD_IN_URL}")
+                    }
+                    _ => param.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", params.join("&"))
+        }
+        None => path.to_string(),
+    };
+    let fragment = fragment.map(|f| format!("#{f}")).unwrap_or_default();
+    format!("{scheme}://{authority}{tail}{fragment}")
+}
+
+/// Whether a URL query parameter named `name` carries a credential: a secret-named key
+/// ([`super::is_secret_key`]) or a name such as `key`, `sig`, `auth`, `code`, `jwt`.
+fn is_secret_param(name: &str) -> bool {
+    let lower = name.to_lowercase().replace(['_', '-'], "");
+    super::is_secret_key(name)
+        || [
+            "key",
+            "auth",
+            "sig",
+            "pass",
+            "pwd",
+            "credential",
+            "jwt",
+            "bearer",
+            "session",
+        ]
+        .iter()
+        .any(|s| lower.contains(s))
+        || matches!(lower.as_str(), "code" | "pw" | "p")
 }
 
 fn withhold_string(value: &mut Value) {
@@ -278,6 +361,82 @@ mod tests {
         )
         .expect("two bots' withheld tokens are not one token shared");
         assert_eq!(config.chat_channels("b"), ["telegram"]);
+    }
+
+    /// The `NAME-CANARY` words of `value`.
+    fn url_canaries(value: &Value) -> Vec<String> {
+        let text = value.to_string();
+        let mut found: Vec<String> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|w| w.ends_with("-CANARY"))
+            .map(String::from)
+            .collect();
+        found.sort();
+        found.dedup();
+        found
+    }
+
+    fn with_urls() -> Value {
+        json!({
+            "providers": {"custom": {"apiKey": "sk-x",
+                "apiBase": "https://me:PROVIDER-CANARY@llm.x/模型/🙂?api-version=2024&key=QUERY-CANARY#top"}},
+            "channels": {"telegram": {"enabled": true, "token": "1:t",
+                "proxy": "http://me:TGPROXY-CANARY@proxy.x:3128"}},
+            "tools": {
+                "web": {"proxy": "socks5://me:WEBPROXY-CANARY@proxy.x:1080"},
+                "mcpServers": {"gh": {"url": "https://mcp.x/sse?mode=全部&access_token=MCP-CANARY",
+                                       "args": ["--url", "https://USERTOKEN-CANARY@mcp.y/"]}}
+            },
+            "store": {"url": "redis://agent:REDIS-CANARY@127.0.0.1:6379"}
+        })
+    }
+
+    #[test]
+    fn secrets_in_urls_reach_only_the_roles_that_use_them() {
+        let scoped = |role: Role| {
+            let mut value = with_urls();
+            withhold(&mut value, role);
+            value
+        };
+        let llm = ["PROVIDER-CANARY", "QUERY-CANARY", "REDIS-CANARY"];
+        assert_eq!(url_canaries(&scoped(Role::Agent)), llm);
+        assert_eq!(url_canaries(&scoped(Role::Memory)), llm);
+        assert_eq!(
+            url_canaries(&scoped(Role::Tools)),
+            ["MCP-CANARY", "USERTOKEN-CANARY", "WEBPROXY-CANARY"]
+        );
+        assert_eq!(
+            url_canaries(&scoped(Role::Gateway)),
+            ["REDIS-CANARY", "TGPROXY-CANARY"]
+        );
+        assert_eq!(url_canaries(&scoped(Role::Cron)), ["REDIS-CANARY"]);
+        let tools = scoped(Role::Tools);
+        assert_eq!(
+            tools["providers"]["custom"]["apiBase"],
+            "https://me:withheld-from-this-role@llm.x/模型/🙂?api-version=2024&key=withheld-from-this-role#top",
+            "only the secrets change"
+        );
+        assert_eq!(
+            scoped(Role::Agent)["tools"]["mcpServers"]["gh"]["url"],
+            "https://mcp.x/sse?mode=全部&access_token=withheld-from-this-role"
+        );
+        assert_eq!(
+            tools["store"]["url"],
+            "redis://agent:withheld-from-this-role@127.0.0.1:6379"
+        );
+        let env = HashMap::new();
+        for role in Role::ALL {
+            let text = scoped(role).to_string();
+            super::super::load_str(Some(&text), Path::new("config.json"), &env)
+                .unwrap_or_else(|e| panic!("{} loads: {e}", role.name()));
+        }
+        assert_eq!(withhold_in_url("https://api.x/v1?model=a"), None);
+        assert_eq!(
+            withhold_in_url("nats://a:p1@n1:4222,nats://b:p2@n2:4222").as_deref(),
+            Some(
+                "nats://a:withheld-from-this-role@n1:4222,nats://b:withheld-from-this-role@n2:4222"
+            )
+        );
     }
 
     #[test]
