@@ -20,7 +20,8 @@ RUN_DIR ?=
 NANOBOT := $(DEBUG_BIN)/nanobot$(if $(CONFIG), --config $(CONFIG))
 RUN_FLAGS := $(if $(RUN_DIR),--run-dir $(RUN_DIR))
 # The roles find the builtin skills of this checkout (the binaries live outside it).
-UP := NANOBOT_SKILLS_DIR="$${NANOBOT_SKILLS_DIR:-$(CURDIR)/skills}" $(NANOBOT) up $(RUN_FLAGS)
+# UNCONFINED=1: one login every role shares, exec without the sandbox (`nanobot up --unconfined`).
+UP := NANOBOT_SKILLS_DIR="$${NANOBOT_SKILLS_DIR:-$(CURDIR)/skills}" $(NANOBOT) up $(RUN_FLAGS)$(if $(UNCONFINED), --unconfined)
 LINK := $(HOME)/.cargo/bin/nanobot
 
 .PHONY: help deps deps-model deps-test build dist link run up down status logs test test-unit lint \

@@ -291,9 +291,27 @@ impl Role {
     }
 }
 
-/// Prefix of every reply inbox (the async-nats default); requests and JetStream API calls
-/// get their answers on `_INBOX.>`.
+/// Every reply inbox of every role (the operator's view; no role may subscribe to it).
 pub const INBOX_ALL: &str = "_INBOX.>";
+
+/// The reply-inbox prefix of `role`'s clients (async-nats `custom_inbox_prefix`):
+/// `_INBOX.<role>`, so its inboxes are `_INBOX.<role>.<id>`. A role may subscribe under its own
+/// prefix only ([`inbox_of`]): no role reads another's replies (JetStream API answers, fetched
+/// messages, tool results). The per-bot users of a role share the prefix, but each bot's
+/// account is a subject space of its own.
+pub fn inbox_prefix(role: Role) -> String {
+    format!("_INBOX.{}", role.name())
+}
+
+/// Every reply inbox of `role`'s clients: `_INBOX.<role>.>`.
+pub fn inbox_of(role: Role) -> String {
+    format!("{}.>", inbox_prefix(role))
+}
+
+/// How long a role may answer a request it received (nats-server `allow_responses`; any
+/// number of messages, for the heartbeats of long tool calls): longer than any tool call
+/// (exec: 600 s), so a reply is never refused; no role may publish to an inbox otherwise.
+pub const RESPONSE_WINDOW: &str = "1h";
 
 /// What one role may publish and subscribe to: NATS subject patterns for a nats-server
 /// `permissions` block.
@@ -389,13 +407,15 @@ pub mod jetstream {
 ///   replies and the exec-session listing they ask each other;
 /// - only the CLI (the operator) creates or changes streams.
 ///
-/// Every role answers [`STATUS`] probes and reads its replies on [`INBOX_ALL`].
+/// Every role answers [`STATUS`] probes and reads its replies on its own inboxes
+/// ([`inbox_of`]); it publishes to an inbox only to answer a request it received (the server's
+/// `allow_responses`, [`RESPONSE_WINDOW`]).
 pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
     let b = bot.map_or_else(|| "*".to_string(), token);
     let area = |area: &str| format!("nanobot.{b}.{area}.>");
     let streams = [INBOUND_STREAM, OUTBOUND_STREAM, JOBS_STREAM];
-    let mut publish: Vec<String> = vec![INBOX_ALL.into()];
-    let mut subscribe: Vec<String> = vec![INBOX_ALL.into(), STATUS.into()];
+    let mut publish: Vec<String> = Vec::new();
+    let mut subscribe: Vec<String> = vec![inbox_of(role), STATUS.into()];
     // Every role checks the streams and the payload store at start.
     publish.extend(streams.iter().map(|s| jetstream::stream_info(s)));
     publish.push(jetstream::stream_info(&jetstream::object_stream(
@@ -606,7 +626,23 @@ mod tests {
         assert!(!allows(&tools.subscribe, &inbound));
         assert!(!allows(&tools.publish, &tool_call("b", "exec")));
         assert!(!allows(&tools.publish, &outbound("b", "api", "x")));
-        assert!(allows(&tools.publish, "_INBOX.abc.1"));
+        assert!(!allows(&tools.publish, "_INBOX.abc.1"), "tools only answer");
+        assert!(allows(&tools.subscribe, "_INBOX.tools.abc.1"));
+        assert!(!allows(&tools.subscribe, "_INBOX.agent.abc.1"));
+        for role in Role::ALL {
+            let p = permissions(role, Some("alpha"));
+            let own = format!("{}.x.1", inbox_prefix(role));
+            assert!(allows(&p.subscribe, &own), "{role:?} reads its replies");
+            assert!(
+                !allows(&p.subscribe, INBOX_ALL),
+                "{role:?} reads every inbox"
+            );
+            for other in Role::ALL.into_iter().filter(|o| *o != role) {
+                let theirs = format!("{}.x.1", inbox_prefix(other));
+                assert!(!allows(&p.subscribe, &theirs), "{role:?} reads {other:?}'s");
+                assert!(!allows(&p.publish, &theirs), "{role:?} writes {other:?}'s");
+            }
+        }
         let on = tool_call_on("b", "tools-1a2b3c4d", "write_stdin");
         assert!(subject_matches(&tool_call_on_all("tools-1a2b3c4d"), &on));
         assert!(allows(&tools.subscribe, &on));

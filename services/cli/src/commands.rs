@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use nanobot_proto::subjects::Role;
 use nanobot_runtime::bus;
 use nanobot_runtime::config::{self, Config};
 
@@ -60,6 +61,11 @@ pub enum Command {
         /// Start the local default model even when a provider is configured.
         #[arg(long)]
         with_model: bool,
+        /// The fleet as before confinement: one NATS/Redis login every role shares, `exec`
+        /// without the bubblewrap sandbox (the host's files and network), file tools outside
+        /// the workspace. Default: each role logs in as itself, `exec` runs in bubblewrap.
+        #[arg(long)]
+        unconfined: bool,
     },
     /// Stop what `up` started, by pid.
     Down {
@@ -153,7 +159,7 @@ async fn connect(cfg: &Config) -> anyhow::Result<bus::Bus> {
         tokio::time::sleep(Duration::from_secs(5)).await;
         guard.cancel();
     });
-    bus::connect(&cfg.bus, "nanobot-cli", &cancel)
+    bus::connect(&cfg.bus, Role::Cli, "nanobot-cli", &cancel)
         .await
         .with_context(|| {
             format!(
@@ -222,11 +228,12 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Up {
             run_dir,
             with_model,
+            unconfined,
         } => {
             let env: HashMap<String, String> = std::env::vars().collect();
             let secrets_file =
                 config::secrets::path_for(&config::resolve_path(cli.config.as_deref(), &env));
-            let secrets = config::secrets::ensure(&secrets_file)
+            let secrets = config::secrets::ensure(&secrets_file, *unconfined)
                 .with_context(|| format!("create {}", secrets_file.display()))?;
             let cfg = load(&cli)?;
             let mut opts = crate::fleet::UpOptions::new(cli.config.clone());

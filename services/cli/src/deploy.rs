@@ -210,6 +210,34 @@ pub fn run(command: &DeployCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The NATS users of the local fleet (`nanobot up`): one per role, with the permissions of
+/// `nanobot deploy nats-config` and the password of `passwords` (by role name).
+pub fn local_nats_users(passwords: &BTreeMap<String, String>) -> String {
+    let logins = Login::all(&[], &Role::ALL)
+        .into_iter()
+        .filter_map(|login| {
+            let password = passwords.get(login.role.name())?;
+            let entry = format!(
+                "user: {}\n      password: {}",
+                serde_json::Value::from(login.user()),
+                serde_json::Value::from(password.as_str())
+            );
+            Some((login, entry))
+        })
+        .collect();
+    nats_config(&logins, "")
+}
+
+/// The Redis users of the local fleet (`nanobot up`, lines of a `redis.conf`): `default` off,
+/// one per role with a Redis user, with the rules of `nanobot deploy redis-acl`.
+pub fn local_redis_users(passwords: &BTreeMap<String, String>) -> String {
+    let logins = redis_logins(&[])
+        .into_iter()
+        .filter_map(|login| Some((login.clone(), passwords.get(login.role.name())?.clone())))
+        .collect();
+    redis_acl(&logins)
+}
+
 /// The env file next to `out`: `<dir>/<kind>-secrets.env`.
 pub fn secrets_path(out: &Path, kind: &str) -> PathBuf {
     out.parent()
@@ -344,9 +372,11 @@ fn nats_config(logins: &BTreeMap<Login, String>, note: &str) -> String {
         let _ = write!(
             users,
             "    {{\n      {entry}\n      permissions: {{\n        \
-             publish: {{ allow: [{}] }}\n        subscribe: {{ allow: [{}] }}\n      }}\n    }}\n",
+             publish: {{ allow: [{}] }}\n        subscribe: {{ allow: [{}] }}\n        \
+             allow_responses: {{ max: -1, expires: \"{}\" }}\n      }}\n    }}\n",
             list(&p.publish),
             list(&p.subscribe),
+            subjects::RESPONSE_WINDOW,
         );
     }
     if let Some(users) = accounts.get(&None) {
@@ -376,9 +406,11 @@ fn indent(text: &str, prefix: &str) -> String {
 
 /// Data commands a role may run: reads, writes, scripts (session writes are Lua), MULTI,
 /// connection commands and `WAIT` (replication on clusters); nothing administrative or
-/// dangerous (`FLUSHALL`, `CONFIG`, `KEYS`, `DEBUG`, …).
-const REDIS_COMMANDS: &str =
-    "-@all +@read +@write +@scripting +@transaction +@connection +select +wait -@admin -@dangerous";
+/// dangerous (`FLUSHALL`, `CONFIG`, `DEBUG`, …), and nothing that lists key names beyond the
+/// user's patterns (`KEYS`, `SCAN`, `RANDOMKEY`, `DBSIZE`: a per-bot user would see every
+/// bot's), which no role needs (each reads keys it can name, or an index key).
+const REDIS_COMMANDS: &str = "-@all +@read +@write +@scripting +@transaction +@connection +select +wait \
+     -@admin -@dangerous -keys -scan -randomkey -dbsize";
 
 /// The Redis ACL file: `default` off, one user per login with its key patterns.
 fn redis_acl(passwords: &BTreeMap<Login, String>) -> String {

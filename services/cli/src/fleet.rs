@@ -9,7 +9,9 @@
 //! - `launch`: locating binaries, endpoints, spawning detached processes, readiness probes.
 //! - `pidfile`: pid files, liveness, stopping by pid.
 //! - `start`: starting NATS, Redis, the local model and the roles, or finding them running.
+//! - `confine`: what each role gets by default (its own logins, the exec sandbox).
 
+mod confine;
 mod launch;
 mod pidfile;
 mod start;
@@ -121,9 +123,12 @@ pub async fn up(opts: &UpOptions, cfg: &Config, secrets: &FleetSecrets) -> anyho
     if wants_local_model(cfg, opts.with_model) {
         rows.push(start::start_model(&dirs, cfg, &http).await?);
     }
-    rows.extend(start::start_roles(&dirs, opts, &http).await?);
+    rows.extend(start::start_roles(&dirs, opts, cfg, secrets, &http).await?);
 
     print_summary(&rows, &dirs);
+    for line in confine::summary(secrets, cfg) {
+        println!("{line}");
+    }
     Ok(())
 }
 
@@ -133,7 +138,12 @@ async fn init_streams(cfg: &Config) -> anyhow::Result<()> {
     let cancel = tokio_util::sync::CancellationToken::new();
     let bus = tokio::time::timeout(
         std::time::Duration::from_secs(10),
-        nanobot_runtime::bus::connect(&cfg.bus, "nanobot-up", &cancel),
+        nanobot_runtime::bus::connect(
+            &cfg.bus,
+            nanobot_proto::subjects::Role::Cli,
+            "nanobot-up",
+            &cancel,
+        ),
     )
     .await
     .context("connect to nats to create the streams: timed out")?

@@ -48,9 +48,15 @@ pub struct Bus {
     pub js: jetstream::Context,
 }
 
-async fn options(cfg: &BusConfig, name: &str) -> Result<async_nats::ConnectOptions, BusError> {
+async fn options(
+    cfg: &BusConfig,
+    role: subjects::Role,
+    name: &str,
+) -> Result<async_nats::ConnectOptions, BusError> {
     let mut opts = async_nats::ConnectOptions::new()
         .name(name)
+        // Replies come to the role's own inboxes, the only ones its NATS user may read.
+        .custom_inbox_prefix(subjects::inbox_prefix(role))
         .connection_timeout(Duration::from_secs(5))
         // JetStream API calls and reads wait this long at most: one sent to a node that died is
         // never answered, and its caller retries on the nodes left (seconds, not 30 s).
@@ -86,11 +92,13 @@ async fn options(cfg: &BusConfig, name: &str) -> Result<async_nats::ConnectOptio
     Ok(opts)
 }
 
-/// Connects to NATS, retrying with backoff until it answers or `cancel` fires. Streams are not
-/// touched: `nanobot bus init` creates them ([`init_streams`]); roles check them with
-/// [`verify_streams`].
+/// Connects to NATS as `role` (its reply inboxes are `role`'s: see
+/// [`subjects::inbox_prefix`]), retrying with backoff until it answers or `cancel` fires.
+/// Streams are not touched: `nanobot bus init` creates them ([`init_streams`]); roles check
+/// them with [`verify_streams`].
 pub async fn connect(
     cfg: &BusConfig,
+    role: subjects::Role,
     name: &str,
     cancel: &CancellationToken,
 ) -> Result<Bus, BusError> {
@@ -104,7 +112,7 @@ pub async fn connect(
     }
     let mut delay = Duration::from_millis(100);
     let client = loop {
-        match options(cfg, name).await?.connect(addrs.clone()).await {
+        match options(cfg, role, name).await?.connect(addrs.clone()).await {
             Ok(client) => break client,
             Err(e) => tracing::warn!(error = %e, retry_in = ?delay, "nats not reachable"),
         }

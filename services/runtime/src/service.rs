@@ -48,7 +48,8 @@ pub async fn start(
         ),
         None => None,
     };
-    let bus = bus::connect(&cfg.bus, &health.instance, &cancel)
+    let as_role = crate::config::scope::role_named(role).map_err(anyhow::Error::msg)?;
+    let bus = bus::connect(&cfg.bus, as_role, &health.instance, &cancel)
         .await
         .context("connect to nats")?;
     bus::verify_streams(&bus.js)

@@ -123,7 +123,10 @@ impl PerBot {
             ..BusConfig::default()
         };
         let cancel = tokio_util::sync::CancellationToken::new();
-        bus::connect(&cfg, "test", &cancel).await.unwrap().js
+        bus::connect(&cfg, super::security::role_of(role), "test", &cancel)
+            .await
+            .unwrap()
+            .js
     }
 
     /// A Redis URL logging in as `role` of `bot`.
@@ -207,6 +210,16 @@ async fn a_bots_agent_user_can_neither_subscribe_to_nor_fetch_another_bots_inbou
 }
 
 #[tokio::test]
+async fn a_bots_role_users_neither_read_nor_answer_each_others_reply_inboxes() {
+    let deployed = PerBot::deploy();
+    let nats = deployed.nats().await;
+    for bot in BOTS {
+        let login = |role: subjects::Role| deployed.login("NATS", role.name(), bot);
+        super::security::check_reply_inboxes(&nats.url(), login, bot).await;
+    }
+}
+
+#[tokio::test]
 async fn a_bots_tools_user_cannot_publish_an_inbound_message() {
     let deployed = PerBot::deploy();
     let nats = deployed.nats().await;
@@ -268,6 +281,29 @@ async fn a_bots_agent_redis_user_is_refused_another_bots_session_keys() {
             .await
             .unwrap_or_else(|e| panic!("alpha writes its session {session}: {e}"));
         assert_eq!(rows, 1);
+    }
+    // No role user lists key names (every bot's would show): not SCAN, KEYS, RANDOMKEY or
+    // DBSIZE.
+    for role in ["gateway", "agent", "memory", "cron", "cli"] {
+        let mut conn = redis_conn(&deployed.redis_url(&redis, role, "alpha")).await;
+        for args in [
+            &["SCAN", "0"][..],
+            &["SCAN", "0", "MATCH", "nanobot:{beta}:*"],
+            &["KEYS", "*"],
+            &["RANDOMKEY"],
+            &["DBSIZE"],
+        ] {
+            let mut cmd = redis::cmd(args[0]);
+            cmd.arg(&args[1..]);
+            let e = cmd
+                .query_async::<redis::Value>(&mut conn)
+                .await
+                .expect_err("refused");
+            assert!(
+                e.to_string().contains("no permissions"),
+                "{role}-alpha {args:?}: {e}"
+            );
+        }
     }
     // Each bot's cron role leads its own bot only.
     let mut cron = redis_conn(&deployed.redis_url(&redis, "cron", "alpha")).await;

@@ -252,7 +252,9 @@ async fn check_on_real_servers(d: &Deployed) {
         ..BusConfig::default()
     };
     let cancel = tokio_util::sync::CancellationToken::new();
-    let operator = bus::connect(&operator, "test", &cancel).await.unwrap();
+    let operator = bus::connect(&operator, Role::Cli, "test", &cancel)
+        .await
+        .unwrap();
     bus::init_streams(&operator.js, 1)
         .await
         .expect("the operator creates the streams");

@@ -17,7 +17,12 @@ use crate::scripted_llm::Reply;
 
 /// Runs `nanobot deploy <what> --out <dir>/<file>` and returns the passwords of its env file
 /// by role name.
-async fn deploy(dir: &Path, what: &str, file: &str, server: &str) -> BTreeMap<String, String> {
+pub(super) async fn deploy(
+    dir: &Path,
+    what: &str,
+    file: &str,
+    server: &str,
+) -> BTreeMap<String, String> {
     let out = tokio::process::Command::new(bin_path("nanobot").unwrap())
         .args(["deploy", what, "--out"])
         .arg(dir.join(file))
@@ -54,15 +59,36 @@ async fn login(
     connect_as(&fleet.nats.url(), role, &secured.nats[role]).await
 }
 
-/// A NATS client at `url` logged in as `user`, and the server errors it is sent.
+/// The role of a deployed NATS or Redis user: `tools` of `tools` and of `tools-alpha`.
+pub(super) fn role_of(user: &str) -> subjects::Role {
+    let name = user.split('-').next().unwrap_or(user);
+    subjects::Role::ALL
+        .into_iter()
+        .find(|r| r.name() == name)
+        .unwrap_or_else(|| panic!("{user} is a role's user"))
+}
+
+/// A NATS client at `url` logged in as `user` (with its role's reply inboxes, as the role's
+/// processes), and the server errors it is sent.
 pub(super) async fn connect_as(
     url: &str,
     user: &str,
     password: &str,
 ) -> (async_nats::Client, mpsc::UnboundedReceiver<String>) {
+    connect_with_inbox(url, user, password, &subjects::inbox_prefix(role_of(user))).await
+}
+
+/// A NATS client at `url` logged in as `user` whose reply inboxes are under `inbox`.
+pub(super) async fn connect_with_inbox(
+    url: &str,
+    user: &str,
+    password: &str,
+    inbox: &str,
+) -> (async_nats::Client, mpsc::UnboundedReceiver<String>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let client = async_nats::ConnectOptions::new()
         .user_and_password(user.into(), password.into())
+        .custom_inbox_prefix(inbox)
         .event_callback(move |event| {
             let tx = tx.clone();
             async move {
@@ -387,11 +413,13 @@ async fn roles_log_in_with_nkey_seeds_and_keep_their_permissions() {
         ..BusConfig::default()
     };
     let cancel = tokio_util::sync::CancellationToken::new();
-    let operator = bus::connect(&login("cli"), "test", &cancel).await.unwrap();
+    let operator = bus::connect(&login("cli"), subjects::Role::Cli, "test", &cancel)
+        .await
+        .unwrap();
     bus::init_streams(&operator.js, 1)
         .await
         .expect("the operator creates the streams");
-    let tools = bus::connect(&login("tools"), "test", &cancel)
+    let tools = bus::connect(&login("tools"), subjects::Role::Tools, "test", &cancel)
         .await
         .unwrap();
     bus::verify_streams(&tools.js)
@@ -419,4 +447,159 @@ async fn roles_log_in_with_nkey_seeds_and_keep_their_permissions() {
         .expect("the streams are intact");
     let anonymous = async_nats::connect(nats.url()).await;
     assert!(anonymous.is_err(), "no seed, no connection");
+}
+
+/// A request every role's user may make (a stream check), answered once the server has
+/// handled all `client` sent before it (`flush` only empties the client's write buffer).
+async fn round_trip(client: &async_nats::Client) {
+    let check = subjects::jetstream::stream_info(subjects::INBOUND_STREAM);
+    client
+        .request(check, "".into())
+        .await
+        .expect("the server answers a stream check");
+}
+
+/// What each role's NATS user may do with reply inboxes, on a server configured by `nanobot
+/// deploy nats-config` (`login`: a role's user and password, for `bot`'s subjects): a runner's
+/// fetched inbound message (a user's text) and every other reply reach only the role that
+/// asked; no role subscribes to another's inboxes or to all of them, nor publishes into one
+/// except to answer a request it received; requests between roles still get their answers.
+pub(super) async fn check_reply_inboxes(
+    url: &str,
+    login: impl Fn(subjects::Role) -> (String, String),
+    bot: &str,
+) {
+    use subjects::Role;
+    let as_role = |role: Role| {
+        let (user, password) = login(role);
+        async move { connect_as(url, &user, &password).await }
+    };
+    let (gateway, _) = as_role(Role::Gateway).await;
+    let (agent, _) = as_role(Role::Agent).await;
+    let (tools, mut tools_errors) = as_role(Role::Tools).await;
+
+    // The tools user listening on every inbox is refused, then a runner fetches a message.
+    let mut all = tools.subscribe(subjects::INBOX_ALL).await.unwrap();
+    tools.flush().await.unwrap();
+    refused(&mut tools_errors, "Subscription to \"_INBOX.>\"").await;
+    let text = "私の秘密 🔑 for the runner only";
+    let session = subjects::inbound(bot, "api", "api:inboxes");
+    async_nats::jetstream::new(gateway.clone())
+        .publish(session.clone(), text.into())
+        .await
+        .unwrap()
+        .await
+        .expect("the gateway's JetStream ack reaches its own inbox");
+    let fetched = async_nats::jetstream::new(agent.clone())
+        .get_stream(subjects::INBOUND_STREAM)
+        .await
+        .expect("the runner's JetStream API answers reach its inbox")
+        .direct_get_next_for_subject(&session, None)
+        .await
+        .expect("the runner fetches the message into its inbox");
+    assert_eq!(std::str::from_utf8(&fetched.payload).unwrap(), text);
+    // Whatever the server sent the refused subscription came before this round trip's answer;
+    // after it, the closed subscription yields what it got: nothing.
+    round_trip(&tools).await;
+    all.unsubscribe().await.unwrap();
+    assert!(
+        futures::StreamExt::next(&mut all).await.is_none(),
+        "the tools user read the fetched message"
+    );
+
+    // Each role: no other role's inboxes, not all of them.
+    for role in Role::ALL {
+        let (client, mut errors) = as_role(role).await;
+        for other in Role::ALL.into_iter().filter(|o| *o != role) {
+            let theirs = subjects::inbox_of(other);
+            let _sub = client.subscribe(theirs.clone()).await.unwrap();
+            client.flush().await.unwrap();
+            refused(&mut errors, &format!("Subscription to \"{theirs}\"")).await;
+        }
+        let _sub = client.subscribe(subjects::INBOX_ALL).await.unwrap();
+        client.flush().await.unwrap();
+        refused(&mut errors, "Subscription to \"_INBOX.>\"").await;
+    }
+
+    // A tool call: the executor answers the runner (a heartbeat, then the result) and nothing
+    // else; it cannot write into a request of the gateway's it never received.
+    let mut calls = tools
+        .subscribe(subjects::tool_call(bot, "exec"))
+        .await
+        .unwrap();
+    round_trip(&tools).await;
+    let inbox = agent.new_inbox();
+    assert!(
+        inbox.starts_with(&subjects::inbox_prefix(Role::Agent)),
+        "{inbox}"
+    );
+    let mut replies = agent.subscribe(inbox.clone()).await.unwrap();
+    round_trip(&agent).await;
+    agent
+        .publish_with_reply(subjects::tool_call(bot, "exec"), inbox.clone(), "ls".into())
+        .await
+        .unwrap();
+    agent.flush().await.unwrap();
+    let call = tokio::time::timeout(
+        Duration::from_secs(10),
+        futures::StreamExt::next(&mut calls),
+    )
+    .await
+    .expect("the executor receives the call")
+    .unwrap();
+    let reply_to = call.reply.expect("the call has a reply inbox");
+    for answer in ["RUNNING", "结果 ✅"] {
+        tools
+            .publish(reply_to.clone(), answer.into())
+            .await
+            .unwrap();
+    }
+    tools.flush().await.unwrap();
+    for answer in ["RUNNING", "结果 ✅"] {
+        let got = tokio::time::timeout(
+            Duration::from_secs(10),
+            futures::StreamExt::next(&mut replies),
+        )
+        .await
+        .expect("the runner gets the executor's answers")
+        .unwrap();
+        assert_eq!(std::str::from_utf8(&got.payload).unwrap(), answer);
+    }
+    let pending = gateway.new_inbox();
+    let _gateway_replies = gateway.subscribe(pending.clone()).await.unwrap();
+    round_trip(&gateway).await;
+    for target in [pending, agent.new_inbox()] {
+        tools
+            .publish(target.clone(), "forged".into())
+            .await
+            .unwrap();
+        tools.flush().await.unwrap();
+        refused(&mut tools_errors, &format!("Publish to \"{target}\"")).await;
+    }
+}
+
+#[tokio::test]
+async fn no_role_user_reads_or_answers_another_roles_reply_inboxes() {
+    use nanobot_runtime::bus;
+    use nanobot_runtime::config::BusConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let passwords = deploy(dir.path(), "nats-config", "nats.conf", "nats").await;
+    let nats = crate::harness::Nats::start_with_config(&dir.path().join("nats.conf"))
+        .await
+        .unwrap();
+    let operator = BusConfig {
+        url: nats.url(),
+        user: Some("cli".into()),
+        password: Some(passwords["cli"].clone()),
+        ..BusConfig::default()
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let operator = bus::connect(&operator, subjects::Role::Cli, "test", &cancel)
+        .await
+        .unwrap();
+    bus::init_streams(&operator.js, 1)
+        .await
+        .expect("the operator's API calls are answered in its inbox");
+    let login = |role: subjects::Role| (role.name().to_string(), passwords[role.name()].clone());
+    check_reply_inboxes(&nats.url(), login, "default").await;
 }

@@ -265,7 +265,7 @@ impl FleetBuilder {
 }
 
 /// Connects a client that knows every server of `bus_url` (comma-separated), as `auth`'s
-/// user when given.
+/// user when given (the `cli` user: its replies come to the operator's inboxes).
 async fn connect_all(
     bus_url: &str,
     auth: Option<&(String, String)>,
@@ -274,7 +274,9 @@ async fn connect_all(
         .split(',')
         .map(str::parse)
         .collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
-    let mut options = async_nats::ConnectOptions::new();
+    let mut options = async_nats::ConnectOptions::new().custom_inbox_prefix(
+        nanobot_proto::subjects::inbox_prefix(nanobot_proto::subjects::Role::Cli),
+    );
     if let Some((user, password)) = auth {
         options = options.user_and_password(user.clone(), password.clone());
     }

@@ -174,6 +174,18 @@ pub(crate) fn spawn(
     program: &Path,
     args: &[OsString],
 ) -> anyhow::Result<Child> {
+    spawn_with_env(dirs, name, program, args, &[])
+}
+
+/// [`spawn`] with `env` added to the process's environment (never written to the log: it may
+/// hold the process's passwords).
+pub(crate) fn spawn_with_env(
+    dirs: &RunDirs,
+    name: &str,
+    program: &Path,
+    args: &[OsString],
+    env: &[(String, String)],
+) -> anyhow::Result<Child> {
     let log_path = dirs.log(name);
     let mut log = OpenOptions::new()
         .create(true)
@@ -194,6 +206,7 @@ pub(crate) fn spawn(
         .stdout(log.try_clone()?)
         .stderr(log)
         .env("NO_COLOR", "1")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .process_group(0);
     let child = cmd
         .spawn()

@@ -33,11 +33,14 @@ pub(super) async fn start_nats(
     let monitor = launch::port_or_free(ep.port.checked_add(4000))?;
     let store = dirs.root.join("nats");
     let conf = dirs.root.join("nats.conf");
-    let auth = format!(
-        "authorization {{\n  user: {}\n  password: {}\n}}\n",
-        serde_json::Value::from(secrets::NATS_USER),
-        serde_json::Value::from(secrets.nats_password.as_str()),
-    );
+    let auth = match secrets.shared {
+        true => format!(
+            "authorization {{\n  user: {}\n  password: {}\n}}\n",
+            serde_json::Value::from(secrets::NATS_USER),
+            serde_json::Value::from(secrets.nats_password.as_str()),
+        ),
+        false => crate::deploy::local_nats_users(&secrets.nats_roles),
+    };
     secrets::write_private(&conf, &auth).with_context(|| format!("write {}", conf.display()))?;
     let args: Vec<OsString> = vec![
         "-c".into(),
@@ -83,7 +86,10 @@ pub(super) async fn start_redis(
     let data = dirs.root.join("redis");
     std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
     let conf = dirs.root.join("redis.conf");
-    let auth = format!("requirepass {}\n", secrets.redis_password);
+    let auth = match secrets.shared {
+        true => format!("requirepass {}\n", secrets.redis_password),
+        false => crate::deploy::local_redis_users(&secrets.redis_roles),
+    };
     secrets::write_private(&conf, &auth).with_context(|| format!("write {}", conf.display()))?;
     let args: Vec<OsString> = vec![
         conf.into_os_string(),
@@ -169,11 +175,16 @@ fn model_command(
 pub(super) async fn start_roles(
     dirs: &RunDirs,
     opts: &UpOptions,
+    cfg: &Config,
+    secrets: &FleetSecrets,
     http: &reqwest::Client,
 ) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     let mut starting: Vec<(String, Child, Probe)> = Vec::new();
     for (role, port) in ROLES {
+        let env = nanobot_runtime::config::scope::role_named(role)
+            .map(|r| super::confine::role_env(r, cfg, secrets))
+            .map_err(anyhow::Error::msg)?;
         let name = role.to_string();
         let addr = format!("127.0.0.1:{port}");
         let probe = Probe::Http(format!("http://{addr}/ready"));
@@ -197,7 +208,7 @@ pub(super) async fn start_roles(
             args.extend(["--config".into(), config.clone().into_os_string()]);
         }
         args.extend(["--health-addr".into(), addr.clone().into()]);
-        let child = launch::spawn(dirs, &name, &bin, &args)?;
+        let child = launch::spawn_with_env(dirs, &name, &bin, &args, &env)?;
         rows.push(Row {
             name: name.clone(),
             pid: i32::try_from(child.id()).ok(),

@@ -1,38 +1,62 @@
 //! Credentials of the local fleet's own NATS and Redis. Upstream has no broker or database;
 //! left open, any local process could call `exec` through the tool subjects, inject messages
-//! into any session or read every session from Redis. So `nanobot up` generates a NATS
-//! password and a Redis password on first start into [`FILE`] next to the config (mode 0600),
-//! starts both servers with them, and every process that loads that config (roles, the CLI)
-//! uses them for loopback URLs the config gives no credentials for. A config with its own
+//! into any session or read every session from Redis. So `nanobot up` generates passwords on
+//! first start into [`FILE`] next to the config (mode 0600) and starts both servers with them.
+//!
+//! By default each role gets a user of its own on both servers, with the rights `nanobot
+//! deploy` gives it (the tool executors: no Redis at all, NATS only to answer tool calls), and
+//! `up` hands each role only its own password; the CLI (and any process that loads the config
+//! without credentials of its own) logs in as the operator (`cli`) for loopback URLs the config
+//! gives no credentials for. `nanobot up --unconfined` keeps the old single login
+//! (user [`NATS_USER`], Redis `requirepass`) that every role shares. A config with its own
 //! credentials, or servers elsewhere, are left alone.
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use nanobot_proto::keys;
+use nanobot_proto::subjects::Role;
+
 use super::Config;
 
 /// The file name, in the config's directory.
 pub const FILE: &str = "fleet-secrets.json";
-/// The NATS user the local fleet uses.
+/// The NATS user every role shares with `up --unconfined`.
 pub const NATS_USER: &str = "nanobot";
 
 /// The generated credentials.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FleetSecrets {
-    /// Password of [`NATS_USER`].
+    /// Password of [`NATS_USER`] (`up --unconfined`).
     pub nats_password: String,
-    /// Redis `requirepass`.
+    /// Redis `requirepass` (`up --unconfined`).
     pub redis_password: String,
+    /// Whether the running fleet shares one login (`up --unconfined`); else every
+    /// role has its own ([`Self::nats_roles`], [`Self::redis_roles`]).
+    #[serde(default)]
+    pub shared: bool,
+    /// Each role's NATS password, by role name.
+    #[serde(default)]
+    pub nats_roles: BTreeMap<String, String>,
+    /// Each role's Redis password, by role name (the roles with Redis keys: not `tools`).
+    #[serde(default)]
+    pub redis_roles: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for FleetSecrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("FleetSecrets { .. }")
     }
+}
+
+/// Whether `role` has a Redis user (the tool executors keep nothing in Redis).
+pub fn has_redis_user(role: Role) -> bool {
+    !keys::acl_patterns(role).is_empty()
 }
 
 /// Returns where the secrets of the config at `config_path` live.
@@ -50,17 +74,36 @@ pub fn read(path: &Path) -> Option<FleetSecrets> {
     serde_json::from_str(&text).ok()
 }
 
-/// Returns the secrets at `path`, generating and writing them (mode 0600) when missing.
-pub fn ensure(path: &Path) -> std::io::Result<FleetSecrets> {
-    if let Some(secrets) = read(path) {
-        return Ok(secrets);
-    }
-    let secrets = FleetSecrets {
+/// Returns the secrets at `path` for a fleet sharing one login (`shared`) or not, generating
+/// what is missing (every role's passwords too, so switching later needs no new ones) and
+/// writing the file (mode 0600) when anything changed.
+pub fn ensure(path: &Path, shared: bool) -> std::io::Result<FleetSecrets> {
+    let old = read(path);
+    let mut secrets = old.clone().unwrap_or_else(|| FleetSecrets {
         nats_password: random_secret(),
         redis_password: random_secret(),
-    };
-    let text = serde_json::to_string_pretty(&secrets).map_err(std::io::Error::other)?;
-    write_private(path, &text)?;
+        shared,
+        nats_roles: BTreeMap::new(),
+        redis_roles: BTreeMap::new(),
+    });
+    secrets.shared = shared;
+    for role in Role::ALL {
+        let name = role.name().to_string();
+        secrets
+            .nats_roles
+            .entry(name.clone())
+            .or_insert_with(random_secret);
+        if has_redis_user(role) {
+            secrets
+                .redis_roles
+                .entry(name)
+                .or_insert_with(random_secret);
+        }
+    }
+    if old.as_ref() != Some(&secrets) {
+        let text = serde_json::to_string_pretty(&secrets).map_err(std::io::Error::other)?;
+        write_private(path, &text)?;
+    }
     Ok(secrets)
 }
 
@@ -91,9 +134,28 @@ pub fn random_secret() -> String {
 }
 
 impl FleetSecrets {
-    /// Fills in credentials the config lacks for loopback servers: the NATS user and password
-    /// when `bus` names none (user, token or creds file), the Redis password when `store.url` is
-    /// one server and carries no credentials (`up` starts one Redis, never a cluster).
+    /// The NATS login of `role`: its own user, or the shared one.
+    pub fn nats_login(&self, role: Role) -> (String, String) {
+        match self.nats_roles.get(role.name()).filter(|_| !self.shared) {
+            Some(password) => (role.name().into(), password.clone()),
+            None => (NATS_USER.into(), self.nats_password.clone()),
+        }
+    }
+
+    /// The Redis login (`user:password`) of `role` for a URL's userinfo: its own user, the
+    /// shared `requirepass` (`:password`), or `None` for a role without a Redis user.
+    pub fn redis_userinfo(&self, role: Role) -> Option<String> {
+        if self.shared || self.redis_roles.is_empty() {
+            return Some(format!(":{}", self.redis_password));
+        }
+        let password = self.redis_roles.get(role.name())?;
+        Some(format!("{}:{password}", role.name()))
+    }
+
+    /// Fills in credentials the config lacks for loopback servers, as the operator (`cli`) or
+    /// the shared login: the NATS user and password when `bus` names none (user, token or creds
+    /// file), the Redis login when `store.url` is one server and carries no credentials (`up`
+    /// starts one Redis, never a cluster).
     pub fn apply_to(&self, config: &mut Config) {
         let bus = &mut config.bus;
         let bus_has_auth = bus.user.is_some()
@@ -101,16 +163,23 @@ impl FleetSecrets {
             || bus.creds_file.is_some()
             || bus.nkey_seed.is_some();
         if !bus_has_auth && is_loopback_url(&bus.url) && !bus.url.contains('@') {
-            bus.user = Some(NATS_USER.into());
-            bus.password = Some(self.nats_password.clone());
+            let (user, password) = self.nats_login(Role::Cli);
+            bus.user = Some(user);
+            bus.password = Some(password);
         }
-        let store = &mut config.store;
-        if is_loopback_url(&store.url)
-            && !store.url.contains(['@', ','])
-            && let Some((scheme, rest)) = store.url.split_once("://")
-        {
-            store.url = format!("{scheme}://:{}@{rest}", self.redis_password);
+        if let Some(url) = self.store_url_for(&config.store.url, Role::Cli) {
+            config.store.url = url;
         }
+    }
+
+    /// `url` (a config's `store.url`) with `role`'s Redis login, when it is one loopback server
+    /// without credentials and `role` has a login.
+    pub fn store_url_for(&self, url: &str, role: Role) -> Option<String> {
+        if !is_loopback_url(url) || url.contains(['@', ',']) {
+            return None;
+        }
+        let (scheme, rest) = url.split_once("://")?;
+        Some(format!("{scheme}://{}@{rest}", self.redis_userinfo(role)?))
     }
 }
 
@@ -138,7 +207,38 @@ mod tests {
         FleetSecrets {
             nats_password: "np".into(),
             redis_password: "rp".into(),
+            shared: true,
+            nats_roles: BTreeMap::new(),
+            redis_roles: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn by_default_each_role_has_its_own_logins_and_the_config_gets_the_operators() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = path_for(&dir.path().join("config.json"));
+        let secrets = ensure(&path, false).unwrap();
+        let (user, password) = secrets.nats_login(Role::Tools);
+        assert_eq!(user, "tools");
+        assert_eq!(password, secrets.nats_roles["tools"]);
+        assert_eq!(
+            secrets.redis_userinfo(Role::Tools),
+            None,
+            "no Redis for tools"
+        );
+        let agent = secrets.redis_userinfo(Role::Agent).unwrap();
+        assert_eq!(agent, format!("agent:{}", secrets.redis_roles["agent"]));
+        let mut config = Config::default();
+        secrets.apply_to(&mut config);
+        assert_eq!(config.bus.user.as_deref(), Some("cli"));
+        assert_eq!(
+            config.store.url,
+            format!("redis://cli:{}@127.0.0.1:6379", secrets.redis_roles["cli"])
+        );
+        let shared = ensure(&path, true).unwrap();
+        assert_eq!(shared.nats_roles, secrets.nats_roles, "kept when switching");
+        assert_eq!(shared.nats_login(Role::Tools).0, NATS_USER);
+        assert_eq!(read(&path).unwrap(), shared);
     }
 
     #[test]
@@ -172,12 +272,12 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let path = path_for(&dir.path().join("config.json"));
-        let first = ensure(&path).unwrap();
+        let first = ensure(&path, true).unwrap();
         assert_eq!(first.nats_password.len(), 64);
         assert_ne!(first.nats_password, first.redis_password);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(ensure(&path).unwrap(), first, "kept across starts");
+        assert_eq!(ensure(&path, true).unwrap(), first, "kept across starts");
         assert!(!format!("{first:?}").contains(&first.nats_password));
     }
 }
