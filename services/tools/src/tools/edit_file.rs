@@ -42,7 +42,7 @@ impl Tool for EditFile {
                 "occurrence": {"type": ["integer", "null"], "minimum": 1,
                     "description": "Optional 1-based occurrence to replace when old_text appears multiple times."},
                 "line_hint": {"type": ["integer", "null"], "minimum": 1,
-                    "description": "Optional 1-based line hint used to choose the nearest match."},
+                    "description": "Optional exact 1-based target line copied from read_file. The selected old_text match must cover this line."},
                 "expected_replacements": {"type": ["integer", "null"], "minimum": 1,
                     "description": "Optional guard for the number of replacements that must be made."},
             }),
@@ -62,6 +62,9 @@ struct Match {
     start: usize,
     end: usize,
     line: usize,
+    /// The last line the match covers (a final line end not counted), as 0.3.5's
+    /// `_match_end_line`.
+    end_line: usize,
 }
 
 fn edit(ctx: &ToolContext, args: &Args) -> ToolOutput {
@@ -181,15 +184,34 @@ fn select(matches: &[Match], args: &Args) -> Result<Vec<Match>, String> {
         }
         vec![matches[n - 1].clone()]
     } else if let Some(hint) = line_hint {
-        let distance = |m: &Match| m.line.abs_diff(hint);
-        let best = matches.iter().map(distance).min().unwrap_or(0);
-        let nearest: Vec<&Match> = matches.iter().filter(|m| distance(m) == best).collect();
-        if nearest.len() > 1 {
+        let covering: Vec<Match> = matches
+            .iter()
+            .filter(|m| m.line <= hint && hint <= m.end_line)
+            .cloned()
+            .collect();
+        if covering.is_empty() {
+            let mut locations: Vec<String> = matches
+                .iter()
+                .take(3)
+                .map(|m| format!("line {}", m.line))
+                .collect();
+            if count > 3 {
+                locations.push("...".into());
+            }
             return Err(format!(
-                "Error: line_hint {hint} is ambiguous; old_text appears {count} times."
+                "Error: line_hint {hint} does not match the old_text location. old_text \
+                 appears at {}. Re-read the intended region and copy old_text that covers the \
+                 target line.",
+                locations.join(", ")
             ));
         }
-        nearest.into_iter().cloned().collect()
+        if covering.len() > 1 {
+            return Err(format!(
+                "Error: line_hint {hint} is ambiguous; old_text appears {} times on that line.",
+                covering.len()
+            ));
+        }
+        covering
     } else if count > 1 {
         let mut preview: Vec<String> = matches
             .iter()
@@ -220,13 +242,19 @@ fn select(matches: &[Match], args: &Args) -> Result<Vec<Match>, String> {
 /// lines equal to `old`'s lines once surrounding whitespace is trimmed.
 fn find_matches(content: &str, old: &str) -> Vec<Match> {
     let line_of = |offset: usize| content[..offset].matches('\n').count() + 1;
+    let span = |start: usize, end: usize, line: usize| {
+        let text = &content[start..end];
+        let text = text.strip_suffix('\n').unwrap_or(text);
+        Match {
+            start,
+            end,
+            line,
+            end_line: line + text.matches('\n').count(),
+        }
+    };
     let exact: Vec<Match> = content
         .match_indices(old)
-        .map(|(start, m)| Match {
-            start,
-            end: start + m.len(),
-            line: line_of(start),
-        })
+        .map(|(start, m)| span(start, start + m.len(), line_of(start)))
         .collect();
     if !exact.is_empty() {
         return exact;
@@ -245,11 +273,7 @@ fn find_matches(content: &str, old: &str) -> Vec<Match> {
         if window.iter().map(|l| l.trim()).eq(wanted.iter().copied()) {
             let last = i + wanted.len() - 1;
             let end = starts[last] + lines[last].len();
-            found.push(Match {
-                start: starts[i],
-                end,
-                line: i + 1,
-            });
+            found.push(span(starts[i], end, i + 1));
             i += wanted.len();
         } else {
             i += 1;
@@ -385,6 +409,43 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(&p).unwrap(),
             "one\r\n2\r\nthree\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_line_hint_must_lie_within_the_chosen_match_as_0_3_5() {
+        let (_dir, ctx) = ctx();
+        let p = put(
+            &ctx,
+            "c.md",
+            "标题 🐈\n正文\n标题 🐈\n正文\n结尾 标题 🐈 标题 🐈\n",
+        );
+        let edit = |hint: i64| {
+            call(
+                &ctx,
+                json!({"path": "c.md", "old_text": "标题 🐈\n正文", "new_text": "新", "line_hint": hint}),
+            )
+        };
+        let missed = edit(5).await;
+        assert_eq!(
+            missed.content,
+            "Error: line_hint 5 does not match the old_text location. old_text appears at line \
+             1, line 3. Re-read the intended region and copy old_text that covers the target line."
+        );
+        let covered = edit(4).await;
+        assert!(!covered.is_error, "{}", covered.content);
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "标题 🐈\n正文\n新\n结尾 标题 🐈 标题 🐈\n"
+        );
+        let same_line = call(
+            &ctx,
+            json!({"path": "c.md", "old_text": "标题 🐈", "new_text": "x", "line_hint": 4}),
+        )
+        .await;
+        assert_eq!(
+            same_line.content,
+            "Error: line_hint 4 is ambiguous; old_text appears 2 times on that line."
         );
     }
 

@@ -7,9 +7,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::search::{self, Entry};
-use crate::registry::{
-    Args, Tool, ToolContext, ToolOutput, arg_bool, arg_i64, arg_str, blocking, object_schema,
-};
+use crate::registry::{Args, Tool, ToolContext, ToolOutput, arg_bool, arg_i64, arg_str, blocking};
 
 /// Paths returned when no `head_limit` is given (upstream `_DEFAULT_FILE_HEAD_LIMIT`).
 const DEFAULT_LIMIT: usize = 200;
@@ -25,26 +23,25 @@ impl Tool for FindFiles {
     }
 
     fn description(&self) -> &str {
-        "Find files by path fragment, glob, or file type. Use this before read_file when you \
-         need to locate files, and prefer it over shell find/ls for ordinary workspace \
-         discovery. Returns workspace-relative paths and skips common dependency/build \
-         directories."
+        "Find workspace paths by name, glob, or file type. Returns relative paths and skips \
+         dependency/build directories."
     }
 
+    /// 0.3.5's schema (no `required`, other keys accepted and ignored).
     fn parameters(&self) -> Value {
-        object_schema(
-            json!({
-                "path": {"type": "string", "description": "Directory or file to search in (default '.')"},
-                "query": {"type": "string", "description": "Optional case-insensitive path fragment search. Whitespace-separated terms must all be present."},
-                "glob": {"type": "string", "description": "Optional file filter, e.g. '*.py' or 'tests/**/test_*.py'"},
-                "type": {"type": "string", "description": "Optional file type shorthand, e.g. 'py', 'ts', 'md', 'json'"},
-                "include_dirs": {"type": "boolean", "description": "Include matching directories as well as files (default false)"},
-                "sort": {"type": "string", "enum": ["path", "modified"], "description": "Sort by path or most recently modified first (default path)"},
-                "head_limit": {"type": "integer", "minimum": 0, "maximum": 1000, "description": "Maximum number of paths to return (default 200, 0 for all, max 1000)"},
-                "offset": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "Skip the first N results before applying head_limit"},
-            }),
-            &[],
-        )
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Search root (default '.')"},
+                "query": {"type": "string", "description": "Case-insensitive path terms; all must match"},
+                "glob": {"type": "string", "description": "Path filter, e.g. '*.py' or 'tests/**/test_*.py'"},
+                "type": {"type": "string", "description": "File type, e.g. 'py', 'ts', 'md', or 'json'"},
+                "include_dirs": {"type": "boolean", "description": "Include directories (default false)"},
+                "sort": {"type": "string", "enum": ["path", "modified"], "description": "Sort order (default path)"},
+                "head_limit": {"type": "integer", "minimum": 0, "maximum": 1000, "description": "Maximum paths (default 200; 0 for all)"},
+                "offset": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "Paths to skip before head_limit"},
+            },
+        })
     }
 
     fn read_only(&self) -> bool {

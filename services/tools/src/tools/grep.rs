@@ -8,9 +8,7 @@ use grep_searcher::sinks::UTF8;
 use serde_json::{Value, json};
 
 use super::search::{self, MAX_RESULT_CHARS};
-use crate::registry::{
-    Args, Tool, ToolContext, ToolOutput, arg_bool, arg_i64, arg_str, blocking, object_schema,
-};
+use crate::registry::{Args, Tool, ToolContext, ToolOutput, arg_bool, arg_i64, arg_str, blocking};
 
 /// Largest file searched during a directory walk.
 const MAX_FILE_BYTES: u64 = 2_000_000;
@@ -37,10 +35,10 @@ impl Tool for Grep {
     }
 
     fn parameters(&self) -> Value {
-        let limit =
-            |d: &str| json!({"type": "integer", "minimum": 1, "maximum": 1000, "description": d});
-        object_schema(
-            json!({
+        // 0.3.5's schema: other keys (its legacy max_matches / max_results) pass through.
+        json!({
+            "type": "object",
+            "properties": {
                 "pattern": {"type": "string", "minLength": 1, "description": "Regex, or literal text when fixed_strings=true"},
                 "path": {"type": "string", "description": "Search root (default '.')"},
                 "glob": {"type": "string", "description": "Path filter, e.g. '*.py' or 'tests/**/test_*.py'"},
@@ -51,14 +49,12 @@ impl Tool for Grep {
                     "description": "content: matches with context (default); files_with_matches: paths; count: matches per file"},
                 "context_before": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Context lines before a match (default 5)"},
                 "context_after": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Context lines after a match (default 5)"},
-                "max_matches": limit("Legacy alias for head_limit in content mode"),
-                "max_results": limit("Legacy alias for head_limit in files_with_matches or count mode"),
                 "head_limit": {"type": "integer", "minimum": 0, "maximum": 1000,
                     "description": "Maximum matches or file entries (default 250; 0 for all)"},
                 "offset": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "Matches or file entries to skip before head_limit"},
-            }),
-            &["pattern"],
-        )
+            },
+            "required": ["pattern"],
+        })
     }
 
     fn read_only(&self) -> bool {

@@ -17,8 +17,8 @@ impl Tool for WriteFile {
 
     fn description(&self) -> &str {
         "Create a new file or intentionally replace an entire file with the provided content. \
-         Overwrites existing files and creates parent directories as needed. For partial \
-         edits, prefer edit_file."
+         Overwrites existing files and creates parent directories as needed. For code changes \
+         or partial edits, prefer apply_patch; use edit_file only for small exact replacements."
     }
 
     fn parameters(&self) -> Value {

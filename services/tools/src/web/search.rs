@@ -141,8 +141,9 @@ impl Tool for WebSearch {
     }
 
     fn description(&self) -> &str {
-        "Search the web. Returns titles, URLs, and snippets. count defaults to 5 (max 10). \
-         Use web_fetch to read a specific page in full."
+        "Search the web. Returns titles, URLs, and snippets. count defaults to 5 (max 10). Some \
+         providers support timeRange, authLevel, and queryRewrite. Use web_fetch to read a \
+         specific page in full."
     }
 
     fn parameters(&self) -> Value {
@@ -150,6 +151,10 @@ impl Tool for WebSearch {
             json!({
                 "query": {"type": "string", "description": "Search query"},
                 "count": {"type": "integer", "description": "Results (1-10)", "minimum": 1, "maximum": 10},
+                // 0.3.5 offers these for its volcengine backend; ours take and ignore them.
+                "timeRange": {"type": "string", "description": "Optional time filter for providers that support it: OneDay, OneWeek, OneMonth, OneYear, or YYYY-MM-DD..YYYY-MM-DD"},
+                "authLevel": {"type": "integer", "description": "Optional authority filter for providers that support it: 0=all, 1=authoritative", "minimum": 0, "maximum": 1},
+                "queryRewrite": {"type": "boolean", "description": "Optional provider-side query rewrite for conversational or ambiguous searches"},
             }),
             &["query"],
         )
