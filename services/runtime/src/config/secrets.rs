@@ -108,20 +108,34 @@ pub fn ensure(path: &Path, shared: bool) -> std::io::Result<FleetSecrets> {
 }
 
 /// Writes `text` to `path` readable and writable by the owner only (mode 0600, also when the
-/// file existed with wider permissions), creating the parent directory.
+/// file existed with wider permissions), creating the parent directory. The file is replaced
+/// whole (a private temp file renamed over it): a process killed mid-write leaves the old
+/// contents, never a part that would make `nanobot up` generate passwords the running servers
+/// do not know.
 pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    file.write_all(text.as_bytes())
+    written
 }
 
 /// 244 random bits (two v4 UUIDs), hex.
@@ -211,6 +225,21 @@ mod tests {
             nats_roles: BTreeMap::new(),
             redis_roles: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn a_private_file_replaces_a_wider_one_whole_and_leaves_no_temp_file() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nats.conf");
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&path, "密码 🔑").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "密码 🔑");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "no temp file left: {names:?}");
     }
 
     #[test]
