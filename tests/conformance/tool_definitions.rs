@@ -1,7 +1,8 @@
 //! Tool definitions (`nanobot_tools::registry::Registry::specs` with default config) against
 //! the definitions 0.3.5's `AgentLoop` offers the model (through
 //! `adapters_tool_definitions.py`), in `tool_definitions.json`: each built-in tool's name,
-//! description and parameter schema, word for word.
+//! description and parameter schema, word for word; `create_goal` and `update_goal` are the
+//! runner's (`nanobot_agent::goal_tools::specs`).
 
 use std::sync::{Arc, LazyLock};
 
@@ -22,9 +23,11 @@ static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
 
 fn call(case: &Case) -> Result<Value, String> {
     let name = case.input_str();
+    // The executors' tools, then the ones the runner serves itself.
     let spec = REGISTRY
         .specs()
         .into_iter()
+        .chain(nanobot_agent::goal_tools::specs())
         .find(|spec| spec.name == name)
         .ok_or_else(|| format!("no built-in tool {name}"))?;
     let parameters: Value =
@@ -36,4 +39,3 @@ fn call(case: &Case) -> Result<Value, String> {
 fn built_in_tools_are_offered_exactly_as_0_3_5_offers_them() {
     harness::check(TABLE, call);
 }
-
