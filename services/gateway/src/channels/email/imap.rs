@@ -17,6 +17,18 @@ use tokio_rustls::rustls::{self, pki_types::ServerName};
 
 use nanobot_runtime::config::EmailConfig;
 
+/// Bytes of a mail over the size limit that are read (its headers and text).
+pub(super) const HEAD_ROOM: u32 = 1_000_000;
+
+/// A fetched mail.
+#[derive(Debug)]
+pub(super) struct Fetched {
+    /// The raw mail, or its first [`HEAD_ROOM`] bytes.
+    pub raw: Vec<u8>,
+    /// The mail's size when it was over the limit and only its beginning was read.
+    pub cut: Option<u32>,
+}
+
 /// Longest a connect, login or command may take.
 pub(super) const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -142,21 +154,35 @@ impl Mailbox {
         })
     }
 
-    /// Returns the raw mail of `uid` without marking it seen; `None` when it is gone.
-    pub(super) async fn fetch(&mut self, uid: u32) -> Result<Option<Vec<u8>>, ImapError> {
+    /// Returns the raw mail of `uid` without marking it seen; `None` when it is gone. A mail
+    /// over `max` bytes (its `RFC822.SIZE`) is not loaded: only its first [`HEAD_ROOM`] bytes
+    /// are (headers and text), with its size as [`Fetched::cut`].
+    pub(super) async fn fetch(&mut self, uid: u32, max: u32) -> Result<Option<Fetched>, ImapError> {
+        let size = self.attribute(uid, "(UID RFC822.SIZE)", |f| f.size).await?;
+        let Some(size) = size else { return Ok(None) };
+        let (query, cut) = match size > max {
+            true => (format!("(UID BODY.PEEK[]<0.{HEAD_ROOM}>)"), Some(size)),
+            false => ("(UID BODY.PEEK[])".to_string(), None),
+        };
+        let raw = self
+            .attribute(uid, &query, |f| f.body().map(<[u8]>::to_vec))
+            .await?;
+        Ok(raw.map(|raw| Fetched { raw, cut }))
+    }
+
+    /// Fetches `query` for `uid` and reads one attribute of the answer.
+    async fn attribute<T>(
+        &mut self,
+        uid: u32,
+        query: &str,
+        read: impl Fn(&async_imap::types::Fetch) -> Option<T>,
+    ) -> Result<Option<T>, ImapError> {
         let fetched = async {
-            let stream = self
-                .session
-                .uid_fetch(uid.to_string(), "(UID BODY.PEEK[])")
-                .await?;
+            let stream = self.session.uid_fetch(uid.to_string(), query).await?;
             stream.try_collect::<Vec<_>>().await
         };
         let fetched = timed(fetched).await?;
-        Ok(fetched
-            .iter()
-            .find(|f| f.uid == Some(uid))
-            .and_then(|f| f.body())
-            .map(<[u8]>::to_vec))
+        Ok(fetched.iter().find(|f| f.uid == Some(uid)).and_then(read))
     }
 
     /// Marks `uid` `\Seen`.

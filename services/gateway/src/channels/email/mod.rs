@@ -145,6 +145,17 @@ impl EmailChannel {
         })
     }
 
+    /// Returns the largest mail read whole: the per-message attachment bytes plus room for
+    /// its text; a larger one is read only up to [`imap::HEAD_ROOM`], its attachments noted as
+    /// not saved.
+    fn max_mail_bytes(&self) -> u32 {
+        let max = self
+            .caps
+            .max_bytes
+            .saturating_add(u64::from(imap::HEAD_ROOM));
+        u32::try_from(max).unwrap_or(u32::MAX)
+    }
+
     /// Returns whether `address` (lower case) is one of the bot's own.
     fn is_own(&self, address: &str) -> bool {
         self.own_addresses.iter().any(|a| a == address)

@@ -162,9 +162,9 @@ async fn poll_once(
         tracing::debug!(bot = %ch.bot_id, count = uids.len(), "email poll found new mail");
     }
     for uid in uids {
-        let handled = match mailbox.fetch(uid).await? {
-            Some(raw) => {
-                let handled = receive::handle(ch, inbound, mailbox.validity, uid, &raw);
+        let handled = match mailbox.fetch(uid, ch.max_mail_bytes()).await? {
+            Some(mail) => {
+                let handled = receive::handle(ch, inbound, mailbox.validity, uid, &mail);
                 match poison::guard(handled).await {
                     Ok(handled) => handled,
                     Err(Failure::Poison(why)) => {

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use nanobot_proto::InboundMessage;
 
+use super::imap::Fetched;
 use super::parse::{self, Attachment, Mail};
 use super::{CHANNEL, EmailChannel, Thread, authres};
 use crate::channels::media::{self, Budget, Caps};
@@ -38,16 +39,17 @@ pub(super) fn inbound_id(mailbox_id: &str, validity: u32, uid: u32, message_id: 
     format!("email:{}", &digest[..24])
 }
 
-/// Handles the mail `uid` of the mailbox (`raw` bytes); an error means nothing was published
-/// and the mail must be handled again.
+/// Handles the mail `uid` of the mailbox (`fetched`: its bytes, or only its beginning when it
+/// was over [`EmailChannel::max_mail_bytes`]); an error means nothing was published and the
+/// mail must be handled again.
 pub(super) async fn handle(
     ch: &EmailChannel,
     inbound: &Inbound,
     validity: u32,
     uid: u32,
-    raw: &[u8],
+    fetched: &Fetched,
 ) -> anyhow::Result<Handled> {
-    let Some(mail) = parse::parse(raw, ch.cfg.max_body_chars) else {
+    let Some(mail) = parse::parse(&fetched.raw, ch.cfg.max_body_chars) else {
         tracing::warn!(bot = %ch.bot_id, uid, "unparsable mail skipped");
         return Ok(Handled::SkippedUnseen);
     };
@@ -83,7 +85,17 @@ pub(super) async fn handle(
         return Ok(Handled::SkippedSeen);
     }
     let id = inbound_id(&ch.mailbox_id, validity, uid, &mail.message_id);
-    let (saved, skipped) = save_attachments(ch, &mail.attachments, uid).await;
+    let (saved, skipped) = match fetched.cut {
+        // Only the mail's beginning was read: its attachments were never loaded.
+        Some(size) => (
+            Vec::new(),
+            vec![format!(
+                "[attachments not saved: the mail is {size} bytes, over the {} allowed]",
+                ch.max_mail_bytes()
+            )],
+        ),
+        None => save_attachments(ch, &mail.attachments, uid).await,
+    };
     let mut content = format!(
         "[EMAIL-CONTEXT] Email received.\nFrom: {}\nSubject: {}\nDate: {}\n\n{}",
         mail.sender, mail.subject, mail.date, mail.body
