@@ -667,3 +667,54 @@ async fn attachment_names_stay_in_the_media_folder_and_attachments_past_the_caps
         "{asked}"
     );
 }
+
+/// Issue 30 item 6: a mail larger than the attachment bytes allowed is never loaded whole:
+/// its text is read, its attachments are noted as not saved.
+#[tokio::test]
+async fn a_mail_over_the_attachment_bytes_is_read_for_its_text_only_and_says_so() {
+    let servers = MailServers::shared().await.expect("mail servers");
+    let bot = bot_address("bot");
+    let alice = person("alice");
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({"channels": {"maxAttachmentBytes": 100_000, "email": section(servers, &bot, json!({
+            "allowFrom": [alice], "allowedAttachmentTypes": ["*"],
+            "maxAttachmentSize": 10_000_000}))}}))
+        .start()
+        .await
+        .expect("fleet");
+    wait_log(&mut fleet, LEASE_TAKEN).await;
+    fleet.llm.set_fallback(Reply::text("read it"));
+    // 2 MB of attachment, base64 in lines of 76.
+    let payload = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        vec![7u8; 2_000_000],
+    );
+    let lines: Vec<&str> = payload
+        .as_bytes()
+        .chunks(76)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    let mail = format!(
+        "Authentication-Results: mx.fleet.test; spf=pass; dkim=pass\r\n\
+         From: {alice}\r\nTo: {bot}\r\nSubject: Big 大\r\nMessage-ID: <big@example.test>\r\n\
+         Date: Wed, 25 Nov 2026 07:00:00 +0000\r\nMIME-Version: 1.0\r\n\
+         Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n\
+         the text comes first 📄\r\n--b\r\nContent-Type: application/octet-stream\r\n\
+         Content-Disposition: attachment; filename=\"big.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n\
+         {}\r\n--b--\r\n",
+        lines.join("\r\n")
+    );
+    servers.deliver(&bot, mail.as_bytes()).await.unwrap();
+    wait_sent(servers, &alice, 1).await;
+    let asked = fleet.llm.requests()[0].last_user_text().unwrap();
+    assert!(asked.contains("the text comes first 📄"), "{asked:.500}");
+    assert!(
+        asked.contains("[attachments not saved: the mail is ")
+            && asked.contains(" bytes, over the 1100000 allowed]"),
+        "{asked:.500}"
+    );
+    let media = fleet.workspace().join(".nanobot/media/email");
+    let saved = std::fs::read_dir(&media).map_or(0, |d| d.count());
+    assert_eq!(saved, 0, "nothing of the big mail was saved");
+}
