@@ -449,3 +449,85 @@ async fn reminders(fleet: &Fleet, bot: &str, note: &str) -> usize {
         })
         .count()
 }
+
+/// Issue 30: a fire naming another bot than the job's (from a leader older than job owners,
+/// or forged on the bus) is dropped by the runner; the owner's fire runs.
+#[tokio::test]
+async fn a_fire_for_another_bots_job_runs_no_turn() {
+    let fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .config(json!({"bots": {"alpha": {}, "beta": {}}}))
+        .start()
+        .await
+        .unwrap();
+    let due = now_ms() - 1_000;
+    std::fs::create_dir_all(fleet.workspace().join("cron")).unwrap();
+    let jobs = json!({"version": 1, "jobs": [{
+        "id": "betajob1", "name": "伸展", "enabled": true, "bot": "beta",
+        "schedule": {"kind": "every", "everyMs": 3_600_000},
+        "payload": {"kind": "agent_turn", "message": "伸展一下 🧘", "sessionKey": "cli:stretch",
+                    "originChannel": "cli", "originChatId": "stretch"},
+        "state": {"nextRunAtMs": due}
+    }]});
+    std::fs::write(fleet.workspace().join("cron/jobs.json"), jobs.to_string()).unwrap();
+    fleet.llm.when_last_user_contains(
+        "Scheduled instruction: 伸展一下 🧘",
+        Reply::text("伸展时间 🧘"),
+    );
+    let js = async_nats::jetstream::new(fleet.nats_client().await.unwrap());
+    for bot in ["alpha", "beta"] {
+        let fire = CronFire {
+            id: format!("betajob1:{due}:{bot}"),
+            bot: bot.into(),
+            job_id: "betajob1".into(),
+            job_name: "伸展".into(),
+            message: "伸展一下 🧘".into(),
+            scheduled_ms: due,
+            session_key: "cli:stretch".into(),
+            origin_channel: "cli".into(),
+            origin_chat_id: "stretch".into(),
+            kind: CronFireKind::AgentTurn as i32,
+            ..Default::default()
+        };
+        bus::publish(&js, subjects::cron_fire(bot), Some(&fire.id), &fire)
+            .await
+            .unwrap();
+    }
+    let settled = || {
+        let (js, fleet) = (&js, &fleet);
+        async move {
+            let mut stream = js.get_stream(subjects::JOBS_STREAM).await.unwrap();
+            stream.info().await.unwrap().state.messages == 0
+                && reminders_in(fleet, "beta", "cli:stretch").await == 1
+        }
+    };
+    wait_until(settled, TURN)
+        .await
+        .expect("both fires taken, beta's turn run");
+    assert_eq!(
+        reminders_in(&fleet, "alpha", "cli:stretch").await,
+        0,
+        "alpha ran beta's job"
+    );
+    let asked = fleet
+        .llm
+        .requests()
+        .iter()
+        .filter(|r| r.body.to_string().contains("Scheduled instruction"))
+        .count();
+    assert_eq!(asked, 1, "one turn, beta's");
+}
+
+/// The `伸展一下` reminder turns stored in `bot`'s session `session`.
+async fn reminders_in(fleet: &Fleet, bot: &str, session: &str) -> usize {
+    session_rows(fleet, bot, session)
+        .await
+        .iter()
+        .filter(|r| {
+            r["role"] == "user"
+                && r["content"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("伸展一下"))
+        })
+        .count()
+}

@@ -5,6 +5,9 @@
 //! turn of it on any runner; its id (job and due time) is the turn's idempotency key, so a
 //! fire published twice runs once.
 //!
+//! A fire of a job that stores another bot than the fire's is dropped: bots sharing a workspace
+//! never run each other's jobs, whoever published the fire.
+//!
 //! The runner that ran the turn records the run in `jobs.json` (status `ok`, or `error` with
 //! the model's error or upstream's error reply when every attempt failed; its duration), under
 //! the store's lock; a repeat replaces the same run. A runner SIGKILLed after the turn but
@@ -45,6 +48,12 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     let Some(route) = Route::of(&fire) else {
         return terminate(&msg, "cron fire bound to no chat session").await;
     };
+    if let Some(owner) = owner_of(&bot, &fire.job_id).await
+        && owner != fire.bot
+    {
+        let why = format!("cron job {} belongs to bot {owner:?}", fire.job_id);
+        return terminate(&msg, &why).await;
+    }
     let session_key = route.session_key.clone();
     let span = tracing::info_span!("cron_turn", session_id = %session_key, job_id = %fire.job_id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
@@ -76,6 +85,21 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     }
     .instrument(span)
     .await;
+}
+
+/// Returns the bot stored in job `job_id` of `bot`'s workspace: a fire for another bot's job
+/// (from a leader older than job owners, or forged) is not run. `None` when the job has no
+/// bot, is gone (a one-shot job is deleted once fired) or the file cannot be read.
+async fn owner_of(bot: &Bot, job_id: &str) -> Option<String> {
+    let workspace = bot.spec.workspace.clone();
+    let job_id = job_id.to_string();
+    tokio::task::spawn_blocking(move || {
+        let file = cron_store::load(&workspace).ok()?;
+        file.jobs.into_iter().find(|j| j.id == job_id)?.bot
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// Writes how a fire's turn ended into its job's state (`lastStatus`, `lastError`, the run
