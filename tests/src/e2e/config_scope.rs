@@ -220,3 +220,49 @@ fn an_invalid_config_or_an_unknown_role_is_refused_and_the_last_copy_is_kept() {
         .collect();
     assert_eq!(names.len(), 3, "nothing else written: {names:?}");
 }
+
+#[test]
+fn credentials_inside_urls_reach_only_the_role_that_uses_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("config.json");
+    let config = json!({
+        "agents": {"defaults": {"model": "custom/model-x", "provider": "custom"}},
+        "providers": {"custom": {"apiKey": "k",
+            "apiBase": "https://me:PROVIDER-URL-CANARY@llm.example.org/v1/模型?api-version=1"}},
+        "channels": {"telegram": {"enabled": true, "token": "1:t", "allowFrom": ["42"],
+            "proxy": "http://me:TGPROXY-URL-CANARY@proxy.example.org:3128"}},
+        "tools": {
+            "web": {"proxy": "socks5://me:WEBPROXY-URL-CANARY@proxy.example.org:1080"},
+            "mcpServers": {"github": {"url": "https://mcp.example.org/mcp?token=MCP-URL-CANARY&lang=中文"}}
+        }
+    });
+    std::fs::write(&whole, config.to_string()).unwrap();
+    let canaries = [
+        "PROVIDER-URL-CANARY",
+        "TGPROXY-URL-CANARY",
+        "WEBPROXY-URL-CANARY",
+        "MCP-URL-CANARY",
+    ];
+    for (role, kept) in [
+        ("agent", &["PROVIDER-URL-CANARY"][..]),
+        ("memory", &["PROVIDER-URL-CANARY"]),
+        ("gateway", &["TGPROXY-URL-CANARY"]),
+        ("tools", &["WEBPROXY-URL-CANARY", "MCP-URL-CANARY"]),
+        ("cron", &[]),
+        ("cli", &[]),
+    ] {
+        let out = dir.path().join(format!("{role}/config.json"));
+        let run = scope(&whole, role, &out);
+        assert!(run.status.success(), "{role}: {run:?}");
+        let text = std::fs::read_to_string(&out).unwrap();
+        let found: Vec<&str> = canaries.into_iter().filter(|c| text.contains(c)).collect();
+        assert_eq!(found, kept, "{role}: {text}");
+        let scoped = load(&out);
+        assert!(
+            scoped.tools.mcp_servers["github"]["url"]
+                .as_str()
+                .is_some_and(|u| u.contains("lang=中文")),
+            "{role}: the rest of a URL is kept"
+        );
+    }
+}
