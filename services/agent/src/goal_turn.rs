@@ -193,6 +193,20 @@ mod tests {
     }
 
     #[test]
+    fn a_continuation_is_stale_once_its_goal_ended() {
+        let active = json!({"goal_state": {"status": "active", "objective": "写一本书 📚"}});
+        let active = active.as_object().unwrap();
+        let done = json!({"goal_state": {"status": "completed", "objective": "写一本书 📚"}});
+        assert!(!stale(true, active));
+        assert!(stale(true, done.as_object().unwrap()));
+        assert!(stale(true, &Map::new()));
+        assert!(
+            !stale(false, &Map::new()),
+            "a user's message is never dropped"
+        );
+    }
+
+    #[test]
     fn only_the_budgets_own_final_reply_is_stripped() {
         let mut rows = vec![
             json!({"role": "assistant", "content": null, "tool_calls": []}),
