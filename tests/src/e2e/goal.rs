@@ -237,3 +237,41 @@ async fn a_runner_killed_mid_goal_resumes_the_turn_with_the_goal_still_active() 
         .collect();
     assert_eq!(recorded.len(), 1, "{rows:#?}");
 }
+
+#[tokio::test]
+async fn a_continuation_arriving_after_its_goal_ended_is_dropped_without_a_model_call() {
+    use prost::Message as _;
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .start()
+        .await
+        .unwrap();
+    // A continuation published by a turn that was then redone to the goal's end.
+    let stale = nanobot_proto::InboundMessage {
+        id: "old:goal-continuation:1".into(),
+        bot: "default".into(),
+        channel: "cli".into(),
+        chat_id: "direct".into(),
+        sender_id: "system:continuation".into(),
+        content: upstream("budget"),
+        metadata_json: json!({"_internal_continuation": true}).to_string(),
+        session_key: "cli:stale".into(),
+        ..Default::default()
+    };
+    let js = async_nats::jetstream::new(fleet.nats_client().await.unwrap());
+    js.publish(stale.subject(), stale.encode_to_vec().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    fleet.llm.push(Reply::text("你好 👋"));
+    assert_eq!(ask(&mut fleet, "你好", Some("cli:stale")).await, "你好 👋");
+    assert_eq!(
+        fleet.llm.request_count(),
+        1,
+        "the continuation reached no model"
+    );
+    let rows = session_rows(&fleet, "default", "cli:stale").await;
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows[0]["content"], "你好");
+}
