@@ -1,12 +1,22 @@
 //! Exec sessions across executors: a session lives in the executor that started it, and its
-//! id names that executor, so a `write_stdin` for it is sent there
+//! id names that executor, so an `exec_session` call for it is sent there
 //! ([`crate::ToolCallRequest::executor`], [`crate::subjects::tool_call_on`]) whichever
 //! executor the queue group would pick.
 
-/// The tool that drives an exec session.
-pub const WRITE_STDIN: &str = "write_stdin";
+/// The tool that drives an exec session (0.3.5's name).
+pub const EXEC_SESSION: &str = "exec_session";
+/// The name the fleet's executors gave that tool before they took 0.3.5's: still routed (a
+/// runner upgraded before its executors) and still answered (an old runner calling a new
+/// executor) for one release; remove after it.
+pub const LEGACY_WRITE_STDIN: &str = "write_stdin";
 /// Its parameter holding the session id.
 pub const SESSION_ID_PARAM: &str = "session_id";
+
+/// Returns whether a call of `tool` drives an exec session (so it goes to the executor that
+/// runs it): [`EXEC_SESSION`], or [`LEGACY_WRITE_STDIN`] from an executor of the last release.
+pub fn drives_session(tool: &str) -> bool {
+    tool == EXEC_SESSION || tool == LEGACY_WRITE_STDIN
+}
 
 /// Returns the id of session `local` of `executor` (an instance id, `tools-1a2b3c4d`):
 /// `<executor>-<local>`. `local` must not contain `-`.
@@ -34,5 +44,13 @@ mod tests {
         assert_eq!(executor_of("0123456789ab"), None);
         assert_eq!(executor_of("a.b-c"), None);
         assert_eq!(executor_of("-x"), None);
+    }
+
+    #[test]
+    fn exec_session_and_the_legacy_write_stdin_drive_a_session() {
+        assert!(drives_session("exec_session"));
+        assert!(drives_session("write_stdin"));
+        assert!(!drives_session("exec"));
+        assert!(!drives_session("list_exec_sessions"));
     }
 }

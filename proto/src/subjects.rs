@@ -156,7 +156,7 @@ pub fn tool_call(bot: &str, tool: &str) -> String {
 }
 
 /// One tool of `bot` on one executor: `nanobot.<bot>.tools.on.<executor>.<tool>`, for a call
-/// only that executor can serve (`write_stdin` of an exec session it runs). No responder
+/// only that executor can serve (`exec_session` of an exec session it runs). No responder
 /// means the executor stopped.
 pub fn tool_call_on(bot: &str, executor: &str, tool: &str) -> String {
     format!(
@@ -532,7 +532,7 @@ mod tests {
             tool_call("b", "read_file"),
             tool_list("b"),
             exec_sessions("b"),
-            tool_call_on("b", "tools-1a2b3c4d", "write_stdin"),
+            tool_call_on("b", "tools-1a2b3c4d", "exec_session"),
             consolidate("b"),
             cron_fire("b"),
             subagent("b"),
@@ -598,10 +598,10 @@ mod tests {
             Some(ToolSubject::List { bot: "b" })
         );
         assert_eq!(
-            parse_tool_subject(&tool_call_on("b", "tools-1", "write_stdin")),
+            parse_tool_subject(&tool_call_on("b", "tools-1", "exec_session")),
             Some(ToolSubject::Call {
                 bot: "b",
-                tool: "write_stdin"
+                tool: "exec_session"
             })
         );
         assert_eq!(parse_tool_subject("nanobot.b.tools.call"), None);
@@ -643,7 +643,7 @@ mod tests {
                 assert!(!allows(&p.publish, &theirs), "{role:?} writes {other:?}'s");
             }
         }
-        let on = tool_call_on("b", "tools-1a2b3c4d", "write_stdin");
+        let on = tool_call_on("b", "tools-1a2b3c4d", "exec_session");
         assert!(subject_matches(&tool_call_on_all("tools-1a2b3c4d"), &on));
         assert!(allows(&tools.subscribe, &on));
         assert!(!allows(&tools.publish, &on));

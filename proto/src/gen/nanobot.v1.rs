@@ -167,7 +167,7 @@ pub struct ToolCallRequest {
     #[prost(message, repeated, tag = "11")]
     pub file_reads: ::prost::alloc::vec::Vec<FileRead>,
     /// When set, the call goes to this executor only (`subjects::tool_call_on`), not to the queue
-    /// group: `write_stdin` for an exec session, which lives in the executor that started it and
+    /// group: `exec_session` for an exec session, which lives in the executor that started it and
     /// whose id names it (`exec::executor_of`). No responder means that executor stopped.
     #[prost(string, tag = "12")]
     pub executor: ::prost::alloc::string::String,

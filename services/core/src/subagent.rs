@@ -31,7 +31,7 @@ pub const TOOLS: &[&str] = &[
     "glob",
     "grep",
     "exec",
-    "write_stdin",
+    "exec_session",
     "list_exec_sessions",
     "web_search",
     "web_fetch",

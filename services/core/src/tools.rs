@@ -284,10 +284,11 @@ impl ToolClient {
     }
 }
 
-/// Returns the exec session a `write_stdin` call drives and the executor running it (named
-/// by the session id), so the call goes to that executor, not to the queue group.
+/// Returns the exec session an `exec_session` call (or a legacy `write_stdin` one, from an
+/// executor of the last release) drives and the executor running it (named by the session
+/// id), so the call goes to that executor, not to the queue group.
 fn exec_session(name: &str, arguments: &str) -> Option<(String, String)> {
-    if name != exec::WRITE_STDIN {
+    if !exec::drives_session(name) {
         return None;
     }
     let args: Value = serde_json::from_str(arguments).ok()?;
@@ -335,14 +336,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn write_stdin_goes_to_the_executor_its_session_id_names() {
-        let args = json!({"session_id": "tools-1a2b3c4d-0123456789ab", "chars": "x"}).to_string();
+    fn exec_session_goes_to_the_executor_its_session_id_names() {
+        let args = json!({"session_id": "tools-1a2b3c4d-0123456789ab", "input": "x"}).to_string();
+        let target = Some((
+            "tools-1a2b3c4d-0123456789ab".to_string(),
+            "tools-1a2b3c4d".to_string(),
+        ));
+        assert_eq!(exec_session("exec_session", &args), target);
         assert_eq!(
             exec_session("write_stdin", &args),
-            Some((
-                "tools-1a2b3c4d-0123456789ab".to_string(),
-                "tools-1a2b3c4d".to_string()
-            ))
+            target,
+            "an old executor's write_stdin is still routed for one release"
         );
         assert_eq!(
             exec_session("exec", &args),
@@ -350,7 +354,7 @@ mod tests {
             "other tools use the queue group"
         );
         let foreign = json!({"session_id": "0123456789ab"}).to_string();
-        assert_eq!(exec_session("write_stdin", &foreign), None);
-        assert_eq!(exec_session("write_stdin", "not json"), None);
+        assert_eq!(exec_session("exec_session", &foreign), None);
+        assert_eq!(exec_session("exec_session", "not json"), None);
     }
 }

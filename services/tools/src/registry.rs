@@ -224,6 +224,15 @@ impl Registry {
     /// Prepares and runs one call; every failure is a tool-level error result. A call to a
     /// tool of an MCP server not reached yet tries to reach it first.
     pub async fn call(&self, ctx: &ToolContext, name: &str, arguments_json: &str) -> ToolOutput {
+        use crate::tools::exec_session_tool::{LEGACY_NAME, legacy_write_stdin};
+        // A runner of the last release may still send `write_stdin` (one release).
+        if name == LEGACY_NAME
+            && !self.tools.contains_key(name)
+            && self.tools.contains_key(nanobot_proto::exec::EXEC_SESSION)
+        {
+            let translated = legacy_write_stdin(arguments_json);
+            return Box::pin(self.call(ctx, nanobot_proto::exec::EXEC_SESSION, &translated)).await;
+        }
         if !self.tools.contains_key(name)
             && let Some(Err(failure)) = self.mcp.reach_for(name).await
         {

@@ -76,6 +76,7 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
             "cron",
             "edit_file",
             "exec",
+            "exec_session",
             "find_files",
             "glob",
             "grep",
@@ -85,8 +86,7 @@ async fn executor_serves_calls_survives_garbage_and_drains_on_shutdown() {
             "read_file",
             "web_fetch",
             "web_search",
-            "write_file",
-            "write_stdin"
+            "write_file"
         ]
     );
     assert!(
@@ -337,4 +337,80 @@ async fn mcp_server_tools_are_listed_after_builtins_and_run_through_the_executor
         .expect("run returns")
         .expect("run task does not panic");
     assert!(outcome.is_ok(), "{outcome:?}");
+}
+
+/// `exec_session` reaches the executor running the session on its own subject, CJK and emoji
+/// intact; a last-release runner's `write_stdin` (`chars`, `yield_time_ms`) is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_session_drives_a_session_on_its_executor_and_legacy_write_stdin_still_works() {
+    let nats = NatsServer::start().await;
+    let client = nats.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let executor = tokio::spawn(nanobot_tools::run(
+        config(&nats.url, &workspace),
+        None,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let start = call(
+        "exec",
+        serde_json::json!({"cmd": "cat", "yield_time_ms": 0}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let started = loop {
+        match request(&client, &start).await {
+            Ok(result) => break result,
+            Err(e) if Instant::now() > deadline => panic!("executor never answered: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let id = started
+        .content
+        .split_once("Process running. session_id: ")
+        .and_then(|(_, rest)| rest.lines().next())
+        .unwrap_or_else(|| panic!("no session: {}", started.content))
+        .to_string();
+    let on_executor = |name: &str, arguments: serde_json::Value| ToolCallRequest {
+        executor: nanobot_proto::exec::executor_of(&id).unwrap().to_string(),
+        ..call(name, arguments)
+    };
+    let echoed = request(
+        &client,
+        &on_executor(
+            "exec_session",
+            serde_json::json!({"session_id": id, "input": "你好🐱\n", "wait_for": "🐱"}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(
+        echoed.content.starts_with(&format!(
+            "你好🐱\n\nProcess running. session_id: {id}\nElapsed: "
+        )),
+        "{}",
+        echoed.content
+    );
+    let legacy = request(
+        &client,
+        &on_executor(
+            "write_stdin",
+            serde_json::json!({"session_id": id, "chars": "再见👋\n", "close_stdin": true,
+                               "yield_time_ms": 5000, "max_output_chars": 2000}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(
+        legacy
+            .content
+            .starts_with("再见👋\n\nStdin closed.\nExit code: 0\nElapsed: "),
+        "{}",
+        legacy.content
+    );
+    stop.send(()).unwrap();
+    executor.await.unwrap().unwrap();
 }

@@ -1,6 +1,8 @@
-//! `exec`: runs a shell command (`sh -c`) in the workspace with a minimal environment, a
-//! timeout that kills the whole process group, and upstream's output format and truncation;
-//! inside bubblewrap when `tools.exec.sandbox` says so ([`super::exec_sandbox`]).
+//! `exec`: runs a shell command (`bash -c`, or the `sh`/`zsh` the call names, `-l` for a
+//! login shell: [`super::exec_shell`]) in the workspace with a minimal environment, a timeout
+//! that kills the whole process group, and upstream's output format and truncation; inside
+//! bubblewrap (`sh -c` there, as upstream) when `tools.exec.sandbox` says so
+//! ([`super::exec_sandbox`]).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -17,9 +19,10 @@ use nanobot_runtime::config::ExecConfig;
 use super::exec_guard::{ExecPolicy, check_paths, working_dir_allowed};
 use super::exec_sandbox::ExecSandbox;
 use super::exec_session::{self, ExecSessions, Start, clamp};
+use super::exec_shell;
 use super::exec_url::{Cidr, check_urls};
 use crate::registry::{
-    Args, RegistryError, Tool, ToolContext, ToolOutput, arg_i64, arg_str, object_schema,
+    Args, RegistryError, Tool, ToolContext, ToolOutput, arg_bool, arg_i64, arg_str,
 };
 use crate::sandbox::BOUNDARY_NOTE;
 
@@ -117,35 +120,51 @@ impl Tool for Exec {
     }
 
     fn description(&self) -> &str {
-        "Execute a shell command and return its output. Prefer read_file/write_file/edit_file \
-         over cat/echo/sed, and list_dir over ls. Use -y or --yes flags to avoid interactive \
-         prompts. For long-running or interactive commands, pass yield_time_ms; if the \
-         command keeps running, exec returns a session_id that can be polled or written to \
-         with write_stdin. Output is truncated at 10,000 chars; timeout defaults to 60s (max \
-         600s)."
+        "Execute a shell command."
     }
 
     fn parameters(&self) -> Value {
-        object_schema(
-            json!({
-                "command": {"type": "string", "minLength": 1, "description": "The shell command to execute"},
+        let nullable_int = |description: &str, min: i64, max: i64| json!({"type": ["integer", "null"], "description": description, "minimum": min, "maximum": max});
+        let (min_out, max_out) = (
+            exec_session::MIN_OUTPUT_CHARS,
+            exec_session::MAX_OUTPUT_CHARS,
+        );
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The shell command to execute"},
+                "cmd": {"type": "string", "description": "Compatibility alias for command"},
                 "working_dir": {"type": "string", "description": "Optional working directory for the command"},
-                "timeout": {"type": "integer", "minimum": 1, "maximum": 600,
-                    "description": "Timeout in seconds. Increase for long-running commands like compilation or installation (default 60, max 600)."},
-                "yield_time_ms": {"type": ["integer", "null"], "minimum": 0, "maximum": exec_session::MAX_YIELD_MS,
-                    "description": "Optional milliseconds to wait before returning output. When set, a still-running command returns a session_id that can be polled or written to with write_stdin. Omit this field to keep one-shot exec behavior."},
-                "max_output_chars": {"type": ["integer", "null"], "minimum": exec_session::MIN_OUTPUT_CHARS, "maximum": exec_session::MAX_OUTPUT_CHARS,
-                    "description": "Maximum output characters to return when yield_time_ms is used (default 10000, max 50000)."},
-                "max_output_tokens": {"type": ["integer", "null"], "minimum": exec_session::MIN_OUTPUT_CHARS, "maximum": exec_session::MAX_OUTPUT_CHARS,
-                    "description": "Compatibility alias for max_output_chars. The current runtime uses a character budget."},
-            }),
-            &["command"],
-        )
+                "workdir": {"type": "string", "description": "Compatibility alias for working_dir"},
+                "timeout": {"type": "integer", "description": "Hard timeout in seconds (default 60, max 600).",
+                    "minimum": 1, "maximum": MAX_TIMEOUT},
+                "shell": {"type": ["string", "null"],
+                    "description": "Shell override; omit for bash, or pass 'sh' or 'zsh'."},
+                "login": {"type": ["boolean", "null"], "description": "Run bash/zsh as a login shell.",
+                    "default": false},
+                "yield_time_ms": nullable_int(
+                    "Return after this many milliseconds if still running; omit to wait for exit.",
+                    0, exec_session::MAX_YIELD_MS),
+                "max_output_chars": nullable_int(
+                    "Session output limit in characters (default 10000, max 50000).", min_out, max_out),
+                "max_output_tokens": nullable_int(
+                    "Compatibility alias for max_output_chars.", min_out, max_out),
+            },
+            "additionalProperties": false,
+        })
     }
 
     async fn execute(&self, ctx: &ToolContext, args: Args) -> ToolOutput {
-        let command = arg_str(&args, "command").unwrap_or_default();
-        let cwd = match working_dir(ctx, arg_str(&args, "working_dir")) {
+        // `command or cmd`, `working_dir or workdir`, as 0.3.5.
+        let either = |a: &str, b: &str| {
+            arg_str(&args, a)
+                .filter(|s| !s.is_empty())
+                .or(arg_str(&args, b))
+        };
+        let Some(command) = either("command", "cmd").filter(|c| !c.is_empty()) else {
+            return ToolOutput::error("Error: Missing command. Provide command or cmd.");
+        };
+        let cwd = match working_dir(ctx, either("working_dir", "workdir")) {
             Ok(cwd) => cwd,
             Err(message) => return ToolOutput::error(message),
         };
@@ -161,9 +180,17 @@ impl Tool for Exec {
         {
             return ToolOutput::error(refusal);
         }
-        let argv = match self.sandbox.argv(command, ctx.sandbox.root(), &cwd) {
-            Ok(argv) => argv,
+        let shell = match exec_shell::resolve(arg_str(&args, "shell")) {
+            Ok(shell) => shell,
             Err(refusal) => return ToolOutput::error(refusal),
+        };
+        let argv = if matches!(self.sandbox, ExecSandbox::None) {
+            exec_shell::argv(shell, arg_bool(&args, "login"), command)
+        } else {
+            match self.sandbox.argv(command, ctx.sandbox.root(), &cwd) {
+                Ok(argv) => argv,
+                Err(refusal) => return ToolOutput::error(refusal),
+            }
         };
         let timeout = self.timeout(arg_i64(&args, "timeout"));
         let max_chars =
@@ -283,7 +310,7 @@ pub(crate) fn command(
     Ok(command)
 }
 
-/// Runs `argv` (`sh -c command`, possibly wrapped in a sandbox) in `cwd`.
+/// Runs `argv` (`bash -c command`, possibly wrapped in a sandbox) in `cwd`.
 async fn run(
     argv: &[OsString],
     cwd: &std::path::Path,

@@ -37,7 +37,7 @@ const SYSTEM_DIRS: [&str; 10] = [
 /// How `exec` isolates commands.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ExecSandbox {
-    /// No sandbox (`sandbox` empty or absent): `sh -c` in the workspace.
+    /// No sandbox (`sandbox` empty or absent): `exec` runs its own shell ([`super::exec_shell`]).
     #[default]
     None,
     /// bubblewrap, found on `search_path` when a command runs.

@@ -1,12 +1,12 @@
 //! Exec sessions (upstream `exec_session.py`): an `exec` call with `yield_time_ms` whose
 //! command still runs when the yield time passes keeps running here, with its stdin open, as
-//! a session; `write_stdin` writes to it, polls its new output, closes its stdin or ends it,
-//! and `list_exec_sessions` lists the caller's.
+//! a session; `exec_session` ([`super::exec_session_tool`]) writes to it, waits on its
+//! output or exit, closes its stdin or ends it, and `list_exec_sessions` lists the caller's.
 //!
 //! A session belongs to the chat session (bot and session key) whose `exec` started it: no
 //! other session sees or drives it, and `/stop` of the owner ends it. It lives in the
 //! executor that started it, whose instance id its id carries
-//! ([`nanobot_proto::exec::session_id`]): the runner sends `write_stdin` for it to that
+//! ([`nanobot_proto::exec::session_id`]): the runner sends `exec_session` for it to that
 //! executor's own subject ([`nanobot_proto::subjects::tool_call_on`]), not to the queue group.
 //! `list_exec_sessions` (taken by any executor) asks every executor for the caller's sessions
 //! ([`nanobot_proto::subjects::exec_sessions`]) and lists those answering within
@@ -17,7 +17,8 @@
 //! upstream), by a watchdog of its own. Killing means the whole process group. When the
 //! executor stops, every session is killed; when it is SIGKILLed, its sessions' processes
 //! lose their stdin (EOF) and their output pipes (SIGPIPE on the next write), which ends
-//! interactive programs; `write_stdin` for them then answers that the session is gone.
+//! interactive programs; the runner's `exec_session` call for them then finds no responder
+//! and answers `Error: exec session <id> is gone: its executor stopped`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
@@ -25,26 +26,18 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::ChildStdin;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::exec::{GroupKill, command, exit_code};
-use crate::params::py_repr;
-use crate::registry::{
-    Args, Tool, ToolContext, ToolOutput, arg_bool, arg_i64, arg_str, object_schema,
-};
+use crate::registry::{ToolContext, ToolOutput};
 
-/// Default and largest `yield_time_ms`.
+/// Default `yield_time_ms` of `exec`.
 pub const DEFAULT_YIELD_MS: i64 = 1_000;
-/// Largest `yield_time_ms`.
+/// Largest `yield_time_ms` of `exec` (and longest single wait of `exec_session`).
 pub const MAX_YIELD_MS: i64 = 30_000;
-/// Default and largest `wait_timeout_ms`.
-pub const DEFAULT_WAIT_FOR_MS: i64 = 10_000;
-/// Largest `wait_timeout_ms`.
-pub const MAX_WAIT_FOR_MS: i64 = 120_000;
 /// Default `max_output_chars`.
 pub const DEFAULT_MAX_OUTPUT_CHARS: i64 = 10_000;
 /// Largest `max_output_chars` (also what a session buffers per stream between polls).
@@ -69,13 +62,13 @@ pub fn clamp(value: Option<i64>, default: i64, min: i64, max: i64) -> i64 {
 
 /// Who owns a session: the bot and the chat session of the `exec` call.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Owner {
-    bot: String,
-    session_key: String,
+pub(super) struct Owner {
+    pub(super) bot: String,
+    pub(super) session_key: String,
 }
 
 impl Owner {
-    fn of(ctx: &ToolContext) -> Self {
+    pub(super) fn of(ctx: &ToolContext) -> Self {
         Self {
             bot: ctx.origin.bot.clone(),
             session_key: ctx.session_key.clone(),
@@ -85,7 +78,7 @@ impl Owner {
 
 /// Keeps the first half and the most recent characters of a stream within a budget.
 #[derive(Debug)]
-struct Bounded {
+pub(super) struct Bounded {
     max: usize,
     head: String,
     head_chars: usize,
@@ -95,7 +88,7 @@ struct Bounded {
 }
 
 impl Bounded {
-    fn new(max: usize) -> Self {
+    pub(super) fn new(max: usize) -> Self {
         Self {
             max,
             head: String::new(),
@@ -110,7 +103,7 @@ impl Bounded {
         self.total == 0
     }
 
-    fn append(&mut self, text: &str) {
+    pub(super) fn append(&mut self, text: &str) {
         for c in text.chars() {
             self.total += 1;
             if !self.truncated && self.head_chars < self.max {
@@ -135,7 +128,7 @@ impl Bounded {
     }
 
     /// Returns what is kept and how many characters were dropped, and empties the buffer.
-    fn drain(&mut self) -> (String, usize) {
+    pub(super) fn drain(&mut self) -> (String, usize) {
         let mut out = std::mem::take(&mut self.head);
         out.extend(self.tail.drain(..));
         let dropped = self.total - out.chars().count();
@@ -152,7 +145,7 @@ struct Output {
 
 /// How a session ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Exit {
+pub(super) struct Exit {
     code: i32,
     timed_out: bool,
 }
@@ -178,13 +171,25 @@ struct Session {
 
 /// What one poll saw.
 #[derive(Debug, Default)]
-struct Poll {
-    output: String,
-    exit: Option<Exit>,
+pub(super) struct Poll {
+    pub(super) output: String,
+    pub(super) exit: Option<Exit>,
     elapsed: Duration,
     terminated: bool,
     stdin_closed: bool,
-    truncated: usize,
+    pub(super) truncated: usize,
+}
+
+impl Poll {
+    /// Returns whether the process has exited.
+    pub(super) fn done(&self) -> bool {
+        self.exit.is_some()
+    }
+
+    /// Returns whether the session was killed at its timeout.
+    pub(super) fn timed_out(&self) -> bool {
+        self.exit.is_some_and(|e| e.timed_out)
+    }
 }
 
 impl Session {
@@ -303,7 +308,7 @@ fn truncate(text: &str, max: usize) -> (String, usize) {
 }
 
 /// Returns the text the model sees for a poll (upstream `format_session_poll`).
-fn format_poll(session_id: &str, poll: &Poll) -> String {
+pub(super) fn format_poll(session_id: &str, poll: &Poll) -> String {
     let mut parts = Vec::new();
     if !poll.output.is_empty() {
         parts.push(poll.output.clone());
@@ -333,7 +338,7 @@ fn format_poll(session_id: &str, poll: &Poll) -> String {
 }
 
 /// A formatted poll as a tool result: an error when the command timed out.
-fn poll_output(session_id: &str, poll: &Poll) -> ToolOutput {
+pub(super) fn poll_output(session_id: &str, poll: &Poll) -> ToolOutput {
     let text = format_poll(session_id, poll);
     if poll.exit.is_some_and(|e| e.timed_out) {
         ToolOutput::error(text)
@@ -345,7 +350,7 @@ fn poll_output(session_id: &str, poll: &Poll) -> ToolOutput {
 /// What `exec` hands over to start a session.
 #[derive(Debug)]
 pub struct Start<'a> {
-    /// The argv to run (`sh -c command`, possibly sandboxed).
+    /// The argv to run (`bash -c command`, possibly sandboxed).
     pub argv: &'a [OsString],
     /// The command as the model gave it (listed).
     pub command: &'a str,
@@ -419,7 +424,7 @@ impl ExecSessions {
 
     /// Returns the other executors' lines for `owner` (those answering within
     /// [`GATHER_WINDOW`]).
-    async fn peer_lines(&self, owner: &Owner) -> Vec<String> {
+    pub(super) async fn peer_lines(&self, owner: &Owner) -> Vec<String> {
         use futures::StreamExt as _;
         use prost::Message as _;
         let Some(client) = self.peers.get() else {
@@ -599,8 +604,9 @@ impl ExecSessions {
         (session.owner == Owner::of(ctx)).then_some(session)
     }
 
-    /// One `write_stdin` step: write, close stdin, terminate, then poll.
-    async fn step(
+    /// One step of `exec_session` (upstream's `ExecSessionManager.write`): write, close
+    /// stdin, terminate, then poll.
+    pub(super) async fn step(
         &self,
         ctx: &ToolContext,
         id: &str,
@@ -629,15 +635,16 @@ impl ExecSessions {
     }
 }
 
-/// What one `write_stdin` step does before polling.
+/// What one `exec_session` step does before polling.
 #[derive(Debug, Clone, Copy, Default)]
-struct Step<'a> {
-    chars: Option<&'a str>,
-    close_stdin: bool,
-    terminate: bool,
+pub(super) struct Step<'a> {
+    pub(super) chars: Option<&'a str>,
+    pub(super) close_stdin: bool,
+    pub(super) terminate: bool,
 }
 
-enum StepError {
+/// Why a step failed.
+pub(super) enum StepError {
     NotFound,
     Failed(String),
 }
@@ -728,206 +735,6 @@ async fn watchdog(
     session.fresh.notify_waiters();
 }
 
-/// `write_stdin`: writes to, polls or ends a running exec session.
-#[derive(Debug)]
-pub struct WriteStdin {
-    sessions: Arc<ExecSessions>,
-}
-
-impl WriteStdin {
-    /// Returns the tool driving `sessions`.
-    pub fn new(sessions: Arc<ExecSessions>) -> Self {
-        Self { sessions }
-    }
-
-    async fn wait_for(
-        &self,
-        ctx: &ToolContext,
-        id: &str,
-        first: Step<'_>,
-        wait_for: &str,
-        wait_timeout_ms: i64,
-        max_chars: usize,
-    ) -> Result<ToolOutput, StepError> {
-        let deadline = Instant::now() + Duration::from_millis(wait_timeout_ms.unsigned_abs());
-        let mut aggregate = Bounded::new(max_chars);
-        let mut upstream_truncated = 0;
-        let mut overlap = String::new();
-        let mut step = first;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let step_ms = remaining.as_millis().min(500) as i64;
-            let mut poll = self
-                .sessions
-                .step(ctx, id, step, step_ms, MAX_OUTPUT_CHARS as usize)
-                .await?;
-            step = Step::default();
-            upstream_truncated += poll.truncated;
-            if !poll.output.is_empty() {
-                aggregate.append(&poll.output);
-                let searchable = format!("{overlap}{}", poll.output);
-                if searchable.contains(wait_for) {
-                    let (output, cut) = aggregate.drain();
-                    poll.output = output;
-                    poll.truncated = upstream_truncated + cut;
-                    return Ok(poll_output(id, &poll));
-                }
-                let keep = wait_for.chars().count().saturating_sub(1);
-                let total = searchable.chars().count();
-                overlap = searchable
-                    .chars()
-                    .skip(total.saturating_sub(keep))
-                    .collect();
-            }
-            if poll.exit.is_some() || remaining.is_zero() {
-                let (output, cut) = aggregate.drain();
-                poll.output = output;
-                poll.truncated = upstream_truncated + cut;
-                let mut out = poll_output(id, &poll);
-                if !poll.output.contains(wait_for) {
-                    out.content.push_str(&format!(
-                        "\nWait target not observed: {}",
-                        py_repr(&Value::String(wait_for.into()))
-                    ));
-                }
-                return Ok(out);
-            }
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl Tool for WriteStdin {
-    fn name(&self) -> &str {
-        "write_stdin"
-    }
-
-    fn exclusive(&self) -> bool {
-        true
-    }
-
-    fn description(&self) -> &str {
-        "Interact with a running exec session created by exec with yield_time_ms. Use \
-         chars='' to poll without writing, chars to send stdin, close_stdin=true to send EOF, \
-         or terminate=true to stop the process. Use wait_for with wait_timeout_ms for dev \
-         servers, test watchers, and prompts where you need to wait for expected output. Do \
-         not use this to start new commands; start them with exec."
-    }
-
-    fn parameters(&self) -> Value {
-        object_schema(
-            json!({
-                "session_id": {"type": "string", "description": "Session id returned by exec when yield_time_ms is used."},
-                "chars": {"type": ["string", "null"], "description": "Bytes/text to write to stdin. Omit or pass an empty string to only poll recent output."},
-                "close_stdin": {"type": "boolean", "description": "Close stdin after writing chars. Useful for commands waiting for EOF.", "default": false},
-                "terminate": {"type": "boolean", "description": "Terminate the running exec session.", "default": false},
-                "yield_time_ms": {"type": "integer", "description": "Milliseconds to wait before returning recent output (default 1000, max 30000).", "minimum": 0, "maximum": MAX_YIELD_MS},
-                "wait_for": {"type": ["string", "null"], "description": "Optional text to wait for in output before returning. Useful for interactive commands and dev servers."},
-                "wait_timeout_ms": {"type": ["integer", "null"], "description": "Maximum milliseconds to wait for wait_for text (default 10000, max 120000).", "minimum": 0, "maximum": MAX_WAIT_FOR_MS},
-                "max_output_chars": {"type": "integer", "description": "Maximum output characters to return from this poll (default 10000, max 50000).", "minimum": MIN_OUTPUT_CHARS, "maximum": MAX_OUTPUT_CHARS},
-                "max_output_tokens": {"type": ["integer", "null"], "description": "Compatibility alias for max_output_chars. The current runtime uses a character budget.", "minimum": MIN_OUTPUT_CHARS, "maximum": MAX_OUTPUT_CHARS},
-            }),
-            &["session_id"],
-        )
-    }
-
-    async fn execute(&self, ctx: &ToolContext, args: Args) -> ToolOutput {
-        let id = arg_str(&args, "session_id").unwrap_or_default();
-        let max_chars = clamp(
-            arg_i64(&args, "max_output_chars").or_else(|| arg_i64(&args, "max_output_tokens")),
-            DEFAULT_MAX_OUTPUT_CHARS,
-            MIN_OUTPUT_CHARS,
-            MAX_OUTPUT_CHARS,
-        ) as usize;
-        let step = Step {
-            chars: arg_str(&args, "chars"),
-            close_stdin: arg_bool(&args, "close_stdin"),
-            terminate: arg_bool(&args, "terminate"),
-        };
-        let outcome = match arg_str(&args, "wait_for").filter(|w| !w.is_empty()) {
-            Some(wait_for) => {
-                let timeout = clamp(
-                    arg_i64(&args, "wait_timeout_ms"),
-                    DEFAULT_WAIT_FOR_MS,
-                    0,
-                    MAX_WAIT_FOR_MS,
-                );
-                self.wait_for(ctx, id, step, wait_for, timeout, max_chars)
-                    .await
-            }
-            None => {
-                let yield_ms = clamp(
-                    arg_i64(&args, "yield_time_ms"),
-                    DEFAULT_YIELD_MS,
-                    0,
-                    MAX_YIELD_MS,
-                );
-                self.sessions
-                    .step(ctx, id, step, yield_ms, max_chars)
-                    .await
-                    .map(|poll| poll_output(id, &poll))
-            }
-        };
-        match outcome {
-            Ok(output) => output,
-            Err(StepError::NotFound) => ToolOutput::error(format!(
-                "Error: exec session not found: {}",
-                py_repr(&Value::String(id.into()))
-            )),
-            Err(StepError::Failed(reason)) => {
-                ToolOutput::error(format!("Error writing to exec session: {reason}"))
-            }
-        }
-    }
-}
-
-/// `list_exec_sessions`: the caller's running exec sessions.
-#[derive(Debug)]
-pub struct ListExecSessions {
-    sessions: Arc<ExecSessions>,
-}
-
-impl ListExecSessions {
-    /// Returns the tool listing `sessions`.
-    pub fn new(sessions: Arc<ExecSessions>) -> Self {
-        Self { sessions }
-    }
-}
-
-#[async_trait::async_trait]
-impl Tool for ListExecSessions {
-    fn name(&self) -> &str {
-        "list_exec_sessions"
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
-
-    fn description(&self) -> &str {
-        "List active long-running exec sessions, including session_id, cwd, elapsed time, \
-         idle time, remaining timeout, and command preview. Use this to recover a session_id \
-         after context shifts before polling, writing stdin, or terminating with write_stdin."
-    }
-
-    fn parameters(&self) -> Value {
-        object_schema(json!({}), &[])
-    }
-
-    async fn execute(&self, ctx: &ToolContext, _args: Args) -> ToolOutput {
-        self.sessions.reap_idle().await;
-        let owner = Owner::of(ctx);
-        let mut lines = self.sessions.lines_of(&owner.bot, &owner.session_key);
-        lines.extend(self.sessions.peer_lines(&owner).await);
-        if lines.is_empty() {
-            return ToolOutput::text("No active exec sessions.");
-        }
-        // Sorted by session id, as upstream.
-        lines.sort();
-        ToolOutput::text(lines.join("\n"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Instant as StdInstant;
@@ -936,14 +743,17 @@ mod tests {
 
     use super::*;
     use crate::registry::Origin;
+    use crate::registry::Tool;
     use crate::sandbox::Sandbox;
     use crate::tools::exec::Exec;
+    use crate::tools::exec_session_tool::{ExecSessionTool, ListExecSessions};
+    use serde_json::{Value, json};
 
     struct Kit {
         _dir: tempfile::TempDir,
         sessions: Arc<ExecSessions>,
         exec: Exec,
-        stdin: WriteStdin,
+        session: ExecSessionTool,
         list: ListExecSessions,
     }
 
@@ -954,7 +764,7 @@ mod tests {
             exec: Exec::new(&ExecConfig::default())
                 .unwrap()
                 .with_sessions(sessions.clone()),
-            stdin: WriteStdin::new(sessions.clone()),
+            session: ExecSessionTool::new(sessions.clone()),
             list: ListExecSessions::new(sessions.clone()),
             sessions,
         }
@@ -1023,9 +833,9 @@ mod tests {
         assert!(!started.is_error);
 
         let echoed = call(
-            &kit.stdin,
+            &kit.session,
             &ctx,
-            json!({"session_id": id, "chars": "hello\n", "wait_for": "hello"}),
+            json!({"session_id": id, "input": "hello\n", "wait_for": "hello"}),
         )
         .await;
         assert_eq!(
@@ -1043,9 +853,9 @@ mod tests {
         );
 
         let closed = call(
-            &kit.stdin,
+            &kit.session,
             &ctx,
-            json!({"session_id": id, "chars": "bye\n", "close_stdin": true}),
+            json!({"session_id": id, "input": "bye\n", "close_stdin": true}),
         )
         .await;
         assert_eq!(
@@ -1056,7 +866,7 @@ mod tests {
             call(&kit.list, &ctx, json!({})).await.content,
             "No active exec sessions."
         );
-        let gone = call(&kit.stdin, &ctx, json!({"session_id": id})).await;
+        let gone = call(&kit.session, &ctx, json!({"session_id": id})).await;
         assert_eq!(
             gone,
             ToolOutput::error(format!("Error: exec session not found: '{id}'"))
@@ -1075,14 +885,14 @@ mod tests {
         .await;
         let id = session_id(&started);
         let answer = call(
-            &kit.stdin,
+            &kit.session,
             &ctx,
-            json!({"session_id": id, "chars": "print(6 * 7)\n", "wait_for": "42"}),
+            json!({"session_id": id, "input": "print(6 * 7)\n", "wait_for": "42"}),
         )
         .await;
         assert!(answer.content.starts_with("42\n"), "{:?}", answer.content);
         let ended = call(
-            &kit.stdin,
+            &kit.session,
             &ctx,
             json!({"session_id": id, "terminate": true}),
         )
@@ -1109,9 +919,9 @@ mod tests {
         );
         for intruder in [kit.ctx("b", "api:other"), kit.ctx("c", "api:owner")] {
             let refused = call(
-                &kit.stdin,
+                &kit.session,
                 &intruder,
-                json!({"session_id": id, "chars": "x\n", "terminate": true}),
+                json!({"session_id": id, "terminate": true}),
             )
             .await;
             assert_eq!(
@@ -1200,9 +1010,9 @@ mod tests {
                 "the idle session was never reaped"
             );
             let polled = call(
-                &kit.stdin,
+                &kit.session,
                 &ctx,
-                json!({"session_id": busy, "yield_time_ms": 100}),
+                json!({"session_id": busy, "timeout_ms": 100}),
             )
             .await;
             assert!(!polled.is_error, "{polled:?}");
@@ -1242,9 +1052,9 @@ mod tests {
         .await;
         let id = session_id(&out);
         let polled = call(
-            &kit.stdin,
+            &kit.session,
             &ctx,
-            json!({"session_id": id, "yield_time_ms": 10_000}),
+            json!({"session_id": id, "until_exit": true, "timeout_ms": 10_000}),
         )
         .await;
         assert!(polled.is_error);

@@ -14,6 +14,8 @@ pub mod exec;
 pub mod exec_guard;
 pub mod exec_sandbox;
 pub mod exec_session;
+pub mod exec_session_tool;
+pub mod exec_shell;
 pub mod exec_url;
 pub mod find_files;
 pub mod glob;
@@ -26,7 +28,7 @@ pub mod shell_split;
 pub mod write_file;
 
 /// Returns the builtin tools enabled by `cfg` (`tools.file.enable`, `tools.exec.enable`,
-/// `tools.web.enable`); `exec`, `write_stdin` and `list_exec_sessions` share `sessions`.
+/// `tools.web.enable`); `exec`, `exec_session` and `list_exec_sessions` share `sessions`.
 pub fn builtin(
     cfg: &ToolsConfig,
     sessions: &Arc<exec_session::ExecSessions>,
@@ -58,8 +60,10 @@ pub fn builtin(
                 .with_ssrf_whitelist(whitelist)
                 .with_sessions(sessions.clone()),
         ));
-        tools.push(Arc::new(exec_session::WriteStdin::new(sessions.clone())));
-        tools.push(Arc::new(exec_session::ListExecSessions::new(
+        tools.push(Arc::new(exec_session_tool::ExecSessionTool::new(
+            sessions.clone(),
+        )));
+        tools.push(Arc::new(exec_session_tool::ListExecSessions::new(
             sessions.clone(),
         )));
     }
