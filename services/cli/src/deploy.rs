@@ -405,12 +405,13 @@ fn indent(text: &str, prefix: &str) -> String {
 }
 
 /// Data commands a role may run: reads, writes, scripts (session writes are Lua), MULTI,
-/// connection commands and `WAIT` (replication on clusters); nothing administrative or
+/// connection commands, `WAIT` and `ROLE` (a session write waits for a replica when the
+/// primary lists one); nothing else administrative or
 /// dangerous (`FLUSHALL`, `CONFIG`, `DEBUG`, …), and nothing that lists key names beyond the
 /// user's patterns (`KEYS`, `SCAN`, `RANDOMKEY`, `DBSIZE`: a per-bot user would see every
 /// bot's), which no role needs (each reads keys it can name, or an index key).
 const REDIS_COMMANDS: &str = "-@all +@read +@write +@scripting +@transaction +@connection +select +wait \
-     -@admin -@dangerous -keys -scan -randomkey -dbsize";
+     -@admin -@dangerous -keys -scan -randomkey -dbsize +role";
 
 /// The Redis ACL file: `default` off, one user per login with its key patterns.
 fn redis_acl(passwords: &BTreeMap<Login, String>) -> String {
