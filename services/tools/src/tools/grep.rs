@@ -1,12 +1,14 @@
-//! `grep`: regex search over workspace files with ripgrep's matcher and searcher, in
-//! upstream's three output modes (content with five context lines by default,
-//! files_with_matches, count).
+//! `grep`: regex search over workspace files with ripgrep's matcher and searcher, and over
+//! the extracted text of PDF, DOCX, XLSX and PPTX documents with source locators
+//! (`[page=2,line=3]`, `[sheet='S',row=4,cell=B4]`), in upstream's three output modes
+//! (content with five context lines by default, files_with_matches, count).
 
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::Searcher;
 use grep_searcher::sinks::UTF8;
 use serde_json::{Value, json};
 
+use super::documents::{self, Kind};
 use super::search::{self, MAX_RESULT_CHARS};
 use crate::registry::{Args, Tool, ToolContext, ToolOutput, arg_bool, arg_i64, arg_str, blocking};
 
@@ -30,8 +32,8 @@ impl Tool for Grep {
     }
 
     fn description(&self) -> &str {
-        "Search text content. Returns matches with five context lines and source locators by \
-         default."
+        "Search text, PDF, DOCX, XLSX, and PPTX content. Returns matches with five context \
+         lines and source locators by default."
     }
 
     fn parameters(&self) -> Value {
@@ -43,6 +45,7 @@ impl Tool for Grep {
                 "path": {"type": "string", "description": "Search root (default '.')"},
                 "glob": {"type": "string", "description": "Path filter, e.g. '*.py' or 'tests/**/test_*.py'"},
                 "type": {"type": "string", "description": "File type, e.g. 'py', 'ts', 'md', or 'json'"},
+                "pages": {"type": "string", "description": "PDF page number or range, e.g. '7' or '101-200' (max 100 pages)"},
                 "case_insensitive": {"type": "boolean", "description": "Ignore case (default false)"},
                 "fixed_strings": {"type": "boolean", "description": "Treat pattern literally (default false)"},
                 "output_mode": {"type": "string", "enum": ["content", "files_with_matches", "count"],
@@ -79,6 +82,10 @@ struct Found {
     skipped_binary: usize,
     skipped_large: usize,
     skipped_scope: usize,
+    /// `path: reason` of each document that could not be read.
+    document_errors: Vec<String>,
+    /// `(path: continue PDF search with pages='…')` notes.
+    continuations: Vec<String>,
 }
 
 fn grep(ctx: &ToolContext, args: &Args) -> ToolOutput {
@@ -163,15 +170,14 @@ fn grep(ctx: &ToolContext, args: &Args) -> ToolOutput {
             continue;
         }
         let shown = search::display_path(&ctx.sandbox, entry);
-        let text = match std::fs::read(&entry.path) {
-            Ok(raw) if !search::is_binary(&raw) => String::from_utf8(raw).ok(),
-            _ => None,
+        let lines = match source(&entry.path, &shown, arg_str(args, "pages"), &mut found) {
+            Source::Lines(lines) => lines,
+            Source::Skip => continue,
+            Source::Fail(e) if meta.is_file() => return ToolOutput::error(e),
+            Source::Fail(_) => continue,
         };
-        let Some(text) = text else {
-            found.skipped_binary += 1;
-            continue;
-        };
-        let hits = matching_lines(&matcher, &text);
+        let rows = lines.rows();
+        let hits = lines.hits(&matcher, &finder, &rows);
         if hits.is_empty() {
             continue;
         }
@@ -183,8 +189,8 @@ fn grep(ctx: &ToolContext, args: &Args) -> ToolOutput {
         }
         let file = Hits {
             shown: &shown,
-            text: &text,
-            lines: &hits,
+            rows: &rows,
+            hits: &hits,
         };
         add_blocks(&mut found, &file, &finder, (before, after), (limit, offset));
         if found.truncated || found.size_truncated {
@@ -205,11 +211,120 @@ fn matching_lines(matcher: &RegexMatcher, text: &str) -> Vec<usize> {
     hits
 }
 
-/// One searched file: its shown path, its text and the numbers of its matching lines.
+/// One searched file: its shown path, its rows and the indexes of its matching rows.
 struct Hits<'a> {
     shown: &'a str,
+    rows: &'a [Row<'a>],
+    hits: &'a [usize],
+}
+
+/// One line as grep shows it: its number in the (extracted) text and its locator.
+struct Row<'a> {
     text: &'a str,
-    lines: &'a [usize],
+    number: usize,
+    locator: &'a str,
+}
+
+/// What one file offers the search.
+enum Lines {
+    /// A text file's content.
+    Text(String),
+    /// A document's extracted lines.
+    Document(documents::Located),
+}
+
+impl Lines {
+    fn rows(&self) -> Vec<Row<'_>> {
+        match self {
+            Self::Text(text) => text
+                .lines()
+                .enumerate()
+                .map(|(i, text)| Row {
+                    text,
+                    number: i + 1,
+                    locator: "",
+                })
+                .collect(),
+            // Headers and blank separators are neither searched nor shown as context.
+            Self::Document(doc) => doc
+                .lines
+                .iter()
+                .enumerate()
+                .filter(|(_, line)| line.searchable())
+                .map(|(i, line)| Row {
+                    text: &line.text,
+                    number: i + 1,
+                    locator: &line.locator,
+                })
+                .collect(),
+        }
+    }
+
+    /// Returns the indexes of the rows that match.
+    fn hits(&self, matcher: &RegexMatcher, finder: &Finder, rows: &[Row<'_>]) -> Vec<usize> {
+        match self {
+            Self::Text(text) => matching_lines(matcher, text)
+                .into_iter()
+                .map(|n| n.saturating_sub(1))
+                .filter(|&i| i < rows.len())
+                .collect(),
+            Self::Document(_) => (0..rows.len())
+                .filter(|&i| finder.is_match(rows[i].text))
+                .collect(),
+        }
+    }
+}
+
+/// What reading one file gave.
+enum Source {
+    Lines(Lines),
+    /// Not searchable (binary, not UTF-8); counted already.
+    Skip,
+    /// A document that could not be read: the error for an explicitly named file.
+    Fail(String),
+}
+
+/// Reads a file as text, or as a document's extracted lines; notes what was skipped.
+fn source(path: &std::path::Path, shown: &str, pages: Option<&str>, found: &mut Found) -> Source {
+    let Some(kind) = Kind::of(path) else {
+        return match std::fs::read(path) {
+            Ok(raw) if !search::is_binary(&raw) => {
+                String::from_utf8(raw).map_or(Source::Skip, |text| Source::Lines(Lines::Text(text)))
+            }
+            _ => Source::Skip,
+        }
+        .counted(found);
+    };
+    match documents::located(path, kind, pages.filter(|p| !p.is_empty())) {
+        Ok(doc) => {
+            if let Some(next) = &doc.continuation {
+                found
+                    .continuations
+                    .push(format!("({shown}: continue PDF search with {next})"));
+            }
+            Source::Lines(Lines::Document(doc))
+        }
+        Err(e @ documents::Error::PageRange { .. }) => {
+            found.skipped_binary += 1;
+            found.document_errors.push(format!("{shown}: {e}"));
+            let pages = pages.unwrap_or_default();
+            Source::Fail(format!("Error: Invalid PDF page range '{pages}': {e}."))
+        }
+        Err(e) => {
+            found.skipped_binary += 1;
+            found.document_errors.push(format!("{shown}: {e}"));
+            Source::Fail(format!("Error searching document {shown}: {e}"))
+        }
+    }
+}
+
+impl Source {
+    fn counted(self, found: &mut Found) -> Self {
+        if matches!(self, Self::Skip) {
+            found.skipped_binary += 1;
+        }
+        self
+    }
 }
 
 /// Finds where a line's first match starts (upstream clips long lines around it).
@@ -226,6 +341,10 @@ impl Finder {
             .case_insensitive(arg_bool(args, "case_insensitive"))
             .build();
         Self(built.ok())
+    }
+
+    fn is_match(&self, line: &str) -> bool {
+        self.0.as_ref().is_some_and(|re| re.is_match(line))
     }
 
     /// Returns the character offset of the first match in `line`.
@@ -248,8 +367,7 @@ fn add_blocks(
     (before, after): (usize, usize),
     (limit, offset): (Option<usize>, usize),
 ) {
-    let lines: Vec<&str> = file.text.lines().collect();
-    for &line in file.lines {
+    for &hit in file.hits {
         found.seen += 1;
         if found.seen <= offset {
             continue;
@@ -258,19 +376,13 @@ fn add_blocks(
             found.truncated = true;
             return;
         }
-        let start = line.saturating_sub(before).max(1);
-        let end = (line + after).min(lines.len());
-        let mut block = vec![format!("{}:{line}", file.shown)];
-        for n in start..=end {
-            let text = lines.get(n - 1).copied().unwrap_or_default();
-            let row = if n == line {
-                format!("> {n}| {}", clip_line(text, Some(finder.start_in(text))))
-            } else {
-                format!("  {n}| {}", clip_line(text, None))
-            };
-            block.push(row);
-        }
-        let block = block.join("\n");
+        let end = (hit + after).min(file.rows.len() - 1);
+        let block = block(
+            file.shown,
+            &file.rows[hit.saturating_sub(before)..=end],
+            hit - hit.saturating_sub(before),
+            finder,
+        );
         let separator = if found.blocks.is_empty() { 0 } else { 2 };
         if found.chars + separator + block.chars().count() > MAX_RESULT_CHARS {
             found.size_truncated = true;
@@ -279,6 +391,55 @@ fn add_blocks(
         found.chars += separator + block.chars().count();
         found.blocks.push(block);
     }
+}
+
+/// Renders one match (upstream's `_format_block`): a `path:line [locator]` header, then
+/// the context rows, the match marked `>`; a spreadsheet match's locator names its cell.
+fn block(shown: &str, rows: &[Row<'_>], at: usize, finder: &Finder) -> String {
+    let hit = &rows[at];
+    let start = finder.start_in(hit.text);
+    let mut locator = hit.locator.to_string();
+    if locator.starts_with("sheet=") {
+        let tabs = hit.text.chars().take(start).filter(|&c| c == '\t').count();
+        if let Some((_, row)) = locator.rsplit_once(",row=") {
+            let cell = format!(",cell={}{row}", excel_column(tabs + 1));
+            locator.push_str(&cell);
+        }
+    }
+    let mut block = vec![format!("{shown}:{}{}", hit.number, bracketed(&locator))];
+    for (i, row) in rows.iter().enumerate() {
+        let (marker, at_match) = if i == at {
+            (">", Some(start))
+        } else {
+            (" ", None)
+        };
+        block.push(format!(
+            "{marker} {}{}| {}",
+            row.number,
+            bracketed(row.locator),
+            clip_line(row.text, at_match)
+        ));
+    }
+    block.join("\n")
+}
+
+fn bracketed(locator: &str) -> String {
+    if locator.is_empty() {
+        String::new()
+    } else {
+        format!(" [{locator}]")
+    }
+}
+
+/// Returns a spreadsheet column's letters (1 is `A`, 27 is `AA`).
+fn excel_column(mut number: usize) -> String {
+    let mut letters = Vec::new();
+    while number > 0 {
+        let rest = (number - 1) % 26;
+        letters.push(char::from(b'A' + u8::try_from(rest).unwrap_or(0)));
+        number = (number - 1) / 26;
+    }
+    letters.iter().rev().collect()
 }
 
 /// Clips a row longer than [`MAX_LINE_CHARS`] characters as upstream does: around the
@@ -374,6 +535,10 @@ fn render(
             found.skipped_scope
         ));
     }
+    if let Some(first) = found.document_errors.first() {
+        notes.push(format!("(first document error: {first})"));
+    }
+    notes.extend(found.continuations.into_iter().take(10));
     if mode == "count" && !found.files.is_empty() {
         let total: usize = found.files.iter().map(|f| f.2).sum();
         notes.push(format!(
@@ -422,11 +587,15 @@ mod tests {
         )
     }
 
-    async fn call(ctx: &ToolContext, args: Value) -> String {
+    fn as_args(args: Value) -> Args {
         let Value::Object(args) = args else {
             panic!("args must be an object")
         };
-        Grep.execute(ctx, args).await.content
+        args
+    }
+
+    async fn call(ctx: &ToolContext, args: Value) -> String {
+        Grep.execute(ctx, as_args(args)).await.content
     }
 
     #[tokio::test]
@@ -526,5 +695,95 @@ mod tests {
         let tail: String = long.chars().skip(514).collect();
         assert_eq!(clipped, format!("long.txt:1\n> 1| ...{tail}"));
         assert_eq!(clip_line(&"é".repeat(2001), None), "é".repeat(1997) + "...");
+    }
+
+    fn write_documents(ctx: &ToolContext) {
+        use crate::tools::documents::testdocs;
+        let root = ctx.sandbox.root().join("docs");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("报告.docx"), testdocs::docx()).unwrap();
+        std::fs::write(root.join("表.xlsx"), testdocs::xlsx()).unwrap();
+        std::fs::write(root.join("幻灯片.pptx"), testdocs::pptx()).unwrap();
+        std::fs::write(root.join("t.pdf"), testdocs::pdf(&testdocs::SAMPLE_PDF)).unwrap();
+        let many: Vec<&str> = (0..102).map(|i| testdocs::SAMPLE_PDF[i % 4]).collect();
+        std::fs::write(root.join("many.pdf"), testdocs::pdf(&many)).unwrap();
+    }
+
+    /// The expected texts are nanobot 0.3.5's `GrepTool` output on the same files.
+    #[tokio::test]
+    async fn documents_are_searched_with_source_locators_as_upstream() {
+        let (_dir, ctx) = ctx();
+        write_documents(&ctx);
+        let around = |pattern: &str, path: &str| json!({"pattern": pattern, "path": format!("docs/{path}"), "context_before": 1, "context_after": 1});
+        assert_eq!(
+            call(&ctx, around("你|👩", "报告.docx")).await,
+            "docs/报告.docx:1 [paragraph=1]\n> 1 [paragraph=1]| Hello 你好 👩‍👩‍👧‍👦 🇨🇳\n  3 [paragraph=2]| See link\tx"
+        );
+        assert_eq!(
+            call(&ctx, around("👩|名字|3", "表.xlsx")).await,
+            "docs/表.xlsx:2 [sheet='数据',row=1,cell=A1]\n> 2 [sheet='数据',row=1]| 名字\tCount\t\n  3 [sheet='数据',row=2]| 👩‍👩‍👧‍👦 family\t3\t2024-01-01 00:00:00\n\n\
+             docs/表.xlsx:3 [sheet='数据',row=2,cell=A2]\n  2 [sheet='数据',row=1]| 名字\tCount\t\n> 3 [sheet='数据',row=2]| 👩‍👩‍👧‍👦 family\t3\t2024-01-01 00:00:00\n  4 [sheet='数据',row=3]| مرحبا שלום\t2.5\t"
+        );
+        assert_eq!(
+            call(&ctx, around("e\u{301}|世界", "幻灯片.pptx")).await,
+            "docs/幻灯片.pptx:10 [slide=3,line=1]\n  7 [slide=1,line=6]| A\tשלום\n> 10 [slide=3,line=1]| e\u{301} 🇨🇳"
+        );
+        assert_eq!(
+            call(&ctx, around("世界|end", "t.pdf")).await,
+            "docs/t.pdf:6 [page=3,line=1]\n  3 [page=1,line=2]| Second line\n> 6 [page=3,line=1]| 你好 世界👩‍👩‍👧‍👦🇨🇳\n  7 [page=3,line=2]| e\u{301} مرحبا\n\n\
+             docs/t.pdf:11 [page=4,line=1]\n  8 [page=3,line=3]| مرحبا שלום\n> 11 [page=4,line=1]| The end"
+        );
+        assert_eq!(
+            call(&ctx, json!({"pattern": "3", "path": "docs/表.xlsx", "context_before": 0, "context_after": 0, "head_limit": 1})).await,
+            "docs/表.xlsx:3 [sheet='数据',row=2,cell=B2]\n> 3 [sheet='数据',row=2]| 👩‍👩‍👧‍👦 family\t3\t2024-01-01 00:00:00"
+        );
+    }
+
+    /// The expected texts are nanobot 0.3.5's `GrepTool` output on the same files.
+    #[tokio::test]
+    async fn pdf_page_ranges_bound_and_continue_the_search_as_upstream() {
+        let (_dir, ctx) = ctx();
+        write_documents(&ctx);
+        let bad = Grep
+            .execute(
+                &ctx,
+                as_args(json!({"pattern": "end", "path": "docs/t.pdf", "pages": "9"})),
+            )
+            .await;
+        assert!(bad.is_error);
+        assert_eq!(
+            bad.content,
+            "Error: Invalid PDF page range '9': document has 4 pages; use a page number or range within 1-4."
+        );
+        assert_eq!(
+            call(&ctx, json!({"pattern": "end", "path": "docs", "pages": "9", "output_mode": "count", "type": "pdf"})).await,
+            "No matches found for pattern 'end' in docs\n\n(skipped 1 binary/unreadable files)\n\
+             (first document error: docs/t.pdf: document has 4 pages; use a page number or range within 1-4)\n\
+             (docs/many.pdf: continue PDF search with pages='10-102')"
+        );
+        assert_eq!(
+            call(
+                &ctx,
+                json!({"pattern": "end", "path": "docs/many.pdf", "output_mode": "count"})
+            )
+            .await,
+            "docs/many.pdf: 25\n\n(docs/many.pdf: continue PDF search with pages='101-102')\n(total matches: 25 in 1 files)"
+        );
+        assert_eq!(
+            call(&ctx, json!({"pattern": "Hello", "path": "docs/many.pdf", "pages": "101-102", "context_before": 0, "context_after": 0})).await,
+            "docs/many.pdf:2 [page=101,line=1]\n> 2 [page=101,line=1]| Hello PDF"
+        );
+        std::fs::write(ctx.sandbox.root().join("docs/坏.docx"), "not a zip").unwrap();
+        let corrupt = Grep
+            .execute(
+                &ctx,
+                as_args(json!({"pattern": "x", "path": "docs/坏.docx"})),
+            )
+            .await;
+        assert!(corrupt.is_error);
+        assert_eq!(
+            corrupt.content,
+            "Error searching document docs/坏.docx: invalid Office document: File is not a zip file"
+        );
     }
 }

@@ -111,17 +111,76 @@ pub enum Error {
     },
 }
 
+/// One extracted line and where it sits in the document (upstream's
+/// `LocatedDocumentLine`): `page=2,line=3`, `paragraph=4`, `sheet='S',row=5`,
+/// `slide=1,line=2`. Headers and blank separators have no locator and are not searched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    /// The line's text.
+    pub text: String,
+    /// Where it sits; empty for a header or a blank separator.
+    pub locator: String,
+}
+
+impl Line {
+    fn plain(text: String) -> Self {
+        Self {
+            text,
+            locator: String::new(),
+        }
+    }
+
+    fn located(text: String, locator: String) -> Self {
+        Self { text, locator }
+    }
+
+    /// Returns whether grep searches this line (it has a locator).
+    pub fn searchable(&self) -> bool {
+        !self.locator.is_empty()
+    }
+}
+
+/// A document's lines as grep reads them, and the PDF page range to read next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    /// Every extracted line, headers and separators included.
+    pub lines: Vec<Line>,
+    /// `pages='101-200'` when a PDF has pages after the range read.
+    pub continuation: Option<String>,
+}
+
 /// Returns the extracted lines of an Office document (`kind` is not [`Kind::Pdf`]): the
 /// sequence upstream's `open_document_line_source` yields, headers and blank separators
 /// included.
 pub fn office_lines(path: &Path, kind: Kind) -> Result<Vec<String>, Error> {
+    let lines = located_office(path, kind)?;
+    Ok(lines.into_iter().map(|line| line.text).collect())
+}
+
+/// Returns a document's located lines (upstream's `open_document_line_source`): for a
+/// PDF the pages in `pages` (all when `None`), at most [`pdf::MAX_SEARCH_PAGES`] of them.
+pub fn located(path: &Path, kind: Kind, pages: Option<&str>) -> Result<Located, Error> {
+    if kind != Kind::Pdf {
+        let lines = located_office(path, kind)?;
+        return Ok(Located {
+            lines,
+            continuation: None,
+        });
+    }
+    if std::fs::metadata(path)?.len() > MAX_EXTRACT_FILE_BYTES {
+        return Err(Error::TooLarge);
+    }
+    pdf::located(&std::fs::read(path)?, pages)
+}
+
+fn located_office(path: &Path, kind: Kind) -> Result<Vec<Line>, Error> {
     if std::fs::metadata(path)?.len() > MAX_EXTRACT_FILE_BYTES {
         return Err(Error::TooLarge);
     }
     let bytes = std::fs::read(path)?;
     let mut archive = archive::Archive::open(&bytes)?;
     match kind {
-        Kind::Docx => docx::lines(&mut archive),
+        Kind::Docx => Ok(docx_located(docx::lines(&mut archive)?)),
         Kind::Xlsx => xlsx::lines(&bytes),
         Kind::Pptx => pptx::lines(&mut archive),
         Kind::Pdf => Err(Error::Open {
@@ -129,6 +188,19 @@ pub fn office_lines(path: &Path, kind: Kind) -> Result<Vec<String>, Error> {
             reason: "not an Office document".into(),
         }),
     }
+}
+
+/// Locates DOCX lines: each non-blank line is the next `paragraph=N`.
+fn docx_located(lines: Vec<String>) -> Vec<Line> {
+    let mut paragraph = 0;
+    let locate = |text: String| {
+        if text.is_empty() {
+            return Line::plain(text);
+        }
+        paragraph += 1;
+        Line::located(text, format!("paragraph={paragraph}"))
+    };
+    lines.into_iter().map(locate).collect()
 }
 
 /// Splits `text` into lines the way Python's `str.splitlines()` does: at `\n`, `\r`,

@@ -9,8 +9,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use pdf_extract::{MediaBox, OutputDev, OutputError, Transform};
 
-use super::Error;
+use super::{Error, Line, Located, split_lines};
 
+/// Most pages one grep of a PDF reads (upstream's `_MAX_PDF_ATTACHMENT_PAGES`).
+pub const MAX_SEARCH_PAGES: usize = 100;
 /// Largest decoded content of one page (32 MiB).
 const MAX_CONTENT_STREAM_BYTES: usize = 32 * 1024 * 1024;
 
@@ -51,6 +53,73 @@ fn extract_pages(
     max_pages: usize,
     max_chars: usize,
 ) -> Result<PdfText, Error> {
+    let mut collector = Collector::new(max_chars);
+    let walked = walk_pages(bytes, pages, max_pages, |index, text| {
+        collector.add(&format!("--- Page {} ---\n{text}", index + 1), "\n\n")
+    })?;
+    Ok(PdfText {
+        text: collector.render(),
+        total_pages: walked.total_pages,
+        start: walked.start,
+        end: walked.end,
+    })
+}
+
+/// Returns the located lines of `pages` (all when `None`), at most
+/// [`MAX_SEARCH_PAGES`] of them, as upstream's grep reads a PDF: `--- Page N ---` headers
+/// and blank lines unlocated, each other line `page=N,line=K`; and the next range when
+/// pages remain.
+pub fn located(bytes: &[u8], pages: Option<&str>) -> Result<Located, Error> {
+    if bytes.is_empty() {
+        return Err(Error::Pdf("Cannot read an empty file".into()));
+    }
+    let mut lines = Vec::new();
+    let walk = |lines: &mut Vec<Line>| {
+        walk_pages(bytes, pages, MAX_SEARCH_PAGES, |index, text| {
+            if !lines.is_empty() {
+                lines.push(Line::plain(String::new()));
+            }
+            lines.push(Line::plain(format!("--- Page {} ---", index + 1)));
+            let mut number = 0;
+            for line in split_lines(text) {
+                if line.is_empty() {
+                    lines.push(Line::plain(String::new()));
+                    continue;
+                }
+                number += 1;
+                let locator = format!("page={},line={number}", index + 1);
+                lines.push(Line::located(line.to_string(), locator));
+            }
+            true
+        })
+    };
+    let walked = catch_unwind(AssertUnwindSafe(|| walk(&mut lines)))
+        .unwrap_or_else(|_| Err(Error::Pdf("the PDF could not be parsed".into())))?;
+    let continuation = (walked.total_pages > 0 && walked.end + 1 < walked.total_pages).then(|| {
+        let next_end = (walked.end + 1 + MAX_SEARCH_PAGES).min(walked.total_pages);
+        format!("pages='{}-{next_end}'", walked.end + 2)
+    });
+    Ok(Located {
+        lines,
+        continuation,
+    })
+}
+
+/// The pages one walk covered.
+struct Walked {
+    total_pages: usize,
+    start: usize,
+    end: usize,
+}
+
+/// Calls `visit` with the 0-based index and trimmed text of each page with text in
+/// `pages` (at most `max_pages`), until it returns `false` (`end` is then that page).
+fn walk_pages(
+    bytes: &[u8],
+    pages: Option<&str>,
+    max_pages: usize,
+    mut visit: impl FnMut(usize, &str) -> bool,
+) -> Result<Walked, Error> {
     let mut doc = pdf_extract::Document::load_mem(bytes).map_err(|e| Error::Pdf(e.to_string()))?;
     if doc.is_encrypted() && doc.decrypt("").is_err() {
         return Err(Error::Pdf("File has not been decrypted".into()));
@@ -58,8 +127,7 @@ fn extract_pages(
     let page_ids: Vec<(u32, pdf_extract::ObjectId)> = doc.get_pages().into_iter().collect();
     let total_pages = page_ids.len();
     if total_pages == 0 {
-        return Ok(PdfText {
-            text: String::new(),
+        return Ok(Walked {
             total_pages,
             start: 0,
             end: 0,
@@ -67,7 +135,6 @@ fn extract_pages(
     }
     let (start, asked_end) = page_range(pages, total_pages)?;
     let mut end = asked_end.min(start + max_pages.max(1) - 1);
-    let mut collector = Collector::new(max_chars);
     for (index, &(number, id)) in page_ids.iter().enumerate().take(end + 1).skip(start) {
         let content = doc
             .get_page_content(id)
@@ -82,13 +149,12 @@ fn extract_pages(
         if text.is_empty() {
             continue;
         }
-        if !collector.add(&format!("--- Page {} ---\n{text}", index + 1), "\n\n") {
+        if !visit(index, text) {
             end = index;
             break;
         }
     }
-    Ok(PdfText {
-        text: collector.render(),
+    Ok(Walked {
         total_pages,
         start,
         end,

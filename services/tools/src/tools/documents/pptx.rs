@@ -5,7 +5,7 @@
 use roxmltree::Node;
 
 use super::archive::Archive;
-use super::{Error, Kind, split_lines};
+use super::{Error, Kind, Line, split_lines};
 
 /// PresentationML's namespace.
 const P: &str = "http://schemas.openxmlformats.org/presentationml/2006/main";
@@ -14,8 +14,8 @@ const A: &str = "http://schemas.openxmlformats.org/drawingml/2006/main";
 /// The relationships namespace (`r:id`).
 const R: &str = "http://schemas.openxmlformats.org/officeDocument/2006/relationships";
 
-/// Returns the presentation's lines.
-pub(super) fn lines(archive: &mut Archive<'_>) -> Result<Vec<String>, Error> {
+/// Returns the presentation's lines, text located as `slide=N,line=K`.
+pub(super) fn lines(archive: &mut Archive<'_>) -> Result<Vec<Line>, Error> {
     let mut lines = Vec::new();
     for (index, slide) in slides(archive)?.iter().enumerate() {
         let doc = roxmltree::Document::parse(slide).map_err(|e| open_error(e.to_string()))?;
@@ -29,10 +29,19 @@ pub(super) fn lines(archive: &mut Archive<'_>) -> Result<Vec<String>, Error> {
             continue;
         }
         if !lines.is_empty() {
-            lines.push(String::new());
+            lines.push(Line::plain(String::new()));
         }
-        lines.push(format!("--- Slide {} ---", index + 1));
-        lines.extend(slide_lines.into_iter().map(str::to_string));
+        lines.push(Line::plain(format!("--- Slide {} ---", index + 1)));
+        let mut number = 0;
+        for text in slide_lines {
+            if text.is_empty() {
+                lines.push(Line::plain(String::new()));
+                continue;
+            }
+            number += 1;
+            let locator = format!("slide={},line={number}", index + 1);
+            lines.push(Line::located(text.to_string(), locator));
+        }
     }
     Ok(lines)
 }

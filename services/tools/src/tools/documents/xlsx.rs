@@ -6,10 +6,10 @@ use std::io::Cursor;
 
 use calamine::{Data, Reader as _, SheetType, Xlsx};
 
-use super::{Error, Kind};
+use super::{Error, Kind, Line};
 
-/// Returns the workbook's lines.
-pub(super) fn lines(bytes: &[u8]) -> Result<Vec<String>, Error> {
+/// Returns the workbook's lines, rows located as `sheet='NAME',row=N`.
+pub(super) fn lines(bytes: &[u8]) -> Result<Vec<Line>, Error> {
     let open_error = |e: calamine::XlsxError| Error::Open {
         kind: Kind::Xlsx,
         reason: e.to_string(),
@@ -24,13 +24,13 @@ pub(super) fn lines(bytes: &[u8]) -> Result<Vec<String>, Error> {
     let mut lines = Vec::new();
     for name in sheets {
         let range = workbook.worksheet_range(&name).map_err(open_error)?;
-        let Some((_, first_col)) = range.start() else {
+        let Some((first_row, first_col)) = range.start() else {
             continue;
         };
         // openpyxl's rows start at column A: cells left of the used range are empty.
         let lead = "\t".repeat(usize::try_from(first_col).unwrap_or(0));
         let mut wrote_header = false;
-        for row in range.rows() {
+        for (row_index, row) in (usize::try_from(first_row).unwrap_or(0) + 1..).zip(range.rows()) {
             let cells: Vec<String> = row.iter().map(cell_text).collect();
             let text = format!("{lead}{}", cells.join("\t"));
             if text.trim().is_empty() {
@@ -38,15 +38,44 @@ pub(super) fn lines(bytes: &[u8]) -> Result<Vec<String>, Error> {
             }
             if !wrote_header {
                 if !lines.is_empty() {
-                    lines.push(String::new());
+                    lines.push(Line::plain(String::new()));
                 }
-                lines.push(format!("--- Sheet: {name} ---"));
+                lines.push(Line::plain(format!("--- Sheet: {name} ---")));
                 wrote_header = true;
             }
-            lines.push(text);
+            let locator = format!("sheet={},row={row_index}", python_repr(&name));
+            lines.push(Line::located(text, locator));
         }
     }
     Ok(lines)
+}
+
+/// Returns `text` as Python's `repr()` of a string writes it (the quote it picks, escapes).
+fn python_repr(text: &str) -> String {
+    let quote = if text.contains('\'') && !text.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::from(quote);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
 }
 
 /// Returns a cell's value as Python's `str()` of openpyxl's value writes it.
