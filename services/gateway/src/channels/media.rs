@@ -158,11 +158,21 @@ impl Budget {
     fn check(&self, size: u64) -> Result<(), String> {
         match self.bytes.saturating_add(size) > self.caps.max_bytes {
             true => Err(format!(
-                "skipped: one message's attachments may total {} MB",
-                self.caps.max_bytes / 1_000_000
+                "skipped: one message's attachments may total {}",
+                human(self.caps.max_bytes)
             )),
             false => Ok(()),
         }
+    }
+}
+
+/// Returns `bytes` for people: `25 MB`, `1.5 MB`, `100 KB`, `512 bytes`.
+fn human(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1_000_000 && b % 1_000_000 == 0 => format!("{} MB", b / 1_000_000),
+        b if b >= 1_000_000 => format!("{:.1} MB", b as f64 / 1e6),
+        b if b >= 1_000 => format!("{} KB", b / 1_000),
+        b => format!("{b} bytes"),
     }
 }
 
@@ -249,5 +259,14 @@ mod tests {
         assert!(budget.take(1_000_000).is_ok());
         assert!(budget.take(1).is_ok());
         assert!(budget.take(1).unwrap_err().contains("more than 3"));
+        assert_eq!(
+            [
+                human(25_000_000),
+                human(1_500_000),
+                human(100_000),
+                human(512)
+            ],
+            ["25 MB", "1.5 MB", "100 KB", "512 bytes"]
+        );
     }
 }
