@@ -518,3 +518,59 @@ async fn a_two_megabyte_text_and_file_names_that_are_paths_never_wedge_the_bot()
         "{asked:.300?}"
     );
 }
+
+/// Issue 30 item 6: a message's files past `channels.maxAttachments` or
+/// `channels.maxAttachmentBytes` are not downloaded and the turn says so.
+#[tokio::test]
+async fn files_past_the_count_or_byte_cap_are_skipped_with_a_note() {
+    let fake = SlackFake::start(BOT_TOKEN, APP_TOKEN).await.unwrap();
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(
+            json!({"channels": {"maxAttachments": 2, "maxAttachmentBytes": 100_000,
+            "slack": {"enabled": true, "botToken": BOT_TOKEN, "appToken": APP_TOKEN,
+                "apiBase": fake.api_url(), "allowFrom": [ALICE]}}}),
+        )
+        .start()
+        .await
+        .unwrap();
+    fake.wait_connections(1).await.unwrap();
+    fleet
+        .llm
+        .when_last_user_contains("four files", Reply::text("seen 👀"));
+    let files: Vec<Value> = [
+        ("F0A", 60_000),
+        ("F0B", 60_000),
+        ("F0C", 1_000),
+        ("F0D", 1_000),
+    ]
+    .iter()
+    .map(|(id, size)| {
+        let url = fake.add_file(id, "text/plain", &vec![b'x'; *size]);
+        json!({"id": id, "name": format!("{id} 文件.txt"), "mimetype": "text/plain",
+                "size": size, "url_private_download": url})
+    })
+    .collect();
+    let mut shared = dm("1700000600.000100", "four files 🗂");
+    shared["files"] = json!(files);
+    fake.send_event(shared).unwrap();
+    fake.wait_posted("D0ALICE", |p| p.text == "seen 👀")
+        .await
+        .unwrap();
+    let asked = fleet.llm.requests()[0].last_user_text().unwrap();
+    assert!(
+        asked.contains("[file: F0B 文件.txt: skipped: one message's attachments may total 100 KB]"),
+        "{asked}"
+    );
+    assert!(
+        asked.contains("[file: F0D 文件.txt: skipped: more than 2 attachments in one message]"),
+        "{asked}"
+    );
+    let media = fleet.workspace().join(".nanobot/media/slack");
+    let mut saved: Vec<String> = std::fs::read_dir(&media)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    saved.sort();
+    assert_eq!(saved, ["F0A_F0A_文件.txt", "F0C_F0C_文件.txt"]);
+}
