@@ -9,6 +9,10 @@ agent loop calls `Session.get_history`: no message cap, no token budget).
   (placeholder assistant rows, malformed tool calls, orphan results, missing results, empty
   results, adjacent user messages), with no workspace and a tool-result cap no case reaches.
 - `replay`: the two in turn, what a turn sends of its history.
+- `fit_to_budget`: a whole request (`messages` with its system row) under `context_window`
+  and `max_tokens` as `prepare_request` treats it without tools: left alone unless the
+  estimate reaches the input budget, else `ContextGovernor.fit_to_budget`'s snip and tool-row
+  repair (`{"error": ...}` when it still does not fit).
 
 Token budgets are counted as 0.3.5 counts them with network access: tiktoken's `cl100k_base`.
 Without it 0.3.5 silently falls back to UTF-8 bytes, so the adapter seeds tiktoken's cache
@@ -43,7 +47,11 @@ def _seed_tiktoken_cache() -> None:
 
 _seed_tiktoken_cache()
 
-from nanobot.agent.context_governance import ContextGovernanceConfig, ContextGovernor
+from nanobot.agent.context_governance import (
+    ContextGovernanceConfig,
+    ContextGovernor,
+    ContextWindowExceededError,
+)
 from nanobot.session.manager import Session
 from nanobot.utils.helpers import _get_token_encoding
 
@@ -65,15 +73,21 @@ def _history(spec: dict) -> list:
     )
 
 
-def _prepare(messages: list) -> list:
-    config = ContextGovernanceConfig(
+def _config(context_window: int | None = None, max_tokens: int | None = None):
+    return ContextGovernanceConfig(
         provider=None,
         model="probe",
         tools=None,
         workspace=None,
         session_key="probe:1",
         max_tool_result_chars=_NO_CAP,
+        context_window_tokens=context_window,
+        max_tokens=max_tokens,
     )
+
+
+def _prepare(messages: list) -> list:
+    config = _config()
     return ContextGovernor().prepare_messages_for_model(config, deepcopy(messages))
 
 
@@ -87,3 +101,18 @@ def prepare_for_model(spec: dict) -> list:
 
 def replay(spec: dict) -> list:
     return _prepare(_history(spec))
+
+
+def fit_to_budget(spec: dict) -> object:
+    config = _config(spec["context_window"], spec["max_tokens"])
+    governor = ContextGovernor()
+    messages = deepcopy(spec["messages"])
+    pressure = governor.request_pressure(
+        config, messages, None, usage_matches_messages=False, tool_definitions=None
+    )
+    if pressure is None:
+        return messages
+    try:
+        return governor.fit_to_budget(config, messages, tool_definitions=None)
+    except ContextWindowExceededError:
+        return {"error": "over budget"}
