@@ -166,7 +166,7 @@ pub async fn run(
     let d = &cfg.agents.defaults;
     // The turn's model: its session's `/model` preset, else the bot's configured one.
     let model = bot.models.for_session(&session.metadata);
-    // Upstream HEAD replays within a token budget; the seeds' message cap stays alongside.
+    // 0.3.5 replays with no row cap (`MAX_REPLAY_MESSAGES`) within a token budget.
     let replay = session.replay_within(
         MAX_REPLAY_MESSAGES,
         core_memory::budget::Budget::replay_tokens(model.context_window_tokens, model.max_tokens),
