@@ -337,7 +337,7 @@ pub async fn run(
             on_budget_exhausted: if finalize {
                 OnBudgetExhausted::Finalize
             } else {
-                OnBudgetExhausted::Stop
+                OnBudgetExhausted::Template
             },
         },
     )

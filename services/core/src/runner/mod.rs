@@ -4,8 +4,9 @@
 //! limit are continued (up to 3 times) and joined, unless the provider caps replies on purpose
 //! ([`RunSpec::capped_replies`], the local default model); model errors end the turn with the error
 //! text and a transcript placeholder; an exhausted iteration budget gets one no-tools
-//! finalization request, then upstream's template (or, with [`OnBudgetExhausted::Stop`], as
-//! upstream's subagents, no final text at all).
+//! finalization request, then upstream's template (with [`OnBudgetExhausted::Template`] the
+//! template alone; with [`OnBudgetExhausted::Stop`], as upstream's subagents, no final text at
+//! all).
 //!
 //! # Layout
 //! - `prompts`: upstream's fixed texts.
@@ -121,6 +122,9 @@ pub enum OnBudgetExhausted {
     /// No finalization pass and no final text (upstream's subagents, whose caller reports
     /// "Task completed but no final response was generated.").
     Stop,
+    /// No finalization request, upstream's template as the final text (upstream's
+    /// `finalize_on_max_iterations=False`: a turn whose sustained goal may continue).
+    Template,
 }
 
 /// How a run behaves, beyond its [`RunSpec`].
@@ -360,8 +364,26 @@ impl Run<'_> {
             .push(json!({"role": "assistant", "content": content}));
     }
 
-    async fn finish_budget_exhausted(&mut self, parts: &[String]) {
+    async fn finish_budget_exhausted(&mut self, parts: &[String], request: bool) {
         self.result.stop_reason = StopReason::MaxIterations;
+        let terminal = if request {
+            self.finalization().await
+        } else {
+            None
+        };
+        let terminal = terminal.unwrap_or_else(|| max_iterations_message(self.spec.max_iterations));
+        self.result.content = if parts.is_empty() {
+            terminal.clone()
+        } else {
+            format!("{}\n\n{}", parts.concat().trim_end(), terminal.trim_start())
+                .trim()
+                .to_string()
+        };
+        self.append_final(&terminal);
+    }
+
+    /// The no-tools finalization request's usable text, if any.
+    async fn finalization(&mut self) -> Option<String> {
         let (response, cost) = self
             .requester
             .finalize(
@@ -378,19 +400,7 @@ impl Run<'_> {
         let usable = response.finish_reason != "error"
             && response.tool_calls.is_empty()
             && !is_blank(&clean);
-        let terminal = if usable {
-            clean
-        } else {
-            max_iterations_message(self.spec.max_iterations)
-        };
-        self.result.content = if parts.is_empty() {
-            terminal.clone()
-        } else {
-            format!("{}\n\n{}", parts.concat().trim_end(), terminal.trim_start())
-                .trim()
-                .to_string()
-        };
-        self.append_final(&terminal);
+        usable.then_some(clean)
     }
 }
 
@@ -569,7 +579,8 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
     }
     if !finished {
         match options.on_budget_exhausted {
-            OnBudgetExhausted::Finalize => run.finish_budget_exhausted(&parts).await,
+            OnBudgetExhausted::Finalize => run.finish_budget_exhausted(&parts, true).await,
+            OnBudgetExhausted::Template => run.finish_budget_exhausted(&parts, false).await,
             OnBudgetExhausted::Stop => run.result.stop_reason = StopReason::MaxIterations,
         }
     }

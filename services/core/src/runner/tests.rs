@@ -987,3 +987,28 @@ async fn a_continuation_keeps_the_run_going_after_an_answer_within_the_iteration
         "3 iterations and the finalization"
     );
 }
+
+#[tokio::test]
+async fn a_run_told_to_end_with_the_template_makes_no_finalization_request() {
+    let model = Model::new(vec![calls(&["exec"]), calls(&["exec"]), text("unasked")]);
+    let specs = Offered::new(vec![tool_spec("exec")]);
+    let deps = RunDeps {
+        model: &model,
+        tools: &Tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    let options = RunOptions {
+        on_budget_exhausted: OnBudgetExhausted::Template,
+    };
+    let r = run_with(deps, spec(2), options).await;
+    assert_eq!(r.stop_reason, StopReason::MaxIterations);
+    assert_eq!(r.content, max_iterations_message(2));
+    assert_eq!(model.requests().len(), 2, "no finalization request");
+    assert_eq!(
+        r.new_messages.last().unwrap(),
+        &json!({"role": "assistant", "content": max_iterations_message(2)})
+    );
+}
