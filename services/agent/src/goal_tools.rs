@@ -8,7 +8,8 @@
 //! write leaves neither the row nor the goal: the turn is resumed from its last checkpoint
 //! and the model calls the tool again. `create_goal` (and `update_goal` with
 //! `action='replace'`) may only run in a turn a user's `/goal <task>` started, until the goal
-//! is completed, cancelled or blocked (upstream's `goal_mutation_permission`).
+//! is completed, cancelled or blocked (upstream's `goal_mutation_permission`). Both are offered
+//! in every turn, as 0.3.5 registers them wherever a session exists; subagents get neither.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
