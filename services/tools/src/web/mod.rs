@@ -13,8 +13,11 @@ pub mod fetch;
 pub mod guard;
 mod ordered_json;
 pub mod search;
+mod search_keyed;
 mod search_providers;
 
+#[cfg(test)]
+mod keyed_tests;
 #[cfg(test)]
 mod tests;
 

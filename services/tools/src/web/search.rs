@@ -1,5 +1,6 @@
-//! `web_search`: searches through the configured provider (Brave, Tavily, SearXNG, or the
-//! keyless DuckDuckGo HTML endpoint, the default when none is named) and formats results as
+//! `web_search`: searches through the configured provider (Brave, Tavily, SearXNG, Bocha,
+//! Volcengine, Serper, Jina, Exa, Kagi, or the keyless DuckDuckGo HTML endpoint, the default
+//! when none is named) and formats results as
 //! upstream: `Results for: {q}` then `{i}. {title}\n   {url}\n
 //! {snippet}`, or `No results for: {q}`.
 
@@ -8,6 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::extract::{normalize, strip_tags};
+use super::search_keyed::{self as keyed, Backend};
 use super::search_providers::{self as providers, Endpoints, Hit};
 use super::{SearchConfig, WebConfig};
 use crate::registry::{Args, Tool, ToolContext, ToolOutput, arg_i64, arg_str, object_schema};
@@ -26,24 +28,18 @@ pub enum Provider {
     Tavily { api_key: String },
     /// A SearXNG instance (`{base}/search?format=json`).
     Searxng { base_url: String },
+    /// Bocha, Volcengine, Serper, Jina, Exa or Kagi with its API key.
+    Keyed { backend: Backend, api_key: String },
     /// The named provider cannot run here: every call answers this error (never a silent
     /// fallback to another engine).
     Unavailable { error: String },
 }
 
 /// Upstream's other providers, not implemented by the fleet.
-const UPSTREAM_ONLY: &[&str] = &[
-    "jina",
-    "kagi",
-    "exa",
-    "olostep",
-    "bocha",
-    "volcengine",
-    "keenable",
-    "serper",
-];
+const UPSTREAM_ONLY: &[&str] = &["olostep", "keenable", "anysearch"];
 /// The providers the fleet runs, as listed in its errors.
-const SUPPORTED: &str = "brave, tavily, searxng or duckduckgo";
+const SUPPORTED: &str =
+    "brave, tavily, searxng, bocha, volcengine, serper, jina, exa, kagi or duckduckgo";
 
 impl Provider {
     /// Resolves `tools.web.search` to a backend: with no provider named, Brave when a key is
@@ -52,14 +48,15 @@ impl Provider {
     /// error naming what to set (upstream falls back to DuckDuckGo without a word).
     pub fn resolve(cfg: &SearchConfig, env: impl Fn(&str) -> Option<String>) -> Self {
         let name = cfg.provider.trim().to_lowercase();
-        let configured = |value: &str, var: &str| {
+        let configured_any = |value: &str, vars: &[&str]| {
             let value = value.trim();
             if value.is_empty() {
-                env(var)
+                vars.iter().find_map(|var| env(var))
             } else {
                 Some(value.to_string())
             }
         };
+        let configured = |value: &str, var: &str| configured_any(value, &[var]);
         let missing = |what: &str, field: &str, var: &str| Self::Unavailable {
             error: format!(
                 "Error: web_search provider '{name}' has no {what}: set \
@@ -82,6 +79,13 @@ impl Provider {
                 |base_url| Self::Searxng { base_url },
             ),
             "duckduckgo" => Self::DuckDuckGo,
+            other if let Some(backend) = Backend::named(other) => {
+                let vars = backend.key_vars();
+                configured_any(&cfg.api_key, vars).map_or_else(
+                    || missing("API key", "apiKey", &vars.join(" or ")),
+                    |api_key| Self::Keyed { backend, api_key },
+                )
+            }
             other if UPSTREAM_ONLY.contains(&other) => Self::Unavailable {
                 error: format!(
                     "Error: web_search provider '{other}' is not supported by nanobot-fleet; \
@@ -151,7 +155,7 @@ impl Tool for WebSearch {
             json!({
                 "query": {"type": "string", "description": "Search query"},
                 "count": {"type": "integer", "description": "Results (1-10)", "minimum": 1, "maximum": 10},
-                // 0.3.5 offers these for its volcengine backend; ours take and ignore them.
+                // 0.3.5 offers these for its volcengine backend; the others ignore them.
                 "timeRange": {"type": "string", "description": "Optional time filter for providers that support it: OneDay, OneWeek, OneMonth, OneYear, or YYYY-MM-DD..YYYY-MM-DD"},
                 "authLevel": {"type": "integer", "description": "Optional authority filter for providers that support it: 0=all, 1=authoritative", "minimum": 0, "maximum": 1},
                 "queryRewrite": {"type": "boolean", "description": "Optional provider-side query rewrite for conversational or ambiguous searches"},
@@ -183,6 +187,16 @@ impl Tool for WebSearch {
             }
             Provider::Searxng { base_url } => {
                 providers::searxng(&self.client, base_url, query).await
+            }
+            Provider::Keyed { backend, api_key } => {
+                let call = keyed::Call {
+                    client: &self.client,
+                    endpoints: &self.endpoints,
+                    api_key,
+                    query,
+                    n,
+                };
+                keyed::search(*backend, &call, &args).await
             }
             Provider::Unavailable { error } => Err(error.clone()),
         };

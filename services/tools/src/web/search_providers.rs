@@ -37,6 +37,18 @@ pub struct Endpoints {
     pub tavily: String,
     /// DuckDuckGo's HTML endpoint.
     pub duckduckgo: String,
+    /// Bocha web search endpoint.
+    pub bocha: String,
+    /// Volcengine web search endpoint.
+    pub volcengine: String,
+    /// Serper (Google) search endpoint.
+    pub serper: String,
+    /// Jina search (`{jina}/{query}`).
+    pub jina: String,
+    /// Exa search endpoint.
+    pub exa: String,
+    /// Kagi search endpoint.
+    pub kagi: String,
 }
 
 impl Default for Endpoints {
@@ -45,6 +57,12 @@ impl Default for Endpoints {
             brave: "https://api.search.brave.com/res/v1/web/search".into(),
             tavily: "https://api.tavily.com/search".into(),
             duckduckgo: "https://html.duckduckgo.com/html/".into(),
+            bocha: "https://api.bochaai.com/v1/web-search".into(),
+            volcengine: "https://open.feedcoopapi.com/search_api/web_search".into(),
+            serper: "https://google.serper.dev/search".into(),
+            jina: "https://s.jina.ai".into(),
+            exa: "https://api.exa.ai/search".into(),
+            kagi: "https://kagi.com/api/v1/search".into(),
         }
     }
 }

@@ -40,7 +40,7 @@ impl Hits {
     }
 }
 
-async fn serve(ip: &str, router: Router) -> SocketAddr {
+pub(super) async fn serve(ip: &str, router: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -144,7 +144,7 @@ fn fetcher(whitelist: &[&str]) -> WebFetch {
     WebFetch::new(&WebConfig::default(), Guard::new(cidrs), None)
 }
 
-async fn run(tool: &dyn Tool, args: Value) -> ToolOutput {
+pub(super) async fn run(tool: &dyn Tool, args: Value) -> ToolOutput {
     let Value::Object(args) = args else {
         panic!("args must be an object")
     };
@@ -444,6 +444,7 @@ fn searcher(search: SearchConfig, addr: SocketAddr) -> WebSearch {
         brave: format!("http://{addr}/brave"),
         tavily: format!("http://{addr}/tavily"),
         duckduckgo: format!("http://{addr}/html/"),
+        ..Endpoints::default()
     })
 }
 
@@ -540,9 +541,10 @@ fn a_named_provider_without_its_key_or_unsupported_is_a_clear_error_never_a_fall
          SEARXNG_BASE_URL"
     );
     assert_eq!(
-        error(Provider::resolve(&provider("kagi", "k", ""), none)),
-        "Error: web_search provider 'kagi' is not supported by nanobot-fleet; set \
-         tools.web.search.provider to brave, tavily, searxng or duckduckgo"
+        error(Provider::resolve(&provider("olostep", "k", ""), none)),
+        "Error: web_search provider 'olostep' is not supported by nanobot-fleet; set \
+         tools.web.search.provider to brave, tavily, searxng, bocha, volcengine, serper, jina, \
+         exa, kagi or duckduckgo"
     );
     assert!(
         error(Provider::resolve(&provider("bingo", "", ""), none))

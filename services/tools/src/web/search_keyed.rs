@@ -1,0 +1,559 @@
+//! The keyed search APIs 0.3.5 added beyond Brave and Tavily: Bocha and Volcengine (the
+//! Chinese engines), Serper (Google), Jina, Exa and Kagi. Each sends 0.3.5's request, reads
+//! 0.3.5's fields of the answer into [`Hit`]s and answers 0.3.5's error texts. Their
+//! endpoints are fixed (not configurable), so there is no base URL to guard.
+
+use std::time::Duration;
+
+use reqwest::header::{ACCEPT, AUTHORIZATION};
+use reqwest::{Client, RequestBuilder, Response, StatusCode, Url};
+use serde_json::{Map, Value, json};
+
+use super::search_providers::{Endpoints, Hit};
+use super::{describe, status_error};
+
+/// Per-request timeouts 0.3.5 fixes for Jina and Kagi (the others use the search timeout).
+const JINA_TIMEOUT: Duration = Duration::from_secs(15);
+const KAGI_TIMEOUT: Duration = Duration::from_secs(10);
+/// Characters of a Jina or Exa page text kept as the snippet.
+const SNIPPET_CHARS: usize = 500;
+
+/// A keyed search API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// api.bochaai.com web search.
+    Bocha,
+    /// Volcengine (BytePlus) web search.
+    Volcengine,
+    /// google.serper.dev.
+    Serper,
+    /// s.jina.ai.
+    Jina,
+    /// api.exa.ai.
+    Exa,
+    /// kagi.com search API.
+    Kagi,
+}
+
+impl Backend {
+    /// Returns the backend named in `tools.web.search.provider`.
+    pub fn named(name: &str) -> Option<Self> {
+        Some(match name {
+            "bocha" => Self::Bocha,
+            "volcengine" => Self::Volcengine,
+            "serper" => Self::Serper,
+            "jina" => Self::Jina,
+            "exa" => Self::Exa,
+            "kagi" => Self::Kagi,
+            _ => return None,
+        })
+    }
+
+    /// Returns the environment variables read (in order) when `apiKey` is not configured.
+    pub fn key_vars(self) -> &'static [&'static str] {
+        match self {
+            Self::Bocha => &["BOCHA_API_KEY"],
+            Self::Volcengine => &["VOLCENGINE_SEARCH_API_KEY", "WEB_SEARCH_API_KEY"],
+            Self::Serper => &["SERPER_API_KEY"],
+            Self::Jina => &["JINA_API_KEY"],
+            Self::Exa => &["EXA_API_KEY"],
+            Self::Kagi => &["KAGI_API_KEY"],
+        }
+    }
+}
+
+/// One search call: where, with what key, for what.
+pub struct Call<'a> {
+    /// The HTTP client (its timeout is `tools.web.search.timeout`).
+    pub client: &'a Client,
+    /// Where the APIs live.
+    pub endpoints: &'a Endpoints,
+    /// The API key.
+    pub api_key: &'a str,
+    /// The query.
+    pub query: &'a str,
+    /// Results wanted (1-10).
+    pub n: usize,
+}
+
+/// Runs a search; `args` are the tool's arguments (Volcengine's filters, Bocha's
+/// `freshness`). `Err` is the error text.
+pub async fn search(
+    backend: Backend,
+    call: &Call<'_>,
+    args: &Map<String, Value>,
+) -> Result<Vec<Hit>, String> {
+    match backend {
+        Backend::Bocha => bocha(call, args).await,
+        Backend::Volcengine => volcengine(call, args).await,
+        Backend::Serper => serper(call).await,
+        Backend::Jina => jina(call).await,
+        Backend::Exa => exa(call).await,
+        Backend::Kagi => kagi(call).await,
+    }
+}
+
+/// Python's truthiness of a JSON value.
+fn truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// Returns the first truthy value among `keys` (0.3.5's `a.get(k1) or a.get(k2) or …`).
+fn first<'v>(item: &'v Value, keys: &[&str]) -> Option<&'v Value> {
+    keys.iter().filter_map(|k| item.get(*k)).find(|v| truthy(v))
+}
+
+/// Returns Python's `str()` of a JSON value (a string as is).
+fn text(value: Option<&Value>) -> String {
+    match value {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Returns `item[key]` as text, `""` when missing.
+fn field(item: &Value, key: &str) -> String {
+    text(item.get(key))
+}
+
+/// Sends `request`: the response when its status is a success, else `Err` with it.
+async fn send(request: RequestBuilder) -> Result<Result<Response, Response>, String> {
+    let response = request.send().await.map_err(|e| describe(&e))?;
+    Ok(if response.status().is_success() {
+        Ok(response)
+    } else {
+        Err(response)
+    })
+}
+
+async fn json_body(response: Response) -> Result<Value, String> {
+    response.json::<Value>().await.map_err(|e| describe(&e))
+}
+
+/// httpx's `HTTPStatusError` text of a response, as 0.3.5 quotes it.
+fn status_text(response: &Response) -> String {
+    let status = response.status();
+    format!(
+        "{}\nFor more information check: https://developer.mozilla.org/en-US/docs/Web/HTTP/Status/{}",
+        status_error(status, response.url().as_str()),
+        status.as_u16()
+    )
+}
+
+/// Bocha: `POST {query, freshness, summary, count}`, results in `(data.)webPages.value[]`.
+async fn bocha(call: &Call<'_>, args: &Map<String, Value>) -> Result<Vec<Hit>, String> {
+    let freshness = args
+        .get("freshness")
+        .and_then(Value::as_str)
+        .unwrap_or("noLimit");
+    let body =
+        json!({"query": call.query, "freshness": freshness, "summary": true, "count": call.n});
+    let request = call
+        .client
+        .post(&call.endpoints.bocha)
+        .header(AUTHORIZATION, format!("Bearer {}", call.api_key))
+        .json(&body);
+    let response = match send(request).await.map_err(|e| format!("Error: {e}"))? {
+        Ok(response) => response,
+        Err(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
+            return Err("Error: Bocha search rate-limited (HTTP 429). Wait and retry.".into());
+        }
+        Err(response) => {
+            let code = response.status().as_u16();
+            let body = response.text().await.unwrap_or_default();
+            let head: String = body.chars().take(200).collect();
+            return Err(format!("Error: Bocha search HTTP {code}: {head}"));
+        }
+    };
+    let data = json_body(response)
+        .await
+        .map_err(|e| format!("Error: {e}"))?;
+    let data = data.get("data").filter(|d| d.is_object()).unwrap_or(&data);
+    let pages = data.pointer("/webPages/value").and_then(Value::as_array);
+    let hit = |page: &Value| Hit {
+        title: field(page, "name"),
+        url: field(page, "url"),
+        content: text(first(page, &["summary"]).or_else(|| page.get("snippet"))),
+    };
+    Ok(pages
+        .map(|p| p.iter().map(hit).collect())
+        .unwrap_or_default())
+}
+
+/// Returns Volcengine's `TimeRange`: a named range or `YYYY-MM-DD..YYYY-MM-DD`.
+fn time_range(value: Option<&Value>) -> Result<Option<String>, String> {
+    let Some(value) = value.filter(|v| truthy(v)) else {
+        return Ok(None);
+    };
+    let range = match value {
+        Value::String(s) => s.trim().to_string(),
+        Value::Bool(true) => "True".into(),
+        other => other.to_string(),
+    };
+    if range.is_empty() {
+        return Ok(None);
+    }
+    let named = ["OneDay", "OneWeek", "OneMonth", "OneYear"].contains(&range.as_str());
+    let is_date = |s: &str| {
+        let b = s.as_bytes();
+        b.len() == 10
+            && b.iter().enumerate().all(|(i, c)| match i {
+                4 | 7 => *c == b'-',
+                _ => c.is_ascii_digit(),
+            })
+    };
+    let dates = range
+        .split_once("..")
+        .is_some_and(|(from, to)| is_date(from) && is_date(to));
+    if named || dates {
+        return Ok(Some(range));
+    }
+    Err(
+        "Error: timeRange must be OneDay, OneWeek, OneMonth, OneYear, or YYYY-MM-DD..YYYY-MM-DD"
+            .into(),
+    )
+}
+
+/// Returns Volcengine's `AuthInfoLevel` (0 or 1; Python's `int()` of what was given).
+fn auth_level(value: Option<&Value>) -> Result<Option<i64>, String> {
+    let invalid = || "Error: authLevel must be 0 or 1".to_string();
+    let level = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Bool(b)) => i64::from(*b),
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .or_else(|| n.as_f64().map(|f| f.trunc() as i64))
+            .ok_or_else(invalid)?,
+        Some(Value::String(s)) => s.trim().parse().map_err(|_| invalid())?,
+        Some(_) => return Err(invalid()),
+    };
+    if level == 0 || level == 1 {
+        Ok(Some(level))
+    } else {
+        Err(invalid())
+    }
+}
+
+/// Returns the first of `names` given in `args` (0.3.5 reads camelCase, then snake_case).
+fn arg<'a>(args: &'a Map<String, Value>, names: &[&str]) -> Option<&'a Value> {
+    names.iter().find_map(|n| args.get(*n))
+}
+
+/// Volcengine: `POST {Query, SearchType, Count, NeedSummary[, TimeRange, Filter,
+/// QueryControl]}`, results in `(Result.)WebResults[]`, errors in `ResponseMetadata.Error`.
+async fn volcengine(call: &Call<'_>, args: &Map<String, Value>) -> Result<Vec<Hit>, String> {
+    let range = time_range(arg(args, &["timeRange", "time_range"]))?;
+    let level = auth_level(arg(args, &["authLevel", "auth_level"]))?;
+    let rewrite = arg(args, &["queryRewrite", "query_rewrite"]).is_some_and(truthy);
+    let mut body =
+        json!({"Query": call.query, "SearchType": "web", "Count": call.n, "NeedSummary": true});
+    if let Some(range) = range {
+        body["TimeRange"] = json!(range);
+    }
+    if let Some(level) = level {
+        body["Filter"] = json!({"AuthInfoLevel": level});
+    }
+    if rewrite {
+        body["QueryControl"] = json!({"QueryRewrite": true});
+    }
+    let request = call
+        .client
+        .post(&call.endpoints.volcengine)
+        .header(AUTHORIZATION, format!("Bearer {}", call.api_key))
+        .header("X-Traffic-Tag", "nanobot")
+        .json(&body);
+    let failed = |e: String| format!("Error: Volcengine search failed: {e}");
+    let response = match send(request).await.map_err(failed)? {
+        Ok(response) => response,
+        Err(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
+            return Err("Error: Volcengine search rate limited. Try again later or reduce search frequency.".into());
+        }
+        Err(response) => {
+            let code = response.status().as_u16();
+            return Err(format!(
+                "Error: Volcengine search failed ({code}): {}",
+                status_text(&response)
+            ));
+        }
+    };
+    let data = json_body(response).await.map_err(failed)?;
+    volcengine_hits(&data)
+}
+
+/// Reads Volcengine's answer (either casing of each field, as 0.3.5).
+fn volcengine_hits(data: &Value) -> Result<Vec<Hit>, String> {
+    let metadata = data.get("ResponseMetadata").filter(|m| truthy(m));
+    let error = metadata
+        .and_then(|m| first(m, &["Error"]))
+        .or_else(|| first(data, &["Error", "error"]));
+    if let Some(error) = error {
+        if error.is_object() {
+            let code = first(error, &["Code", "code"]).map_or("unknown".into(), |c| text(Some(c)));
+            let message = text(first(error, &["Message", "message"]).or(Some(error)));
+            return Err(format!("Error: Volcengine search error {code}: {message}"));
+        }
+        return Err(format!(
+            "Error: Volcengine search error: {}",
+            text(Some(error))
+        ));
+    }
+    let result = first(data, &["Result"]).unwrap_or(data);
+    let items = first(result, &["WebResults", "webResults", "results"]).and_then(Value::as_array);
+    let hit = |item: &Value| {
+        let meta: Vec<String> = [
+            &["SiteName", "siteName", "Site"][..],
+            &["AuthInfoDes", "authInfoDes"],
+            &["PublishTime", "publishTime"],
+        ]
+        .iter()
+        .filter_map(|keys| first(item, keys).map(|v| text(Some(v))))
+        .collect();
+        let summary = text(first(
+            item,
+            &[
+                "Summary", "summary", "Snippet", "snippet", "Content", "content",
+            ],
+        ));
+        let content: Vec<String> = [meta.join(" | "), summary]
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect();
+        Hit {
+            title: text(first(item, &["Title", "title"])),
+            url: text(first(item, &["Url", "URL", "url"])),
+            content: content.join("\n"),
+        }
+    };
+    let items = items.map(|i| i.iter().filter(|v| v.is_object()).map(hit).collect());
+    Ok(items.unwrap_or_default())
+}
+
+/// Serper: `POST {q, num}` with `X-API-KEY`, results in `organic[].{title,link,snippet}`.
+async fn serper(call: &Call<'_>) -> Result<Vec<Hit>, String> {
+    let request = call
+        .client
+        .post(&call.endpoints.serper)
+        .header("X-API-KEY", call.api_key)
+        .json(&json!({"q": call.query, "num": call.n}));
+    let failed = |e: String| format!("Error: Serper search failed: {e}");
+    let response = match send(request).await.map_err(failed)? {
+        Ok(response) => response,
+        Err(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
+            return Err(
+                "Error: Serper search rate limited. Try again later or reduce search frequency."
+                    .into(),
+            );
+        }
+        Err(response) => {
+            let code = response.status().as_u16();
+            return Err(format!(
+                "Error: Serper search failed ({code}): {}",
+                status_text(&response)
+            ));
+        }
+    };
+    let data = json_body(response).await.map_err(failed)?;
+    let organic = data.get("organic").and_then(Value::as_array);
+    let hit = |r: &Value| Hit {
+        title: field(r, "title"),
+        url: field(r, "link"),
+        content: field(r, "snippet"),
+    };
+    Ok(organic
+        .map(|o| o.iter().filter(|r| r.is_object()).map(hit).collect())
+        .unwrap_or_default())
+}
+
+/// Jina: `GET {endpoint}/{query}`, results in `data[].{title,url,content}` (content cut at
+/// 500 characters). 0.3.5 falls back to DuckDuckGo when Jina fails; the fleet answers the
+/// error instead (the query is never sent to an engine the operator did not choose).
+async fn jina(call: &Call<'_>) -> Result<Vec<Hit>, String> {
+    let failed = |e: String| format!("Error: Jina search failed: {e}");
+    let encoded = quote(call.query);
+    let base = call.endpoints.jina.trim_end_matches('/');
+    let url = Url::parse(&format!("{base}/{encoded}")).map_err(|e| failed(e.to_string()))?;
+    let request = call
+        .client
+        .get(url)
+        .timeout(JINA_TIMEOUT)
+        .header(ACCEPT, "application/json")
+        .header(AUTHORIZATION, format!("Bearer {}", call.api_key));
+    let response = send(request)
+        .await
+        .map_err(failed)?
+        .map_err(|r| failed(status_text(&r)))?;
+    let data = json_body(response).await.map_err(failed)?;
+    let items = data.get("data").and_then(Value::as_array);
+    let hit = |d: &Value| Hit {
+        title: field(d, "title"),
+        url: field(d, "url"),
+        content: field(d, "content").chars().take(SNIPPET_CHARS).collect(),
+    };
+    Ok(items
+        .map(|d| d.iter().take(call.n).map(hit).collect())
+        .unwrap_or_default())
+}
+
+/// Percent-encodes every byte but ASCII letters, digits and `_.-~` (Python's
+/// `quote(s, safe="")`).
+fn quote(text: &str) -> String {
+    let mut out = String::new();
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"_.-~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Exa: `POST {query, numResults, contents: {highlights}}` with `x-api-key`, results in
+/// `results[]` (highlights joined, else summary or text cut at 500 characters).
+async fn exa(call: &Call<'_>) -> Result<Vec<Hit>, String> {
+    let body = json!({"query": call.query, "numResults": call.n, "contents": {"highlights": true}});
+    let request = call
+        .client
+        .post(&call.endpoints.exa)
+        .header("x-api-key", call.api_key)
+        .json(&body);
+    let failed = |e: String| format!("Error: Exa search failed: {e}");
+    let response = match send(request).await.map_err(failed)? {
+        Ok(response) => response,
+        Err(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
+            return Err(
+                "Error: Exa search rate limited. Try again later or reduce search frequency."
+                    .into(),
+            );
+        }
+        Err(response) => {
+            let code = response.status().as_u16();
+            return Err(format!(
+                "Error: Exa search failed ({code}): {}",
+                status_text(&response)
+            ));
+        }
+    };
+    let data = json_body(response).await.map_err(failed)?;
+    let hit = |r: &Value| {
+        let content = match first(r, &["highlights"]) {
+            Some(Value::Array(all)) => all
+                .iter()
+                .filter(|h| truthy(h))
+                .map(|h| text(Some(h)))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            other => text(other),
+        };
+        let content = if content.is_empty() {
+            text(first(r, &["summary", "text"]))
+                .chars()
+                .take(SNIPPET_CHARS)
+                .collect()
+        } else {
+            content
+        };
+        Hit {
+            title: field(r, "title"),
+            url: field(r, "url"),
+            content,
+        }
+    };
+    let results = data.get("results").and_then(Value::as_array);
+    Ok(results
+        .map(|r| r.iter().filter(|v| v.is_object()).map(hit).collect())
+        .unwrap_or_default())
+}
+
+/// Kagi: `POST {query, limit}`, results in `data.search[].{title,url,snippet}`.
+async fn kagi(call: &Call<'_>) -> Result<Vec<Hit>, String> {
+    let request = call
+        .client
+        .post(&call.endpoints.kagi)
+        .timeout(KAGI_TIMEOUT)
+        .header(AUTHORIZATION, format!("Bearer {}", call.api_key))
+        .json(&json!({"query": call.query, "limit": call.n}));
+    let error = |e: String| format!("Error: {e}");
+    let response = send(request)
+        .await
+        .map_err(error)?
+        .map_err(|r| error(status_text(&r)))?;
+    let data = json_body(response).await.map_err(error)?;
+    let hit = |d: &Value| Hit {
+        title: field(d, "title"),
+        url: field(d, "url"),
+        content: field(d, "snippet"),
+    };
+    let results = data.pointer("/data/search").and_then(Value::as_array);
+    Ok(results
+        .map(|r| r.iter().map(hit).collect())
+        .unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volcengine_filters_are_normalised_as_0_3_5() {
+        assert_eq!(
+            time_range(Some(&json!(" OneWeek "))).unwrap().as_deref(),
+            Some("OneWeek")
+        );
+        assert_eq!(
+            time_range(Some(&json!("2024-01-01..2024-12-31")))
+                .unwrap()
+                .as_deref(),
+            Some("2024-01-01..2024-12-31")
+        );
+        assert_eq!(time_range(Some(&json!(""))).unwrap(), None);
+        assert_eq!(time_range(None).unwrap(), None);
+        for bad in [json!("上周"), json!("2024-1-1..2024-12-31"), json!(7)] {
+            assert_eq!(
+                time_range(Some(&bad)).unwrap_err(),
+                "Error: timeRange must be OneDay, OneWeek, OneMonth, OneYear, or YYYY-MM-DD..YYYY-MM-DD"
+            );
+        }
+        assert_eq!(auth_level(Some(&json!("1"))).unwrap(), Some(1));
+        assert_eq!(auth_level(Some(&json!(0))).unwrap(), Some(0));
+        assert_eq!(auth_level(Some(&json!(true))).unwrap(), Some(1));
+        assert_eq!(auth_level(None).unwrap(), None);
+        for bad in [json!(2), json!("一"), json!([1])] {
+            assert_eq!(
+                auth_level(Some(&bad)).unwrap_err(),
+                "Error: authLevel must be 0 or 1"
+            );
+        }
+    }
+
+    #[test]
+    fn volcengine_errors_and_fields_are_read_in_either_casing() {
+        let coded =
+            json!({"ResponseMetadata": {"Error": {"Code": "InvalidKey", "Message": "密钥无效"}}});
+        assert_eq!(
+            volcengine_hits(&coded).unwrap_err(),
+            "Error: Volcengine search error InvalidKey: 密钥无效"
+        );
+        assert_eq!(
+            volcengine_hits(&json!({"error": "配额用尽"})).unwrap_err(),
+            "Error: Volcengine search error: 配额用尽"
+        );
+        let lower = json!({"results": [{"title": "标题", "url": "https://x.cn/", "snippet": "摘要"}, "junk"]});
+        assert_eq!(
+            volcengine_hits(&lower).unwrap(),
+            [Hit {
+                title: "标题".into(),
+                url: "https://x.cn/".into(),
+                content: "摘要".into()
+            }]
+        );
+    }
+}
