@@ -658,4 +658,63 @@ mod tests {
         );
         assert!(!ctx.sandbox.root().join("pwned").exists());
     }
+
+    #[tokio::test]
+    async fn cmd_and_workdir_aliases_and_a_missing_command_as_0_3_5() {
+        let (_dir, ctx) = ctx(true);
+        std::fs::create_dir_all(ctx.sandbox.root().join("目录🐱")).unwrap();
+        let tool = exec(ExecConfig::default());
+        let out = call(
+            &tool,
+            &ctx,
+            json!({"cmd": "pwd; echo 你好🐱", "workdir": "目录🐱"}),
+        )
+        .await
+        .content;
+        let dir = ctx.sandbox.root().join("目录🐱");
+        assert_eq!(out, format!("{}\n你好🐱\n\n\nExit code: 0", dir.display()));
+        let first = call(&tool, &ctx, json!({"command": "echo a", "cmd": "echo b"})).await;
+        assert!(first.content.starts_with("a\n"), "{first:?}");
+        for args in [
+            json!({}),
+            json!({"command": ""}),
+            json!({"working_dir": "."}),
+        ] {
+            assert_eq!(
+                call(&tool, &ctx, args).await,
+                ToolOutput::error("Error: Missing command. Provide command or cmd.")
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn bash_runs_by_default_and_shell_picks_sh_with_login_for_bash_only() {
+        let (_dir, ctx) = ctx(true);
+        let tool = exec(ExecConfig::default());
+        let probe =
+            "echo \"${BASH_VERSION:+bash}:$0:$(shopt -q login_shell 2>/dev/null && echo login)\"";
+        let default = call(&tool, &ctx, json!({"command": probe})).await.content;
+        assert!(default.starts_with("bash:"), "{default}");
+        assert!(default.contains("bash:\n"), "not a login shell: {default}");
+        let login = call(&tool, &ctx, json!({"command": probe, "login": true}))
+            .await
+            .content;
+        assert!(
+            login.starts_with("bash:") && login.contains(":login\n"),
+            "{login}"
+        );
+        let sh = call(
+            &tool,
+            &ctx,
+            json!({"command": probe, "shell": "sh", "login": true}),
+        )
+        .await
+        .content;
+        assert!(sh.starts_with(":") && sh.contains("sh:"), "{sh}");
+        let refused = call(&tool, &ctx, json!({"command": "echo 🐟", "shell": "fish"})).await;
+        assert_eq!(
+            refused,
+            ToolOutput::error("Error: unsupported shell 'fish'. Allowed: bash, sh, zsh")
+        );
+    }
 }

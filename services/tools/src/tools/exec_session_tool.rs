@@ -324,3 +324,234 @@ impl Tool for ListExecSessions {
         ToolOutput::text(lines.join("\n"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Origin;
+    use crate::sandbox::Sandbox;
+    use crate::tools::exec::Exec;
+    use nanobot_runtime::config::ExecConfig;
+
+    struct Kit {
+        dir: tempfile::TempDir,
+        exec: Exec,
+        session: ExecSessionTool,
+    }
+
+    fn kit() -> Kit {
+        let sessions = Arc::new(ExecSessions::default());
+        Kit {
+            dir: tempfile::tempdir().unwrap(),
+            exec: Exec::new(&ExecConfig::default())
+                .unwrap()
+                .with_sessions(sessions.clone()),
+            session: ExecSessionTool::new(sessions),
+        }
+    }
+
+    impl Kit {
+        fn ctx(&self) -> ToolContext {
+            ToolContext {
+                sandbox: Sandbox::new(self.dir.path(), true),
+                session_key: "api:会话".into(),
+                origin: Origin {
+                    bot: "b".into(),
+                    ..Origin::default()
+                },
+                file_reads: Vec::new(),
+            }
+        }
+
+        async fn call(&self, tool: &dyn Tool, args: Value) -> ToolOutput {
+            let Value::Object(args) = args else {
+                panic!("args must be an object")
+            };
+            tool.execute(&self.ctx(), args).await
+        }
+
+        /// Starts `command` as a session; returns its id.
+        async fn start(&self, command: &str) -> String {
+            let out = self
+                .call(&self.exec, json!({"command": command, "yield_time_ms": 0}))
+                .await;
+            let (_, rest) = out
+                .content
+                .split_once("Process running. session_id: ")
+                .unwrap_or_else(|| panic!("no session: {:?}", out.content));
+            rest.lines().next().unwrap().to_string()
+        }
+    }
+
+    /// Returns the text without its `Elapsed: …s` line.
+    fn without_elapsed(text: &str) -> String {
+        text.lines()
+            .filter(|l| !l.starts_with("Elapsed: "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[tokio::test]
+    async fn cjk_and_emoji_input_split_across_calls_comes_back_whole() {
+        let kit = kit();
+        let id = kit.start("cat").await;
+        let first = kit
+            .call(
+                &kit.session,
+                json!({"session_id": id, "input": "你好", "wait_for": "你好"}),
+            )
+            .await;
+        assert_eq!(
+            without_elapsed(&first.content),
+            format!("你好\nProcess running. session_id: {id}")
+        );
+        let second = kit
+            .call(
+                &kit.session,
+                json!({"session_id": id, "input": "世界🐱\n", "close_stdin": true, "until_exit": true}),
+            )
+            .await;
+        assert_eq!(
+            without_elapsed(&second.content),
+            "世界🐱\n\nStdin closed.\nExit code: 0"
+        );
+    }
+
+    #[tokio::test]
+    async fn wait_for_matches_text_split_across_polls_and_bytes_split_across_reads() {
+        let kit = kit();
+        let id = kit
+            .start("printf '\\344\\275'; sleep 0.2; printf '\\240好'; sleep 0.7; printf '🐱!'; sleep 30")
+            .await;
+        let out = kit
+            .call(
+                &kit.session,
+                json!({"session_id": id, "wait_for": "好🐱", "timeout_ms": 10_000}),
+            )
+            .await;
+        assert_eq!(
+            without_elapsed(&out.content),
+            format!("你好🐱!\nProcess running. session_id: {id}")
+        );
+        let missed = kit
+            .call(
+                &kit.session,
+                json!({"session_id": id, "wait_for": "不会出现", "timeout_ms": 300}),
+            )
+            .await;
+        assert_eq!(
+            without_elapsed(&missed.content),
+            format!("Process running. session_id: {id}\nWait target not observed: '不会出现'")
+        );
+        let waited = kit
+            .call(
+                &kit.session,
+                json!({"session_id": id, "until_exit": true, "timeout_ms": 250}),
+            )
+            .await;
+        assert!(
+            waited
+                .content
+                .ends_with("\nWait timed out after 0.25s; session remains active."),
+            "{:?}",
+            waited.content
+        );
+        let ended = kit
+            .call(&kit.session, json!({"session_id": id, "terminate": true}))
+            .await;
+        assert_eq!(
+            without_elapsed(&ended.content),
+            "Session terminated.\nExit code: -9"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_plain_poll_returns_on_the_first_output() {
+        let kit = kit();
+        let id = kit.start("sleep 0.3; echo 早上好; sleep 30").await;
+        let started = std::time::Instant::now();
+        let out = kit
+            .call(
+                &kit.session,
+                json!({"session_id": id, "timeout_ms": 20_000}),
+            )
+            .await;
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(
+            without_elapsed(&out.content),
+            format!("早上好\n\nProcess running. session_id: {id}")
+        );
+        let quiet = kit.call(&kit.session, json!({"session_id": id})).await;
+        assert_eq!(
+            without_elapsed(&quiet.content),
+            format!("Process running. session_id: {id}")
+        );
+    }
+
+    #[tokio::test]
+    async fn contradictory_or_unknown_calls_get_0_3_5_errors_and_change_nothing() {
+        let kit = kit();
+        let id = kit.start("cat").await;
+        for (args, error) in [
+            (
+                json!({"session_id": id, "terminate": true, "input": "x"}),
+                "Error: terminate must be used alone.",
+            ),
+            (
+                json!({"session_id": id, "terminate": true, "timeout_ms": 0}),
+                "Error: terminate must be used alone.",
+            ),
+            (
+                json!({"session_id": id, "wait_for": "x", "until_exit": true}),
+                "Error: wait_for and until_exit are mutually exclusive.",
+            ),
+            (
+                json!({"session_id": id, "wait_for": ""}),
+                "Error: wait_for must not be empty.",
+            ),
+            (
+                json!({"session_id": "不存在🙈"}),
+                "Error: exec session not found: '不存在🙈'",
+            ),
+        ] {
+            assert_eq!(kit.call(&kit.session, args).await, ToolOutput::error(error));
+        }
+        let alive = kit
+            .call(
+                &kit.session,
+                json!({"session_id": id, "input": "还在\n", "wait_for": "还在"}),
+            )
+            .await;
+        assert!(alive.content.starts_with("还在\n"), "{:?}", alive.content);
+    }
+
+    #[test]
+    fn a_legacy_write_stdin_call_is_translated_as_0_3_5_migrates_it() {
+        let translate = |v: Value| -> Value {
+            serde_json::from_str(&legacy_write_stdin(&v.to_string())).unwrap()
+        };
+        assert_eq!(
+            translate(
+                json!({"session_id": "s", "chars": "你好\n", "yield_time_ms": 2000,
+                             "max_output_chars": 5000})
+            ),
+            json!({"session_id": "s", "input": "你好\n", "timeout_ms": 2000})
+        );
+        assert_eq!(
+            translate(
+                json!({"session_id": "s", "wait_for": "🐱", "wait_timeout_ms": 9000,
+                             "yield_time_ms": 100})
+            ),
+            json!({"session_id": "s", "wait_for": "🐱", "timeout_ms": 9000})
+        );
+        assert_eq!(
+            translate(json!({"session_id": "s", "chars": "", "terminate": true,
+                             "yield_time_ms": 100})),
+            json!({"session_id": "s", "terminate": true})
+        );
+        assert_eq!(legacy_write_stdin("not json"), "not json");
+        assert_eq!(py_general(0.25), "0.25");
+        assert_eq!(py_general(600.0), "600");
+        assert_eq!(py_general(0.0), "0");
+    }
+}
