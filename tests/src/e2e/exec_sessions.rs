@@ -1,8 +1,8 @@
 //! Exec sessions across two tool executors: `exec` with `yield_time_ms` leaves `cat` running
-//! in whichever executor the queue group picked; every later `write_stdin` reaches that
+//! in whichever executor the queue group picked; every later `exec_session` reaches that
 //! process, whichever executor the queue group would pick for it, because the session id
 //! names its executor and the runner sends the call to that executor's own subject. When the
-//! owner is SIGKILLed, `write_stdin` answers at once that the session is gone.
+//! owner is SIGKILLed, `exec_session` answers at once that the session is gone.
 //! `list_exec_sessions`, taken by either executor, lists the sessions of both.
 
 use std::time::{Duration, Instant};
@@ -82,14 +82,25 @@ fn started_calls(fleet: &mut Fleet, tool: &str) -> Vec<usize> {
         .map(|p| {
             p.logs()
                 .lines()
-                .filter(|l| l.contains(STARTED) && l.contains(tool))
+                .filter(|l| l.contains(STARTED) && names_tool(l, tool))
                 .count()
         })
         .collect()
 }
 
+/// Returns whether `line` names `tool` as a whole word (`exec_session`, not
+/// `list_exec_sessions`).
+fn names_tool(line: &str, tool: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    line.match_indices(tool).any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        let after = line[at + tool.len()..].chars().next();
+        !before.is_some_and(word) && !after.is_some_and(word)
+    })
+}
+
 #[tokio::test]
-async fn write_stdin_reaches_the_executor_running_the_session_and_a_killed_one_is_reported_gone() {
+async fn exec_session_reaches_the_executor_running_the_session_and_a_killed_one_is_reported_gone() {
     let mut fleet = fleet_with_two_executors().await;
     // Start `cat` sessions until each executor runs one (the queue group picks).
     let mut owners: [Option<String>; 2] = [None, None];
@@ -137,18 +148,18 @@ async fn write_stdin_reaches_the_executor_running_the_session_and_a_killed_one_i
         listed.lines().all(|l| l.contains(" | running | ")),
         "{listed}"
     );
-    let before = started_calls(&mut fleet, "write_stdin");
+    let before = started_calls(&mut fleet, "exec_session");
     assert_eq!(before, [0, 0]);
 
     // Three writes to each session: every one reaches the process that runs it.
     for round in 0..3 {
         for (index, id) in [(0, &first), (1, &second)] {
-            let word = format!("ping-{index}-{round}");
+            let word = format!("ping-{index}-{round}-你好🐱");
             let echoed = tool_turn(
                 &mut fleet,
                 &format!("write {word}"),
-                "write_stdin",
-                json!({"session_id": id, "chars": format!("{word}\n"), "wait_for": word}),
+                "exec_session",
+                json!({"session_id": id, "input": format!("{word}\n"), "wait_for": word}),
             )
             .await;
             assert!(
@@ -158,7 +169,7 @@ async fn write_stdin_reaches_the_executor_running_the_session_and_a_killed_one_i
         }
     }
     assert_eq!(
-        started_calls(&mut fleet, "write_stdin"),
+        started_calls(&mut fleet, "exec_session"),
         [3, 3],
         "each executor served the writes of its own session"
     );
@@ -171,8 +182,8 @@ async fn write_stdin_reaches_the_executor_running_the_session_and_a_killed_one_i
     let refused = tool_turn(
         &mut fleet,
         "write to the dead one",
-        "write_stdin",
-        json!({"session_id": first, "chars": "anyone?\n"}),
+        "exec_session",
+        json!({"session_id": first, "input": "有人吗？🙋\n"}),
     )
     .await;
     assert_eq!(
@@ -187,12 +198,12 @@ async fn write_stdin_reaches_the_executor_running_the_session_and_a_killed_one_i
     let closed = tool_turn(
         &mut fleet,
         "close the live one",
-        "write_stdin",
-        json!({"session_id": second, "chars": "last\n", "close_stdin": true}),
+        "exec_session",
+        json!({"session_id": second, "input": "最后 👋\n", "close_stdin": true, "until_exit": true}),
     )
     .await;
     assert!(
-        closed.starts_with("last\n\nStdin closed.\nExit code: 0\nElapsed: "),
+        closed.starts_with("最后 👋\n\nStdin closed.\nExit code: 0\nElapsed: "),
         "{closed:?}"
     );
 
