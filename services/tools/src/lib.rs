@@ -1,10 +1,10 @@
 //! Tool executors: serve nanobot's builtin tools (`read_file`, `write_file`, `edit_file`,
-//! `apply_patch`, `list_dir`, `glob`, `grep`, `exec`, `write_stdin`, `list_exec_sessions`,
+//! `apply_patch`, `list_dir`, `glob`, `grep`, `exec`, `exec_session`, `list_exec_sessions`,
 //! `web_search`, `web_fetch`, …) and the tools of configured MCP servers over NATS. Every replica joins the queue group [`subjects::TOOLS_QUEUE_GROUP`]
 //! on [`subjects::TOOL_CALL_ALL`] (answering `ToolCallRequest` with `ToolCallResult`) and
 //! [`subjects::TOOL_LIST_ALL`] (answering `ToolListRequest` with `ToolListResponse`), so any
 //! number of replicas share the load. Each also takes the calls sent to it alone
-//! ([`subjects::tool_call_on_all`]: `write_stdin` of the exec sessions it runs) and hears
+//! ([`subjects::tool_call_on_all`]: `exec_session` of the exec sessions it runs) and hears
 //! `/stop` ([`subjects::STOP_ALL`]: the session's exec sessions end).
 //!
 //! # Layout
