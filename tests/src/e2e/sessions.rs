@@ -147,15 +147,18 @@ async fn a_follow_up_received_by_the_runner_of_the_turn_joins_it() {
 }
 
 /// Indices `n` of the `message #n` user messages of a request, in the order the model sees.
+/// The numbers of the `message #NN` texts a request's user messages carry, in order (adjacent
+/// user messages reach the model merged into one, as 0.3.5 merges them).
 fn user_indices(request: &Recorded) -> Vec<usize> {
     request
         .messages()
         .iter()
         .filter(|m| m["role"] == "user")
-        .filter_map(|m| {
+        .flat_map(|m| {
             let t = text(m);
-            let at = t.find("message #")? + "message #".len();
-            t.get(at..at + 2)?.parse().ok()
+            t.match_indices("message #")
+                .filter_map(|(at, tag)| t.get(at + tag.len()..at + tag.len() + 2)?.parse().ok())
+                .collect::<Vec<usize>>()
         })
         .collect()
 }
