@@ -265,8 +265,9 @@ async fn a_cjk_mail_and_a_dripped_cjk_emoji_reply_cross_email_byte_exact() {
     let sent = super::email::wait_sent(servers, &alice, 1).await;
     assert_eq!(sent.len(), 1, "{sent:#?}");
     assert_eq!(sent[0].subject, format!("Re: {subject}"));
-    // The reply byte-exact, ended with the line end 0.3.5's `set_content` adds.
-    assert_eq!(sent[0].body, format!("{REPLY}\n"));
+    // The reply byte-exact, ended with the line end 0.3.5's `set_content` adds (CRLF on the
+    // wire, as every line of a mail).
+    assert_eq!(sent[0].body, format!("{REPLY}\r\n"));
     let expected = format!(
         "[EMAIL-CONTEXT] Email received.\nFrom: {alice}\nSubject: {subject}\n\
          Date: Wed, 25 Nov 2026 07:00:00 +0000\n\n{ASK}"

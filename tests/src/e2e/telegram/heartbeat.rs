@@ -102,7 +102,12 @@ async fn the_heartbeat_reports_active_tasks_to_the_latest_chat_only_when_the_gat
     );
 
     // Active, but routine: the gate declines and Alice hears nothing.
-    let tasks = |task: &str| idle.replace("## Completed", &format!("- {task}\n\n## Completed"));
+    // A task line under 0.3.5's `## Active Tasks` (the template ends there).
+    assert!(
+        idle.trim_end()
+            .ends_with("<!-- Add your periodic tasks below this line -->")
+    );
+    let tasks = |task: &str| format!("{idle}- {task}\n");
     std::fs::write(
         fleet.workspace().join("HEARTBEAT.md"),
         tasks("check the weather"),
