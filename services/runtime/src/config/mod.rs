@@ -191,6 +191,11 @@ fn redact(value: &mut serde_json::Value) {
             for (k, v) in map.iter_mut() {
                 if is_secret_key(k) && v.as_str().is_some_and(|s| !s.is_empty()) {
                     *v = serde_json::Value::String("***".into());
+                } else if k.to_lowercase().replace(['_', '-'], "") == "otlpheaders" {
+                    // Collector API keys (`x-honeycomb-team`, `authorization`): every value.
+                    if let Some(headers) = v.as_object_mut() {
+                        headers.values_mut().for_each(|h| *h = "***".into());
+                    }
                 } else if let Some(url) = v.as_str().filter(|s| s.contains("://")) {
                     *v = serde_json::Value::String(redact_url(url));
                 } else {
@@ -603,5 +608,26 @@ mod tests {
         single.serve_only(DEFAULT_BOT).unwrap();
         assert_eq!(single.bots().len(), 1);
         assert!(parse("{}", &[]).unwrap().serve_only("alpha").is_err());
+    }
+
+    #[test]
+    fn dumps_mask_every_otlp_header_value_and_keep_the_names() {
+        let c = parse(
+            r#"{"telemetry":{"otlpEndpoint":"https://api.honeycomb.io","otlpProtocol":"http/protobuf",
+                "otlpHeaders":{"x-honeycomb-team":"hc-SECRET","x-note":"密钥🔑"}}}"#,
+            &[],
+        )
+        .unwrap();
+        let dump = c.dump_redacted();
+        assert!(
+            dump.contains("x-honeycomb-team") && dump.contains("x-note"),
+            "{dump}"
+        );
+        assert!(
+            !dump.contains("hc-SECRET") && !dump.contains("密钥"),
+            "{dump}"
+        );
+        let bad = parse(r#"{"telemetry":{"otlpProtocol":"http/json"}}"#, &[]);
+        assert!(bad.is_err());
     }
 }

@@ -580,9 +580,27 @@ impl Default for StoreConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct TelemetryConfig {
-    /// OTLP/gRPC endpoint, e.g. `http://127.0.0.1:4317`; `OTEL_EXPORTER_OTLP_ENDPOINT` also works.
+    /// OTLP endpoint, e.g. `http://127.0.0.1:4317` (gRPC) or `https://api.honeycomb.io` (HTTP:
+    /// `/v1/traces` is appended). Overrides `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`.
     #[serde(alias = "otlp_endpoint")]
     pub otlp_endpoint: Option<String>,
+    /// `grpc` (default) or `http/protobuf`; overrides `OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`.
+    #[serde(alias = "otlp_protocol")]
+    pub otlp_protocol: Option<String>,
+    /// Headers on every export (API keys: secret, masked in dumps, never logged); merged over
+    /// `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS` key by key.
+    #[serde(alias = "otlp_headers")]
+    pub otlp_headers: std::collections::BTreeMap<String, String>,
+    /// PEM CA file that alone verifies the collector (else the system roots); overrides
+    /// `OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE`.
+    #[serde(alias = "otlp_certificate")]
+    pub otlp_certificate: Option<String>,
+    /// PEM client certificate for mutual TLS (`OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`).
+    #[serde(alias = "otlp_client_certificate")]
+    pub otlp_client_certificate: Option<String>,
+    /// PEM client key for mutual TLS (`OTEL_EXPORTER_OTLP_CLIENT_KEY`).
+    #[serde(alias = "otlp_client_key")]
+    pub otlp_client_key: Option<String>,
     /// `text` or `json`. Default `text`.
     #[serde(alias = "log_format")]
     pub log_format: String,
@@ -600,6 +618,11 @@ impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
             otlp_endpoint: None,
+            otlp_protocol: None,
+            otlp_headers: Default::default(),
+            otlp_certificate: None,
+            otlp_client_certificate: None,
+            otlp_client_key: None,
             log_format: "text".into(),
             log_level: "info".into(),
             capture_content: false,

@@ -291,6 +291,11 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
             "telemetry.otlpEndpoint: {endpoint:?} is not an http(s) URL"
         ));
     }
+    if let Some(protocol) = &config.telemetry.otlp_protocol
+        && let Err(e) = crate::telemetry::otlp::Protocol::parse(protocol)
+    {
+        problems.push(format!("telemetry.otlpProtocol: {e}"));
+    }
     if !matches!(config.telemetry.log_format.as_str(), "text" | "json") {
         problems.push("telemetry.logFormat: must be \"text\" or \"json\"".into());
     }

@@ -1,6 +1,11 @@
 //! Logs and traces. A tracing subscriber (text or JSON lines) always; an OpenTelemetry tracer
-//! always (so every NATS message carries a W3C `traceparent`), exporting over OTLP/gRPC only
-//! when `telemetry.otlpEndpoint` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+//! always (so every NATS message carries a W3C `traceparent`), exporting over OTLP (gRPC or
+//! HTTP/protobuf, TLS, headers: [`otlp`]) only when `telemetry.otlpEndpoint` or
+//! `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT` is set. The resource and sampler follow
+//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_TRACES_SAMPLER[_ARG]`.
+
+pub mod otlp;
+pub mod otlp_export;
 
 use anyhow::Context as _;
 use async_nats::HeaderMap;
@@ -38,30 +43,40 @@ impl TelemetryGuard {
 /// Longest time spent flushing spans at exit.
 pub const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_millis(800);
 
-/// Returns the OTLP endpoint from config or `OTEL_EXPORTER_OTLP_ENDPOINT`.
-pub fn otlp_endpoint(cfg: &TelemetryConfig) -> Option<String> {
-    cfg.otlp_endpoint
-        .clone()
-        .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
-        .filter(|e| !e.trim().is_empty())
+/// Returns the OTLP exporter settings from config and the `OTEL_EXPORTER_OTLP_*` variables.
+pub fn otlp_settings(cfg: &TelemetryConfig) -> anyhow::Result<Option<otlp::OtlpSettings>> {
+    otlp::OtlpSettings::resolve(cfg, |name| std::env::var(name).ok())
+}
+
+/// The resource of `role`'s spans: `OTEL_RESOURCE_ATTRIBUTES`, `service.name` from
+/// `OTEL_SERVICE_NAME` (else that list, else the role's name), and `nanobot.role` always.
+pub fn resource(
+    role: &'static str,
+    env: impl Fn(&str) -> Option<String>,
+) -> opentelemetry_sdk::Resource {
+    let named = env("OTEL_SERVICE_NAME").is_some_and(|v| !v.trim().is_empty())
+        || env("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|v| {
+            v.split(',')
+                .any(|kv| kv.trim_start().starts_with("service.name="))
+        });
+    let builder = opentelemetry_sdk::Resource::builder()
+        .with_attribute(opentelemetry::KeyValue::new("nanobot.role", role));
+    if named {
+        builder.build()
+    } else {
+        builder.with_service_name(role).build()
+    }
 }
 
 /// Installs the global subscriber, propagator and tracer for `service`.
 pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let resource = opentelemetry_sdk::Resource::builder()
-        .with_service_name(service)
-        .build();
+    let resource = resource(service, |name| std::env::var(name).ok());
+    // The default config reads OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG.
     let mut builder = SdkTracerProvider::builder().with_resource(resource);
-    let endpoint = otlp_endpoint(cfg);
-    if let Some(endpoint) = &endpoint {
-        use opentelemetry_otlp::WithExportConfig as _;
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(endpoint.clone())
-            .build()
-            .context("build the otlp exporter")?;
-        builder = builder.with_batch_exporter(exporter);
+    let settings = otlp_settings(cfg).context("telemetry: otlp settings")?;
+    if let Some(settings) = &settings {
+        builder = builder.with_batch_exporter(otlp_export::build(settings)?);
     }
     let provider = builder.build();
     opentelemetry::global::set_tracer_provider(provider.clone());
@@ -92,8 +107,11 @@ pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<Tele
         .try_init()
         .context("install the tracing subscriber")?;
     install_panic_hook();
-    if let Some(endpoint) = endpoint {
-        tracing::info!(%endpoint, "exporting traces over otlp");
+    if let Some(s) = settings {
+        let headers: Vec<&String> = s.headers.keys().collect();
+        let protocol = s.protocol.name();
+        // Header names only: their values are API keys.
+        tracing::info!(endpoint = %s.endpoint, protocol, ?headers, ca = ?s.ca_file, "exporting traces over otlp");
     }
     Ok(TelemetryGuard { provider })
 }

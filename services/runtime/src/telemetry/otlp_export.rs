@@ -1,0 +1,156 @@
+//! Builds the OTLP span exporter from [`OtlpSettings`] with `opentelemetry-otlp`'s own
+//! builders: tonic for gRPC, and for HTTP/protobuf a reqwest client of ours (TLS roots and
+//! client identity set here) whose requests run on the role's tokio runtime.
+//!
+//! A failed export (collector down, TLS refused) logs one warning per failure naming the
+//! endpoint and the error (never a header) and drops that batch; the role keeps serving.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+
+use super::otlp::{OtlpSettings, Protocol, TlsFiles};
+
+/// How long one export request may take (the OTLP default is 10 s).
+pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Builds the exporter for `settings`; must run inside the role's tokio runtime.
+pub fn build(settings: &OtlpSettings) -> anyhow::Result<LoggedExporter> {
+    let tls = settings.read_tls_files()?;
+    let inner = match settings.protocol {
+        Protocol::Grpc => grpc(settings, tls)?,
+        Protocol::HttpProtobuf => {
+            let client = http_client(tls)?;
+            let headers: HashMap<String, String> = settings.headers.clone().into_iter().collect();
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_endpoint(settings.endpoint.clone())
+                .with_timeout(EXPORT_TIMEOUT)
+                .with_headers(headers)
+                .with_http_client(client)
+                .build()
+                .context("build the otlp/http exporter")?
+        }
+    };
+    Ok(LoggedExporter {
+        inner,
+        endpoint: settings.endpoint.clone(),
+    })
+}
+
+fn grpc(
+    settings: &OtlpSettings,
+    TlsFiles { ca, identity }: TlsFiles,
+) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
+    use opentelemetry_otlp::tonic_types::metadata::MetadataMap;
+    use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in &settings.headers {
+        let name = http::HeaderName::try_from(name.as_str())
+            .with_context(|| format!("otlp header {name:?} is not a valid header name"))?;
+        // The value is an API key: the error names the header only.
+        let value = http::HeaderValue::try_from(value.as_str())
+            .map_err(|_| anyhow::anyhow!("otlp header {name} has a value a header cannot carry"))?;
+        headers.insert(name, value);
+    }
+    let metadata = MetadataMap::from_headers(headers);
+    let mut builder = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(settings.endpoint.clone())
+        .with_timeout(EXPORT_TIMEOUT)
+        .with_metadata(metadata);
+    if settings.endpoint.starts_with("https://") || ca.is_some() || identity.is_some() {
+        let mut tls = match ca {
+            Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
+            None => ClientTlsConfig::new().with_native_roots(),
+        };
+        if let Some((cert, key)) = identity {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        builder = builder.with_tls_config(tls);
+    }
+    builder.build().context("build the otlp/grpc exporter")
+}
+
+/// A reqwest client for OTLP/HTTP: only `ca` as the trust anchor when given, else the system
+/// roots; `identity` (cert, key PEM) for mutual TLS.
+fn http_client(TlsFiles { ca, identity }: TlsFiles) -> anyhow::Result<TokioHttpClient> {
+    let mut builder = reqwest::Client::builder().timeout(EXPORT_TIMEOUT);
+    if let Some(pem) = ca {
+        let certs =
+            reqwest::Certificate::from_pem_bundle(&pem).context("parse the otlp CA certificate")?;
+        builder = builder.tls_certs_only(certs);
+    }
+    if let Some((mut cert, key)) = identity {
+        cert.push(b'\n');
+        cert.extend_from_slice(&key);
+        let identity = reqwest::Identity::from_pem(&cert)
+            .context("parse the otlp client certificate and key")?;
+        builder = builder.identity(identity);
+    }
+    Ok(TokioHttpClient {
+        client: builder.build().context("build the otlp http client")?,
+        runtime: tokio::runtime::Handle::current(),
+    })
+}
+
+/// Sends each request on the role's tokio runtime: the SDK's batch processor exports from a
+/// thread of its own, where reqwest's async client would find no reactor.
+#[derive(Debug)]
+struct TokioHttpClient {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl HttpClient for TokioHttpClient {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let request = reqwest::Request::try_from(request)?;
+        let client = self.client.clone();
+        let sent = self.runtime.spawn(async move {
+            let response = client.execute(request).await?;
+            let mut out = Response::builder().status(response.status());
+            for (name, value) in response.headers() {
+                out = out.header(name, value);
+            }
+            let body = response.bytes().await?;
+            Ok::<_, HttpError>(out.body(body)?)
+        });
+        sent.await?
+    }
+}
+
+/// The exporter, logging each failed export.
+#[derive(Debug)]
+pub struct LoggedExporter {
+    inner: opentelemetry_otlp::SpanExporter,
+    endpoint: String,
+}
+
+impl SpanExporter for LoggedExporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let spans = batch.len();
+        let result = self.inner.export(batch).await;
+        if let Err(error) = &result {
+            tracing::warn!(endpoint = %self.endpoint, spans, %error, "otlp export failed; spans dropped");
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
+}
