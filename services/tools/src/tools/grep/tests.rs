@@ -181,6 +181,45 @@ async fn documents_are_searched_with_source_locators_as_upstream() {
 
 /// The expected texts are nanobot 0.3.5's `GrepTool` output on the same files.
 #[tokio::test]
+async fn every_document_line_is_located_spreadsheet_matches_by_cell() {
+    let (_dir, ctx) = ctx();
+    write_documents(&ctx);
+    let each = |path: &str| json!({"pattern": "\\S", "path": format!("docs/{path}"), "context_before": 0, "context_after": 0});
+    assert_eq!(
+        call(&ctx, each("表.xlsx")).await,
+        "docs/表.xlsx:2 [sheet='数据',row=1,cell=A1]\n> 2 [sheet='数据',row=1]| 名字\tCount\t\n\n\
+         docs/表.xlsx:3 [sheet='数据',row=2,cell=A2]\n> 3 [sheet='数据',row=2]| 👩‍👩‍👧‍👦 family\t3\t2024-01-01 00:00:00\n\n\
+         docs/表.xlsx:4 [sheet='数据',row=3,cell=A3]\n> 4 [sheet='数据',row=3]| مرحبا שלום\t2.5\t\n\n\
+         docs/表.xlsx:5 [sheet='数据',row=5,cell=A5]\n> 5 [sheet='数据',row=5]| True\t#DIV/0!\t\n\n\
+         docs/表.xlsx:6 [sheet='数据',row=6,cell=C6]\n> 6 [sheet='数据',row=6]| \t\te\u{301} 🇨🇳\n\n\
+         docs/表.xlsx:9 [sheet='Second',row=2,cell=B2]\n> 9 [sheet='Second',row=2]| \t🇨🇳"
+    );
+    let mut slides = each("幻灯片.pptx");
+    slides["head_limit"] = json!(3);
+    slides["offset"] = json!(4);
+    assert_eq!(
+        call(&ctx, slides).await,
+        "docs/幻灯片.pptx:6 [slide=1,line=5]\n> 6 [slide=1,line=5]| Grouped مرحبا\n\n\
+         docs/幻灯片.pptx:7 [slide=1,line=6]\n> 7 [slide=1,line=6]| A\tשלום\n\n\
+         docs/幻灯片.pptx:10 [slide=3,line=1]\n> 10 [slide=3,line=1]| e\u{301} 🇨🇳\n\n(pagination: offset=4)"
+    );
+    let paragraphs: Vec<String> = call(&ctx, each("报告.docx"))
+        .await
+        .split("\n\n")
+        .map(|block| block.split_once('\n').unwrap().0.to_string())
+        .collect();
+    assert_eq!(
+        paragraphs,
+        [1, 3, 4, 6, 8, 9, 11, 13, 15]
+            .iter()
+            .zip(1..)
+            .map(|(line, n)| format!("docs/报告.docx:{line} [paragraph={n}]"))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// The expected texts are nanobot 0.3.5's `GrepTool` output on the same files.
+#[tokio::test]
 async fn pdf_page_ranges_bound_and_continue_the_search_as_upstream() {
     let (_dir, ctx) = ctx();
     write_documents(&ctx);
