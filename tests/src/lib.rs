@@ -29,6 +29,7 @@ pub mod discord_fake;
 pub mod drip;
 pub mod harness;
 pub mod mail_servers;
+pub mod otlp_collector;
 pub mod scripted_llm;
 pub mod slack_fake;
 pub mod telegram_fake;

@@ -25,6 +25,7 @@ mod k8s;
 mod k8s_policy;
 mod memory;
 mod observability;
+mod otlp_export;
 mod replication;
 mod repo;
 mod runner;

@@ -5,7 +5,6 @@
 //! A failed export (collector down, TLS refused) logs one warning per failure naming the
 //! endpoint and the error (never a header) and drops that batch; the role keeps serving.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -20,18 +19,19 @@ use super::otlp::{OtlpSettings, Protocol, TlsFiles};
 pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Builds the exporter for `settings`; must run inside the role's tokio runtime.
+///
+/// The headers are set on each request by us, not by the crate: it lets
+/// `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS` override code, and the config keys win here.
 pub fn build(settings: &OtlpSettings) -> anyhow::Result<LoggedExporter> {
     let tls = settings.read_tls_files()?;
     let inner = match settings.protocol {
         Protocol::Grpc => grpc(settings, tls)?,
         Protocol::HttpProtobuf => {
-            let client = http_client(tls)?;
-            let headers: HashMap<String, String> = settings.headers.clone().into_iter().collect();
+            let client = http_client(tls, header_map(settings)?)?;
             opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
                 .with_endpoint(settings.endpoint.clone())
                 .with_timeout(EXPORT_TIMEOUT)
-                .with_headers(headers)
                 .with_http_client(client)
                 .build()
                 .context("build the otlp/http exporter")?
@@ -43,27 +43,45 @@ pub fn build(settings: &OtlpSettings) -> anyhow::Result<LoggedExporter> {
     })
 }
 
-fn grpc(
-    settings: &OtlpSettings,
-    TlsFiles { ca, identity }: TlsFiles,
-) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
-    use opentelemetry_otlp::tonic_types::metadata::MetadataMap;
-    use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
+/// The settings' headers, checked; errors name the header, never its value (an API key).
+fn header_map(settings: &OtlpSettings) -> anyhow::Result<http::HeaderMap> {
     let mut headers = http::HeaderMap::new();
     for (name, value) in &settings.headers {
         let name = http::HeaderName::try_from(name.as_str())
             .with_context(|| format!("otlp header {name:?} is not a valid header name"))?;
-        // The value is an API key: the error names the header only.
         let value = http::HeaderValue::try_from(value.as_str())
             .map_err(|_| anyhow::anyhow!("otlp header {name} has a value a header cannot carry"))?;
         headers.insert(name, value);
     }
-    let metadata = MetadataMap::from_headers(headers);
+    Ok(headers)
+}
+
+fn grpc(
+    settings: &OtlpSettings,
+    TlsFiles { ca, identity }: TlsFiles,
+) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
+    use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
+    use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
+    let mut metadata = Vec::new();
+    for (name, value) in &settings.headers {
+        let key = AsciiMetadataKey::from_bytes(name.as_bytes())
+            .with_context(|| format!("otlp header {name:?} is not a valid gRPC metadata name"))?;
+        let value = AsciiMetadataValue::try_from(value.as_str()).map_err(|_| {
+            anyhow::anyhow!("otlp header {name} has a value gRPC cannot carry (ASCII only)")
+        })?;
+        metadata.push((key, value));
+    }
+    let set_metadata = move |mut request: tonic::Request<()>| {
+        for (key, value) in &metadata {
+            request.metadata_mut().insert(key.clone(), value.clone());
+        }
+        Ok(request)
+    };
     let mut builder = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .with_endpoint(settings.endpoint.clone())
         .with_timeout(EXPORT_TIMEOUT)
-        .with_metadata(metadata);
+        .with_interceptor(set_metadata);
     if settings.endpoint.starts_with("https://") || ca.is_some() || identity.is_some() {
         let mut tls = match ca {
             Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
@@ -79,7 +97,10 @@ fn grpc(
 
 /// A reqwest client for OTLP/HTTP: only `ca` as the trust anchor when given, else the system
 /// roots; `identity` (cert, key PEM) for mutual TLS.
-fn http_client(TlsFiles { ca, identity }: TlsFiles) -> anyhow::Result<TokioHttpClient> {
+fn http_client(
+    TlsFiles { ca, identity }: TlsFiles,
+    headers: http::HeaderMap,
+) -> anyhow::Result<TokioHttpClient> {
     let mut builder = reqwest::Client::builder().timeout(EXPORT_TIMEOUT);
     if let Some(pem) = ca {
         let certs =
@@ -95,6 +116,7 @@ fn http_client(TlsFiles { ca, identity }: TlsFiles) -> anyhow::Result<TokioHttpC
     }
     Ok(TokioHttpClient {
         client: builder.build().context("build the otlp http client")?,
+        headers,
         runtime: tokio::runtime::Handle::current(),
     })
 }
@@ -104,12 +126,17 @@ fn http_client(TlsFiles { ca, identity }: TlsFiles) -> anyhow::Result<TokioHttpC
 #[derive(Debug)]
 struct TokioHttpClient {
     client: reqwest::Client,
+    /// Set on every request, replacing any the exporter put there.
+    headers: http::HeaderMap,
     runtime: tokio::runtime::Handle,
 }
 
 #[async_trait::async_trait]
 impl HttpClient for TokioHttpClient {
-    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+    async fn send_bytes(&self, mut request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        for (name, value) in &self.headers {
+            request.headers_mut().insert(name, value.clone());
+        }
         let request = reqwest::Request::try_from(request)?;
         let client = self.client.clone();
         let sent = self.runtime.spawn(async move {

@@ -1,0 +1,218 @@
+//! A tiny OTLP/HTTP collector on loopback, owned by the suite: it accepts
+//! `POST /v1/traces` (protobuf) and records each request's headers, resource attributes and
+//! span names. [`OtlpCollector::start_tls`] serves it behind TLS with a server certificate
+//! from a CA made in the test ([`TestPki`], rcgen), for `OTEL_EXPORTER_OTLP_CERTIFICATE`.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use nanobot_tests::otlp_collector::OtlpCollector;
+//! let collector = OtlpCollector::start_http().await?;
+//! let base = collector.endpoint(); // OTEL_EXPORTER_OTLP_ENDPOINT, protocol http/protobuf
+//! let exports = collector.exports();
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use axum::body::Bytes;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use prost::Message as _;
+
+/// One export request as received.
+#[derive(Debug, Clone)]
+pub struct Export {
+    /// Request headers, names lowercase.
+    pub headers: BTreeMap<String, String>,
+    /// Resource attributes (string values) of each resource in the request, merged.
+    pub resource: BTreeMap<String, String>,
+    /// Names of the spans in the request.
+    pub span_names: Vec<String>,
+}
+
+/// The running collector; stops when dropped.
+#[derive(Debug)]
+pub struct OtlpCollector {
+    port: u16,
+    tls: bool,
+    exports: Arc<Mutex<Vec<Export>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for OtlpCollector {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl OtlpCollector {
+    /// Starts a plaintext OTLP/HTTP collector on `127.0.0.1`.
+    pub async fn start_http() -> anyhow::Result<Self> {
+        let (listener, exports, router) = Self::bind().await?;
+        let port = listener.local_addr()?.port();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Ok(Self {
+            port,
+            tls: false,
+            exports,
+            task,
+        })
+    }
+
+    /// Starts the collector behind TLS with `pki`'s server certificate (for `127.0.0.1`).
+    pub async fn start_tls(pki: &TestPki) -> anyhow::Result<Self> {
+        let (listener, exports, router) = Self::bind().await?;
+        let port = listener.local_addr()?.port();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(vec![pki.server_cert_der.clone()], pki.server_key_der())?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                let service = hyper_util::service::TowerToHyperService::new(router.clone());
+                tokio::spawn(async move {
+                    // A client refusing our certificate ends here: nothing is recorded.
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let builder = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    );
+                    let _ = builder
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Self {
+            port,
+            tls: true,
+            exports,
+            task,
+        })
+    }
+
+    async fn bind() -> anyhow::Result<(
+        tokio::net::TcpListener,
+        Arc<Mutex<Vec<Export>>>,
+        axum::Router,
+    )> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let exports = Arc::new(Mutex::new(Vec::new()));
+        let sink = exports.clone();
+        let router = axum::Router::new().route(
+            "/v1/traces",
+            post(move |headers: HeaderMap, body: Bytes| {
+                let sink = sink.clone();
+                async move { record(&sink, &headers, &body) }
+            }),
+        );
+        Ok((listener, exports, router))
+    }
+
+    /// The base endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`): `http(s)://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// Every export request received so far.
+    pub fn exports(&self) -> Vec<Export> {
+        self.exports.lock().unwrap().clone()
+    }
+}
+
+fn record(
+    sink: &Mutex<Vec<Export>>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (
+    axum::http::StatusCode,
+    [(&'static str, &'static str); 1],
+    Vec<u8>,
+) {
+    let proto = [("content-type", "application/x-protobuf")];
+    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+        return (axum::http::StatusCode::BAD_REQUEST, proto, Vec::new());
+    };
+    let mut export = Export {
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into(),
+                )
+            })
+            .collect(),
+        resource: BTreeMap::new(),
+        span_names: Vec::new(),
+    };
+    for spans in request.resource_spans {
+        for kv in spans.resource.map(|r| r.attributes).unwrap_or_default() {
+            if let Some(Value::StringValue(s)) = kv.value.and_then(|v| v.value) {
+                export.resource.insert(kv.key, s);
+            }
+        }
+        for scope in spans.scope_spans {
+            export
+                .span_names
+                .extend(scope.spans.into_iter().map(|s| s.name));
+        }
+    }
+    sink.lock().unwrap().push(export);
+    let ok = ExportTraceServiceResponse::default().encode_to_vec();
+    (axum::http::StatusCode::OK, proto, ok)
+}
+
+/// A CA and a server certificate for `127.0.0.1` it signed, made for one test; the CA's PEM
+/// is written to [`TestPki::ca_path`].
+pub struct TestPki {
+    /// Directory holding `ca.pem`.
+    pub dir: tempfile::TempDir,
+    /// The CA certificate's file.
+    pub ca_path: PathBuf,
+    server_cert_der: rustls::pki_types::CertificateDer<'static>,
+    server_key: Vec<u8>,
+}
+
+impl TestPki {
+    /// Makes a fresh CA and a server certificate for `127.0.0.1` and `localhost`.
+    pub fn new() -> anyhow::Result<Self> {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "nanobot test CA");
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+        let server_key = KeyPair::generate()?;
+        let server = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])?
+            .signed_by(&server_key, &ca)?;
+        let dir = tempfile::tempdir()?;
+        let ca_path = dir.path().join("ca.pem");
+        std::fs::write(&ca_path, ca.pem()).context("write ca.pem")?;
+        Ok(Self {
+            dir,
+            ca_path,
+            server_cert_der: server.der().clone(),
+            server_key: server_key.serialize_der(),
+        })
+    }
+
+    fn server_key_der(&self) -> rustls::pki_types::PrivateKeyDer<'static> {
+        rustls::pki_types::PrivateKeyDer::Pkcs8(self.server_key.clone().into())
+    }
+}
