@@ -66,6 +66,15 @@ fn answer(provider: &str) -> Value {
             {"title": "Exa 搜索", "url": "https://e.cn/", "highlights": ["亮点一", "", "亮点二"]},
             {"title": "无亮点", "url": "https://e2.cn/", "highlights": [], "text": "正文".repeat(279)},
         ]}),
+        "keenable" => json!({"results": [
+            {"title": "开源 Keenable", "url": "https://ke.cn/", "snippet": "", "description": "描述 <b>粗</b>"},
+            {"title": "二", "url": "https://ke2.cn/", "snippet": "片段"},
+        ]}),
+        "anysearch" => json!({"data": {"results": [
+            {"title": "任意搜索", "url": "https://any.cn/", "content": "内容 🔎", "snippet": "s"},
+            {"title": "二", "url": "https://any2.cn/", "content": "", "snippet": "摘录"},
+            "junk",
+        ]}}),
         _ => json!({"data": {"search": [
             {"title": "Kagi 卡吉", "url": "https://k.cn/", "snippet": "<i>片段</i> &amp; 更多 🇨🇳"},
         ]}}),
@@ -102,10 +111,14 @@ async fn fake_server() -> (SocketAddr, Fake) {
 }
 
 fn searcher(name: &str, addr: SocketAddr) -> WebSearch {
+    searcher_keyed(name, "k", addr)
+}
+
+fn searcher_keyed(name: &str, key: &str, addr: SocketAddr) -> WebSearch {
     let web = WebConfig {
         search: SearchConfig {
             provider: name.into(),
-            api_key: "k".into(),
+            api_key: key.into(),
             ..SearchConfig::default()
         },
         ..WebConfig::default()
@@ -118,6 +131,8 @@ fn searcher(name: &str, addr: SocketAddr) -> WebSearch {
         jina: format!("{base}/jina"),
         exa: format!("{base}/exa/search"),
         kagi: format!("{base}/kagi/api/v1/search"),
+        keenable: format!("{base}/keenable/v1/search"),
+        anysearch: format!("{base}/anysearch/v1/search"),
         ..Endpoints::default()
     })
 }
@@ -256,6 +271,18 @@ async fn failed_keyed_searches_answer_0_3_5s_error_texts() {
             ),
         ),
     ];
+    let cases = cases.into_iter().chain([
+        (
+            "keenable",
+            429,
+            "Error: Keenable search rate limited. Try again later or reduce search frequency.".into(),
+        ),
+        (
+            "anysearch",
+            502,
+            format!("Error: AnySearch search failed (502): Server error '502 Bad Gateway' for url '{}'{more}502", url("/anysearch/v1/search")),
+        ),
+    ]);
     for (name, status, expected) in cases {
         fake.fail.store(status, Ordering::SeqCst);
         let out = run(&searcher(name, addr), json!({"query": "错"})).await;
@@ -309,4 +336,55 @@ fn keyed_providers_take_the_key_from_config_or_0_3_5s_variables() {
             "{name}"
         );
     }
+}
+
+#[tokio::test]
+async fn keenable_and_anysearch_search_with_or_without_a_key_as_0_3_5() {
+    let (addr, fake) = fake_server().await;
+    let keyless = searcher_keyed("keenable", "", addr);
+    assert_eq!(
+        keyless.provider(),
+        &Provider::Keyed {
+            backend: Backend::Keenable,
+            api_key: String::new()
+        }
+    );
+    let out = run(&keyless, json!({"query": "开源 搜索", "count": 1})).await;
+    assert_eq!(
+        out.content,
+        "Results for: 开源 搜索\n\n1. 开源 Keenable\n   https://ke.cn/\n   描述 粗"
+    );
+    assert_eq!(
+        fake.last(),
+        Request {
+            target: "/keenable/v1/search/public".into(),
+            key: String::new(),
+            body: json!({"query": "开源 搜索"}),
+        }
+    );
+    let out = run(&searcher("keenable", addr), json!({"query": "开源"})).await;
+    assert_eq!(
+        out.content,
+        "Results for: 开源\n\n1. 开源 Keenable\n   https://ke.cn/\n   描述 粗\n2. 二\n   https://ke2.cn/\n   片段"
+    );
+    assert_eq!(
+        (fake.last().target.as_str(), fake.last().key.as_str()),
+        ("/keenable/v1/search", "k")
+    );
+    let any = "Results for: 任意\n\n1. 任意搜索\n   https://any.cn/\n   内容 🔎\n2. 二\n   https://any2.cn/\n   摘录";
+    let out = run(
+        &searcher_keyed("anysearch", "", addr),
+        json!({"query": "任意"}),
+    )
+    .await;
+    assert_eq!(out.content, any);
+    assert_eq!(fake.last().key, "");
+    assert_eq!(fake.last().body, json!({"query": "任意", "max_results": 5}));
+    let out = run(
+        &searcher("anysearch", addr),
+        json!({"query": "任意", "count": 2}),
+    )
+    .await;
+    assert_eq!(out.content, any);
+    assert_eq!(fake.last().key, "Bearer k");
 }

@@ -1,8 +1,7 @@
 //! `web_search`: searches through the configured provider (Brave, Tavily, SearXNG, Bocha,
-//! Volcengine, Serper, Jina, Exa, Kagi, or the keyless DuckDuckGo HTML endpoint, the default
-//! when none is named) and formats results as
-//! upstream: `Results for: {q}` then `{i}. {title}\n   {url}\n
-//! {snippet}`, or `No results for: {q}`.
+//! Volcengine, Serper, Jina, Exa, Kagi, Keenable, AnySearch, or the keyless DuckDuckGo HTML
+//! endpoint, the default when none is named) and formats results as upstream:
+//! `Results for: {q}` then `{i}. {title}\n   {url}\n   {snippet}`, or `No results for: {q}`.
 
 use std::time::Duration;
 
@@ -28,7 +27,8 @@ pub enum Provider {
     Tavily { api_key: String },
     /// A SearXNG instance (`{base}/search?format=json`).
     Searxng { base_url: String },
-    /// Bocha, Volcengine, Serper, Jina, Exa or Kagi with its API key.
+    /// Bocha, Volcengine, Serper, Jina, Exa, Kagi, Keenable or AnySearch with its API key
+    /// (empty for Keenable and AnySearch without one).
     Keyed { backend: Backend, api_key: String },
     /// The named provider cannot run here: every call answers this error (never a silent
     /// fallback to another engine).
@@ -36,10 +36,10 @@ pub enum Provider {
 }
 
 /// Upstream's other providers, not implemented by the fleet.
-const UPSTREAM_ONLY: &[&str] = &["olostep", "keenable", "anysearch"];
+const UPSTREAM_ONLY: &[&str] = &["olostep"];
 /// The providers the fleet runs, as listed in its errors.
-const SUPPORTED: &str =
-    "brave, tavily, searxng, bocha, volcengine, serper, jina, exa, kagi or duckduckgo";
+const SUPPORTED: &str = "brave, tavily, searxng, bocha, volcengine, serper, jina, exa, kagi, keenable, anysearch \
+     or duckduckgo";
 
 impl Provider {
     /// Resolves `tools.web.search` to a backend: with no provider named, Brave when a key is
@@ -81,10 +81,14 @@ impl Provider {
             "duckduckgo" => Self::DuckDuckGo,
             other if let Some(backend) = Backend::named(other) => {
                 let vars = backend.key_vars();
-                configured_any(&cfg.api_key, vars).map_or_else(
-                    || missing("API key", "apiKey", &vars.join(" or ")),
-                    |api_key| Self::Keyed { backend, api_key },
-                )
+                match configured_any(&cfg.api_key, vars) {
+                    Some(api_key) => Self::Keyed { backend, api_key },
+                    None if backend.key_optional() => Self::Keyed {
+                        backend,
+                        api_key: String::new(),
+                    },
+                    None => missing("API key", "apiKey", &vars.join(" or ")),
+                }
             }
             other if UPSTREAM_ONLY.contains(&other) => Self::Unavailable {
                 error: format!(

@@ -1,5 +1,6 @@
 //! The keyed search APIs 0.3.5 added beyond Brave and Tavily: Bocha and Volcengine (the
-//! Chinese engines), Serper (Google), Jina, Exa and Kagi. Each sends 0.3.5's request, reads
+//! Chinese engines), Serper (Google), Jina, Exa, Kagi, and Keenable and AnySearch (whose key
+//! is optional). Each sends 0.3.5's request, reads
 //! 0.3.5's fields of the answer into [`Hit`]s and answers 0.3.5's error texts. Their
 //! endpoints are fixed (not configurable), so there is no base URL to guard.
 
@@ -33,6 +34,10 @@ pub enum Backend {
     Exa,
     /// kagi.com search API.
     Kagi,
+    /// api.keenable.ai (its free `/public` endpoint without a key).
+    Keenable,
+    /// api.anysearch.com (anonymous quota without a key).
+    AnySearch,
 }
 
 impl Backend {
@@ -45,6 +50,8 @@ impl Backend {
             "jina" => Self::Jina,
             "exa" => Self::Exa,
             "kagi" => Self::Kagi,
+            "keenable" => Self::Keenable,
+            "anysearch" => Self::AnySearch,
             _ => return None,
         })
     }
@@ -58,7 +65,14 @@ impl Backend {
             Self::Jina => &["JINA_API_KEY"],
             Self::Exa => &["EXA_API_KEY"],
             Self::Kagi => &["KAGI_API_KEY"],
+            Self::Keenable => &["KEENABLE_API_KEY"],
+            Self::AnySearch => &["ANYSEARCH_API_KEY"],
         }
+    }
+
+    /// Returns whether the API also serves calls without a key (0.3.5's `optional_api_key`).
+    pub fn key_optional(self) -> bool {
+        matches!(self, Self::Keenable | Self::AnySearch)
     }
 }
 
@@ -90,9 +104,12 @@ pub async fn search(
         Backend::Jina => jina(call).await,
         Backend::Exa => exa(call).await,
         Backend::Kagi => kagi(call).await,
+        Backend::Keenable => open::keenable(call).await,
+        Backend::AnySearch => open::anysearch(call).await,
     }
 }
 
+mod open;
 mod volcengine;
 
 /// Python's truthiness of a JSON value.
@@ -150,6 +167,22 @@ fn status_text(response: &Response) -> String {
     )
 }
 
+/// 0.3.5's texts for a failed status of `name`'s API: rate limited, or failed with httpx's
+/// wording.
+fn failed_status(name: &str, response: &Response) -> String {
+    let status = response.status();
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        return format!(
+            "Error: {name} search rate limited. Try again later or reduce search frequency."
+        );
+    }
+    format!(
+        "Error: {name} search failed ({}): {}",
+        status.as_u16(),
+        status_text(response)
+    )
+}
+
 /// Bocha: `POST {query, freshness, summary, count}`, results in `(data.)webPages.value[]`.
 async fn bocha(call: &Call<'_>, args: &Map<String, Value>) -> Result<Vec<Hit>, String> {
     let freshness = args
@@ -200,19 +233,7 @@ async fn serper(call: &Call<'_>) -> Result<Vec<Hit>, String> {
     let failed = |e: String| format!("Error: Serper search failed: {e}");
     let response = match send(request).await.map_err(failed)? {
         Ok(response) => response,
-        Err(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
-            return Err(
-                "Error: Serper search rate limited. Try again later or reduce search frequency."
-                    .into(),
-            );
-        }
-        Err(response) => {
-            let code = response.status().as_u16();
-            return Err(format!(
-                "Error: Serper search failed ({code}): {}",
-                status_text(&response)
-            ));
-        }
+        Err(response) => return Err(failed_status("Serper", &response)),
     };
     let data = json_body(response).await.map_err(failed)?;
     let organic = data.get("organic").and_then(Value::as_array);
@@ -282,19 +303,7 @@ async fn exa(call: &Call<'_>) -> Result<Vec<Hit>, String> {
     let failed = |e: String| format!("Error: Exa search failed: {e}");
     let response = match send(request).await.map_err(failed)? {
         Ok(response) => response,
-        Err(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
-            return Err(
-                "Error: Exa search rate limited. Try again later or reduce search frequency."
-                    .into(),
-            );
-        }
-        Err(response) => {
-            let code = response.status().as_u16();
-            return Err(format!(
-                "Error: Exa search failed ({code}): {}",
-                status_text(&response)
-            ));
-        }
+        Err(response) => return Err(failed_status("Exa", &response)),
     };
     let data = json_body(response).await.map_err(failed)?;
     let hit = |r: &Value| {

@@ -49,6 +49,10 @@ pub struct Endpoints {
     pub exa: String,
     /// Kagi search endpoint.
     pub kagi: String,
+    /// Keenable search endpoint (`/public` appended without a key).
+    pub keenable: String,
+    /// AnySearch search endpoint.
+    pub anysearch: String,
 }
 
 impl Default for Endpoints {
@@ -63,6 +67,8 @@ impl Default for Endpoints {
             jina: "https://s.jina.ai".into(),
             exa: "https://api.exa.ai/search".into(),
             kagi: "https://kagi.com/api/v1/search".into(),
+            keenable: "https://api.keenable.ai/v1/search".into(),
+            anysearch: "https://api.anysearch.com/v1/search".into(),
         }
     }
 }

@@ -544,7 +544,7 @@ fn a_named_provider_without_its_key_or_unsupported_is_a_clear_error_never_a_fall
         error(Provider::resolve(&provider("olostep", "k", ""), none)),
         "Error: web_search provider 'olostep' is not supported by nanobot-fleet; set \
          tools.web.search.provider to brave, tavily, searxng, bocha, volcengine, serper, jina, \
-         exa, kagi or duckduckgo"
+         exa, kagi, keenable, anysearch or duckduckgo"
     );
     assert!(
         error(Provider::resolve(&provider("bingo", "", ""), none))
