@@ -448,4 +448,18 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn every_role_keeps_the_otlp_headers_it_exports_with() {
+        // Every role exports its spans, so each needs the collector's API key.
+        for role in Role::ALL {
+            let mut value =
+                json!({"telemetry": {"otlpHeaders": {"x-honeycomb-team": "HC-CANARY"}}});
+            withhold(&mut value, role);
+            assert_eq!(
+                value["telemetry"]["otlpHeaders"]["x-honeycomb-team"], "HC-CANARY",
+                "{role:?}"
+            );
+        }
+    }
 }
