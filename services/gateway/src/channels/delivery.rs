@@ -149,14 +149,18 @@ pub(super) async fn start(
         .create_consumer(pull::OrderedConfig {
             filter_subject: filter.clone(),
             deliver_policy: DeliverPolicy::New,
+            // A consumer lost with its NATS node is re-created in seconds.
+            max_expires: nanobot_runtime::bus::retry::ORDERED_MAX_EXPIRES,
             ..Default::default()
         })
         .await?;
     let mut observed = observed.messages().await?;
     tasks.spawn(async move {
+        let mut repoll = tokio::time::interval(crate::outbound::REPOLL);
         loop {
             let next = tokio::select! {
                 _ = cancel.cancelled() => break,
+                _ = repoll.tick() => continue,
                 next = observed.next() => next,
             };
             let Some(next) = next else { break };

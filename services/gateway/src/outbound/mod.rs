@@ -51,6 +51,8 @@ async fn subscribe(
     let config = pull::OrderedConfig {
         filter_subject: filter.to_string(),
         deliver_policy,
+        // A consumer lost with its NATS node is re-created in seconds.
+        max_expires: nanobot_runtime::bus::retry::ORDERED_MAX_EXPIRES,
         ..Default::default()
     };
     let consumer = js
@@ -66,6 +68,12 @@ async fn subscribe(
     })
 }
 
+/// How often the ordered consumer is polled even when idle: async-nats arms its second
+/// missed-heartbeat check only when polled again, so without this a consumer lost with its
+/// NATS node was noticed only when something else woke it (75 s in the chaos test), not after
+/// two heartbeats ([`nanobot_runtime::bus::retry::ORDERED_MAX_EXPIRES`]).
+pub(crate) const REPOLL: Duration = Duration::from_secs(1);
+
 struct Router {
     js: jetstream::Context,
     filter: String,
@@ -77,10 +85,12 @@ struct Router {
 
 impl Router {
     async fn run(mut self, mut messages: pull::Ordered) {
+        let mut repoll = tokio::time::interval(REPOLL);
         loop {
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => break,
+                _ = repoll.tick() => {}
                 next = messages.next() => match next {
                     Some(Ok(msg)) => self.on_message(&msg).await,
                     Some(Err(e)) => tracing::warn!(error = %e, filter = %self.filter, "outbound consumer error"),

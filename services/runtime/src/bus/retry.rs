@@ -21,6 +21,12 @@ use async_nats::jetstream::{self, context::PublishErrorKind};
 use backon::{ExponentialBuilder, Retryable as _};
 use bytes::Bytes;
 
+/// Longest pull of the gateway's ordered consumers (`max_expires`): their idle heartbeat is
+/// half of it, and after two missed heartbeats the client re-creates the consumer, so one lost
+/// with its node is replaced within about 4 s (with the defaults, a 30 s pull and a 15 s
+/// heartbeat, replies stalled for 40–85 s in the chaos tests).
+pub const ORDERED_MAX_EXPIRES: Duration = Duration::from_secs(4);
+
 /// How long a publish is retried through transient errors before its error is answered.
 pub const RETRY_FOR: Duration = Duration::from_secs(20);
 /// How long one attempt waits for the stream's ack (a message sent to a node that died is
