@@ -23,7 +23,7 @@ use crate::scripted_llm::Reply;
 const NODES: usize = 3;
 /// The longest any one request may take, the kill included: most of it is the stream leader's
 /// election (5–8 s); generous for a 2-core machine shared with builds (the measured figure is
-/// printed: 5.7–18 s over 8 runs, 31 s before the fixes).
+/// printed: 5.7–18 s in 6 runs, 31 s before the fixes).
 const STALL_BOUND: Duration = Duration::from_secs(20);
 
 /// Which node dies.
