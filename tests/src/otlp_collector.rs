@@ -1,6 +1,6 @@
-//! A tiny OTLP/HTTP collector on loopback, owned by the suite: it accepts
-//! `POST /v1/traces` (protobuf) and records each request's headers, resource attributes and
-//! span names. [`OtlpCollector::start_tls`] serves it behind TLS with a server certificate
+//! A tiny OTLP collector on loopback, owned by the suite: it accepts `POST /v1/traces`
+//! (OTLP/HTTP, protobuf) and the gRPC `TraceService/Export` on the same port, and records
+//! each request's headers (gRPC metadata), resource attributes and span names. [`OtlpCollector::start_tls`] serves it behind TLS with a server certificate
 //! from a CA made in the test ([`TestPki`], rcgen), for `OTEL_EXPORTER_OTLP_CERTIFICATE`.
 //!
 //! ```no_run
@@ -20,6 +20,9 @@ use anyhow::Context as _;
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -53,52 +56,52 @@ impl Drop for OtlpCollector {
 }
 
 impl OtlpCollector {
-    /// Starts a plaintext OTLP/HTTP collector on `127.0.0.1`.
+    /// Starts a plaintext collector on `127.0.0.1` (OTLP/HTTP, and OTLP/gRPC over h2c).
     pub async fn start_http() -> anyhow::Result<Self> {
-        let (listener, exports, router) = Self::bind().await?;
-        let port = listener.local_addr()?.port();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
-        Ok(Self {
-            port,
-            tls: false,
-            exports,
-            task,
-        })
+        Self::start(None).await
     }
 
-    /// Starts the collector behind TLS with `pki`'s server certificate (for `127.0.0.1`).
+    /// Starts the collector behind TLS with `pki`'s server certificate (for `127.0.0.1`),
+    /// offering `h2` (gRPC) and `http/1.1` by ALPN.
     pub async fn start_tls(pki: &TestPki) -> anyhow::Result<Self> {
-        let (listener, exports, router) = Self::bind().await?;
-        let port = listener.local_addr()?.port();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
             .with_single_cert(vec![pki.server_cert_der.clone()], pki.server_key_der())?;
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Self::start(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn start(tls: Option<tokio_rustls::TlsAcceptor>) -> anyhow::Result<Self> {
+        let (listener, exports, router) = Self::bind().await?;
+        let port = listener.local_addr()?.port();
+        let secure = tls.is_some();
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
+                let tls = tls.clone();
                 let service = hyper_util::service::TowerToHyperService::new(router.clone());
                 tokio::spawn(async move {
-                    // A client refusing our certificate ends here: nothing is recorded.
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
                     let builder = hyper_util::server::conn::auto::Builder::new(
                         hyper_util::rt::TokioExecutor::new(),
                     );
-                    let _ = builder
-                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                        .await;
+                    let Some(tls) = tls else {
+                        let io = hyper_util::rt::TokioIo::new(tcp);
+                        let _ = builder.serve_connection(io, service).await;
+                        return;
+                    };
+                    // A client refusing our certificate ends here: nothing is recorded.
+                    let Ok(stream) = tls.accept(tcp).await else {
+                        return;
+                    };
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = builder.serve_connection(io, service).await;
                 });
             }
         });
         Ok(Self {
             port,
-            tls: true,
+            tls: secure,
             exports,
             task,
         })
@@ -112,13 +115,19 @@ impl OtlpCollector {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let exports = Arc::new(Mutex::new(Vec::new()));
         let sink = exports.clone();
-        let router = axum::Router::new().route(
-            "/v1/traces",
-            post(move |headers: HeaderMap, body: Bytes| {
-                let sink = sink.clone();
-                async move { record(&sink, &headers, &body) }
-            }),
-        );
+        let grpc = TraceServiceServer::new(GrpcSink(exports.clone()));
+        let router = axum::Router::new()
+            .route(
+                "/v1/traces",
+                post(move |headers: HeaderMap, body: Bytes| {
+                    let sink = sink.clone();
+                    async move { record(&sink, &headers, &body) }
+                }),
+            )
+            .route_service(
+                "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                grpc,
+            );
         Ok((listener, exports, router))
     }
 
@@ -147,6 +156,28 @@ fn record(
     let Ok(request) = ExportTraceServiceRequest::decode(body) else {
         return (axum::http::StatusCode::BAD_REQUEST, proto, Vec::new());
     };
+    push(sink, headers, request);
+    let ok = ExportTraceServiceResponse::default().encode_to_vec();
+    (axum::http::StatusCode::OK, proto, ok)
+}
+
+/// The OTLP/gRPC side: the same record, headers from the request's metadata.
+#[derive(Clone)]
+struct GrpcSink(Arc<Mutex<Vec<Export>>>);
+
+#[tonic::async_trait]
+impl TraceService for GrpcSink {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let headers = request.metadata().clone().into_headers();
+        push(&self.0, &headers, request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+fn push(sink: &Mutex<Vec<Export>>, headers: &HeaderMap, request: ExportTraceServiceRequest) {
     let mut export = Export {
         headers: headers
             .iter()
@@ -173,8 +204,6 @@ fn record(
         }
     }
     sink.lock().unwrap().push(export);
-    let ok = ExportTraceServiceResponse::default().encode_to_vec();
-    (axum::http::StatusCode::OK, proto, ok)
 }
 
 /// A CA and a server certificate for `127.0.0.1` it signed, made for one test; the CA's PEM

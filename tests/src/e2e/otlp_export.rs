@@ -16,8 +16,8 @@ const KEY: &str = "hc-KEY-CANARY-5e1f";
 const SERVICE: &str = "机器人舰队 🤖";
 const ROLES: [&str; 2] = ["gateway", "agent"];
 
-/// Starts gateway + agent exporting with `endpoint` and `extra` variables (a short batch
-/// delay, so spans leave within a turn's time).
+/// Starts gateway + agent exporting over OTLP/HTTP with `endpoint` and `extra` variables
+/// (a short batch delay, so spans leave within a turn's time).
 async fn fleet(endpoint: &str, extra: &[(&str, &str)], config: Value) -> Fleet {
     let mut builder = Fleet::builder()
         .roles(&ROLES)
@@ -155,6 +155,30 @@ async fn spans_reach_a_tls_collector_verified_by_the_ca_file() {
             .iter()
             .all(|e| e.resource.get("service.name") == e.resource.get("nanobot.role"))
     );
+    assert_no_key_in_logs(&mut fleet);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spans_reach_a_grpc_collector_over_tls_with_the_headers_as_metadata() {
+    let pki = TestPki::new().unwrap();
+    let collector = OtlpCollector::start_tls(&pki).await.unwrap();
+    let ca = pki.ca_path.to_str().unwrap().to_string();
+    // The config's protocol and CA win over the variables (which name http and no CA).
+    let mut fleet = fleet(
+        &collector.endpoint(),
+        &[("OTEL_EXPORTER_OTLP_HEADERS", &format!("x-api-key={KEY}"))],
+        json!({"telemetry": {"otlpProtocol": "grpc", "otlpCertificate": ca}}),
+    )
+    .await;
+    turn(&mut fleet, "grpc 好").await;
+    let exports = exports_of_both_roles(&collector).await;
+    for export in &exports {
+        assert_eq!(
+            export.headers.get("x-api-key").map(String::as_str),
+            Some(KEY)
+        );
+        assert_eq!(export.headers["content-type"], "application/grpc");
+    }
     assert_no_key_in_logs(&mut fleet);
 }
 
