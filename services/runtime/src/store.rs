@@ -180,7 +180,7 @@ pub async fn connect(cfg: &StoreConfig, cancel: &CancellationToken) -> Result<St
             Target::Cluster(nodes) => connect_cluster(nodes).await,
             Target::Sentinel(target) => SentinelStore::connect(target)
                 .await
-                .map(|c| Store::Sentinel(c, Arc::default())),
+                .map(|c| Store::Sentinel(c, Arc::new(ReplicaGate::waiting()))),
         };
         match attempt {
             Ok(store) => return Ok(store),
@@ -223,7 +223,7 @@ async fn connect_cluster(nodes: &[String]) -> redis::RedisResult<Store> {
         .build()?;
     Ok(Store::Cluster(
         ClusterStore::connect(client).await?,
-        Arc::default(),
+        Arc::new(ReplicaGate::waiting()),
     ))
 }
 

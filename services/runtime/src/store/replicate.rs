@@ -15,8 +15,12 @@
 //!   for either (a second failover within the pause could lose it);
 //! - after the pause one writer asks `ROLE` again, the others keep not waiting until it knows.
 //!
-//! A new gate asks `ROLE` before its first `WAIT`, so a primary that never had a replica (one
-//! local Redis) is never waited on: the first write costs one `ROLE`, no `WAIT` timeout.
+//! A gate of one Redis server (`store.url`) asks `ROLE` before its first `WAIT`, so a primary
+//! that never had a replica (one local Redis) is never waited on: the first write costs one
+//! `ROLE`, no `WAIT` timeout. A Cluster's or Sentinel's gate starts waiting
+//! ([`ReplicaGate::waiting`]): their replicas may still be in their first sync when the first
+//! writes come, and a probe then would pause the waits for seconds, long enough for a failover
+//! right after start to lose acknowledged writes (the Cluster chaos test saw answers doubled).
 //!
 //! Each change is logged once, not each write.
 
@@ -92,6 +96,14 @@ impl Drop for ProbeGuard<'_> {
 }
 
 impl ReplicaGate {
+    /// Returns a gate that waits after writes from the first one (for stores whose primaries
+    /// are meant to have replicas: Cluster, Sentinel); the default asks `ROLE` first.
+    pub fn waiting() -> Self {
+        let gate = Self::default();
+        gate.lock().state = State::Open;
+        gate
+    }
+
     /// Waits for a replica with `wait` (a `WAIT`) unless paused; `role` asks the same node
     /// for its `ROLE` when a `WAIT` was not confirmed or a pause is over.
     pub async fn replicate<W, R, F>(&self, wait: W, role: R)
@@ -258,5 +270,11 @@ mod tests {
         assert_eq!(gate.turn(), Turn::Skip, "one probe at a time");
         drop(ProbeGuard(&gate));
         assert_eq!(gate.turn(), Turn::Probe);
+    }
+
+    #[test]
+    fn a_cluster_or_sentinel_gate_waits_from_the_first_write_and_a_nodes_asks_first() {
+        assert_eq!(ReplicaGate::waiting().turn(), Turn::Wait);
+        assert_eq!(ReplicaGate::default().turn(), Turn::Probe);
     }
 }
