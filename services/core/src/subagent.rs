@@ -20,7 +20,7 @@ pub const INJECTED_EVENT_KEY: &str = "injected_event";
 /// Key of the task id in an announcement's metadata and session row.
 pub const TASK_ID_KEY: &str = "subagent_task_id";
 /// The tools a subagent gets, upstream's fixed `subagent` scope (no `message`, `spawn`, `cron`
-/// nor MCP tools), plus the seeds' `glob`; those the executors do not serve are refused.
+/// nor MCP tools); those the executors do not serve are refused.
 pub const TOOLS: &[&str] = &[
     "read_file",
     "write_file",
@@ -28,7 +28,6 @@ pub const TOOLS: &[&str] = &[
     "apply_patch",
     "list_dir",
     "find_files",
-    "glob",
     "grep",
     "exec",
     "exec_session",
@@ -365,13 +364,20 @@ mod tests {
 
     #[test]
     fn a_subagent_gets_upstreams_fixed_tools_only() {
-        for name in ["message", "spawn", "cron", "notebook_edit", "mcp_fs_read"] {
+        for name in [
+            "message",
+            "spawn",
+            "cron",
+            "glob",
+            "notebook_edit",
+            "mcp_fs_read",
+        ] {
             assert!(!allowed(name), "{name}");
         }
         for name in [
             "read_file",
             "exec",
-            "glob",
+            "find_files",
             "grep",
             "web_fetch",
             "write_file",

@@ -1,5 +1,5 @@
 //! Tool executors: serve nanobot's builtin tools (`read_file`, `write_file`, `edit_file`,
-//! `apply_patch`, `list_dir`, `glob`, `grep`, `exec`, `exec_session`, `list_exec_sessions`,
+//! `apply_patch`, `list_dir`, `find_files`, `grep`, `exec`, `exec_session`, `list_exec_sessions`,
 //! `web_search`, `web_fetch`, …) and the tools of configured MCP servers over NATS. Every replica joins the queue group [`subjects::TOOLS_QUEUE_GROUP`]
 //! on [`subjects::TOOL_CALL_ALL`] (answering `ToolCallRequest` with `ToolCallResult`) and
 //! [`subjects::TOOL_LIST_ALL`] (answering `ToolListRequest` with `ToolListResponse`), so any

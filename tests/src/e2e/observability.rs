@@ -33,7 +33,7 @@ async fn traced_turn(capture_content: bool) -> Vec<ExportedSpan> {
     fleet.llm.push(
         Reply::tool_calls([
             ("list_dir", json!({"path": "."})),
-            ("glob", json!({"pattern": "*"})),
+            ("find_files", json!({"glob": "*"})),
         ])
         .with_usage(120, 15),
     );
@@ -149,7 +149,7 @@ async fn an_api_turn_with_two_tool_calls_is_one_trace_with_genai_attributes_and_
 
     // Each tool call: a runner-side span under the turn, the executor's span under it, both
     // naming the tool and the call id.
-    for tool in ["list_dir", "glob"] {
+    for tool in ["list_dir", "find_files"] {
         let with_tool = |name: &str| -> &ExportedSpan {
             spans
                 .iter()
@@ -201,7 +201,7 @@ async fn every_role_serves_prometheus_metrics_that_count_the_turn() {
     fleet.llm.push(
         Reply::tool_calls([
             ("list_dir", json!({"path": "."})),
-            ("glob", json!({"pattern": "*"})),
+            ("find_files", json!({"glob": "*"})),
         ])
         .with_usage(120, 15),
     );
@@ -276,7 +276,7 @@ async fn every_role_serves_prometheus_metrics_that_count_the_turn() {
         agent_text.contains("nanobot_turn_duration_seconds_count{outcome=\"answered\"} 1\n"),
         "{agent_text}"
     );
-    for tool in ["list_dir", "glob"] {
+    for tool in ["list_dir", "find_files"] {
         let runner = [("tool", tool), ("side", "runner"), ("outcome", "ok")];
         assert_eq!(value("agent", "nanobot_tool_calls_total", &runner), 1.0);
         // The executor: the same calls, run.

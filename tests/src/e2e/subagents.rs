@@ -272,7 +272,7 @@ async fn a_subagent_whose_runner_is_sigkilled_mid_run_is_redone_elsewhere_and_an
             "write_file",
             "edit_file",
             "list_dir",
-            "glob",
+            "find_files",
             "grep",
             "exec"
         ]
@@ -280,7 +280,7 @@ async fn a_subagent_whose_runner_is_sigkilled_mid_run_is_redone_elsewhere_and_an
         .all(|t| tools.iter().any(|n| n == t)),
         "{tools:?}"
     );
-    for absent in ["notebook_edit", "message", "spawn", "cron"] {
+    for absent in ["glob", "notebook_edit", "message", "spawn", "cron"] {
         assert!(!tools.iter().any(|n| n == absent), "{absent}: {tools:?}");
     }
     let chat_tools = requests
@@ -289,7 +289,9 @@ async fn a_subagent_whose_runner_is_sigkilled_mid_run_is_redone_elsewhere_and_an
         .unwrap()
         .tool_names();
     assert!(
-        chat_tools.iter().any(|n| n == "notebook_edit"),
+        ["spawn", "message", "cron"]
+            .iter()
+            .all(|t| chat_tools.iter().any(|n| n == t)),
         "{chat_tools:?}"
     );
 }

@@ -120,7 +120,7 @@ async fn a_turn_its_tool_calls_and_the_memory_jobs_it_starts_are_stored_as_one_t
     fleet.llm.push(
         Reply::tool_calls([
             ("list_dir", json!({"path": "."})),
-            ("glob", json!({"pattern": "*"})),
+            ("find_files", json!({"glob": "*"})),
         ])
         .with_usage(120, 15),
     );
@@ -233,7 +233,7 @@ async fn a_turn_its_tool_calls_and_the_memory_jobs_it_starts_are_stored_as_one_t
     assert_llm_call(turn_call(120), (120, 15), "tool_calls");
     assert_llm_call(turn_call(160), (160, 4), "stop");
     assert!(!trace.descends_from(turn_call(160), memory_job));
-    for tool in ["list_dir", "glob"] {
+    for tool in ["list_dir", "find_files"] {
         let with_tool = |name: &str| -> &StoredSpan {
             trace
                 .named(name)

@@ -18,7 +18,6 @@ pub const COMPACTABLE_TOOLS: &[&str] = &[
     "exec",
     "grep",
     "find_files",
-    "glob",
     "web_search",
     "web_fetch",
     "list_dir",

@@ -18,10 +18,8 @@ pub mod exec_session_tool;
 pub mod exec_shell;
 pub mod exec_url;
 pub mod find_files;
-pub mod glob;
 pub mod grep;
 pub mod list_dir;
-pub mod notebook_edit;
 pub mod read_file;
 pub mod search;
 pub mod shell_split;
@@ -48,10 +46,8 @@ pub fn builtin(
         tools.push(Arc::new(edit_file::EditFile));
         tools.push(Arc::new(apply_patch::ApplyPatch));
         tools.push(Arc::new(list_dir::ListDir));
-        tools.push(Arc::new(glob::Glob));
         tools.push(Arc::new(find_files::FindFiles));
         tools.push(Arc::new(grep::Grep));
-        tools.push(Arc::new(notebook_edit::NotebookEdit));
     }
     if cfg.exec.enable {
         let whitelist = cfg.ssrf_whitelist();
