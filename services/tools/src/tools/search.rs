@@ -1,4 +1,4 @@
-//! Shared pieces of `glob` and `grep`: the workspace walk (ripgrep's `ignore` walker, noise
+//! Shared pieces of `find_files` and `grep`: the workspace walk (ripgrep's `ignore` walker, noise
 //! directories skipped, symlinks not followed), glob and type filters, pagination notes.
 
 use std::path::{Path, PathBuf};
