@@ -23,8 +23,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// Uses of the bare word "nanobot" as a string that are not a subject or key: the bot's display
 /// name, the model owner in `/v1/models`, the CLI's name, the binary's name, the skill
-/// metadata namespace, the local fleet's NATS user, the metrics' name prefix.
-const NOT_A_SUBJECT: [&str; 9] = [
+/// metadata namespace, the local fleet's NATS user, the metrics' name prefix, the client tag
+/// some web-search APIs ask for.
+const NOT_A_SUBJECT: [&str; 11] = [
     "(\"nanobot\", \"nanobot@dream\")",
     "bot_name: \"nanobot\"",
     "\"owned_by\": \"nanobot\"",
@@ -34,11 +35,21 @@ const NOT_A_SUBJECT: [&str; 9] = [
     "NATS_USER: &str = \"nanobot\"",
     "Registry::with_prefix(\"nanobot\")",
     "json!({\"nanobot\": {",
+    "(\"X-Keenable-Title\", \"nanobot\")",
+    "(\"X-Traffic-Tag\", \"nanobot\")",
 ];
+
+/// Span attribute names in the `nanobot.` namespace (OpenTelemetry's convention for a
+/// product's own attributes), which are not subjects.
+const SPAN_ATTRIBUTES: [&str; 1] = ["\"nanobot.role\""];
 
 /// Whether a source line spells a subject or key: a literal starting `nanobot.` or `nanobot:`,
 /// or the bare token `"nanobot"` (e.g. a slice pattern over a subject's tokens).
 fn spells_subject_or_key(line: &str) -> bool {
+    let line = SPAN_ATTRIBUTES
+        .iter()
+        .fold(line.to_string(), |line, name| line.replace(name, ""));
+    let line = line.as_str();
     if line.contains("\"nanobot.") || line.contains("\"nanobot:") {
         return true;
     }
@@ -55,6 +66,12 @@ fn the_subject_grep_catches_bare_tokens_and_spares_other_uses() {
     assert!(spells_subject_or_key(r#"let k = "nanobot:b:lease";"#));
     assert!(!spells_subject_or_key(r#"bot_name: "nanobot".into(),"#));
     assert!(!spells_subject_or_key(r#"let x = "nanobot-agent";"#));
+    assert!(!spells_subject_or_key(
+        r#"KeyValue::new("nanobot.role", role)"#
+    ));
+    assert!(spells_subject_or_key(
+        r#"("nanobot.role", "nanobot.x.inbound")"#
+    ));
 }
 
 #[test]
