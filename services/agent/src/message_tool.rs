@@ -179,7 +179,7 @@ fn checked_args(arguments: &str) -> Result<Map<String, Value>, String> {
                 "Error: Tool '{NAME}' parameters must be a JSON object, got {}. Use named \
                  parameters like tool_name(param1=\"value1\", param2=\"value2\") matching the \
                  tool schema.",
-                py_type_name(&other)
+                nanobot_runtime::pyfmt::py_type_name(&other)
             ));
         }
     };
@@ -230,19 +230,6 @@ fn cast_to_string(value: &mut Value) -> bool {
     };
     *value = Value::String(text);
     true
-}
-
-/// Returns Python's type name of a JSON value, as upstream prints it.
-fn py_type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
 }
 
 /// Resolves attachment paths: relative to the workspace, and only regular files inside it.

@@ -9,8 +9,8 @@ use crate::session::now_iso;
 
 mod govern;
 
-pub(crate) use govern::legal_tool_rows;
 pub use govern::{BACKFILL_CONTENT, prepare_for_model};
+pub(crate) use govern::{legal_tool_rows, merge_content};
 
 /// No count cap on replay: 0.3.5's turn calls `get_history()` with `max_messages=0`, and the
 /// token budget ([`replay_within`]'s `max_tokens`, then the runner's snip) bounds what is
@@ -50,16 +50,7 @@ pub(crate) fn truthy(v: Option<&Value>) -> bool {
     }
 }
 
-/// Python's `str()` of a scalar JSON value (JSON text for the rest).
-pub(crate) fn py_str(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Bool(true) => "True".into(),
-        Value::Bool(false) => "False".into(),
-        Value::Null => "None".into(),
-        other => other.to_string(),
-    }
-}
+pub(crate) use nanobot_runtime::pyfmt::py_str;
 
 /// Returns the start of a recent window of `max` rows (0.3.5 `recent_message_start_index`):
 /// with `extend_to_user`, a window holding no user row is extended back to the user that

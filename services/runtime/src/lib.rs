@@ -29,6 +29,7 @@ pub mod health;
 pub mod lease;
 pub mod metrics;
 pub mod payloads;
+pub mod pyfmt;
 pub mod service;
 pub mod shutdown;
 pub mod skills_dir;

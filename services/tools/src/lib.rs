@@ -34,7 +34,7 @@ pub mod handlers;
 pub mod mcp;
 pub mod net;
 pub mod params;
-pub mod pyfmt;
+pub use nanobot_runtime::pyfmt;
 pub mod registry;
 pub mod sandbox;
 pub mod tools;

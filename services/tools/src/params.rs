@@ -4,8 +4,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::pyfmt::{py_float, py_int, py_str};
-pub use crate::pyfmt::{py_repr, py_type_name};
+use nanobot_runtime::pyfmt::{py_float, py_int, py_str};
+pub use nanobot_runtime::pyfmt::{py_repr, py_type_name};
 
 /// Turns the wire's `arguments_json` into a parameter value: empty → `{}`; JSON text is
 /// parsed; a JSON string that itself holds a JSON object or array is parsed once more (no

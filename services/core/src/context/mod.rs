@@ -227,7 +227,7 @@ impl ContextBuilder {
             .is_some_and(|m| m["role"] == "user" && messages.len() > 1);
         if last_is_user {
             let last = messages.last_mut().expect("checked non-empty");
-            last["content"] = merge_content(last["content"].take(), content);
+            last["content"] = crate::history::merge_content(last["content"].take(), content, true);
         } else {
             messages.push(json!({"role": "user", "content": content}));
         }
@@ -261,32 +261,6 @@ where
         at.format("%Y-%m-%d %H:%M (%A)"),
         at.format("%:z")
     )
-}
-
-/// Joins two user contents as 0.3.5's `_merge_message_content`: texts with `\n\n` (an empty one
-/// dropped), anything else as the blocks of both, a text becoming a text block.
-fn merge_content(left: Value, right: Value) -> Value {
-    match (left, right) {
-        (Value::String(l), Value::String(r)) if l.is_empty() => Value::String(r),
-        (Value::String(l), Value::String(r)) if r.is_empty() => Value::String(l),
-        (Value::String(l), Value::String(r)) => Value::String(format!("{l}\n\n{r}")),
-        (l, r) => {
-            let blocks = |v: Value| match v {
-                Value::Array(items) => items
-                    .into_iter()
-                    .map(|i| match i {
-                        Value::Object(_) => i,
-                        Value::String(t) => json!({"type": "text", "text": t}),
-                        other => json!({"type": "text", "text": other.to_string()}),
-                    })
-                    .collect(),
-                Value::Null => Vec::new(),
-                Value::String(t) => vec![json!({"type": "text", "text": t})],
-                other => vec![json!({"type": "text", "text": other.to_string()})],
-            };
-            Value::Array(blocks(l).into_iter().chain(blocks(r)).collect())
-        }
-    }
 }
 
 /// Appends a runtime block to user content: after the text (`\n\n` between, the block alone

@@ -210,7 +210,11 @@ fn merge_adjacent_users(messages: Vec<Value>) -> Vec<Value> {
             && mergeable_user(&m)
         {
             let left = last["content"].take();
-            last["content"] = merge_content(left, m.get("content").cloned().unwrap_or(Value::Null));
+            last["content"] = merge_content(
+                left,
+                m.get("content").cloned().unwrap_or(Value::Null),
+                false,
+            );
             continue;
         }
         out.push(m);
@@ -218,11 +222,16 @@ fn merge_adjacent_users(messages: Vec<Value>) -> Vec<Value> {
     out
 }
 
-/// 0.3.5 `_merge_message_content`: texts joined by a blank line (the right one alone when the
-/// left is empty), anything else as the blocks of both.
-fn merge_content(left: Value, right: Value) -> Value {
+/// 0.3.5's two `_merge_message_content`s (the governor's, and with `drop_empty_right` the
+/// context builder's): texts joined by a blank line (the right one alone when the left is
+/// empty; the left alone when the right is, for the builder's), anything else as the blocks of
+/// both, a value that is not a block becoming a text block of its Python `str`.
+pub(crate) fn merge_content(left: Value, right: Value, drop_empty_right: bool) -> Value {
     match (left, right) {
         (Value::String(l), Value::String(r)) if l.is_empty() => Value::String(r),
+        (Value::String(l), Value::String(r)) if drop_empty_right && r.is_empty() => {
+            Value::String(l)
+        }
         (Value::String(l), Value::String(r)) => Value::String(format!("{l}\n\n{r}")),
         (l, r) => {
             let blocks = |v: Value| match v {

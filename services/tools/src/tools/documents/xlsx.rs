@@ -43,39 +43,14 @@ pub(super) fn lines(bytes: &[u8]) -> Result<Vec<Line>, Error> {
                 lines.push(Line::plain(format!("--- Sheet: {name} ---")));
                 wrote_header = true;
             }
-            let locator = format!("sheet={},row={row_index}", python_repr(&name));
+            let locator = format!(
+                "sheet={},row={row_index}",
+                nanobot_runtime::pyfmt::py_repr_str(&name)
+            );
             lines.push(Line::located(text, locator));
         }
     }
     Ok(lines)
-}
-
-/// Returns `text` as Python's `repr()` of a string writes it (the quote it picks, escapes).
-fn python_repr(text: &str) -> String {
-    let quote = if text.contains('\'') && !text.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::from(quote);
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
 }
 
 /// Returns a cell's value as Python's `str()` of openpyxl's value writes it.

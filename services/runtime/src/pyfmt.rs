@@ -101,7 +101,7 @@ fn printable(c: char) -> bool {
 }
 
 /// Returns Python's `repr` of a string: single quotes unless it holds `'` and no `"`.
-fn repr_str(s: &str) -> String {
+pub fn py_repr_str(s: &str) -> String {
     let quote = if s.contains('\'') && !s.contains('"') {
         '"'
     } else {
@@ -136,7 +136,7 @@ fn repr_str(s: &str) -> String {
 /// Returns Python's `repr` of a JSON value (`'a'`, `"it's"`, `True`, `None`, `[1, 'x']`).
 pub fn py_repr(value: &Value) -> String {
     match value {
-        Value::String(s) => repr_str(s),
+        Value::String(s) => py_repr_str(s),
         other => py_str(other),
     }
 }
@@ -161,7 +161,7 @@ pub fn py_str(value: &Value) -> String {
         Value::Object(map) => {
             let parts: Vec<String> = map
                 .iter()
-                .map(|(k, v)| format!("{}: {}", repr_str(k), py_repr(v)))
+                .map(|(k, v)| format!("{}: {}", py_repr_str(k), py_repr(v)))
                 .collect();
             format!("{{{}}}", parts.join(", "))
         }
