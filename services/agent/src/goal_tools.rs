@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 
 use nanobot_core::goal::{self, MAX_OBJECTIVE_CHARS, MAX_SUMMARY_CHARS};
 use nanobot_core::session::now_iso;
-use nanobot_core::tools::{RETRY_HINT, ToolOutcome};
+use nanobot_core::tools::ToolOutcome;
 use nanobot_proto::ToolSpec;
 
 use crate::checkpoints::SessionCheckpoints;
@@ -179,16 +179,7 @@ pub fn call(
             Ok(args) if name == CREATE => create(metadata, *allowed, &args),
             Ok(args) => update(metadata, allowed, &args),
         };
-    match outcome {
-        Ok(text) => ToolOutcome {
-            content: Value::String(text),
-            is_error: false,
-        },
-        Err(text) => ToolOutcome {
-            content: Value::String(format!("{text}{RETRY_HINT}")),
-            is_error: true,
-        },
-    }
+    ToolOutcome::of(outcome)
 }
 
 fn create(

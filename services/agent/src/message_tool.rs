@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::{Map, Value, json};
 
 use nanobot_core::attachment::{self, Refused};
-use nanobot_core::tools::{RETRY_HINT, ToolExecutor, ToolOutcome, ToolScope};
+use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
 use nanobot_proto::{OutboundKind, OutboundMessage, ToolSpec};
 
 use crate::goal_tools::GoalTools;
@@ -271,16 +271,7 @@ impl ToolExecutor for TurnTools<'_> {
         if name != NAME {
             return self.inner.execute(scope, call_id, name, arguments).await;
         }
-        match self.send(call_id, arguments).await {
-            Ok(text) => ToolOutcome {
-                content: Value::String(text),
-                is_error: false,
-            },
-            Err(text) => ToolOutcome {
-                content: Value::String(format!("{text}{RETRY_HINT}")),
-                is_error: true,
-            },
-        }
+        ToolOutcome::of(self.send(call_id, arguments).await)
     }
 }
 

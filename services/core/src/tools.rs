@@ -38,6 +38,27 @@ pub struct ToolOutcome {
     pub is_error: bool,
 }
 
+impl ToolOutcome {
+    /// Returns a call's outcome: its text, or its error text with the retry hint.
+    pub fn of(result: Result<String, String>) -> Self {
+        match result {
+            Ok(text) => Self {
+                content: Value::String(text),
+                is_error: false,
+            },
+            Err(text) => Self::error(&text),
+        }
+    }
+
+    /// Returns a failed call's outcome: `text` with the retry hint.
+    pub fn error(text: &str) -> Self {
+        Self {
+            content: Value::String(format!("{text}{RETRY_HINT}")),
+            is_error: true,
+        }
+    }
+}
+
 /// Who a tool call runs for (passed to executors).
 #[derive(Debug, Clone, Default)]
 pub struct ToolScope {
@@ -207,10 +228,7 @@ impl ToolClient {
         arguments: &str,
     ) -> ToolOutcome {
         if let Some(text) = self.offered().await.unknown_tool_error(name) {
-            return ToolOutcome {
-                content: Value::String(format!("{text}{RETRY_HINT}")),
-                is_error: true,
-            };
+            return ToolOutcome::error(&text);
         }
         let started = Instant::now();
         let deadline = chrono::Utc::now() + self.timeout;
@@ -275,10 +293,7 @@ impl ToolClient {
                     }
                     _ => error_text(name, &e, self.timeout),
                 };
-                ToolOutcome {
-                    content: Value::String(format!("{text}{RETRY_HINT}")),
-                    is_error: true,
-                }
+                ToolOutcome::error(&text)
             }
         }
     }

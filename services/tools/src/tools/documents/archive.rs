@@ -77,6 +77,15 @@ impl<'a> Archive<'a> {
             .ok_or_else(|| "the package has no main document part".to_string())
     }
 
+    /// Returns the path and the XML of the package's main document part.
+    pub(super) fn main_document(&mut self) -> Result<(String, String), String> {
+        let main = self.main_part()?;
+        let xml = self
+            .part(&main)?
+            .ok_or_else(|| format!("there is no part {main}"))?;
+        Ok((main, xml))
+    }
+
     /// Returns the relationships of the part at `part` (`""` for the package), their
     /// targets resolved to archive paths.
     pub(super) fn relationships(&mut self, part: &str) -> Result<Vec<Relationship>, String> {

@@ -20,11 +20,7 @@ pub(super) fn lines(archive: &mut Archive<'_>) -> Result<Vec<String>, Error> {
         kind: Kind::Docx,
         reason,
     };
-    let main = archive.main_part().map_err(open_error)?;
-    let xml = archive
-        .part(&main)
-        .map_err(open_error)?
-        .ok_or_else(|| open_error(format!("there is no part {main}")))?;
+    let (_, xml) = archive.main_document().map_err(open_error)?;
     let doc = roxmltree::Document::parse(&xml).map_err(|e| open_error(e.to_string()))?;
     let body = doc
         .root_element()

@@ -55,11 +55,7 @@ fn open_error(reason: String) -> Error {
 
 /// Returns the XML of the slides in presentation order (`p:sldIdLst`).
 fn slides(archive: &mut Archive<'_>) -> Result<Vec<String>, Error> {
-    let main = archive.main_part().map_err(open_error)?;
-    let xml = archive
-        .part(&main)
-        .map_err(open_error)?
-        .ok_or_else(|| open_error(format!("there is no part {main}")))?;
+    let (main, xml) = archive.main_document().map_err(open_error)?;
     let doc = roxmltree::Document::parse(&xml).map_err(|e| open_error(e.to_string()))?;
     let rels = archive.relationships(&main).map_err(open_error)?;
     let mut slides = Vec::new();
