@@ -265,6 +265,32 @@ pub fn discord_gateway_fence(bot: &str, token_id: &str) -> String {
     format!("nanobot:{}:discord:{token_id}:fence", bot_tag(bot))
 }
 
+/// The long-connection lease of one platform account of a channel added on the generic key
+/// family (`channel` is `feishu`, `dingtalk`, `wecom`, `qq` or `napcat`; `conn_id` a hash of the
+/// account's id): exactly one gateway replica holds the platform's WebSocket for it.
+pub fn channel_connection(bot: &str, channel: &str, conn_id: &str) -> String {
+    format!("nanobot:{}:chan:{channel}:{conn_id}:conn", bot_tag(bot))
+}
+
+/// Fence counter of [`channel_connection`].
+pub fn channel_connection_fence(bot: &str, channel: &str, conn_id: &str) -> String {
+    format!("nanobot:{}:chan:{channel}:{conn_id}:fence", bot_tag(bot))
+}
+
+/// A platform event of `channel` already turned into its inbound message (`done`, with a TTL):
+/// the platform's redeliveries and the same event reaching another replica make no second
+/// inbound message.
+pub fn channel_event(bot: &str, channel: &str, event_id: &str) -> String {
+    format!("nanobot:{}:chan:{channel}:event:{event_id}", bot_tag(bot))
+}
+
+/// Named state of one channel of `bot` shared by the gateway replicas (a cached access token,
+/// a gateway session to resume, a reply sequence counter, a streaming card): `name` is chosen
+/// by the channel module and holds no secret in clear.
+pub fn channel_state(bot: &str, channel: &str, name: &str) -> String {
+    format!("nanobot:{}:chan:{channel}:state:{name}", bot_tag(bot))
+}
+
 /// The reply log of one WebSocket chat of `bot`: a Redis stream of the chat's user messages
 /// and replies (progress, tool hints, finals, errors), capped and expiring; a client resumes
 /// from the last entry id it saw.
@@ -366,6 +392,15 @@ pub fn acl_patterns_of(role: crate::subjects::Role, bot: Option<&str>) -> Vec<St
             slack_event(b, ID),
             discord_gateway(b, ID),
             discord_gateway_fence(b, ID),
+            channel_connection(b, ID, ID),
+            channel_connection_fence(b, ID, ID),
+            channel_event(b, ID, ID),
+            channel_state(b, ID, ID),
+            stream_preview(b, "feishu", ID),
+            stream_preview(b, "dingtalk", ID),
+            stream_preview(b, "wecom", ID),
+            stream_preview(b, "qq", ID),
+            stream_preview(b, "napcat", ID),
             websocket_log(b, ID),
             websocket_logged(b, ID),
             websocket_owner(b, ID),

@@ -18,18 +18,25 @@
 //! - [`slack`]: Slack (Socket Mode or the Events API) over reqwest and tokio-tungstenite.
 //! - [`discord`]: Discord through twilight.
 //! - [`websocket`]: upstream's WebSocket channel and the web chat page.
+//! - [`feishu`], [`dingtalk`], [`wecom`], [`qq`], [`napcat`]: the Chinese platforms; their Redis
+//!   state lives in the generic `keys::channel_*` family.
 
 pub mod acl;
 pub mod delivery;
+pub mod dingtalk;
 pub mod discord;
 pub mod email;
+pub mod feishu;
 mod media;
+pub mod napcat;
 mod poison;
+pub mod qq;
 pub mod slack;
 mod stream;
 pub mod telegram;
 mod typing;
 pub mod websocket;
+pub mod wecom;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -181,6 +188,15 @@ pub async fn start(
     }
     if let Some(ws) = cfg.websocket() {
         channels.add(Arc::new(websocket::WebSocketChannel::new(cfg, ws, deps)?));
+    }
+    for channel in feishu::all(cfg, deps)?
+        .into_iter()
+        .chain(dingtalk::all(cfg, deps)?)
+        .chain(wecom::all(cfg, deps)?)
+        .chain(qq::all(cfg, deps)?)
+        .chain(napcat::all(cfg, deps)?)
+    {
+        channels.add(channel);
     }
     let mut tasks = JoinSet::new();
     let inbound = Inbound::new(deps.js.clone());

@@ -5,9 +5,13 @@
 //! - [`load`]: file, `${VAR}` interpolation, `NANOBOT_…__…` env overrides, per-section parsing.
 //! - `validate`: semantic checks; every problem is reported at once.
 
+pub mod dingtalk;
 pub mod discord;
 pub mod email;
+pub mod feishu;
 pub mod load;
+pub mod napcat;
+pub mod qq;
 pub mod schema;
 pub mod scope;
 pub mod secrets;
@@ -17,6 +21,7 @@ pub mod telegram;
 mod tools;
 mod validate;
 pub mod websocket;
+pub mod wecom;
 
 use std::path::{Path, PathBuf};
 
@@ -138,6 +143,21 @@ impl Config {
         if self.discord_bots().iter().any(|d| d.bot == bot) {
             out.push("discord".to_string());
         }
+        if self.feishu_bots().iter().any(|b| b.bot == bot) {
+            out.push("feishu".to_string());
+        }
+        if self.dingtalk_bots().iter().any(|b| b.bot == bot) {
+            out.push("dingtalk".to_string());
+        }
+        if self.wecom_bots().iter().any(|b| b.bot == bot) {
+            out.push("wecom".to_string());
+        }
+        if self.qq_bots().iter().any(|b| b.bot == bot) {
+            out.push("qq".to_string());
+        }
+        if self.napcat_bots().iter().any(|b| b.bot == bot) {
+            out.push("napcat".to_string());
+        }
         // The WebSocket channel serves the single bot of a config without `bots`.
         if self.websocket().is_some() && self.bots.is_empty() {
             out.push("websocket".to_string());
@@ -152,6 +172,11 @@ impl Config {
             || !self.email_bots().is_empty()
             || !self.discord_bots().is_empty()
             || self.websocket().is_some()
+            || !self.feishu_bots().is_empty()
+            || !self.dingtalk_bots().is_empty()
+            || !self.wecom_bots().is_empty()
+            || !self.qq_bots().is_empty()
+            || !self.napcat_bots().is_empty()
     }
 }
 

@@ -310,6 +310,16 @@ pub struct ChannelsConfig {
     /// The WebSocket server and web chat (`channels.websocket`), typed; see
     /// [`super::websocket`].
     pub websocket: Option<super::websocket::WebSocketConfig>,
+    /// Feishu / Lark (`channels.feishu`), typed; see [`super::feishu`].
+    pub feishu: Option<super::feishu::FeishuConfig>,
+    /// DingTalk (`channels.dingtalk`), typed; see [`super::dingtalk`].
+    pub dingtalk: Option<super::dingtalk::DingTalkConfig>,
+    /// WeCom (企业微信 intelligent bot) (`channels.wecom`), typed; see [`super::wecom`].
+    pub wecom: Option<super::wecom::WeComConfig>,
+    /// QQ official bot (`channels.qq`), typed; see [`super::qq`].
+    pub qq: Option<super::qq::QqConfig>,
+    /// NapCat / OneBot v11 (`channels.napcat`), typed; see [`super::napcat`].
+    pub napcat: Option<super::napcat::NapcatConfig>,
     /// Every other channel's own settings (`telegram`, `discord`, ...) and the other upstream keys.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -328,6 +338,11 @@ impl Default for ChannelsConfig {
             slack: None,
             discord: None,
             websocket: None,
+            feishu: None,
+            dingtalk: None,
+            wecom: None,
+            qq: None,
+            napcat: None,
             extra: BTreeMap::new(),
         }
     }

@@ -338,6 +338,11 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
     super::slack::validate(config, &mut problems, unknown);
     super::discord::validate(config, &mut problems, unknown);
     super::websocket::validate(config, &mut problems, unknown);
+    super::feishu::validate(config, &mut problems, unknown);
+    super::dingtalk::validate(config, &mut problems, unknown);
+    super::wecom::validate(config, &mut problems, unknown);
+    super::qq::validate(config, &mut problems, unknown);
+    super::napcat::validate(config, &mut problems, unknown);
     for id in config.bots.keys() {
         let ok = !id.is_empty()
             && id

@@ -1,0 +1,13 @@
+//! DingTalk. Scaffold: builds no channel yet.
+
+use std::sync::Arc;
+
+use nanobot_runtime::config::Config;
+
+use super::{Channel, ChannelDeps};
+
+/// Builds the DingTalk channel of every bot that enables it (no network yet).
+pub fn all(cfg: &Config, _deps: &ChannelDeps) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+    let _ = cfg.dingtalk_bots();
+    Ok(Vec::new())
+}

@@ -1,0 +1,13 @@
+//! Feishu / Lark. Scaffold: builds no channel yet.
+
+use std::sync::Arc;
+
+use nanobot_runtime::config::Config;
+
+use super::{Channel, ChannelDeps};
+
+/// Builds the Feishu / Lark channel of every bot that enables it (no network yet).
+pub fn all(cfg: &Config, _deps: &ChannelDeps) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+    let _ = cfg.feishu_bots();
+    Ok(Vec::new())
+}
