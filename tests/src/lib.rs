@@ -25,15 +25,20 @@
 //! - `bin/mock_llm.rs`: `nanobot-mock-llm`, a standalone fast OpenAI-compatible server.
 #![forbid(unsafe_code)]
 
+pub mod dingtalk_fake;
 pub mod discord_fake;
+pub mod feishu_fake;
 pub mod drip;
 pub mod harness;
 pub mod mail_servers;
+pub mod onebot_fake;
 pub mod otlp_collector;
+pub mod qq_fake;
 pub mod scripted_llm;
 pub mod slack_fake;
 pub mod telegram_fake;
 pub mod trace_store;
+pub mod wecom_fake;
 
 #[cfg(test)]
 mod e2e;
