@@ -1,29 +1,96 @@
-//! `channels.dingtalk` (and `bots.<id>.channels.dingtalk`): DingTalk, 0.3.5's keys, resolved per bot like
-//! the other channels (a bot's own section laid over the shared one).
-//!
-//! Scaffold: only `enabled` and `allowFrom` are typed so far; every other key is kept in
-//! `extra` until the channel module types it.
+//! `channels.dingtalk` (and `bots.<id>.channels.dingtalk`): DingTalk, 0.3.5's keys and defaults
+//! plus the fleet's `apiBase`, `oapiBase`, `leaseSecs`, `sendProgress` and `sendToolHints`,
+//! resolved per bot like the other channels (a bot's own section laid over the shared one;
+//! every bot needs its own app, `clientId`).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::load::norm;
 use super::schema::Config;
 
-/// `channels.dingtalk`: 0.3.5's keys and defaults.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+/// DingTalk's OpenAPI root (`/v1.0/oauth2/accessToken`, `/v1.0/gateway/connections/open`,
+/// `/v1.0/robot/...`).
+pub const DINGTALK_API: &str = "https://api.dingtalk.com";
+
+/// DingTalk's legacy API root (`/media/upload`).
+pub const DINGTALK_OAPI: &str = "https://oapi.dingtalk.com";
+
+/// `channels.dingtalk`: 0.3.5's keys and defaults, plus the fleet's.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct DingTalkConfig {
     /// Serve this channel. Default false.
     pub enabled: bool,
-    /// Who may talk to the bot: sender ids or `"*"`. Empty denies everyone.
+    /// The app's AppKey (Client ID); also the robot code of every send.
+    #[serde(alias = "client_id")]
+    pub client_id: String,
+    /// The app's AppSecret (Client Secret): secret, never logged, never in a key or URL.
+    #[serde(alias = "client_secret")]
+    pub client_secret: String,
+    /// Who may talk to the bot: staff ids or `"*"`. Empty denies everyone (unknown private
+    /// senders get a pairing code).
     #[serde(alias = "allow_from")]
     pub allow_from: Vec<String>,
-    /// Every other key, kept as given.
+    /// Follow redirects when fetching a reply's remote media (same host, or a host in
+    /// `remoteMediaRedirectAllowedHosts`). Default false.
+    #[serde(alias = "allow_remote_media_redirects")]
+    pub allow_remote_media_redirects: bool,
+    /// Other hosts a remote media redirect may lead to.
+    #[serde(alias = "remote_media_redirect_allowed_hosts")]
+    pub remote_media_redirect_allowed_hosts: Vec<String>,
+    /// In group chats, one session per member instead of one per group. Default false.
+    #[serde(alias = "group_user_isolation")]
+    pub group_user_isolation: bool,
+    /// Refuse 1:1 chats with a notice (groups only). Default false.
+    #[serde(alias = "disable_private_chat")]
+    pub disable_private_chat: bool,
+    /// Overrides `channels.sendProgress` for this channel.
+    #[serde(alias = "send_progress")]
+    pub send_progress: Option<bool>,
+    /// Overrides `channels.sendToolHints` for this channel.
+    #[serde(alias = "send_tool_hints")]
+    pub send_tool_hints: Option<bool>,
+    /// OpenAPI root (tokens, the Stream gateway, robot messages). Default DingTalk's.
+    #[serde(alias = "api_base")]
+    pub api_base: String,
+    /// Legacy API root (media upload). Default DingTalk's.
+    #[serde(alias = "oapi_base")]
+    pub oapi_base: String,
+    /// Seconds the Stream connection's lease lasts: another replica connects within this time
+    /// after the holder dies. Default 10.
+    #[serde(alias = "lease_secs")]
+    pub lease_secs: f64,
+    /// Unknown keys, kept as given (reported by validation).
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
 }
+
+impl Default for DingTalkConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            client_id: String::new(),
+            client_secret: String::new(),
+            allow_from: Vec::new(),
+            allow_remote_media_redirects: false,
+            remote_media_redirect_allowed_hosts: Vec::new(),
+            group_user_isolation: false,
+            disable_private_chat: false,
+            send_progress: None,
+            send_tool_hints: None,
+            api_base: DINGTALK_API.into(),
+            oapi_base: DINGTALK_OAPI.into(),
+            lease_secs: 10.0,
+            extra: BTreeMap::new(),
+        }
+    }
+}
+
+/// 0.3.5 DingTalk keys accepted but not interpreted by the fleet (none so far).
+const DINGTALK_EXTRAS: &[&str] = &[];
 
 /// One bot's DingTalk settings, resolved.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,7 +123,154 @@ fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<DingTalkBot> {
         .collect()
 }
 
-/// Reports every problem of the DingTalk sections.
-pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, _unknown: &mut Vec<String>) {
-    resolve(config, problems);
+/// Reports every problem of the DingTalk sections and lists their unknown keys in `unknown`.
+pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
+    let bots = resolve(config, problems);
+    if let Some(global) = &config.channels.dingtalk {
+        check_extras("channels.dingtalk", global, unknown);
+    }
+    let mut apps: BTreeMap<&str, &str> = BTreeMap::new();
+    for b in &bots {
+        let at = super::sections::path(config, "dingtalk", &b.bot);
+        let c = &b.config;
+        if !config.bots.is_empty() {
+            check_extras(&at, c, unknown);
+        }
+        if c.client_id.trim().is_empty() {
+            problems.push(format!(
+                "{at}.clientId: required when the channel is enabled"
+            ));
+        } else if let Some(other) = apps.insert(c.client_id.as_str(), b.bot.as_str()) {
+            problems.push(format!(
+                "{at}.clientId: bot {other} uses the same app (messages would cross bots)"
+            ));
+        }
+        if c.client_secret.trim().is_empty() {
+            problems.push(format!(
+                "{at}.clientSecret: required when the channel is enabled"
+            ));
+        }
+        if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
+            problems.push(format!("{at}.leaseSecs: must be at least 1"));
+        }
+        for (key, url) in [("apiBase", &c.api_base), ("oapiBase", &c.oapi_base)] {
+            if !is_http_url(url) {
+                // Not repeated: it may carry credentials.
+                problems.push(format!(
+                    "{at}.{key}: not an http(s) URL without credentials"
+                ));
+            }
+        }
+        for host in &c.remote_media_redirect_allowed_hosts {
+            if host.trim().is_empty() || host.contains(['/', ':', ' ']) {
+                problems.push(format!(
+                    "{at}.remoteMediaRedirectAllowedHosts: {host:?} is not a host name"
+                ));
+            }
+        }
+    }
+}
+
+/// Returns whether `url` is `http(s)://host...` without credentials (which are refused
+/// without being repeated).
+fn is_http_url(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    rest.is_some_and(|rest| {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        !authority.is_empty() && !authority.contains('@')
+    })
+}
+
+fn check_extras(at: &str, c: &DingTalkConfig, unknown: &mut Vec<String>) {
+    for key in c.extra.keys() {
+        if !DINGTALK_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
+            unknown.push(format!("{at}.{key}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::super::load_str;
+    use super::*;
+
+    fn parse(json: &str) -> Result<Config, super::super::ConfigError> {
+        let strict = HashMap::from([("NANOBOT_STRICT_CONFIG".to_string(), "1".to_string())]);
+        load_str(Some(json), Path::new("config.json"), &strict)
+    }
+
+    #[test]
+    fn dingtalk_keys_of_0_3_5_load_with_its_defaults_and_the_secret_is_masked() {
+        let c = parse(
+            r#"{"channels":{"dingtalk":{"enabled":true,"clientId":"ding-app","clientSecret":"s3cret-钉钉",
+                "allow_from":["staff-1"],"groupUserIsolation":true}}}"#,
+        )
+        .unwrap();
+        let bots = c.dingtalk_bots();
+        assert_eq!(bots.len(), 1);
+        let d = &bots[0].config;
+        assert_eq!(bots[0].bot, "default");
+        assert_eq!(d.client_id, "ding-app");
+        assert_eq!(d.allow_from, vec!["staff-1".to_string()]);
+        assert!(d.group_user_isolation);
+        assert!(!d.disable_private_chat);
+        assert!(!d.allow_remote_media_redirects);
+        assert!(d.remote_media_redirect_allowed_hosts.is_empty());
+        assert_eq!(d.api_base, DINGTALK_API);
+        assert_eq!(d.oapi_base, DINGTALK_OAPI);
+        assert_eq!(d.lease_secs, 10.0);
+        assert_eq!(d.send_progress, None);
+        let dump = c.dump_redacted();
+        assert!(!dump.contains("s3cret"), "the client secret is masked");
+        assert!(dump.contains("ding-app"), "the client id is not a secret");
+        let snake = parse(
+            r#"{"channels":{"dingtalk":{"enabled":true,"client_id":"a","client_secret":"b",
+                "disable_private_chat":true,"allow_remote_media_redirects":true,
+                "remote_media_redirect_allowed_hosts":["cdn.example.com"]}}}"#,
+        )
+        .unwrap();
+        let d = &snake.dingtalk_bots()[0].config;
+        assert!(d.disable_private_chat && d.allow_remote_media_redirects);
+        assert_eq!(
+            d.remote_media_redirect_allowed_hosts,
+            vec!["cdn.example.com"]
+        );
+        let off = parse(r#"{"channels":{"dingtalk":{"clientId":"a"}}}"#).unwrap();
+        assert!(off.dingtalk_bots().is_empty(), "disabled by default");
+    }
+
+    #[test]
+    fn every_dingtalk_problem_is_reported_at_once_without_the_secret() {
+        let err = parse(
+            r#"{"channels":{"dingtalk":{"enabled":true,"clientSecrt":"x","leaseSecs":0,
+                "apiBase":"ftp://x","oapiBase":"https://u:pa55word@h",
+                "remoteMediaRedirectAllowedHosts":["https://cdn.example.com/"]}}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        for needle in [
+            "channels.dingtalk.clientSecrt: unknown key",
+            "channels.dingtalk.clientId: required",
+            "channels.dingtalk.clientSecret: required",
+            "channels.dingtalk.leaseSecs: must be at least 1",
+            "channels.dingtalk.apiBase",
+            "channels.dingtalk.oapiBase",
+            "channels.dingtalk.remoteMediaRedirectAllowedHosts",
+        ] {
+            assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+        }
+        assert!(!err.contains("pa55word"), "{err}");
+        let shared = parse(
+            r#"{"bots":{"a":{"channels":{"dingtalk":{"enabled":true,"clientId":"x","clientSecret":"s"}}},
+                        "b":{"channels":{"dingtalk":{"enabled":true,"clientId":"x","clientSecret":"s"}}}}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(shared.contains("uses the same app"), "{shared}");
+    }
 }
