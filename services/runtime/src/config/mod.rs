@@ -201,13 +201,21 @@ pub fn redact_url(urls: &str) -> String {
 }
 
 /// Whether a config key names a secret (`apiKey`, `password`, `botToken`, `signingSecret`,
-/// `nkeySeed`, in any spelling): masked in dumps, withheld from roles that do not use it
-/// ([`scope`]).
+/// `nkeySeed`, Feishu's `encryptKey`, an `encodingAESKey`, in any spelling): masked in dumps,
+/// withheld from roles that do not use it ([`scope`]).
 pub fn is_secret_key(key: &str) -> bool {
     let lower = key.to_lowercase().replace(['_', '-'], "");
-    ["apikey", "password", "token", "secret", "seed"]
-        .iter()
-        .any(|s| lower.contains(s))
+    [
+        "apikey",
+        "password",
+        "token",
+        "secret",
+        "seed",
+        "encryptkey",
+        "aeskey",
+    ]
+    .iter()
+    .any(|s| lower.contains(s))
 }
 
 fn redact(value: &mut serde_json::Value) {
@@ -654,5 +662,26 @@ mod tests {
         );
         let bad = parse(r#"{"telemetry":{"otlpProtocol":"http/json"}}"#, &[]);
         assert!(bad.is_err());
+    }
+    #[test]
+    fn encryption_keys_are_secrets_like_tokens() {
+        for key in [
+            "encryptKey",
+            "encrypt_key",
+            "encodingAESKey",
+            "encoding_aes_key",
+            "aesKey",
+        ] {
+            assert!(is_secret_key(key), "{key} must be masked and withheld");
+        }
+        for key in ["key", "reactEmoji", "domain", "apiBase"] {
+            assert!(!is_secret_key(key), "{key} is not a secret");
+        }
+        let c = parse(
+            r#"{"channels":{"feishu":{"enabled":false,"encryptKey":"enc-s3cret"}}}"#,
+            &[],
+        )
+        .unwrap();
+        assert!(!c.dump_redacted().contains("enc-s3cret"));
     }
 }
