@@ -66,8 +66,14 @@ async fn options(
         .ping_interval(Duration::from_secs(5))
         .event_callback(|event| async move {
             match event {
-                async_nats::Event::Disconnected => tracing::warn!("nats disconnected"),
-                async_nats::Event::Connected => tracing::info!("nats connected"),
+                async_nats::Event::Disconnected => {
+                    crate::dependency_metrics::get().bus_connected.set(0);
+                    tracing::warn!("nats disconnected");
+                }
+                async_nats::Event::Connected => {
+                    crate::dependency_metrics::get().bus_connected.set(1);
+                    tracing::info!("nats connected");
+                }
                 other => tracing::debug!(event = %other, "nats event"),
             }
         });
@@ -122,6 +128,9 @@ pub async fn connect(
         }
         delay = (delay * 2).min(Duration::from_secs(5));
     };
+    if client.connection_state() == async_nats::connection::State::Connected {
+        crate::dependency_metrics::get().bus_connected.set(1);
+    }
     let js = jetstream::new(client.clone());
     Ok(Bus { client, js })
 }

@@ -129,7 +129,7 @@ async fn metrics() -> impl axum::response::IntoResponse {
             axum::http::header::CONTENT_TYPE,
             crate::metrics::CONTENT_TYPE,
         )],
-        crate::metrics::get().render(),
+        crate::metrics::get().render() + &crate::dependency_metrics::get().render(),
     )
 }
 

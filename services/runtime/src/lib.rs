@@ -24,6 +24,7 @@
 pub mod bus;
 pub mod cli;
 pub mod config;
+pub mod dependency_metrics;
 pub mod fs;
 pub mod health;
 pub mod lease;

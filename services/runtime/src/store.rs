@@ -109,11 +109,12 @@ impl Store {
 
 impl ConnectionLike for Store {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
+        let sent = match self {
             Self::Node(c, _) => c.req_packed_command(cmd),
             Self::Cluster(c, _) => c.req_packed_command(cmd),
             Self::Sentinel(c, _) => c.req_packed_command(cmd),
-        }
+        };
+        counted(sent)
     }
 
     fn req_packed_commands<'a>(
@@ -122,11 +123,12 @@ impl ConnectionLike for Store {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
+        let sent = match self {
             Self::Node(c, _) => c.req_packed_commands(pipeline, offset, count),
             Self::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
             Self::Sentinel(c, _) => c.req_packed_commands(pipeline, offset, count),
-        }
+        };
+        counted(sent)
     }
 
     fn get_db(&self) -> i64 {
@@ -136,6 +138,16 @@ impl ConnectionLike for Store {
             Self::Sentinel(c, _) => c.get_db(),
         }
     }
+}
+
+/// `sent`, counted in `nanobot_store_requests_total` and, when its connection failed, in
+/// `nanobot_store_errors_total` ([`crate::dependency_metrics`]).
+fn counted<T: Send + 'static>(sent: RedisFuture<'_, T>) -> RedisFuture<'_, T> {
+    Box::pin(async move {
+        let result = sent.await;
+        crate::dependency_metrics::get().store_request(&result);
+        result
+    })
 }
 
 /// Where `store.url` points.
