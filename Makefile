@@ -36,8 +36,8 @@ deps: ## Install nats-server and redis-server if missing (into ~/.cache/nanobot)
 deps-model: ## Install the local default model (SmolLM2-135M served by xllamacpp)
 	@scripts/deps.sh model >/dev/null
 
-deps-test: ## Install what the tests need: nats-server, redis-server, the MCP servers, the local model, docker-compose, kubectl, kubernetes-validate, dovecot and aiosmtpd, chromium, and Phoenix (trace store)
-	@scripts/deps.sh core compose model k8s email browser traces >/dev/null
+deps-test: ## Install what the tests need: nats-server, redis-server, the MCP servers, the local model, docker-compose, kubectl, kubernetes-validate, dovecot and aiosmtpd, chromium, Phoenix (trace store) and promtool
+	@scripts/deps.sh core compose model k8s email browser traces monitoring >/dev/null
 
 build: ## Build every binary (debug)
 	cargo build --workspace --bins

@@ -10,8 +10,12 @@
 # With `browser`: Debian's chromium, for the web chat's headless browser test.
 # With `traces`: Arize Phoenix (PyPI arize-phoenix, ~850 MB, in its own venv), the queryable
 # trace store the tracing tests export to.
+# With `monitoring`: Debian's prometheus package, for `promtool` (the alert rules' checks and
+# unit tests in deploy/monitoring; the server itself is never started as a system service).
+# With `containers`: Debian's podman, runc and mmdebstrap, for `make compose-smoke` (not part of
+# `make test`).
 #
-# Usage: scripts/deps.sh [core|mcp|model|compose|k8s|email|browser|traces|all]...   (default: core; core includes mcp:
+# Usage: scripts/deps.sh [core|mcp|model|compose|k8s|email|browser|traces|monitoring|containers|all]...   (default: core; core includes mcp:
 # the npm MCP servers the tools tests use). Several targets may be given: `deps.sh core model`.
 # Prints the directory holding the binaries (add it to PATH) on its last line.
 set -euo pipefail
@@ -154,6 +158,25 @@ ensure_traces() {
   ln -sf "$pvenv/bin/phoenix" "$bin/phoenix"
 }
 
+ensure_monitoring() {
+  if ! system_bin promtool >/dev/null 2>&1; then
+    log "installing prometheus (apt, for promtool: the alert rules' checks and tests)"
+    apt_install prometheus
+  fi
+  ln -sf "$(system_bin promtool)" "$bin/promtool"
+}
+
+ensure_containers() {
+  local missing=()
+  for tool in podman runc mmdebstrap; do
+    system_bin "$tool" >/dev/null 2>&1 || missing+=("$tool")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} (apt, to build and start the compose stack)"
+    apt_install "${missing[@]}"
+  fi
+}
+
 ensure_mcp() {
   # MCP servers from npm used by the tools executor's tests (skipped when node/npm are absent).
   local prefix="$cache/npm"
@@ -180,8 +203,10 @@ for what in "$@"; do
     email) ensure_email ;;
     browser) ensure_browser ;;
     traces) ensure_traces ;;
-    all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose; ensure_k8s; ensure_email; ensure_browser; ensure_traces ;;
-    *) echo "usage: $0 [core|mcp|model|compose|k8s|email|browser|traces|all]..." >&2; exit 64 ;;
+    monitoring) ensure_monitoring ;;
+    containers) ensure_containers ;;
+    all) ensure_redis; ensure_nats; ensure_mcp; ensure_model; ensure_compose; ensure_k8s; ensure_email; ensure_browser; ensure_traces; ensure_monitoring ;;
+    *) echo "usage: $0 [core|mcp|model|compose|k8s|email|browser|traces|monitoring|containers|all]..." >&2; exit 64 ;;
   esac
 done
 echo "$bin"
