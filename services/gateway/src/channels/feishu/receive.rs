@@ -1,0 +1,488 @@
+//! One Feishu event → at most one inbound message, as 0.3.5's `_on_message`: only
+//! `im.message.receive_v1`; messages of bots dropped; in groups only when the bot is @mentioned
+//! (or `@_all`) unless `groupPolicy` is `open`; senders outside `allowFrom` get nothing in a group
+//! and a pairing code in a direct chat, and cost no model call; the `reactEmoji` reaction; the
+//! content as text (the bot's leading mention stripped, other mentions named), rich text, or
+//! downloaded images and files; then the inbound message.
+//!
+//! Exactly once across redeliveries and replicas: the event id is marked done in Redis
+//! ([`keys::channel_event`]) only after the inbound message was accepted by JetStream, whose
+//! de-duplication (by the inbound id `feishu:{message_id}`) drops a second publish of the same
+//! message by a replica that handled it at the same time or was killed before the mark.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use redis::AsyncCommands as _;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use nanobot_proto::{InboundMessage, keys};
+
+use super::{CHANNEL, FeishuChannel};
+use crate::channels::media::{self, Budget};
+use crate::channels::{Inbound, acl};
+
+/// How long a handled event id is remembered (Feishu retries within hours).
+const DONE_TTL_SECS: u64 = 24 * 3600;
+
+/// A Feishu message, as far as the fleet reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Parsed {
+    pub message_id: String,
+    pub sender_id: String,
+    pub chat_id: String,
+    pub is_group: bool,
+    pub msg_type: String,
+    pub text: String,
+    /// `(kind, key)`: `image` / `file` / `audio` / `media` resources to download.
+    pub resources: Vec<(String, String, String)>,
+    pub mentioned: bool,
+    pub root_id: Option<String>,
+    pub parent_id: Option<String>,
+    pub thread_id: Option<String>,
+}
+
+/// Returns the inbound id of Feishu message `message_id`.
+pub(super) fn inbound_id(message_id: &str) -> String {
+    format!("{CHANNEL}:{message_id}")
+}
+
+/// Handles one event document (its `header` and `event`); an error means it was not handled
+/// and must not be acknowledged.
+pub(super) async fn handle(
+    ch: &FeishuChannel,
+    inbound: &Inbound,
+    doc: &Value,
+) -> anyhow::Result<()> {
+    let header = &doc["header"];
+    let event_type = header["event_type"].as_str().unwrap_or_default();
+    if event_type != "im.message.receive_v1" {
+        tracing::debug!(bot = %ch.bot_id, event_type, "feishu event ignored");
+        return Ok(());
+    }
+    let event_id = header["event_id"].as_str().unwrap_or_default();
+    let message_id = doc["event"]["message"]["message_id"]
+        .as_str()
+        .unwrap_or_default();
+    let event_id = if event_id.is_empty() {
+        message_id
+    } else {
+        event_id
+    };
+    let key = keys::channel_event(&ch.bot_id, CHANNEL, &media::safe_id(event_id));
+    let mut conn = ch.redis.clone();
+    let done: Option<String> = conn.get(&key).await.context("read the event record")?;
+    if done.is_some() {
+        tracing::info!(bot = %ch.bot_id, event_id, "feishu event already handled; acknowledged again");
+        return Ok(());
+    }
+    let me = ch.me.get().map(String::as_str).unwrap_or_default();
+    match parse(&doc["event"], me) {
+        Some(parsed) => handle_message(ch, inbound, &parsed).await?,
+        None => {
+            tracing::warn!(bot = %ch.bot_id, event_id, "feishu message event without its routing fields ignored")
+        }
+    }
+    let _: () = conn
+        .set_ex(&key, "done", DONE_TTL_SECS)
+        .await
+        .context("record the handled event")?;
+    Ok(())
+}
+
+/// Reads a `im.message.receive_v1` event; `None` for a bot's own message or one missing its
+/// ids.
+pub(super) fn parse(event: &Value, me: &str) -> Option<Parsed> {
+    let sender = &event["sender"];
+    if matches!(sender["sender_type"].as_str(), Some("bot" | "app")) {
+        return None;
+    }
+    let m = &event["message"];
+    let s = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    let message_id = s(&m["message_id"])?;
+    let sender_id = s(&sender["sender_id"]["open_id"])?;
+    let chat_type = s(&m["chat_type"])?;
+    let msg_type = s(&m["message_type"])?;
+    let is_group = chat_type != "p2p";
+    let chat_id = if is_group {
+        s(&m["chat_id"])?
+    } else {
+        sender_id.clone()
+    };
+    let raw = m["content"].as_str().unwrap_or_default();
+    let content: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
+    let mentions = m["mentions"].as_array().cloned().unwrap_or_default();
+    let is_me = |mention: &Value| {
+        let id = mention["id"]["open_id"].as_str().unwrap_or_default();
+        !id.is_empty() && id == me
+    };
+    let mentioned = raw.contains("@_all") || mentions.iter().any(is_me);
+    let mut resources = Vec::new();
+    let text = match msg_type.as_str() {
+        "text" => {
+            let text = content["text"].as_str().unwrap_or_default();
+            resolve_mentions(&strip_leading_mention(text, &mentions, &is_me), &mentions)
+        }
+        "post" => post_text(&content, &mut resources),
+        "image" => {
+            let key = content["image_key"].as_str().unwrap_or_default();
+            resources.push(("image".into(), key.into(), format!("{key}.jpg")));
+            String::new()
+        }
+        "file" | "audio" | "media" => {
+            let key = content["file_key"].as_str().unwrap_or_default();
+            let name = content["file_name"].as_str().unwrap_or(key);
+            resources.push((msg_type.clone(), key.into(), name.into()));
+            String::new()
+        }
+        other => format!("[{other}]"),
+    };
+    Some(Parsed {
+        message_id,
+        sender_id,
+        chat_id,
+        is_group,
+        msg_type,
+        text,
+        resources,
+        mentioned,
+        root_id: s(&m["root_id"]),
+        parent_id: s(&m["parent_id"]),
+        thread_id: s(&m["thread_id"]),
+    })
+}
+
+/// Drops the bot's own mention at the start of `text` (so `/new` routes as a command).
+fn strip_leading_mention(text: &str, mentions: &[Value], is_me: &dyn Fn(&Value) -> bool) -> String {
+    let candidate = text.trim_start();
+    for mention in mentions.iter().filter(|m| is_me(m)) {
+        let key = mention["key"].as_str().unwrap_or_default();
+        if let Some(rest) = candidate.strip_prefix(key)
+            && !key.is_empty()
+            && !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        {
+            let rest = rest.trim();
+            return if rest.is_empty() {
+                text.to_string()
+            } else {
+                rest.to_string()
+            };
+        }
+    }
+    text.to_string()
+}
+
+/// Replaces `@_user_n` placeholders with `@name (open_id)`, as 0.3.5.
+fn resolve_mentions(text: &str, mentions: &[Value]) -> String {
+    let mut out = text.to_string();
+    for mention in mentions {
+        let key = mention["key"].as_str().unwrap_or_default();
+        if key.is_empty() {
+            continue;
+        }
+        let name = mention["name"].as_str().unwrap_or(key);
+        let open_id = mention["id"]["open_id"].as_str().unwrap_or_default();
+        let user_id = mention["id"]["user_id"].as_str().unwrap_or_default();
+        let with = match (open_id.is_empty(), user_id.is_empty()) {
+            (false, false) => format!("@{name} ({open_id}, user id: {user_id})"),
+            (false, true) => format!("@{name} ({open_id})"),
+            _ => format!("@{name}"),
+        };
+        out = replace_key(&out, key, &with);
+    }
+    out
+}
+
+/// Replaces `key` where it is not followed by a word character (`@_user_1` not in `@_user_10`).
+fn replace_key(text: &str, key: &str, with: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(key) {
+        let after = &rest[at + key.len()..];
+        out.push_str(&rest[..at]);
+        if after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+            out.push_str(key);
+        } else {
+            out.push_str(with);
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Returns a `post`'s text (title, then each paragraph's text, links and mentions) and adds
+/// its images to `resources`. The body is either `{title, content}` or keyed by language.
+fn post_text(content: &Value, resources: &mut Vec<(String, String, String)>) -> String {
+    let body = if content["content"].is_array() {
+        content
+    } else {
+        content
+            .as_object()
+            .and_then(|o| o.values().find(|v| v["content"].is_array()))
+            .unwrap_or(&Value::Null)
+    };
+    let mut lines = Vec::new();
+    if let Some(title) = body["title"].as_str().filter(|t| !t.is_empty()) {
+        lines.push(title.to_string());
+    }
+    for paragraph in body["content"].as_array().into_iter().flatten() {
+        let mut line = String::new();
+        for el in paragraph.as_array().into_iter().flatten() {
+            match el["tag"].as_str().unwrap_or_default() {
+                "text" | "a" | "md" => line.push_str(el["text"].as_str().unwrap_or_default()),
+                "at" => {
+                    let name = el["user_name"].as_str().unwrap_or("user");
+                    line.push_str(&format!("@{name}"));
+                }
+                "code_block" => line.push_str(el["text"].as_str().unwrap_or_default()),
+                "img" => {
+                    let key = el["image_key"].as_str().unwrap_or_default();
+                    resources.push(("image".into(), key.into(), format!("{key}.jpg")));
+                }
+                _ => {}
+            }
+        }
+        if !line.trim().is_empty() {
+            lines.push(line);
+        }
+    }
+    lines.join("\n")
+}
+
+async fn handle_message(ch: &FeishuChannel, inbound: &Inbound, msg: &Parsed) -> anyhow::Result<()> {
+    if msg.is_group && ch.cfg.group_policy != "open" && !msg.mentioned {
+        tracing::debug!(bot = %ch.bot_id, chat = %msg.chat_id, "feishu group message not addressed to the bot ignored");
+        return Ok(());
+    }
+    if !allowed(ch, msg).await? {
+        if !msg.is_group {
+            pair(ch, msg).await?;
+        } else {
+            tracing::warn!(bot = %ch.bot_id, sender = %msg.sender_id, chat = %msg.chat_id, "feishu message from a sender not in allowFrom ignored");
+        }
+        return Ok(());
+    }
+    react(ch, &msg.message_id, &ch.cfg.react_emoji).await;
+    let (markers, paths) = save_resources(ch, msg).await;
+    let content = std::iter::once(msg.text.as_str())
+        .chain(markers.iter().map(String::as_str))
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    if content.is_empty() {
+        return Ok(());
+    }
+    let session_key = match (msg.is_group, ch.cfg.topic_isolation) {
+        (true, true) => format!(
+            "{CHANNEL}:{}:{}",
+            msg.chat_id,
+            msg.root_id.as_deref().unwrap_or(&msg.message_id)
+        ),
+        _ => format!("{CHANNEL}:{}", msg.chat_id),
+    };
+    let out = InboundMessage {
+        id: inbound_id(&msg.message_id),
+        bot: ch.bot_id.clone(),
+        channel: CHANNEL.into(),
+        sender_id: msg.sender_id.clone(),
+        chat_id: msg.chat_id.clone(),
+        content,
+        timestamp_ms: now_ms(),
+        media: paths.iter().map(|p| p.display().to_string()).collect(),
+        metadata_json: json!({
+            "message_id": msg.message_id,
+            "chat_type": if msg.is_group { "group" } else { "p2p" },
+            "msg_type": msg.msg_type,
+            "parent_id": msg.parent_id,
+            "root_id": msg.root_id,
+            "thread_id": msg.thread_id,
+            "is_group": msg.is_group,
+        })
+        .to_string(),
+        session_key,
+        stream: ch.cfg.streaming,
+        reply_channel: String::new(),
+        reply_chat_id: String::new(),
+    };
+    inbound.publish(&out).await.context("publish inbound")?;
+    tracing::debug!(bot = %ch.bot_id, inbound_id = %out.id, session = %out.session_key, "feishu message published");
+    Ok(())
+}
+
+/// Whether the sender may talk to the bot: `allowFrom` (open ids, `"*"`) or a pairing.
+async fn allowed(ch: &FeishuChannel, msg: &Parsed) -> anyhow::Result<bool> {
+    if acl::allowed_by_list(&ch.settings.allow_from, &msg.sender_id) {
+        return Ok(true);
+    }
+    ch.pairing
+        .is_approved(CHANNEL, &msg.sender_id)
+        .await
+        .context("read pairing approvals")
+}
+
+/// Sends an unknown direct sender its pairing code (best effort once the code exists).
+async fn pair(ch: &FeishuChannel, msg: &Parsed) -> anyhow::Result<()> {
+    let code = ch
+        .pairing
+        .code_for(CHANNEL, &msg.sender_id)
+        .await
+        .context("create a pairing code")?;
+    tracing::info!(bot = %ch.bot_id, sender = %msg.sender_id, "unknown feishu sender sent a pairing code");
+    let text = nanobot_core::pairing::format_pairing_reply(&code);
+    let body = json!({"receive_id": msg.sender_id, "msg_type": "text",
+        "content": json!({"text": text}).to_string(), "uuid": format!("pair-{}", msg.message_id)});
+    let path = "/open-apis/im/v1/messages?receive_id_type=open_id";
+    if let Err(e) = ch.api.call(Method::POST, path, Some(&body)).await {
+        tracing::warn!(bot = %ch.bot_id, error = %e, "feishu pairing reply failed");
+    }
+    Ok(())
+}
+
+/// Adds reaction `emoji` to message `message_id` (best effort; empty: none).
+pub(super) async fn react(ch: &FeishuChannel, message_id: &str, emoji: &str) {
+    if emoji.is_empty() || message_id.is_empty() {
+        return;
+    }
+    let path = format!(
+        "/open-apis/im/v1/messages/{}/reactions",
+        media::safe_id(message_id)
+    );
+    let body = json!({"reaction_type": {"emoji_type": emoji}});
+    if let Err(e) = ch.api.call(Method::POST, &path, Some(&body)).await {
+        tracing::debug!(bot = %ch.bot_id, error = %e, "feishu reaction failed");
+    }
+}
+
+/// Downloads the message's images and files within the caps: a `[image: path]` / `[file:
+/// path]` line each and the saved paths; one not downloaded is a line saying so.
+async fn save_resources(ch: &FeishuChannel, msg: &Parsed) -> (Vec<String>, Vec<PathBuf>) {
+    let mut budget = Budget::new(ch.caps);
+    let mut markers = Vec::new();
+    let mut paths = Vec::new();
+    for (kind, key, name) in &msg.resources {
+        let label = if kind == "image" { "image" } else { "file" };
+        if let Err(why) = budget.take(0) {
+            markers.push(format!("[{label}: {name}: {why}]"));
+            continue;
+        }
+        let saved = download(ch, &msg.message_id, kind, key, name, budget.bytes_left()).await;
+        let saved = saved.and_then(|(path, len)| match budget.settle(0, len) {
+            Ok(()) => Ok(path),
+            Err(why) => {
+                std::fs::remove_file(&path).ok();
+                Err(anyhow::anyhow!(why))
+            }
+        });
+        match saved {
+            Ok(path) => {
+                markers.push(format!("[{label}: {}]", path.display()));
+                paths.push(path);
+            }
+            Err(e) => {
+                tracing::warn!(bot = %ch.bot_id, key = %key, error = format!("{e:#}"), "feishu resource not downloaded");
+                markers.push(format!("[{label}: {name}: download failed]"));
+            }
+        }
+    }
+    (markers, paths)
+}
+
+/// Downloads one message resource (`GET .../messages/{id}/resources/{key}?type=`) into the
+/// media directory as [`media::stored_name`]; returns its path and length.
+async fn download(
+    ch: &FeishuChannel,
+    message_id: &str,
+    kind: &str,
+    key: &str,
+    name: &str,
+    max: u64,
+) -> anyhow::Result<(PathBuf, u64)> {
+    anyhow::ensure!(!key.is_empty(), "missing resource key");
+    let path = media::path_in(&ch.media_dir, &media::stored_name(key, name))?;
+    let kind = if kind == "image" { "image" } else { "file" };
+    let url = format!(
+        "/open-apis/im/v1/messages/{}/resources/{}?type={kind}",
+        media::safe_id(message_id),
+        media::safe_id(key)
+    );
+    let (_, body) = ch.api.download(&url, max).await?;
+    tokio::fs::create_dir_all(&ch.media_dir)
+        .await
+        .context("create the media directory")?;
+    tokio::fs::write(&path, &body)
+        .await
+        .context("write the file")?;
+    Ok((path, body.len() as u64))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(chat_type: &str, content: Value, mentions: Value) -> Value {
+        json!({"sender": {"sender_id": {"open_id": "ou_alice"}, "sender_type": "user"},
+            "message": {"message_id": "om_1", "chat_id": "oc_group", "chat_type": chat_type,
+                "message_type": "text", "content": content.to_string(), "mentions": mentions}})
+    }
+
+    #[test]
+    fn a_group_mention_of_the_bot_is_stripped_and_other_mentions_are_named() {
+        let mentions = json!([
+            {"key": "@_user_1", "id": {"open_id": "ou_bot"}, "name": "nanobot"},
+            {"key": "@_user_2", "id": {"open_id": "ou_bob"}, "name": "鲍勃"},
+        ]);
+        let e = event(
+            "group",
+            json!({"text": "@_user_1 问 @_user_2 好 👋"}),
+            mentions,
+        );
+        let p = parse(&e, "ou_bot").unwrap();
+        assert!(p.mentioned && p.is_group);
+        assert_eq!(p.chat_id, "oc_group");
+        assert_eq!(p.text, "问 @鲍勃 (ou_bob) 好 👋");
+        let other = parse(&e, "ou_someone_else").unwrap();
+        assert!(!other.mentioned, "another bot's mention is not ours");
+    }
+
+    #[test]
+    fn a_direct_message_is_answered_to_the_sender_and_bots_are_ignored() {
+        let e = event("p2p", json!({"text": "你好 🌏"}), json!([]));
+        let p = parse(&e, "ou_bot").unwrap();
+        assert_eq!((p.chat_id.as_str(), p.is_group), ("ou_alice", false));
+        assert_eq!(p.text, "你好 🌏");
+        let mut from_bot = e.clone();
+        from_bot["sender"]["sender_type"] = json!("bot");
+        assert_eq!(parse(&from_bot, "ou_bot"), None);
+        let mut no_id = e;
+        no_id["message"]["message_id"] = json!("");
+        assert_eq!(parse(&no_id, "ou_bot"), None);
+    }
+
+    #[test]
+    fn a_post_gives_its_text_and_images_and_a_placeholder_is_not_cut_from_a_longer_one() {
+        let mut resources = Vec::new();
+        let post = json!({"zh_cn": {"title": "标题", "content": [
+            [{"tag": "text", "text": "第一行 "}, {"tag": "a", "text": "链接", "href": "https://x"}],
+            [{"tag": "img", "image_key": "img_1"}],
+        ]}});
+        assert_eq!(post_text(&post, &mut resources), "标题\n第一行 链接");
+        assert_eq!(
+            resources,
+            [("image".into(), "img_1".into(), "img_1.jpg".into())]
+        );
+        assert_eq!(
+            replace_key("@_user_1 @_user_10", "@_user_1", "@A"),
+            "@A @_user_10"
+        );
+    }
+}
