@@ -20,6 +20,8 @@ pub enum Unit {
     /// UTF-16 code units, as Telegram counts message lengths and entity offsets (a character
     /// outside the Basic Multilingual Plane, such as most emoji, counts 2).
     Utf16,
+    /// UTF-8 bytes, as WeCom counts (a CJK character counts 3, most emoji 4).
+    Utf8Bytes,
 }
 
 /// The longest a message may be, in a platform's [`Unit`].
@@ -48,6 +50,14 @@ impl Limit {
         }
     }
 
+    /// Returns a limit of `max` UTF-8 bytes.
+    pub const fn utf8_bytes(max: usize) -> Self {
+        Self {
+            max,
+            unit: Unit::Utf8Bytes,
+        }
+    }
+
     /// Returns the same unit with `max` replaced.
     pub const fn with_max(self, max: usize) -> Self {
         Self {
@@ -61,6 +71,7 @@ impl Limit {
         match self.unit {
             Unit::CodePoints => s.chars().count(),
             Unit::Utf16 => s.encode_utf16().count(),
+            Unit::Utf8Bytes => s.len(),
         }
     }
 
@@ -144,6 +155,13 @@ mod tests {
         assert_eq!(Limit::code_points(0).measure(family), 7);
         assert_eq!(Limit::utf16(0).measure("中文"), 2);
         assert_eq!(Limit::utf16(0).measure("שלום"), 4);
+    }
+
+    #[test]
+    fn wecom_counts_utf8_bytes_and_cuts_between_clusters() {
+        assert_eq!(Limit::utf8_bytes(0).measure("中文😀"), 10);
+        assert_eq!(Limit::utf8_bytes(8).prefix("中文😀"), "中文");
+        assert_eq!(Limit::utf8_bytes(5).prefix("a🇨🇳"), "a");
     }
 
     #[test]
