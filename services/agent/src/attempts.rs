@@ -26,7 +26,7 @@ use crate::turn::{TurnCtx, TurnInput};
 use crate::{pipeline, recovery};
 
 /// Upstream's reply when a turn fails.
-pub const ERROR_REPLY: &str = "Sorry, I encountered an error.";
+pub const ERROR_REPLY: &str = nanobot_core::runner::prompts::TURN_ERROR_MESSAGE;
 /// Attempts at one message's turn before it is answered with [`ERROR_REPLY`]: turns that
 /// failed, and turns whose runner died mid-way (a message that kills its runner every time is
 /// answered instead of crashing runner after runner). Interrupted turns do not count.

@@ -61,7 +61,7 @@ impl Leases {
             )
             .await?;
         if taken.0.is_some() {
-            nanobot_runtime::metrics::get().session_leases.inc();
+            nanobot_runtime::metrics::get().session_lease(bot);
         }
         Ok(taken)
     }

@@ -59,6 +59,8 @@ pub struct Entry {
     pub incoming: Option<Incoming>,
     /// Its NATS headers: the W3C trace context of whoever published it.
     pub headers: Option<async_nats::HeaderMap>,
+    /// When the stream stored it (the start of its queue wait).
+    pub stored: Option<std::time::SystemTime>,
 }
 
 impl Mailbox {
@@ -91,6 +93,7 @@ impl Mailbox {
                 seq: m.sequence,
                 incoming: Incoming::decode(m.payload).ok(),
                 headers: Some(m.headers),
+                stored: Some(m.time.into()),
             })),
             Err(e) if e.kind() == DirectGetErrorKind::NotFound => Ok(None),
             Err(e) => Err(anyhow::anyhow!("read session mailbox {subject}: {e}")),

@@ -57,7 +57,7 @@ pub async fn recover(
     {
         return Ok(0);
     }
-    nanobot_runtime::metrics::get().lease_takeovers.inc();
+    nanobot_runtime::metrics::get().lease_takeover(&bot.spec.id);
     let interrupted = session
         .metadata
         .get(meta::PENDING_TURN_ID)

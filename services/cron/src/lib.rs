@@ -27,6 +27,7 @@ use nanobot_proto::{ConsolidationRequest, CronFire, CronFireKind, MemoryJobKind,
 use nanobot_runtime::bus::{self, Bus, BusError};
 use nanobot_runtime::config::{Config, DreamConfig, HeartbeatConfig};
 use nanobot_runtime::service;
+use tracing::Instrument as _;
 
 use crate::store::JobsFile;
 
@@ -115,15 +116,22 @@ async fn fire_due(cfg: &Config, bus: &Bus) {
             }
         }
         for fire in due {
-            let published = match fire.kind() {
-                CronFireKind::Dream => {
-                    let job = memory_job(&bot.id, fire.id.clone(), MemoryJobKind::Dream);
-                    publish_memory_job(bus, &job).await
-                }
-                _ => {
-                    bus::publish(&bus.js, subjects::cron_fire(&bot.id), Some(&fire.id), &fire).await
+            // The root of the fired work's trace (the turn, or Dream's memory job).
+            let span = tracing::info_span!(parent: None, "cron_fire", job_id = %fire.job_id);
+            nanobot_runtime::telemetry::root(&span, &bot.id, "cron");
+            let published = async {
+                match fire.kind() {
+                    CronFireKind::Dream => {
+                        let job = memory_job(&bot.id, fire.id.clone(), MemoryJobKind::Dream);
+                        publish_memory_job(bus, &job).await
+                    }
+                    _ => {
+                        let subject = subjects::cron_fire(&bot.id);
+                        bus::publish(&bus.js, subject, Some(&fire.id), &fire).await
+                    }
                 }
             };
+            let published = published.instrument(span).await;
             if let Err(e) = published {
                 tracing::warn!(job_id = %fire.job_id, error = %e, "failed to publish cron fire");
                 continue;

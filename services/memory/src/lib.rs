@@ -137,6 +137,9 @@ fn keep_alive(msg: &jetstream::Message, ack_wait: Duration) -> tokio::task::Join
     })
 }
 
+/// The `channel` label of a memory job's metrics.
+const MEMORY_CHANNEL: &str = "memory";
+
 /// Runs one job and settles it: acked and answered when done; redelivered later when it may
 /// succeed then (busy, a dependency failed); terminated and answered with an error when it
 /// never can.
@@ -158,7 +161,10 @@ async fn handle(deps: &Deps, msg: jetstream::Message) {
     let span = tracing::info_span!("memory_job", session_id = %request.session_key, kind = kind.as_str_name(), job_id = %request.id);
     telemetry::set_parent_from(&span, msg.headers.as_ref());
     async {
-        let (ack, result) = match jobs::run(deps, &bot, &request).await {
+        // Its LLM calls count under its bot.
+        let scope = nanobot_runtime::metrics::Scope::new(&bot.spec.id, MEMORY_CHANNEL);
+        let run = nanobot_runtime::metrics::scoped(scope, jobs::run(deps, &bot, &request));
+        let (ack, result) = match run.await {
             Ok(result) => (AckKind::Ack, result),
             Err(e) if e.retryable() => {
                 tracing::warn!("memory job will be retried: {e:#}");

@@ -66,6 +66,8 @@ where
             return 70;
         }
     };
+    // The `bot` label admits the configured bots only.
+    crate::metrics::get().serve_bots(cfg.bots().into_iter().map(|b| b.id));
     if !cfg.unknown_keys.is_empty() {
         tracing::warn!(
             keys = %cfg.unknown_keys.join(", "),

@@ -56,8 +56,8 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     }
     let session_key = route.session_key.clone();
     let span = tracing::info_span!("cron_turn", session_id = %session_key, job_id = %fire.job_id);
-    telemetry::set_parent_from(&span, msg.headers.as_ref());
-    async {
+    telemetry::set_parent_in_conversation(&span, msg.headers.as_ref(), &session_key);
+    let turn = async {
         let input = TurnInput::automation(
             &fire.id,
             &route.channel,
@@ -82,9 +82,9 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         }
         alive.abort();
         super::settle(deps, &msg, outcome.map(|_| ())).await;
-    }
-    .instrument(span)
-    .await;
+    };
+    let scope = nanobot_runtime::metrics::Scope::new(&bot.spec.id, "cron");
+    nanobot_runtime::metrics::scoped(scope, turn.instrument(span)).await;
 }
 
 /// Returns the bot stored in job `job_id` of `bot`'s workspace: a fire for another bot's job

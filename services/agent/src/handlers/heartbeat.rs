@@ -19,6 +19,7 @@ use nanobot_core::heartbeat::{self, SESSION};
 use nanobot_core::provider::ChatRequest;
 use nanobot_core::session::{Commit, now_iso};
 use nanobot_proto::{CronFire, OutboundKind, keys};
+use nanobot_runtime::telemetry::tags;
 
 use super::session::{self, Until};
 use super::{Deps, keep_alive};
@@ -29,17 +30,22 @@ use crate::turn::TurnInput;
 /// Completion cap of the gate call (upstream's evaluator, `max_tokens=4096`).
 const GATE_MAX_TOKENS: u32 = 4096;
 
+/// The channel tag and label of heartbeat work.
+const HEARTBEAT_CHANNEL: &str = "heartbeat";
+
 /// Handles one heartbeat fire.
 pub async fn handle(deps: &Deps, bot: &Bot, msg: &jetstream::Message, fire: &CronFire) {
     let span = tracing::info_span!("heartbeat", job_id = %fire.id, session_id = SESSION);
-    async {
+    let root = tags::root_context(&bot.spec.id, HEARTBEAT_CHANNEL);
+    tags::in_conversation(&span, root, SESSION);
+    let beat = async {
         let alive = keep_alive(msg, deps.ack_wait());
         let outcome = beat(deps, bot, fire).await;
         alive.abort();
         super::settle(deps, msg, outcome).await;
-    }
-    .instrument(span)
-    .await;
+    };
+    let scope = nanobot_runtime::metrics::Scope::new(&bot.spec.id, HEARTBEAT_CHANNEL);
+    nanobot_runtime::metrics::scoped(scope, beat.instrument(span)).await;
 }
 
 async fn beat(deps: &Deps, bot: &Bot, fire: &CronFire) -> anyhow::Result<()> {

@@ -13,7 +13,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument as _;
 
 use nanobot_core::session::{Commit, Progress, SessionWriter};
-use nanobot_runtime::telemetry;
+use nanobot_runtime::{metrics, telemetry};
 
 use super::Deps;
 use crate::attempts::{self, Started};
@@ -249,9 +249,17 @@ pub async fn drain(
                 // turn continues the trace of the message's publisher.
                 let m = &incoming.message;
                 let span = tracing::info_span!("turn", session_id = %session_key, channel = %m.origin().0, message_id = %m.id);
-                telemetry::set_parent_from(&span, entry.headers.as_ref());
-                let last = run_one(deps, bot, &sessions, lease, entry.seq, &incoming, started);
-                cursor = last.instrument(span).await?;
+                telemetry::set_parent_in_conversation(&span, entry.headers.as_ref(), session_key);
+                // Its metrics' labels, resolved once for the whole turn.
+                let scope = metrics::Scope::new(&bot.spec.id, &m.origin().0);
+                let waited = entry.stored.and_then(|t| t.elapsed().ok());
+                let last = async {
+                    if let Some(waited) = waited {
+                        metrics::get().queue_wait(waited);
+                    }
+                    run_one(deps, bot, &sessions, lease, entry.seq, &incoming, started).await
+                };
+                cursor = metrics::scoped(scope, last.instrument(span)).await?;
             }
             None => {
                 let skip = Commit {

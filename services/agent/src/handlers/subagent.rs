@@ -25,15 +25,15 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         return terminate(&msg, &format!("unknown bot {:?}", task.bot)).await;
     };
     let span = tracing::info_span!("subagent", task_id = %task.id, session_id = %task.origin_session_key, label = %task.label);
-    telemetry::set_parent_from(&span, msg.headers.as_ref());
-    async {
+    telemetry::set_parent_in_conversation(&span, msg.headers.as_ref(), &task.origin_session_key);
+    let work = async {
         let alive = keep_alive(&msg, deps.ack_wait());
         let outcome = run(deps, &bot, &task).await;
         alive.abort();
         super::settle(deps, &msg, outcome).await;
-    }
-    .instrument(span)
-    .await;
+    };
+    let scope = nanobot_runtime::metrics::Scope::new(&bot.spec.id, "subagent");
+    nanobot_runtime::metrics::scoped(scope, work.instrument(span)).await;
 }
 
 async fn run(deps: &Deps, bot: &Bot, task: &SubagentTask) -> anyhow::Result<()> {

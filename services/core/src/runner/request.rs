@@ -122,6 +122,7 @@ impl Requester<'_> {
         );
         nanobot_runtime::metrics::get().llm_call(
             &self.spec.telemetry.provider,
+            &self.spec.model,
             started.elapsed(),
             (
                 response.usage.prompt_tokens,
@@ -213,6 +214,7 @@ pub async fn traced_chat(
     record_response(&span, telemetry, &request.model, response, error_kind);
     nanobot_runtime::metrics::get().llm_call(
         &telemetry.provider,
+        &request.model,
         started.elapsed(),
         (
             response.usage.prompt_tokens,

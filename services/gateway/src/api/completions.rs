@@ -73,6 +73,8 @@ async fn accept(
     let id = uuid::Uuid::new_v4().to_string();
     let span = Span::current();
     span.record("bot", bot.id.as_str());
+    // The request is the root of the turn's trace; every span of it carries bot and channel.
+    nanobot_runtime::telemetry::root(&span, &bot.id, API_CHANNEL);
     span.record("session_key", session_key.as_str());
     span.record("inbound_id", id.as_str());
     publish(state, bot, req, chat_id, session_key, id, deadline).await
@@ -175,7 +177,7 @@ impl Turn {
             };
             match reply.kind() {
                 OutboundKind::Final => {
-                    nanobot_runtime::metrics::get().delivery(API_CHANNEL, "delivered");
+                    nanobot_runtime::metrics::get().delivery(&reply.bot, API_CHANNEL, "delivered");
                     // The model that answered: a fallback's when the primary failed.
                     let model = if reply.model.is_empty() {
                         self.model

@@ -93,7 +93,11 @@ impl Events {
                 if !self.emitted {
                     self.delta(reply.content);
                 }
-                nanobot_runtime::metrics::get().delivery(crate::API_CHANNEL, "delivered");
+                nanobot_runtime::metrics::get().delivery(
+                    &reply.bot,
+                    crate::API_CHANNEL,
+                    "delivered",
+                );
                 self.finish(reply.usage);
             }
             OutboundKind::Error => self.fail(ApiError::Agent(reply.content)),

@@ -28,6 +28,7 @@ use redis::AsyncCommands as _;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use nanobot_proto::{OutboundKind, OutboundMessage, keys, subjects};
 
@@ -118,6 +119,7 @@ pub(super) async fn start(
         let lane_deps = Lane {
             redis: deps.redis.clone(),
             js: deps.js.clone(),
+            channel: name,
         };
         tasks.spawn(lane(rx, bots.clone(), lane_deps));
     }
@@ -181,6 +183,7 @@ pub(super) async fn start(
 struct Lane {
     redis: Store,
     js: async_nats::jetstream::Context,
+    channel: &'static str,
 }
 
 async fn lane(
@@ -189,7 +192,9 @@ async fn lane(
     deps: Lane,
 ) {
     while let Some(msg) = rx.recv().await {
-        let outcome = deliver(&msg, &bots, &deps).await;
+        let outcome = deliver(&msg, &bots, &deps)
+            .instrument(delivery_span(&msg, deps.channel))
+            .await;
         let acked = match outcome {
             Outcome::Done => msg.ack().await,
             Outcome::Retry(delay) => msg.ack_with(AckKind::Nak(Some(delay))).await,
@@ -207,6 +212,24 @@ enum Outcome {
     Drop,
 }
 
+/// Returns the span of one delivery attempt (`deliver {channel}`): the end of the turn's
+/// trace, under the span that published the reply (the agent's turn). It holds the platform
+/// calls of every part, edits included; each redelivery (a retry) is a span of its own.
+fn delivery_span(msg: &Message, channel: &'static str) -> tracing::Span {
+    let attempt = msg.info().map(|i| i.delivered).unwrap_or(1);
+    let span = tracing::info_span!(
+        "deliver",
+        "otel.name" = %format_args!("deliver {channel}"),
+        "otel.kind" = "client",
+        "messaging.system" = channel,
+        attempt,
+        delivery_id = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    nanobot_runtime::telemetry::set_parent_from(&span, msg.headers.as_ref());
+    span
+}
+
 async fn deliver(msg: &Message, bots: &BTreeMap<String, Arc<dyn Channel>>, deps: &Lane) -> Outcome {
     let redis = &deps.redis;
     let mut out = match OutboundMessage::decode(msg.payload.clone()) {
@@ -216,6 +239,7 @@ async fn deliver(msg: &Message, bots: &BTreeMap<String, Arc<dyn Channel>>, deps:
             return Outcome::Drop;
         }
     };
+    tracing::Span::current().record("delivery_id", out.id.as_str());
     let Some(channel) = bots.get(&out.bot) else {
         tracing::warn!(bot = %out.bot, subject = %msg.subject, "outbound message for a bot this gateway does not serve dropped");
         return Outcome::Drop;
@@ -268,9 +292,11 @@ async fn deliver(msg: &Message, bots: &BTreeMap<String, Arc<dyn Channel>>, deps:
         }
     };
     let metrics = nanobot_runtime::metrics::get();
+    let span = tracing::Span::current();
     match sent {
         Ok(()) => {
-            metrics.delivery(&out.channel, "delivered");
+            span.record("outcome", "delivered");
+            metrics.delivery(&out.bot, &out.channel, "delivered");
             let written: redis::RedisResult<()> = conn.set_ex(&key, "done", RECORD_TTL_SECS).await;
             if let Err(e) = written {
                 tracing::warn!(error = %e, delivery_id = %out.id, "failed to record a delivery");
@@ -281,11 +307,13 @@ async fn deliver(msg: &Message, bots: &BTreeMap<String, Arc<dyn Channel>>, deps:
             let attempt = msg.info().map(|i| i.delivered).unwrap_or(1).max(1);
             let delay = Duration::from_millis(500u64 << attempt.min(6) as u64);
             tracing::warn!(delivery_id = %out.id, attempt, retry_in = ?delay, error = %e, "delivery failed; retrying");
-            metrics.delivery(&out.channel, "retried");
+            span.record("outcome", "retried");
+            metrics.delivery(&out.bot, &out.channel, "retried");
             Outcome::Retry(delay.min(Duration::from_secs(30)))
         }
         Err(SendError::Permanent(e)) => {
-            metrics.delivery(&out.channel, "dropped");
+            span.record("outcome", "dropped");
+            metrics.delivery(&out.bot, &out.channel, "dropped");
             tracing::warn!(delivery_id = %out.id, error = %e, "delivery refused by the platform; dropped");
             Outcome::Drop
         }

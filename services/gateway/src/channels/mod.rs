@@ -46,6 +46,7 @@ use async_trait::async_trait;
 use nanobot_runtime::store::Store;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use nanobot_proto::{InboundMessage, OutboundMessage};
 use nanobot_runtime::bus::{self, BusError};
@@ -109,7 +110,24 @@ impl Inbound {
     /// re-publish (after a poller takeover) is dropped by the stream, and past its window by
     /// the runners' seen-set.
     /// Text over the broker's message limit is cut to fit, with a note ([`poison::fit`]).
+    ///
+    /// The turn's trace starts here: inside a [`receive_span`] (which the
+    /// channel opened when the platform's event arrived, so ACL, media download and
+    /// transcription are in it) the message continues that span; otherwise the publish opens
+    /// a `receive {channel}` root span itself. Either way the turn's spans in every process
+    /// hang under the gateway's root and carry `nanobot.bot` and `nanobot.channel`.
     pub async fn publish(&self, msg: &InboundMessage) -> Result<(), BusError> {
+        let current = tracing::Span::current();
+        let span = if is_receive_span(&current) {
+            current
+        } else {
+            receive_span(&msg.bot, &msg.channel)
+        };
+        span.record("messaging.message.id", msg.id.as_str());
+        self.publish_in_span(msg).instrument(span).await
+    }
+
+    async fn publish_in_span(&self, msg: &InboundMessage) -> Result<(), BusError> {
         let limit = self.js.client().server_info().max_payload;
         let msg = poison::fit(msg, limit);
         if let std::borrow::Cow::Owned(cut) = &msg {
@@ -117,6 +135,30 @@ impl Inbound {
         }
         bus::publish(&self.js, msg.subject(), Some(&msg.id), msg.as_ref()).await
     }
+}
+
+/// The name of the gateway's root span of a channel turn.
+const RECEIVE_SPAN: &str = "receive";
+
+/// Returns the root span of one platform event of `bot` on `channel` (`receive {channel}`,
+/// tagged with both). A channel that opens it when the event arrives and handles the event
+/// inside it (`.instrument(span)`) gets its ACL check, media download and transcription into
+/// the turn's trace; [`Inbound::publish`] opens one itself otherwise.
+pub fn receive_span(bot: &str, channel: &str) -> tracing::Span {
+    let span = tracing::info_span!(
+        parent: None,
+        "receive",
+        "otel.name" = %format_args!("{RECEIVE_SPAN} {channel}"),
+        "otel.kind" = "server",
+        "messaging.system" = %channel,
+        "messaging.message.id" = tracing::field::Empty,
+    );
+    nanobot_runtime::telemetry::root(&span, bot, channel);
+    span
+}
+
+fn is_receive_span(span: &tracing::Span) -> bool {
+    span.metadata().is_some_and(|m| m.name() == RECEIVE_SPAN)
 }
 
 /// The channels of one gateway replica, by channel name and bot.

@@ -6,12 +6,16 @@
 
 pub mod otlp;
 pub mod otlp_export;
+pub mod tags;
+
+pub use self::tags::root;
 
 use anyhow::Context as _;
 use async_nats::HeaderMap;
+use opentelemetry::propagation::TextMapCompositePropagator;
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -70,10 +74,13 @@ pub fn resource(
 
 /// Installs the global subscriber, propagator and tracer for `service`.
 pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
-    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    install_propagator();
     let resource = resource(service, |name| std::env::var(name).ok());
-    // The default config reads OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG.
-    let mut builder = SdkTracerProvider::builder().with_resource(resource);
+    // The default config reads OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG. The tags go on
+    // a span before any exporter sees it.
+    let mut builder = SdkTracerProvider::builder()
+        .with_resource(resource)
+        .with_span_processor(tags::TagProcessor);
     let settings = otlp_settings(cfg).context("telemetry: otlp settings")?;
     if let Some(settings) = &settings {
         builder = builder.with_batch_exporter(otlp_export::build(settings)?);
@@ -114,6 +121,14 @@ pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<Tele
         tracing::info!(endpoint = %s.endpoint, protocol, ?headers, ca = ?s.ca_file, "exporting traces over otlp");
     }
     Ok(TelemetryGuard { provider })
+}
+
+/// Sends and reads `traceparent`, and `baggage` for the bot and channel tags ([`tags`]).
+fn install_propagator() {
+    opentelemetry::global::set_text_map_propagator(TextMapCompositePropagator::new(vec![
+        Box::new(TraceContextPropagator::new()),
+        Box::new(BaggagePropagator::new()),
+    ]));
 }
 
 fn install_panic_hook() {
@@ -158,12 +173,26 @@ pub fn inject_current(headers: &mut HeaderMap) {
     }
 }
 
-/// Makes `span` a child of the trace context carried in `headers` (if any).
+/// Makes `span` a child of the trace context carried in `headers` (if any); it and its
+/// children carry the bot and channel tags the context carries ([`tags`]).
 pub fn set_parent_from(span: &tracing::Span, headers: Option<&HeaderMap>) {
     let Some(headers) = headers else { return };
-    let cx =
-        opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
-    let _ = span.set_parent(cx);
+    let _ = span.set_parent(extract(headers));
+}
+
+/// As [`set_parent_from`], and names the turn's conversation (`gen_ai.conversation.id`, the
+/// session key) on `span` and every span under it.
+pub fn set_parent_in_conversation(
+    span: &tracing::Span,
+    headers: Option<&HeaderMap>,
+    conversation: &str,
+) {
+    let parent = headers.map(extract).unwrap_or_default();
+    tags::in_conversation(span, parent, conversation);
+}
+
+fn extract(headers: &HeaderMap) -> opentelemetry::Context {
+    opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)))
 }
 
 /// Sets `key` on `span`'s exported OpenTelemetry span as a list of strings (as GenAI's

@@ -144,10 +144,14 @@ async fn call(
     };
     tracing::info!("tool call started");
     let started = std::time::Instant::now();
-    let output = deps
-        .registry
-        .call(&ctx, &request.name, &request.arguments_json)
-        .await;
+    // The call's metrics (and any it makes) count under its bot.
+    let scope = nanobot_runtime::metrics::Scope::new(&spec.id, &request.channel);
+    let output = nanobot_runtime::metrics::scoped(
+        scope.clone(),
+        deps.registry
+            .call(&ctx, &request.name, &request.arguments_json),
+    )
+    .await;
     tracing::info!(
         is_error = output.is_error,
         chars = output.content.len(),
@@ -155,12 +159,15 @@ async fn call(
         "tool call finished"
     );
     let served = deps.registry.serves(&request.name);
-    nanobot_runtime::metrics::get().tool_call(
-        nanobot_runtime::metrics::ToolName::new(&request.name, served),
-        "executor",
-        started.elapsed(),
-        output.is_error,
-    );
+    let counted = async {
+        nanobot_runtime::metrics::get().tool_call(
+            nanobot_runtime::metrics::ToolName::new(&request.name, served),
+            "executor",
+            started.elapsed(),
+            output.is_error,
+        );
+    };
+    nanobot_runtime::metrics::scoped(scope, counted).await;
     let mut result = ToolCallResult {
         call_id: request.call_id,
         content: output.content,
