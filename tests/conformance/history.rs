@@ -13,7 +13,8 @@
 //! - `fit_to_budget`: the runner's snip ([`snip::for_model`] under [`input_budget`]) against
 //!   0.3.5's pressure check then `ContextGovernor.fit_to_budget`, without tools. We estimate a
 //!   request by its bytes where 0.3.5 counts `cl100k_base` tokens, so the cases keep budgets
-//!   whose decisions both estimates share.
+//!   whose decisions both estimates share. A request still over budget after the snip is
+//!   `{"error": "over budget"}` ([`snip::still_over`]; 0.3.5's `ContextWindowExceededError`).
 //!
 //! A case's input is `{"messages", "last_archived", "max_messages", "extend_to_user",
 //! "max_tokens"}` (all but `messages` optional).
@@ -55,7 +56,11 @@ fn call(case: &Case) -> Result<Value, String> {
             let window = u32::try_from(field(case, "context_window")).map_err(|e| e.to_string())?;
             let max_tokens = u32::try_from(field(case, "max_tokens")).map_err(|e| e.to_string())?;
             let budget = input_budget(window, max_tokens, None);
-            snip::for_model(Cow::Owned(messages), budget, 0).into_owned()
+            let sent = snip::for_model(Cow::Owned(messages), budget, 0).into_owned();
+            if snip::still_over(&sent, budget, 0).is_some() {
+                return Ok(json!({"error": "over budget"}));
+            }
+            sent
         }
         "replay" => {
             history::replay_within(&messages, archived, history::MAX_REPLAY_MESSAGES, tokens)

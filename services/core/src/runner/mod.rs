@@ -364,6 +364,16 @@ impl Run<'_> {
             .push(json!({"role": "assistant", "content": content}));
     }
 
+    /// Ends the run as 0.3.5 ends a turn whose request still does not fit after snipping
+    /// (`ContextWindowExceededError`): no request is sent, no reply row is added, the user is
+    /// answered [`prompts::TURN_ERROR_MESSAGE`].
+    fn unfit(&mut self, error: String) {
+        tracing::error!(%error, "request does not fit the context window");
+        self.result.stop_reason = StopReason::Error;
+        self.result.error = Some(error);
+        self.result.content = prompts::TURN_ERROR_MESSAGE.into();
+    }
+
     async fn finish_budget_exhausted(&mut self, parts: &[String], request: bool) {
         self.result.stop_reason = StopReason::MaxIterations;
         let terminal = if request {
@@ -462,6 +472,12 @@ pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions)
             &mut run.compacted,
         );
         let sent = snip::for_model(sent, budget, run.tool_tokens);
+        if let Some(error) = snip::still_over(&sent, budget, run.tool_tokens) {
+            drop(sent);
+            run.unfit(error);
+            finished = true;
+            break;
+        }
         let (mut response, cost) = run.requester.with_tools(&sent, run.definitions).await;
         drop(sent);
         run.charge(cost);

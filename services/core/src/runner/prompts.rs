@@ -5,6 +5,10 @@ use serde_json::{Value, json};
 
 /// Error reply when the model cannot be called.
 pub const LLM_ERROR_MESSAGE: &str = "Sorry, I encountered an error calling the AI model.";
+/// Reply when a turn fails (0.3.5 `TurnDelivery.fail`): what a user is sent when a request
+/// still does not fit the context window after snipping (0.3.5's `ContextWindowExceededError`
+/// escapes the runner), and after a message's last failed attempt.
+pub const TURN_ERROR_MESSAGE: &str = "Sorry, I encountered an error.";
 /// Reply when a turn ends without text.
 pub const EMPTY_FINAL_RESPONSE_MESSAGE: &str = "I completed the tool steps but couldn't produce a final answer. Please try again or narrow the task.";
 /// Reply when the provider rejects the key for quota or billing (upstream arrearage text).

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::compact::estimate;
 use crate::history::{find_legal_message_start, legal_tool_rows};
+use crate::memory::estimate_messages;
 
 fn is_user(m: &Value) -> bool {
     m["role"] == "user"
@@ -60,6 +61,24 @@ pub fn for_model<'a>(
     let mut out = system;
     out.extend(tail.into_iter().skip(legal));
     Cow::Owned(legal_tool_rows(out))
+}
+
+/// Returns 0.3.5's `ContextWindowExceededError` text when the request to send (already
+/// snipped) is still over `budget` (0.3.5 `ensure_request_fits`); `None` when it fits or
+/// there is no budget. Refused only when both our byte estimate and the tokenizer's count
+/// are over: 0.3.5 counts tokens, and bytes overcount English text by about a quarter, so a
+/// request 0.3.5 sends is never refused for our coarser estimate.
+pub fn still_over(messages: &[Value], budget: u64, tool_tokens: u64) -> Option<String> {
+    if budget == 0 || estimate(messages, tool_tokens) <= budget {
+        return None;
+    }
+    let tokens = estimate_messages(messages) as u64 + tool_tokens;
+    (tokens > budget).then(|| {
+        format!(
+            "Model input still exceeds the local context budget after request fitting: \
+             {tokens}/{budget} via tokenizer"
+        )
+    })
 }
 
 #[cfg(test)]

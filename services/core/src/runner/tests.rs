@@ -925,6 +925,45 @@ async fn a_snip_without_a_user_message_in_budget_keeps_the_turn_from_its_user_me
     );
 }
 
+#[tokio::test]
+async fn a_user_message_over_the_whole_budget_is_answered_with_the_turn_error_and_never_sent() {
+    let model = Model::new(vec![text("never")]);
+    let specs = Offered::new(Vec::new());
+    let deps = RunDeps {
+        model: &model,
+        tools: &Tools,
+        specs: &specs,
+        hook: &NoopHook,
+        checkpoints: None,
+        injections: None,
+    };
+    let r = run(
+        deps,
+        RunSpec {
+            messages: vec![
+                json!({"role": "system", "content": "sys"}),
+                json!({"role": "user", "content": "你好🐈".repeat(2000)}),
+            ],
+            context_window_tokens: 2124,
+            context_block_limit: None,
+            ..spec(5)
+        },
+    )
+    .await;
+    assert!(model.requests().is_empty());
+    // 0.3.5: `ContextWindowExceededError` escapes the runner; `TurnDelivery.fail` answers.
+    assert_eq!(r.content, "Sorry, I encountered an error.");
+    assert!(
+        r.error.as_deref().is_some_and(|e| e.starts_with(
+            "Model input still exceeds the local context budget after request fitting: "
+        )),
+        "{:?}",
+        r.error
+    );
+    assert_eq!(r.stop_reason, StopReason::Error);
+    assert!(r.new_messages.is_empty(), "{:?}", r.new_messages);
+}
+
 /// A caller asking the run to go on while its goal is active (the loop's `_goal_continue`):
 /// up to `left` times.
 struct GoOn(Mutex<u32>);
