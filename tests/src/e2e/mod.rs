@@ -26,6 +26,7 @@ mod hardening;
 mod k8s;
 mod k8s_policy;
 mod memory;
+mod monitoring;
 mod napcat;
 mod observability;
 mod otlp_export;
