@@ -260,10 +260,12 @@ async fn every_role_serves_prometheus_metrics_that_count_the_turn() {
     };
     // The agent: one answered turn, two LLM calls with the scripted tokens, two tool calls
     // asked for, one session lease.
-    assert_eq!(
-        value("agent", "nanobot_turns_total", &[("outcome", "answered")]),
-        1.0
-    );
+    let answered = [
+        ("bot", "default"),
+        ("channel", "api"),
+        ("outcome", "answered"),
+    ];
+    assert_eq!(value("agent", "nanobot_turns_total", &answered), 1.0);
     let provider = [("provider", "custom")];
     assert_eq!(value("agent", "nanobot_llm_calls_total", &provider), 2.0);
     let input = [("provider", "custom"), ("type", "input")];
@@ -273,7 +275,9 @@ async fn every_role_serves_prometheus_metrics_that_count_the_turn() {
     assert_eq!(value("agent", "nanobot_session_leases_total", &[]), 1.0);
     let agent_text = &scrapes["agent"].1;
     assert!(
-        agent_text.contains("nanobot_turn_duration_seconds_count{outcome=\"answered\"} 1\n"),
+        agent_text.contains(
+            "nanobot_turn_duration_seconds_count{bot=\"default\",channel=\"api\",outcome=\"answered\"} 1\n"
+        ),
         "{agent_text}"
     );
     for tool in ["list_dir", "find_files"] {
@@ -475,4 +479,155 @@ async fn made_up_tool_names_count_as_unknown_and_add_no_metric_series() {
         Some(REPLIES as f64),
         "an offered tool keeps its name"
     );
+}
+
+/// The bots of [`two_bots_every_role_labels_its_counters_and_histograms_with_the_bot`].
+const BOTS: [&str; 2] = ["alpha", "beta"];
+
+/// The families of a bot's work (docs/metrics.md): every series of them names its bot. The
+/// others describe a process (queue gauges, leases held now, dependency health).
+const BOT_FAMILIES: [&str; 8] = [
+    "nanobot_turns_total",
+    "nanobot_turn_duration_seconds",
+    "nanobot_queue_wait_seconds",
+    "nanobot_llm_",
+    "nanobot_tool_",
+    "nanobot_session_leases_total",
+    "nanobot_session_lease_takeovers_total",
+    "nanobot_deliveries_total",
+];
+
+/// Issue 32: in a two-bot fleet every role's `/metrics` counts each bot's work under its own
+/// `bot` label (turns and tokens on the agent, tool calls on the executor, deliveries on the
+/// gateway), every counter and histogram series has a `bot`, and no session id is a label.
+#[tokio::test]
+async fn two_bots_every_role_labels_its_counters_and_histograms_with_the_bot() {
+    let roles = ["gateway", "agent", "tools", "memory", "cron"];
+    let mut fleet = Fleet::builder()
+        .roles(&roles)
+        .config(json!({"bots": {"alpha": {}, "beta": {}}}))
+        .start()
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    for (i, bot) in BOTS.iter().enumerate() {
+        let n = i as u64 + 1;
+        fleet.llm.push(
+            Reply::tool_calls([("list_dir", json!({"path": "."}))]).with_usage(100 * n, 10 * n),
+        );
+        fleet
+            .llm
+            .push(Reply::text("好的 ✅").with_usage(200 * n, 20 * n));
+        let response: Value = http
+            .post(format!("{}/v1/chat/completions", fleet.api_base()))
+            .header("x-nanobot-bot", *bot)
+            .json(&json!({
+                "session_id": format!("会话-{bot}-🧪"),
+                "messages": [{"role": "user", "content": "数一数 🔢"}],
+            }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            response["choices"][0]["message"]["content"], "好的 ✅",
+            "{response}"
+        );
+    }
+    let mut texts = BTreeMap::new();
+    for role in roles {
+        let base = fleet.health_base(role).unwrap();
+        let text = http.get(format!("{base}/metrics")).send().await.unwrap();
+        texts.insert(role, text.text().await.unwrap());
+    }
+    let value = |role: &str, metric: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        let text = &texts[role];
+        let scrape =
+            prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .and_then(|s| match s.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => {
+                    Some(v)
+                }
+                prometheus_parse::Value::Histogram(ref buckets) => buckets.last().map(|b| b.count),
+                _ => None,
+            })
+    };
+    for (i, bot) in BOTS.iter().enumerate() {
+        let n = (i + 1) as f64;
+        let turn = [("bot", *bot), ("channel", "api"), ("outcome", "answered")];
+        assert_eq!(
+            value("agent", "nanobot_turns_total", &turn),
+            Some(1.0),
+            "{bot}: {}",
+            texts["agent"]
+        );
+        let model = [
+            ("bot", *bot),
+            ("provider", "custom"),
+            ("model", "test-model"),
+        ];
+        for (kind, want) in [("input", 300.0 * n), ("output", 30.0 * n)] {
+            let tokens = [model.as_slice(), &[("type", kind)]].concat();
+            assert_eq!(
+                value("agent", "nanobot_llm_tokens_total", &tokens),
+                Some(want),
+                "{bot} {kind}"
+            );
+        }
+        assert_eq!(
+            value("agent", "nanobot_llm_calls_total", &model),
+            Some(2.0),
+            "{bot}"
+        );
+        let waited = [("bot", *bot), ("channel", "api")];
+        assert!(
+            value("agent", "nanobot_queue_wait_seconds", &waited).is_some(),
+            "{bot}: no queue wait in {}",
+            texts["agent"]
+        );
+        let leases = [("bot", *bot)];
+        assert_eq!(
+            value("agent", "nanobot_session_leases_total", &leases),
+            Some(1.0)
+        );
+        for side in ["runner", "executor"] {
+            let role = if side == "runner" { "agent" } else { "tools" };
+            let call = [
+                ("bot", *bot),
+                ("tool", "list_dir"),
+                ("side", side),
+                ("outcome", "ok"),
+            ];
+            assert_eq!(
+                value(role, "nanobot_tool_calls_total", &call),
+                Some(1.0),
+                "{bot} {side}"
+            );
+        }
+        let delivered = [("bot", *bot), ("channel", "api"), ("outcome", "delivered")];
+        assert_eq!(
+            value("gateway", "nanobot_deliveries_total", &delivered),
+            Some(1.0),
+            "{bot}"
+        );
+    }
+    for (role, text) in &texts {
+        let bots_work = |l: &&str| BOT_FAMILIES.iter().any(|f| l.starts_with(f));
+        for line in text.lines().filter(bots_work) {
+            let bot_label = ["alpha", "beta", "unknown"]
+                .iter()
+                .any(|b| line.contains(&format!("bot=\"{b}\"")));
+            assert!(bot_label, "{role}: a series without a served bot: {line}");
+            assert!(
+                !line.contains("会话"),
+                "{role}: a session id as a label: {line}"
+            );
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! scripted LLM) exports over OTLP to Arize Phoenix ([`TraceStore`]), and the test reads the
 //! stored spans back through Phoenix's REST API: a turn with two tool calls, and the
 //! consolidation it starts, are one trace across four processes; a `/dream` turn's trace holds
-//! Dream's two LLM calls.
+//! Dream's two LLM calls; a channel's turn is one trace from the gateway's receive span to its
+//! delivery span ([`assert_channel_turn`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -280,4 +281,123 @@ async fn a_turn_its_tool_calls_and_the_memory_jobs_it_starts_are_stored_as_one_t
     assert_eq!(calls.len(), 2, "{outline}");
     assert_llm_call(calls[0], (300, 20), "stop");
     assert_llm_call(calls[1], (400, 5), "stop");
+}
+
+impl Trace {
+    /// Waits until the store holds the whole trace whose root is the span named `root` (the
+    /// first stored), with a span of each of `names`.
+    async fn rooted_at(store: &TraceStore, root: &str, names: &[&str]) -> Trace {
+        let whole = || async {
+            let roots = store.spans(&[("name", root)]).await.unwrap_or_default();
+            let first = roots.first()?;
+            let spans = store
+                .spans_of_trace(&first.trace_id)
+                .await
+                .unwrap_or_default();
+            let all = names.iter().all(|n| spans.iter().any(|s| s.name == *n));
+            all.then_some(spans)
+        };
+        let stored = wait_until(
+            || async { whole().await.is_some() },
+            Duration::from_secs(30),
+        )
+        .await;
+        if stored.is_err() {
+            let named = store.spans(&[]).await.unwrap_or_default();
+            let names: Vec<&str> = named.iter().map(|s| s.name.as_str()).collect();
+            panic!("no whole {root} trace stored: {names:?}\n{}", store.log());
+        }
+        Trace(whole().await.expect("stored"))
+    }
+}
+
+/// Asserts `trace` is one whole turn of `bot` from `channel`: its one root is the gateway's
+/// `receive {channel}` span, every other span's parent is in the trace (no orphan), the turn
+/// hangs under the root, the LLM call under the turn names the conversation, the delivery
+/// (`deliver {channel}`) ends it under the turn, and every span carries the bot and channel.
+fn assert_channel_turn(trace: &Trace, channel: &str, bot: &str, conversation: &str) {
+    let outline = trace.outline();
+    let ids: Vec<&str> = trace.0.iter().map(|s| s.span_id.as_str()).collect();
+    let roots: Vec<&StoredSpan> = trace.0.iter().filter(|s| s.parent_id.is_none()).collect();
+    let receive = trace.one(&format!("receive {channel}"));
+    assert_eq!(roots.len(), 1, "one root: {outline}");
+    assert_eq!(
+        roots[0].span_id, receive.span_id,
+        "the root is the gateway's: {outline}"
+    );
+    for span in &trace.0 {
+        if let Some(parent) = &span.parent_id {
+            assert!(
+                ids.contains(&parent.as_str()),
+                "orphan {}: {outline}",
+                span.name
+            );
+        }
+        assert_eq!(
+            span.attr("nanobot.bot"),
+            Some(&json!(bot)),
+            "{}: {outline}",
+            span.name
+        );
+        let tagged = span.attr("nanobot.channel");
+        assert_eq!(tagged, Some(&json!(channel)), "{}: {outline}", span.name);
+    }
+    let turn = trace.one("turn");
+    assert!(trace.descends_from(turn, receive), "{outline}");
+    let calls = trace.llm_calls_under(turn);
+    assert!(!calls.is_empty(), "{outline}");
+    for call in calls {
+        let named = call.attr("gen_ai.conversation.id");
+        assert_eq!(named, Some(&json!(conversation)), "{outline}");
+    }
+    let delivery = trace.one(&format!("deliver {channel}"));
+    assert!(trace.descends_from(delivery, turn), "{outline}");
+    assert_eq!(
+        delivery.attr("outcome"),
+        Some(&json!("delivered")),
+        "{outline}"
+    );
+}
+
+/// Stops every role with SIGTERM (each flushes its spans).
+async fn stop(fleet: &mut Fleet, roles: &[&str]) {
+    for role in roles {
+        let service = fleet.service(role);
+        service.sigterm().unwrap();
+        service
+            .wait_exit(Duration::from_secs(5))
+            .await
+            .expect("exits after SIGTERM (flushing its spans)");
+    }
+}
+
+/// Issue 32: a Telegram turn is one trace whose root is the gateway's receive span and whose
+/// last span is the delivery to Telegram, every span tagged with the bot and the channel.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_telegram_turn_is_one_trace_from_the_gateways_receive_span_to_its_delivery() {
+    use super::telegram::{ALICE, telegram_fleet_from};
+    use crate::telegram_fake::{Incoming, TgUser};
+    let store = TraceStore::shared()
+        .await
+        .expect("the trace store (Phoenix) runs");
+    let traced =
+        Fleet::builder().config(json!({"telemetry": {"otlpEndpoint": store.otlp_endpoint()}}));
+    let (mut fleet, _fake, bot) = telegram_fleet_from(traced, json!({})).await;
+    fleet.llm.push(Reply::text("你好 Alice 👋"));
+    bot.inject(Incoming::text_from(
+        &TgUser::new(ALICE, "alice"),
+        "追踪我 🔍",
+    ));
+    bot.wait_for_call("sendMessage", |c| c.text() == Some("你好 Alice 👋"))
+        .await
+        .unwrap();
+    stop(&mut fleet, &["gateway", "agent", "tools"]).await;
+    let names = [
+        "receive telegram",
+        "turn",
+        "chat test-model",
+        "deliver telegram",
+    ];
+    let trace = Trace::rooted_at(store, "receive telegram", &names).await;
+    assert_channel_turn(&trace, "telegram", "default", &format!("telegram:{ALICE}"));
 }
