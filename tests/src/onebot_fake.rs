@@ -1,1 +1,547 @@
-//! A fake of the platform's public endpoints (scaffold; filled by the channel's tests).
+//! A OneBot v11 implementation fake (NapCat's forward WebSocket), written from the OneBot 11
+//! spec (botuniverse/onebot-11: `communication/ws.md`, `api/public.md`, `event/message.md`,
+//! `message/segment.md`), on one free 127.0.0.1 port.
+//!
+//! # Surface
+//! - The forward WebSocket at `ws://127.0.0.1:PORT/`: the access token in
+//!   `Authorization: Bearer …` or `?access_token=`; none is a 401, a wrong one a 403, before
+//!   the upgrade (the spec's rule). Every connection gets a `lifecycle`/`connect` meta event
+//!   first, then every injected event (as NapCat, events go to every client).
+//! - Actions (`{"action","params","echo"}` → `{"status","retcode","data","echo"}`):
+//!   `get_login_info`, `send_private_msg`, `send_group_msg`, `send_msg` (segment arrays or CQ
+//!   strings; records the message, answers its `message_id`), `get_msg` (an injected or sent
+//!   message: its `sender.user_id`), `get_group_member_info` (a card for every member); any
+//!   other action is `failed` with retcode 1404.
+//! - Images users "sent" are served at `GET /images/{name}`, in 1 KiB chunks.
+//!
+//! # Test controls
+//! [`OneBotFake::inject`] sends a [`QqMessage`] (private or group, @bot, reply, image, as
+//! segments or as a CQ string) to every connection; [`OneBotFake::sent`] is what the bot sent;
+//! [`OneBotFake::connections`] counts sockets and the receiving ones (those that logged in);
+//! [`OneBotFake::drop_connections`] closes every socket; [`OneBotFake::wait_until`] wakes on
+//! every change, never sleeps.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+/// How long the `wait_*` helpers wait by default.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+/// The bot's QQ number (`self_id`).
+pub const SELF_ID: u64 = 3_000_000_001;
+
+/// A message a user sends, built with [`QqMessage::private`] or [`QqMessage::group`].
+#[derive(Debug, Clone)]
+pub struct QqMessage {
+    /// Sender's QQ number.
+    pub user: u64,
+    /// Group (none: private).
+    pub group: Option<u64>,
+    /// Segments.
+    pub segments: Vec<Value>,
+    /// Sender's nickname.
+    pub nickname: String,
+    /// Send `message` as a CQ string instead of an array.
+    pub cq: bool,
+}
+
+impl QqMessage {
+    /// A private message from `user`.
+    pub fn private(user: u64, text: &str) -> Self {
+        Self {
+            user,
+            group: None,
+            segments: vec![json!({"type": "text", "data": {"text": text}})],
+            nickname: format!("用户{user}"),
+            cq: false,
+        }
+    }
+
+    /// A message from `user` in `group`.
+    pub fn group(group: u64, user: u64, text: &str) -> Self {
+        Self {
+            group: Some(group),
+            ..Self::private(user, text)
+        }
+    }
+
+    /// @s the bot in front of the text, as QQ clients do.
+    pub fn at_bot(mut self) -> Self {
+        self.segments.insert(
+            0,
+            json!({"type": "at", "data": {"qq": SELF_ID.to_string()}}),
+        );
+        self
+    }
+
+    /// Replies to message `id`.
+    pub fn replying_to(mut self, id: i64) -> Self {
+        self.segments
+            .insert(0, json!({"type": "reply", "data": {"id": id.to_string()}}));
+        self
+    }
+
+    /// Sets the sender's nickname.
+    pub fn from_nickname(mut self, nickname: &str) -> Self {
+        self.nickname = nickname.into();
+        self
+    }
+
+    /// Adds an image served by `fake` (`file_size` announced when `announce`).
+    pub fn with_image(
+        mut self,
+        fake: &OneBotFake,
+        name: &str,
+        bytes: &[u8],
+        announce: bool,
+    ) -> Self {
+        let url = fake.host_image(name, bytes);
+        let mut data = json!({"file": name, "url": url});
+        if announce {
+            data["file_size"] = json!(bytes.len().to_string());
+        }
+        self.segments.push(json!({"type": "image", "data": data}));
+        self
+    }
+
+    /// Sends `message` as a CQ-code string (escaped per the spec).
+    pub fn as_cq(mut self) -> Self {
+        self.cq = true;
+        self
+    }
+}
+
+/// Encodes segments as a CQ string: text escapes `& [ ]`, parameters also `,`.
+pub fn to_cq(segments: &[Value]) -> String {
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('[', "&#91;")
+            .replace(']', "&#93;")
+    };
+    segments
+        .iter()
+        .map(|seg| {
+            let data = seg["data"].as_object().cloned().unwrap_or_default();
+            if seg["type"] == "text" {
+                return esc(data.get("text").and_then(Value::as_str).unwrap_or_default());
+            }
+            let params: String = data
+                .iter()
+                .map(|(k, v)| {
+                    let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                    format!(",{k}={}", esc(&v).replace(',', "&#44;"))
+                })
+                .collect();
+            format!("[CQ:{}{params}]", seg["type"].as_str().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// A message the bot sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sent {
+    /// Its `message_id`.
+    pub id: i64,
+    /// The action (`send_private_msg`, `send_group_msg`, `send_msg`).
+    pub action: String,
+    /// `private:{user}` or `group:{group}`.
+    pub chat: String,
+    /// Its text segments joined.
+    pub text: String,
+    /// Its image segments' `file`.
+    pub images: Vec<String>,
+}
+
+/// WebSocket connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Connections {
+    /// Open now.
+    pub now: usize,
+    /// Open now and logged in (`get_login_info`): the event receivers.
+    pub receiving: usize,
+    /// The most receivers at once (above 1: two replicas received the same events).
+    pub receiving_peak: usize,
+    /// Upgrades accepted in total.
+    pub accepted: usize,
+    /// Upgrades refused for the token.
+    pub refused: usize,
+}
+
+#[derive(Debug)]
+struct Conn {
+    id: u64,
+    tx: mpsc::UnboundedSender<Option<String>>,
+    receiving: bool,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    next_id: i64,
+    conns: Vec<Conn>,
+    stats: Connections,
+    sent: Vec<Sent>,
+    /// message id → sender, for `get_msg`.
+    authors: Vec<(i64, u64)>,
+    images: Vec<(String, Vec<u8>)>,
+    actions: Vec<String>,
+}
+
+impl Inner {
+    fn recount(&mut self) {
+        self.stats.now = self.conns.len();
+        self.stats.receiving = self.conns.iter().filter(|c| c.receiving).count();
+        self.stats.receiving_peak = self.stats.receiving_peak.max(self.stats.receiving);
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    token: String,
+    addr: SocketAddr,
+    inner: Mutex<Inner>,
+    changed: watch::Sender<u64>,
+}
+
+impl Shared {
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        let out = f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner));
+        self.changed.send_modify(|n| *n += 1);
+        out
+    }
+
+    fn peek<T>(&self, f: impl FnOnce(&Inner) -> T) -> T {
+        f(&self.inner.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// A running fake; cloning shares it. The server stops when the last clone drops.
+#[derive(Debug, Clone)]
+pub struct OneBotFake {
+    shared: Arc<Shared>,
+    _server: Arc<ServerTask>,
+}
+
+#[derive(Debug)]
+struct ServerTask(tokio::task::JoinHandle<()>);
+
+impl Drop for ServerTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl OneBotFake {
+    /// Binds a free port of 127.0.0.1 and accepts `token` (empty: no token required).
+    pub async fn start(token: &str) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .context("bind onebot fake")?;
+        let addr = listener.local_addr().context("onebot fake address")?;
+        let shared = Arc::new(Shared {
+            token: token.into(),
+            addr,
+            inner: Mutex::new(Inner {
+                next_id: 1_000,
+                ..Inner::default()
+            }),
+            changed: watch::channel(0).0,
+        });
+        let app = Router::new()
+            .route("/", get(upgrade))
+            .route("/images/{name}", get(image))
+            .with_state(shared.clone());
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::warn!(error = %e, "onebot fake server stopped");
+            }
+        });
+        Ok(Self {
+            shared,
+            _server: Arc::new(ServerTask(task)),
+        })
+    }
+
+    /// Returns the URL for `channels.napcat.wsUrl`.
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}", self.shared.addr)
+    }
+
+    /// Serves `bytes` at `/images/{name}`; returns its URL.
+    pub fn host_image(&self, name: &str, bytes: &[u8]) -> String {
+        self.shared
+            .with(|i| i.images.push((name.to_string(), bytes.to_vec())));
+        let encoded: String = url::form_urlencoded::byte_serialize(name.as_bytes()).collect();
+        format!("http://{}/images/{encoded}", self.shared.addr)
+    }
+
+    /// Sends `msg` as a message event to every connection; returns its `message_id`.
+    pub fn inject(&self, msg: QqMessage) -> i64 {
+        self.shared.with(|inner| {
+            inner.next_id += 1;
+            let id = inner.next_id;
+            inner.authors.push((id, msg.user));
+            let message = if msg.cq {
+                Value::String(to_cq(&msg.segments))
+            } else {
+                Value::Array(msg.segments.clone())
+            };
+            let mut ev = json!({
+                "time": 1_790_000_000, "self_id": SELF_ID, "post_type": "message",
+                "message_type": if msg.group.is_some() { "group" } else { "private" },
+                "sub_type": if msg.group.is_some() { "normal" } else { "friend" },
+                "message_id": id, "user_id": msg.user, "message": message,
+                "raw_message": to_cq(&msg.segments), "font": 0,
+                "sender": {"user_id": msg.user, "nickname": msg.nickname, "card": ""},
+            });
+            if let Some(group) = msg.group {
+                ev["group_id"] = json!(group);
+            }
+            broadcast(inner, &ev);
+            id
+        })
+    }
+
+    /// Sends a `group_increase` notice (user joined group) to every connection.
+    pub fn inject_join(&self, group: u64, user: u64) {
+        self.shared.with(|inner| {
+            let ev = json!({"time": 1_790_000_001, "self_id": SELF_ID, "post_type": "notice",
+                "notice_type": "group_increase", "sub_type": "approve", "group_id": group,
+                "operator_id": 0, "user_id": user});
+            broadcast(inner, &ev);
+        });
+    }
+
+    /// Closes every connection (NapCat restarting).
+    pub fn drop_connections(&self) {
+        self.shared.with(|inner| {
+            for c in &inner.conns {
+                let _ = c.tx.send(None);
+            }
+        });
+    }
+
+    /// Returns every message the bot sent, in order.
+    pub fn sent(&self) -> Vec<Sent> {
+        self.shared.peek(|i| i.sent.clone())
+    }
+
+    /// Returns the messages the bot sent to `chat` (`private:1`, `group:2`).
+    pub fn sent_to(&self, chat: &str) -> Vec<Sent> {
+        self.sent().into_iter().filter(|s| s.chat == chat).collect()
+    }
+
+    /// Returns the actions called, in order.
+    pub fn actions(&self) -> Vec<String> {
+        self.shared.peek(|i| i.actions.clone())
+    }
+
+    /// Returns the connection counts.
+    pub fn connections(&self) -> Connections {
+        self.shared.peek(|i| i.stats)
+    }
+
+    /// Waits until a connection has logged in.
+    pub async fn wait_receiving(&self) -> anyhow::Result<()> {
+        self.wait_until("a logged-in connection", DEFAULT_WAIT, |f| {
+            (f.connections().receiving >= 1).then_some(())
+        })
+        .await
+    }
+
+    /// Waits until `check` returns `Some`, re-checking after every change; fails after
+    /// `timeout` naming `what`.
+    pub async fn wait_until<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&OneBotFake) -> Option<T>,
+    ) -> anyhow::Result<T> {
+        let mut changed = self.shared.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            changed.borrow_and_update();
+            if let Some(found) = check(self) {
+                return Ok(found);
+            }
+            if tokio::time::timeout_at(deadline, changed.changed())
+                .await
+                .is_err()
+            {
+                anyhow::bail!(
+                    "onebot fake: timed out after {timeout:?} waiting for {what}; sent: {:#?}, connections: {:?}",
+                    self.sent(),
+                    self.connections()
+                );
+            }
+        }
+    }
+}
+
+fn broadcast(inner: &mut Inner, ev: &Value) {
+    let text = ev.to_string();
+    for c in &inner.conns {
+        let _ = c.tx.send(Some(text.clone()));
+    }
+}
+
+async fn upgrade(
+    State(s): State<Arc<Shared>>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    // Compared as bytes: a token may be any UTF-8 (Node reads header bytes as they come).
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .or(query.get("access_token").map(String::as_bytes));
+    if !s.token.is_empty() {
+        let status = match bearer {
+            None => Some(StatusCode::UNAUTHORIZED),
+            Some(t) if t != s.token.as_bytes() => Some(StatusCode::FORBIDDEN),
+            Some(_) => None,
+        };
+        if let Some(status) = status {
+            s.with(|i| i.stats.refused += 1);
+            return status.into_response();
+        }
+    }
+    ws.on_upgrade(move |socket| serve(s, socket))
+}
+
+async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let id = s.with(|inner| {
+        inner.stats.accepted += 1;
+        let id = inner.stats.accepted as u64;
+        inner.conns.push(Conn {
+            id,
+            tx,
+            receiving: false,
+        });
+        inner.recount();
+        id
+    });
+    let hello = json!({"time": 1_790_000_000, "self_id": SELF_ID, "post_type": "meta_event",
+        "meta_event_type": "lifecycle", "sub_type": "connect"});
+    let mut open = socket
+        .send(WsMessage::Text(hello.to_string().into()))
+        .await
+        .is_ok();
+    while open {
+        tokio::select! {
+            out = rx.recv() => match out {
+                Some(Some(text)) => open = socket.send(WsMessage::Text(text.into())).await.is_ok(),
+                _ => open = false,
+            },
+            frame = socket.recv() => match frame {
+                Some(Ok(WsMessage::Text(text))) => {
+                    let answer = act(&s, id, &text);
+                    open = socket.send(WsMessage::Text(answer.to_string().into())).await.is_ok();
+                }
+                Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => open = false,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+    s.with(|inner| {
+        inner.conns.retain(|c| c.id != id);
+        inner.recount();
+    });
+}
+
+/// Answers one action frame.
+fn act(s: &Shared, conn: u64, text: &str) -> Value {
+    let Ok(req) = serde_json::from_str::<Value>(text) else {
+        return json!({"status": "failed", "retcode": 1400, "data": null, "message": "bad json"});
+    };
+    let action = req["action"].as_str().unwrap_or_default().to_string();
+    let params = &req["params"];
+    let ok = |data: Value| json!({"status": "ok", "retcode": 0, "data": data, "echo": req["echo"]});
+    s.with(|inner| {
+        inner.actions.push(action.clone());
+        match action.as_str() {
+            "get_login_info" => {
+                if let Some(c) = inner.conns.iter_mut().find(|c| c.id == conn) {
+                    c.receiving = true;
+                }
+                inner.recount();
+                ok(json!({"user_id": SELF_ID, "nickname": "小纳🤖"}))
+            }
+            "send_private_msg" | "send_group_msg" | "send_msg" => {
+                let group = params["group_id"].as_u64();
+                let chat = match (action.as_str(), group, params["message_type"].as_str()) {
+                    ("send_group_msg", Some(g), _) | ("send_msg", Some(g), Some("group")) => {
+                        format!("group:{g}")
+                    }
+                    _ => format!("private:{}", params["user_id"]),
+                };
+                let segments = match &params["message"] {
+                    Value::Array(a) => a.clone(),
+                    Value::String(s) => vec![json!({"type": "text", "data": {"text": s}})],
+                    _ => Vec::new(),
+                };
+                inner.next_id += 1;
+                let id = inner.next_id;
+                inner.authors.push((id, SELF_ID));
+                let field = |t: &str, k: &str| -> Vec<String> {
+                    segments
+                        .iter()
+                        .filter(|seg| seg["type"] == t)
+                        .filter_map(|seg| seg["data"][k].as_str().map(str::to_string))
+                        .collect()
+                };
+                inner.sent.push(Sent {
+                    id,
+                    action: action.clone(),
+                    chat,
+                    text: field("text", "text").concat(),
+                    images: field("image", "file"),
+                });
+                ok(json!({"message_id": id}))
+            }
+            "get_msg" => {
+                let id = params["message_id"].as_i64().unwrap_or_default();
+                match inner.authors.iter().find(|(m, _)| *m == id) {
+                    Some((_, user)) => ok(json!({"message_id": id, "sender": {"user_id": user}})),
+                    None => json!({"status": "failed", "retcode": 1404, "data": null,
+                                   "message": "消息不存在", "echo": req["echo"]}),
+                }
+            }
+            "get_group_member_info" => {
+                let user = params["user_id"].as_u64().unwrap_or_default();
+                ok(json!({"user_id": user, "nickname": format!("用户{user}"), "card": format!("新人{user}")}))
+            }
+            _ => json!({"status": "failed", "retcode": 1404, "data": null,
+                        "message": "不支持的API", "echo": req["echo"]}),
+        }
+    })
+}
+
+async fn image(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> Response {
+    let Some(bytes) = s.peek(|i| {
+        i.images
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, b)| b.clone())
+    }) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    // Chunked, 1 KiB at a time, no Content-Length: a reader must stream to the end.
+    let chunks: Vec<Result<Bytes, std::io::Error>> = bytes
+        .chunks(1024)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    Body::from_stream(futures::stream::iter(chunks)).into_response()
+}

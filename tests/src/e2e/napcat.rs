@@ -1,1 +1,366 @@
-//! End-to-end tests of the channel through the fleet (scaffold).
+//! The NapCat (QQ over OneBot v11) channel end to end: the fleet's processes against the
+//! OneBot fake's forward WebSocket (`channels.napcat.wsUrl` points at it) and the scripted LLM.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::harness::Fleet;
+use crate::onebot_fake::{DEFAULT_WAIT, OneBotFake, QqMessage, Sent};
+use crate::scripted_llm::Reply;
+use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
+
+/// The access token the fake accepts.
+const TOKEN: &str = "napcat-access-令牌-secret";
+/// A user every test knows (`allowFrom: [ALICE]` unless a test says otherwise).
+const ALICE: u64 = 10_001;
+/// A user in no list.
+const MALLORY: u64 = 10_666;
+/// A group with the default `mention` policy.
+const QUIET: u64 = 700_001;
+/// A group overridden to `open`.
+const LIVELY: u64 = 700_002;
+/// Log line of the replica that took the connection's lease.
+const LEASE_TAKEN: &str = "napcat connection lease taken";
+
+fn private(user: u64) -> String {
+    format!("private:{user}")
+}
+
+fn group(id: u64) -> String {
+    format!("group:{id}")
+}
+
+/// The `channels.napcat` section for `fake`, with `extra` laid over it.
+fn section(fake: &OneBotFake, extra: Value) -> Value {
+    let mut section = json!({
+        "enabled": true,
+        "wsUrl": fake.ws_url(),
+        "accessToken": TOKEN,
+        "allowFrom": [ALICE.to_string()],
+        "groupPolicyOverrides": {LIVELY.to_string(): "open"},
+        "leaseSecs": 2,
+    });
+    if let (Value::Object(base), Value::Object(extra)) = (&mut section, extra) {
+        base.extend(extra);
+    }
+    section
+}
+
+/// Starts the fake and a fleet (gateway, agent, tools) whose `channels.napcat` points at it,
+/// and waits until the gateway has logged in.
+async fn napcat_fleet(extra: Value) -> (Fleet, OneBotFake) {
+    let fake = OneBotFake::start(TOKEN).await.expect("onebot fake");
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({"channels": {"napcat": section(&fake, extra)}}))
+        .start()
+        .await
+        .expect("fleet");
+    if let Err(e) = fake.wait_receiving().await {
+        panic!(
+            "{e}; gateway log:\n{}",
+            fleet.service("gateway").log_tail(40)
+        );
+    }
+    (fleet, fake)
+}
+
+/// Waits until `chat` shows at least `n` messages of the bot.
+async fn wait_sent(fleet: &mut Fleet, fake: &OneBotFake, chat: &str, n: usize) -> Vec<Sent> {
+    fake.wait_until(&format!("{n} messages to {chat}"), DEFAULT_WAIT, |f| {
+        let sent = f.sent_to(chat);
+        (sent.len() >= n).then_some(sent)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        let logs: Vec<String> = fleet
+            .replicas("gateway")
+            .iter()
+            .map(|g| g.log_tail(60))
+            .collect();
+        panic!("{e}; gateway logs:\n{}", logs.join("\n---\n"))
+    })
+}
+
+#[tokio::test]
+async fn a_chinese_private_message_is_answered_byte_exact_through_the_fleet() {
+    let (mut fleet, fake) = napcat_fleet(json!({})).await;
+    let reply = "你好，Alice！🎉 這是回覆：a&b [1,2] 👨‍👩‍👧‍👦";
+    fleet.llm.push(Reply::text(reply));
+    let asked = "今天天气怎么样？☀️🌧️ 用 [方括号] & 逗号,";
+    fake.inject(QqMessage::private(ALICE, asked));
+    let sent = wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    assert_eq!(sent[0].text, reply, "byte-exact");
+    assert_eq!(sent[0].action, "send_private_msg");
+    assert_eq!(fleet.llm.requests()[0].last_user_text().unwrap(), asked);
+    // The same text as a CQ string (escaped per the spec) reaches the model unescaped.
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject(QqMessage::private(ALICE, asked).as_cq());
+    let sent = wait_sent(&mut fleet, &fake, &private(ALICE), 2).await;
+    assert_eq!(sent[1].text, format!("echo: {asked}"));
+    assert_eq!(fleet.llm.request_count(), 2, "each message ran once");
+}
+
+#[tokio::test]
+async fn group_messages_are_answered_when_the_bot_is_at_or_replied_to_or_the_group_is_open() {
+    let (mut fleet, fake) = napcat_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject(QqMessage::group(QUIET, ALICE, "我们自己聊"));
+    fake.inject(
+        QqMessage::group(QUIET, ALICE, "几点了？")
+            .at_bot()
+            .from_nickname("爱丽丝"),
+    );
+    let sent = wait_sent(&mut fleet, &fake, &group(QUIET), 1).await;
+    assert_eq!(
+        sent[0].text, "echo: 爱丽丝: 几点了？",
+        "0.3.5's `nickname: text`"
+    );
+    assert_eq!(sent[0].action, "send_group_msg");
+    // A reply to the bot's own message is addressed to it, without an @.
+    fake.inject(QqMessage::group(QUIET, ALICE, "继续").replying_to(sent[0].id));
+    let sent = wait_sent(&mut fleet, &fake, &group(QUIET), 2).await;
+    assert_eq!(sent[1].text, format!("echo: 用户{ALICE}: 继续"));
+    // The override opens LIVELY: no @ needed there.
+    fake.inject(QqMessage::group(LIVELY, ALICE, "有人吗"));
+    wait_sent(&mut fleet, &fake, &group(LIVELY), 1).await;
+    // A private message is the barrier: once it is answered, the un-addressed one was dropped.
+    fake.inject(QqMessage::private(ALICE, "barrier"));
+    wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    assert_eq!(fake.sent_to(&group(QUIET)).len(), 2, "{:#?}", fake.sent());
+    assert_eq!(
+        fleet.llm.request_count(),
+        4,
+        "the un-addressed message cost no call"
+    );
+}
+
+#[tokio::test]
+async fn senders_outside_allow_from_cost_no_model_call_and_get_a_pairing_code_in_private() {
+    let (mut fleet, fake) = napcat_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject(QqMessage::group(LIVELY, MALLORY, "听我的").at_bot());
+    fake.inject(QqMessage::private(MALLORY, "让我进去"));
+    let pairing = wait_sent(&mut fleet, &fake, &private(MALLORY), 1).await;
+    assert!(
+        pairing[0]
+            .text
+            .starts_with("Hi there! This assistant only responds to approved users."),
+        "{pairing:#?}"
+    );
+    fake.inject(QqMessage::private(ALICE, "barrier"));
+    wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    assert!(
+        fake.sent_to(&group(LIVELY)).is_empty(),
+        "{:#?}",
+        fake.sent()
+    );
+    assert_eq!(fake.sent_to(&private(MALLORY)).len(), 1);
+    assert_eq!(fleet.llm.request_count(), 1, "only alice reached the model");
+}
+
+#[tokio::test]
+async fn an_empty_allow_from_denies_everyone() {
+    let (mut fleet, fake) = napcat_fleet(json!({"allowFrom": []})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject(QqMessage::private(ALICE, "我是爱丽丝"));
+    let pairing = wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    assert!(pairing[0].text.contains("pairing code"), "{pairing:#?}");
+    assert_eq!(fleet.llm.request_count(), 0);
+}
+
+#[tokio::test]
+async fn an_image_is_downloaded_within_max_image_bytes_and_an_image_is_sent_back() {
+    let (fleet, fake) = napcat_fleet(json!({"maxImageBytes": 4096})).await;
+    let small: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    let big = vec![7u8; 5000];
+    let asked = fake.inject(
+        QqMessage::private(ALICE, "看图")
+            .with_image(&fake, "小猫.png", &small, false)
+            .with_image(&fake, "big.png", &big, false),
+    );
+    let saved = fleet
+        .workspace()
+        .join(".nanobot/media/napcat")
+        .join(format!("{asked}-0_小猫.png"));
+    fleet.llm.push(Reply::tool_calls([(
+        "message",
+        json!({"content": "原图奉还", "media": [saved.display().to_string()]}),
+    )]));
+    fleet.llm.push(Reply::text("好了"));
+    let sent = fake
+        .wait_until("the image sent back", DEFAULT_WAIT, |f| {
+            let sent = f.sent_to(&private(ALICE));
+            sent.iter().any(|m| m.text == "原图奉还").then_some(sent)
+        })
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&saved).unwrap(), small, "downloaded whole");
+    let media_dir = fleet.workspace().join(".nanobot/media/napcat");
+    let names: Vec<String> = std::fs::read_dir(&media_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names.len(),
+        1,
+        "the image over maxImageBytes was not kept: {names:?}"
+    );
+    let back = sent.iter().find(|m| m.text == "原图奉还").unwrap();
+    let file = back.images[0]
+        .strip_prefix("base64://")
+        .expect("a local file as base64");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(file)
+        .unwrap();
+    assert_eq!(bytes, small, "the image, then its text, in one message");
+}
+
+#[tokio::test]
+async fn a_new_group_member_is_announced_to_the_agent_as_0_3_5_does() {
+    let (mut fleet, fake) = napcat_fleet(json!({"allowFrom": ["*"]})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject_join(QUIET, 10_777);
+    let sent = wait_sent(&mut fleet, &fake, &group(QUIET), 1).await;
+    assert_eq!(
+        sent[0].text,
+        format!("echo: [group event] new member 新人10777 joined group {QUIET}")
+    );
+}
+
+#[tokio::test]
+async fn after_napcat_drops_the_connection_the_gateway_reconnects_and_answers() {
+    let (mut fleet, fake) = napcat_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.drop_connections();
+    fake.wait_until("a second login", DEFAULT_WAIT, |f| {
+        let c = f.connections();
+        (c.accepted >= 2 && c.receiving == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    fake.inject(QqMessage::private(ALICE, "还在吗"));
+    let sent = wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    assert_eq!(sent[0].text, "echo: 还在吗");
+}
+
+#[tokio::test]
+async fn with_two_gateway_replicas_one_receives_and_the_other_takes_over_after_a_sigkill() {
+    let (mut fleet, fake) = napcat_fleet(json!({"allowFrom": ["*"]})).await;
+    fleet.add_replica("gateway").await.unwrap();
+    fleet.llm.set_fallback(Reply::echo());
+    let users: Vec<u64> = (20_001..=20_004).collect();
+    for u in &users {
+        fake.inject(QqMessage::private(*u, &format!("之前 {u}")));
+    }
+    for u in &users {
+        wait_sent(&mut fleet, &fake, &private(*u), 1).await;
+    }
+    let holder = fleet
+        .replicas("gateway")
+        .iter()
+        .position(|p| p.logs().contains(LEASE_TAKEN))
+        .expect("a replica holds the connection lease");
+    fleet.service_at("gateway", holder).sigkill().unwrap();
+    fake.wait_until(
+        "the other replica logged in",
+        Duration::from_secs(30),
+        |f| {
+            let c = f.connections();
+            (c.receiving == 1
+                && f.actions()
+                    .iter()
+                    .filter(|a| *a == "get_login_info")
+                    .count()
+                    >= 2)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    for u in &users {
+        fake.inject(QqMessage::private(*u, &format!("之后 {u}")));
+    }
+    for u in &users {
+        let sent = wait_sent(&mut fleet, &fake, &private(*u), 2).await;
+        assert_eq!(sent[1].text, format!("echo: 之后 {u}"));
+    }
+    let survivor = 1 - holder;
+    assert!(
+        fleet
+            .service_at("gateway", survivor)
+            .logs()
+            .contains(LEASE_TAKEN),
+        "the other replica took the lease over"
+    );
+    fake.inject(QqMessage::private(ALICE, "最后"));
+    wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    for u in &users {
+        assert_eq!(
+            fake.sent_to(&private(*u)).len(),
+            2,
+            "{:#?}",
+            fake.sent_to(&private(*u))
+        );
+    }
+    assert_eq!(
+        fleet.llm.request_count(),
+        users.len() * 2 + 1,
+        "no message ran twice"
+    );
+    assert_eq!(
+        fake.connections().receiving_peak,
+        1,
+        "two replicas never received the same events"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_access_token_is_one_clear_error_and_the_other_channels_keep_working() {
+    let napcat = OneBotFake::start(TOKEN).await.unwrap();
+    let telegram = TelegramFake::start().await.unwrap();
+    let tg_token = "444444:telegram-token";
+    let bot = telegram.add_bot(tg_token, "nano_test_bot");
+    let mut nc = section(&napcat, json!({}));
+    nc["accessToken"] = json!("wrong-令牌-token");
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({"channels": {
+            "napcat": nc,
+            "telegram": {"enabled": true, "token": tg_token, "apiBase": telegram.api_url(),
+                         "allowFrom": ["42"], "streaming": false, "leaseSecs": 2},
+        }}))
+        .start()
+        .await
+        .expect("fleet");
+    fleet.llm.push(Reply::text("telegram still works"));
+    bot.wait_polling().await.unwrap();
+    bot.inject(Incoming::text_from(&TgUser::new(42, "alice"), "hello"));
+    bot.wait_for_call("sendMessage", |c| c.chat_id() == Some(42))
+        .await
+        .unwrap();
+    let gateway = fleet.service("gateway");
+    assert!(gateway.is_running());
+    let log = gateway.log_path().to_path_buf();
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    nanobot_runtime::testsuite::wait_until(
+        || async { read().contains("refused the access token of bot default") },
+        DEFAULT_WAIT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {}", read()));
+    let text = read();
+    assert!(
+        !text.contains("wrong-令牌-token"),
+        "the token is never logged"
+    );
+    let errors = text
+        .lines()
+        .filter(|l| l.contains("refused the access token"))
+        .count();
+    assert_eq!(errors, 1, "one error line:\n{text}");
+    assert_eq!(napcat.connections().accepted, 0);
+    assert!(napcat.connections().refused >= 1);
+}
