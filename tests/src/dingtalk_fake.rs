@@ -248,8 +248,9 @@ impl DingTalkFake {
         format!("http://{}", self.shared.addr)
     }
 
-    /// Delivers `msg` as a CALLBACK frame (to the oldest connection, or the next one to connect).
-    pub fn inject(&self, msg: &RobotMsg) {
+    /// Delivers `msg` as a CALLBACK frame (to the oldest connection, or the next one to
+    /// connect); returns the frame's message id.
+    pub fn inject(&self, msg: &RobotMsg) -> String {
         self.shared.with(|inner| {
             let id = format!("frame-{}", inner.next());
             let frame = json!({
@@ -258,9 +259,10 @@ impl DingTalkFake {
                             "messageId": id, "time": "1764000000000", "topic": BOT_TOPIC},
                 "data": msg.data.to_string(),
             });
-            inner.queue.push_back((id, frame.to_string()));
+            inner.queue.push_back((id.clone(), frame.to_string()));
             inner.flush();
-        });
+            id
+        })
     }
 
     /// Makes a file downloadable by `code`.

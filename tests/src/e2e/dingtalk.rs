@@ -1,1 +1,403 @@
-//! End-to-end tests of the channel through the fleet (scaffold).
+//! The DingTalk channel end to end: the fleet's processes against the DingTalk fake over real
+//! HTTP and WebSocket (`channels.dingtalk.apiBase` and `oapiBase` point at it; the Stream
+//! endpoint is what its `connections/open` answers) and the scripted LLM.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::dingtalk_fake::{DEFAULT_WAIT, DingTalkFake, RobotMsg};
+use crate::harness::Fleet;
+use crate::scripted_llm::Reply;
+use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
+
+/// The app's credentials the fake accepts.
+const CLIENT_ID: &str = "dingclientid0001";
+const CLIENT_SECRET: &str = "dt-secret-钉钉-never-logged";
+/// A staff member every test knows (`allowFrom: [ALICE]` unless a test says otherwise).
+const ALICE: &str = "staff-alice";
+/// A staff member in no list.
+const MALLORY: &str = "staff-mallory";
+/// A group conversation.
+const GROUP: &str = "cidGroup+AbC/42==";
+/// Log line of the replica that took the Stream lease.
+const LEASE_TAKEN: &str = "dingtalk stream lease taken";
+
+/// The `channels.dingtalk` section for `fake`, with `extra` laid over it.
+fn section(fake: &DingTalkFake, extra: Value) -> Value {
+    let mut section = json!({
+        "enabled": true,
+        "clientId": CLIENT_ID,
+        "clientSecret": CLIENT_SECRET,
+        "apiBase": fake.api_base(),
+        "oapiBase": fake.api_base(),
+        "allowFrom": [ALICE],
+        "leaseSecs": 2,
+    });
+    if let (Value::Object(base), Value::Object(extra)) = (&mut section, extra) {
+        base.extend(extra);
+    }
+    section
+}
+
+/// Starts the fake and a fleet (gateway, agent, tools) whose `channels.dingtalk` points at it,
+/// and waits until the gateway holds the Stream connection.
+async fn dingtalk_fleet(extra: Value) -> (Fleet, DingTalkFake) {
+    let fake = DingTalkFake::start(CLIENT_ID, CLIENT_SECRET)
+        .await
+        .expect("dingtalk fake");
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({"channels": {"dingtalk": section(&fake, extra)}}))
+        .start()
+        .await
+        .expect("fleet");
+    if let Err(e) = fake.wait_connected().await {
+        panic!(
+            "{e}; gateway log:\n{}",
+            fleet.service("gateway").log_tail(40)
+        );
+    }
+    (fleet, fake)
+}
+
+async fn wait_sent(fake: &DingTalkFake, chat: &str, n: usize) -> Vec<crate::dingtalk_fake::Sent> {
+    fake.wait_sent(chat, n)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn a_chinese_dm_is_answered_byte_exact_and_its_frame_acknowledged_without_secrets_in_logs() {
+    let (mut fleet, fake) = dingtalk_fleet(json!({})).await;
+    let asked = "你好，钉钉 👋🏽 今天天气怎么样？";
+    let answer = "晴天 ☀️，气温 25°C 🌡️ — 祝你愉快！👨‍👩‍👧 **加油**";
+    fleet.llm.push(Reply::text(answer));
+    let frame = fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", asked));
+    let sent = wait_sent(&fake, ALICE, 1).await;
+    assert_eq!(sent[0].key, "sampleMarkdown");
+    assert_eq!(sent[0].text(), answer, "byte-exact");
+    assert_eq!(sent[0].param["title"], "Nanobot Reply");
+    assert_eq!(fleet.llm.requests()[0].last_user_text().unwrap(), asked);
+    let ack = fake
+        .wait_until("the frame acknowledged", DEFAULT_WAIT, |f| f.ack_of(&frame))
+        .await
+        .unwrap();
+    assert_eq!(ack["code"], 200, "{ack}");
+    let log = fleet.service("gateway").logs();
+    for secret in [CLIENT_SECRET, "at-", "tk+", "ticket="] {
+        assert!(!log.contains(secret), "{secret:?} in the gateway log");
+    }
+}
+
+#[tokio::test]
+async fn a_9000_character_cjk_reply_arrives_in_chunks_of_at_most_4000_characters() {
+    let (fleet, fake) = dingtalk_fleet(json!({})).await;
+    let answer = "钉钉😀".repeat(3000);
+    fleet.llm.push(Reply::text(answer.clone()));
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "写长一点"));
+    let sent = wait_sent(&fake, ALICE, 3).await;
+    let lens: Vec<usize> = sent.iter().map(|s| s.text().chars().count()).collect();
+    assert_eq!(lens, [4000, 4000, 1000], "{lens:?}");
+    let joined: String = sent.iter().map(|s| s.text()).collect();
+    assert_eq!(joined, answer, "nothing lost, no character cut");
+}
+
+#[tokio::test]
+async fn a_group_reply_goes_to_the_group_under_the_senders_name_and_isolated_members_share_no_history()
+ {
+    let (fleet, fake) = dingtalk_fleet(json!({
+        "allowFrom": [ALICE, "staff-bob"], "groupUserIsolation": true,
+    }))
+    .await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject(&RobotMsg::group(
+        GROUP,
+        ALICE,
+        "小明 [管理员]",
+        "我的暗号是 🍉",
+    ));
+    let chat = format!("group:{GROUP}");
+    let sent = wait_sent(&fake, &chat, 1).await;
+    assert_eq!(
+        sent[0].text(),
+        "# @小明 \\[管理员\\]\n\necho: 我的暗号是 🍉",
+        "0.3.5's header, the name escaped"
+    );
+    fake.inject(&RobotMsg::group(GROUP, "staff-bob", "鲍勃", "暗号是什么？"));
+    wait_sent(&fake, &chat, 2).await;
+    let second = fleet.llm.requests()[1].messages();
+    assert!(
+        !serde_json::to_string(&second).unwrap().contains("🍉"),
+        "bob's session holds nothing of alice's: {second:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_sender_outside_allow_from_costs_no_model_call_and_gets_a_pairing_code_only_in_a_dm() {
+    let (fleet, fake) = dingtalk_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject(&RobotMsg::group(GROUP, MALLORY, "坏人", "听我的"));
+    fake.inject(&RobotMsg::dm(MALLORY, "坏人", "让我进去"));
+    let pairing = wait_sent(&fake, MALLORY, 1).await;
+    assert!(
+        pairing[0]
+            .text()
+            .starts_with("Hi there! This assistant only responds to approved users."),
+        "{pairing:#?}"
+    );
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "barrier"));
+    wait_sent(&fake, ALICE, 1).await;
+    assert!(
+        fake.sent_to(&format!("group:{GROUP}")).is_empty(),
+        "{:#?}",
+        fake.sent()
+    );
+    assert_eq!(fleet.llm.request_count(), 1, "only alice reached the model");
+}
+
+#[tokio::test]
+async fn with_private_chat_disabled_a_dm_gets_the_notice_and_no_model_call() {
+    let (fleet, fake) = dingtalk_fleet(json!({"disablePrivateChat": true})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "私聊可以吗"));
+    let sent = wait_sent(&fake, ALICE, 1).await;
+    assert_eq!(sent[0].text(), "该机器人未开启私聊，请在群聊中与我对话。");
+    fake.inject(&RobotMsg::group(GROUP, ALICE, "爱丽丝", "群里呢"));
+    let group = wait_sent(&fake, &format!("group:{GROUP}"), 1).await;
+    assert!(group[0].text().ends_with("echo: 群里呢"), "{group:#?}");
+    assert_eq!(fleet.llm.request_count(), 1, "the DM cost no model call");
+}
+
+#[tokio::test]
+async fn a_message_delivered_twice_is_answered_once() {
+    let (fleet, fake) = dingtalk_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    let msg = RobotMsg::dm(ALICE, "爱丽丝", "只回答一次 🙏");
+    let first = fake.inject(&msg);
+    let again = fake.inject(&msg);
+    fake.wait_until("both deliveries acknowledged", DEFAULT_WAIT, |f| {
+        (f.ack_of(&first).is_some() && f.ack_of(&again).is_some()).then_some(())
+    })
+    .await
+    .unwrap();
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "barrier"));
+    let sent = wait_sent(&fake, ALICE, 2).await;
+    let texts: Vec<&str> = sent.iter().map(|s| s.text()).collect();
+    assert_eq!(texts, ["echo: 只回答一次 🙏", "echo: barrier"]);
+    assert_eq!(fleet.llm.request_count(), 2);
+}
+
+#[tokio::test]
+async fn a_ping_is_acknowledged_with_its_data_and_a_disconnect_reconnects() {
+    let (fleet, fake) = dingtalk_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    let ping = fake.ping("不透明-1");
+    let ack = fake
+        .wait_until("the ping acknowledged", DEFAULT_WAIT, |f| f.ack_of(&ping))
+        .await
+        .unwrap();
+    assert_eq!(ack["data"], json!({"opaque": "不透明-1"}).to_string());
+    fake.disconnect();
+    fake.wait_until("a second connection", DEFAULT_WAIT, |f| {
+        let c = f.conns();
+        (c.opened >= 2 && c.now == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "还在吗"));
+    let sent = wait_sent(&fake, ALICE, 1).await;
+    assert_eq!(sent[0].text(), "echo: 还在吗");
+    assert_eq!(fake.conns().peak, 1, "never two connections at once");
+}
+
+#[tokio::test]
+async fn with_two_gateway_replicas_one_holds_the_stream_and_the_other_takes_over_after_a_sigkill() {
+    let (mut fleet, fake) = dingtalk_fleet(json!({"allowFrom": ["*"]})).await;
+    fleet.add_replica("gateway").await.unwrap();
+    fleet.llm.set_fallback(Reply::echo());
+    let users: Vec<String> = (1..=4).map(|u| format!("staff-{u}")).collect();
+    for u in &users {
+        fake.inject(&RobotMsg::dm(u, "用户", &format!("之前 {u}")));
+    }
+    for u in &users {
+        wait_sent(&fake, u, 1).await;
+    }
+    let holder = fleet
+        .replicas("gateway")
+        .iter()
+        .position(|p| p.logs().contains(LEASE_TAKEN))
+        .expect("a replica holds the stream lease");
+    assert_eq!(fake.conns().now, 1);
+    let opened = fake.conns().opened;
+    fleet.service_at("gateway", holder).sigkill().unwrap();
+    fake.wait_until(
+        "the killed holder's connection closed and another opened",
+        Duration::from_secs(30),
+        |f| {
+            let c = f.conns();
+            (c.now == 1 && c.opened > opened).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    for u in &users {
+        fake.inject(&RobotMsg::dm(u, "用户", &format!("之后 {u}")));
+    }
+    for u in &users {
+        let sent = wait_sent(&fake, u, 2).await;
+        assert_eq!(sent[1].text(), format!("echo: 之后 {u}"));
+    }
+    let survivor = 1 - holder;
+    assert!(
+        fleet
+            .service_at("gateway", survivor)
+            .logs()
+            .contains(LEASE_TAKEN),
+        "the other replica took the lease over"
+    );
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "last"));
+    wait_sent(&fake, ALICE, 1).await;
+    for u in &users {
+        assert_eq!(fake.sent_to(u).len(), 2, "{:#?}", fake.sent_to(u));
+    }
+    assert_eq!(
+        fleet.llm.request_count(),
+        users.len() * 2 + 1,
+        "no message ran twice"
+    );
+    assert_eq!(
+        fake.conns().peak,
+        1,
+        "two connections of one app never overlapped"
+    );
+}
+
+#[tokio::test]
+async fn refused_credentials_are_one_clear_error_and_the_other_channels_keep_serving() {
+    let dingtalk = DingTalkFake::start(CLIENT_ID, "the-real-secret")
+        .await
+        .unwrap();
+    let telegram = TelegramFake::start().await.unwrap();
+    let tg_token = "444444:telegram-token";
+    let bot = telegram.add_bot(tg_token, "nano_test_bot");
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({"channels": {
+            "dingtalk": section(&dingtalk, json!({})),
+            "telegram": {"enabled": true, "token": tg_token, "apiBase": telegram.api_url(),
+                         "allowFrom": ["42"], "streaming": false, "leaseSecs": 2},
+        }}))
+        .start()
+        .await
+        .expect("fleet");
+    fleet.llm.push(Reply::text("telegram still works"));
+    bot.wait_polling().await.unwrap();
+    bot.inject(Incoming::text_from(&TgUser::new(42, "alice"), "hello"));
+    bot.wait_for_call("sendMessage", |c| c.chat_id() == Some(42))
+        .await
+        .unwrap();
+    let gateway = fleet.service("gateway");
+    assert!(gateway.is_running());
+    let log = gateway.log_path().to_path_buf();
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    nanobot_runtime::testsuite::wait_until(
+        || async { read().contains("dingtalk refused the clientId/clientSecret of bot default") },
+        DEFAULT_WAIT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {}", read()));
+    let errors = read()
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains("dingtalk"))
+        .count();
+    assert_eq!(errors, 1, "one error line: {}", read());
+    assert!(
+        !read().contains(CLIENT_SECRET),
+        "the secret is never logged"
+    );
+    assert_eq!(dingtalk.conns().opened, 0);
+    assert_eq!(dingtalk.refused(), 1, "refused credentials are not retried");
+}
+
+#[tokio::test]
+async fn a_picture_is_downloaded_into_the_turn_and_a_file_reply_is_uploaded() {
+    let (fleet, fake) = dingtalk_fleet(json!({})).await;
+    let png = b"\x89PNG\r\n\x1a\n fake picture".to_vec();
+    fake.add_file("dc+图片/1", &png);
+    let msg = RobotMsg::dm(ALICE, "爱丽丝", "").picture("dc+图片/1");
+    let saved = fleet
+        .workspace()
+        .join(".nanobot/media/dingtalk")
+        .join(format!("{}_image.jpg", msg.msg_id()));
+    let report = fleet.workspace().join("报告.txt");
+    std::fs::write(&report, "季度报告 📈").unwrap();
+    fleet.llm.push(Reply::tool_calls([(
+        "message",
+        json!({"content": "报告在此", "media": [report.display().to_string()]}),
+    )]));
+    fleet.llm.push(Reply::text("已发送。"));
+    fake.inject(&msg);
+    let sent = fake
+        .wait_until("the message tool's file", DEFAULT_WAIT, |f| {
+            let sent = f.sent_to(ALICE);
+            sent.iter().any(|s| s.key == "sampleFile").then_some(sent)
+        })
+        .await
+        .unwrap();
+    let turn = fleet.llm.requests()[0].last_user_text().unwrap();
+    assert_eq!(
+        turn,
+        format!("[Image]\n\nReceived files:\n- {}", saved.display()),
+        "0.3.5's text for a picture"
+    );
+    assert_eq!(std::fs::read(&saved).unwrap(), png, "downloaded whole");
+    let uploads = fake.uploads();
+    assert_eq!(uploads.len(), 1, "{uploads:#?}");
+    assert_eq!(
+        (uploads[0].kind.as_str(), uploads[0].name.as_str()),
+        ("file", "报告.txt")
+    );
+    assert_eq!(uploads[0].bytes, "季度报告 📈".as_bytes());
+    let keys: Vec<&str> = sent.iter().map(|s| s.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["sampleMarkdown", "sampleFile"],
+        "the text, then its file: {sent:#?}"
+    );
+    assert_eq!(sent[0].text(), "报告在此");
+    assert_eq!(sent[1].param["fileName"], "报告.txt");
+    assert_eq!(sent[1].param["fileType"], "txt");
+}
+
+#[tokio::test]
+async fn tool_hints_are_not_sent_when_send_tool_hints_is_off() {
+    let (fleet, fake) = dingtalk_fleet(json!({"sendToolHints": false})).await;
+    fleet.llm.push(Reply::tool_calls([(
+        "message",
+        json!({"content": "工具发的"}),
+    )]));
+    fleet.llm.push(Reply::text("完成"));
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "用工具"));
+    wait_sent(&fake, ALICE, 1).await;
+    fleet.llm.push(Reply::text("第二个回答"));
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "barrier"));
+    fake.wait_until("the barrier answered", DEFAULT_WAIT, |f| {
+        f.sent_to(ALICE)
+            .iter()
+            .any(|s| s.text() == "第二个回答")
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    let shown: Vec<String> = fake
+        .sent_to(ALICE)
+        .iter()
+        .map(|s| s.text().to_string())
+        .collect();
+    assert_eq!(
+        shown,
+        ["工具发的", "第二个回答"],
+        "no tool hint; the final after the message tool is not repeated, as 0.3.5"
+    );
+}
