@@ -9,6 +9,9 @@ agent loop calls `Session.get_history`: no message cap, no token budget).
   (placeholder assistant rows, malformed tool calls, orphan results, missing results, empty
   results, adjacent user messages), with no workspace and a tool-result cap no case reaches.
 - `replay`: the two in turn, what a turn sends of its history.
+- `checkpoint`: `Session.commit_summary_checkpoint(summary, insert_at=archive_end)` on a
+  session holding `messages` with `last_archived`, as an archive commits it: the stored rows
+  (timestamps left out), the new watermark, the `_last_summary` text, and what is replayed.
 - `fit_to_budget`: a whole request (`messages` with its system row) under `context_window`
   and `max_tokens` as `prepare_request` treats it without tools: left alone unless the
   estimate reaches the input budget, else `ContextGovernor.fit_to_budget`'s snip and tool-row
@@ -116,3 +119,20 @@ def fit_to_budget(spec: dict) -> object:
         return governor.fit_to_budget(config, messages, tool_definitions=None)
     except ContextWindowExceededError:
         return {"error": "over budget"}
+
+
+def checkpoint(spec: dict) -> dict:
+    session = Session(
+        key="probe:1",
+        messages=deepcopy(spec["messages"]),
+        last_consolidated=spec.get("last_archived", 0),
+    )
+    session.commit_summary_checkpoint(spec["summary"], insert_at=spec["archive_end"])
+    return {
+        "messages": [
+            {k: v for k, v in m.items() if k != "timestamp"} for m in session.messages
+        ],
+        "last_archived": session.last_archived,
+        "summary": session.metadata["_last_summary"]["text"],
+        "history": _prepare(session.get_history()),
+    }

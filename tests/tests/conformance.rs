@@ -31,3 +31,6 @@ mod history;
 
 #[path = "../conformance/tool_definitions.rs"]
 mod tool_definitions;
+
+#[path = "../conformance/checkpoint.rs"]
+mod checkpoint;

@@ -22,6 +22,33 @@ pub const MAX_REPLAY_MESSAGES: usize = usize::MAX;
 pub const SUMMARY_CONTINUATION_TEXT: &str =
     "Continue the active task from the working-memory checkpoint above.";
 
+/// The hidden row 0.3.5's `Session.commit_summary_checkpoint` inserts at an archive boundary:
+/// replay resumes at it, after the summary the system prompt carries.
+pub fn summary_checkpoint_row() -> Value {
+    json!({
+        "role": "user",
+        "content": SUMMARY_CONTINUATION_TEXT,
+        "_hidden_history": true,
+        "timestamp": now_iso(),
+    })
+}
+
+/// 0.3.5 `is_hidden_history_message`'s marker: `_hidden_history` true or an object.
+pub(crate) fn is_hidden(m: &Value) -> bool {
+    m.get("_hidden_history")
+        .is_some_and(|v| v == &Value::Bool(true) || v.is_object())
+}
+
+/// 0.3.5 `is_summary_checkpoint`: a hidden row holding [`SUMMARY_CONTINUATION_TEXT`].
+pub fn is_summary_checkpoint(m: &Value) -> bool {
+    is_hidden(m) && m.get("content").and_then(Value::as_str) == Some(SUMMARY_CONTINUATION_TEXT)
+}
+
+/// Whether an archive takes the row (0.3.5 `archive_session`: not a command, not a checkpoint).
+pub fn is_archivable(m: &Value) -> bool {
+    !truthy(m.get("_command")) && !is_summary_checkpoint(m)
+}
+
 /// Keys of a stored row the model is sent (when the row has them, even as null).
 const REPLAY_KEYS: &[&str] = &[
     "tool_calls",

@@ -472,6 +472,33 @@ impl SessionWriter {
             .await
     }
 
+    /// Commits an archive checkpoint in one fenced write, as 0.3.5's
+    /// `commit_summary_checkpoint`: the hidden continuation row inserted at `boundary` (later
+    /// rows move one down), `last_consolidated` set to it (replay resumes there) and, when
+    /// given, the metadata (its `_last_summary`).
+    pub async fn checkpoint(
+        &self,
+        key: &str,
+        boundary: usize,
+        metadata: Option<&Map<String, Value>>,
+    ) -> Result<()> {
+        let (fence, token) = self.token();
+        let mut inv = scripts::CHECKPOINT.prepare_invoke();
+        inv.key(fence)
+            .key(keys::session_messages(&self.store.bot, key))
+            .key(keys::session_meta(&self.store.bot, key))
+            .arg(token)
+            .arg(boundary)
+            .arg(crate::history::summary_checkpoint_row().to_string())
+            .arg(
+                metadata
+                    .map(|m| Value::Object(m.clone()).to_string())
+                    .unwrap_or_default(),
+            )
+            .arg(uuid::Uuid::new_v4().to_string());
+        self.run("checkpoint", key, inv).await
+    }
+
     async fn set_field(&self, key: &str, field: &str, value: String) -> Result<()> {
         let (fence, token) = self.token();
         let mut inv = scripts::SET_FIELD.prepare_invoke();

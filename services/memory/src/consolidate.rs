@@ -2,7 +2,10 @@
 //! user-aligned chunks until its context is under `budget × consolidationRatio`, archive a
 //! `/new` snapshot, or archive an idle session's whole tail. Each chunk becomes one
 //! `history.jsonl` entry: an LLM summary, or upstream's raw archive when the call cannot be
-//! used.
+//! used. A committed chunk leaves 0.3.5's summary checkpoint: `_last_summary` (the summary,
+//! or the raw archive after the previous summary) and the hidden continuation row inserted at
+//! the boundary, where replay resumes (`last_consolidated` points at it); the next archive
+//! skips that row, as it skips command rows.
 //!
 //! Fencing: the LLM call runs without holding anything; the result is committed under the
 //! session's own lease (the agent's lease primitive and keys, so no turn runs meanwhile),
@@ -14,6 +17,7 @@
 //! SIGKILL: a worker killed after appending a chunk's row but before `last_consolidated` (or
 //! the job's done marker) leaves the row; the redelivered job archives the same chunk again,
 //! finds the row by the chunk's id and only advances `last_consolidated`: one row per chunk.
+//! The checkpoint (row, `last_consolidated`, metadata) is one script: all or nothing.
 
 use std::time::Duration;
 
@@ -81,9 +85,10 @@ pub struct Ctx<'a> {
 
 /// A chunk's archive text.
 struct Archived {
+    /// The `history.jsonl` entry.
     text: String,
-    /// The LLM summary, when there is one (kept as `_last_summary`).
-    summary: Option<String>,
+    /// Whether it is the raw archive (the LLM summary could not be used).
+    raw: bool,
 }
 
 /// Returns the channel part of a session key (`telegram:1` → `telegram`).
@@ -115,14 +120,14 @@ async fn archive_text(
     };
     match attempt.await {
         Ok(summary) => Archived {
-            text: summary.clone(),
-            summary: Some(summary),
+            text: summary,
+            raw: false,
         },
         Err(reason) => {
             tracing::warn!(session_id = %session_key, %reason, "archiving raw messages");
             Archived {
-                text: archive::raw_archive(&messages[from..boundary]),
-                summary: None,
+                text: archive::raw_archive(&archive::archivable(&messages[from..boundary])),
+                raw: true,
             }
         }
     }
@@ -185,15 +190,17 @@ async fn commit_chunk(
         if lease.lost().is_cancelled() {
             return Err(Error::Busy(session_key.to_string()));
         }
+        let mut metadata: Map<String, Value> = now.metadata;
+        let summary = if archived.raw {
+            archive::raw_checkpoint(&metadata, &archived.text)
+        } else {
+            archived.text.clone()
+        };
+        archive::remember_summary(&mut metadata, &summary);
         append_history(ctx, archived.text, session_key, chunk).await?;
         sessions
-            .set_last_consolidated(session_key, boundary)
+            .checkpoint(session_key, boundary, Some(&metadata))
             .await?;
-        if let Some(summary) = &archived.summary {
-            let mut metadata: Map<String, Value> = now.metadata;
-            archive::remember_summary(&mut metadata, summary);
-            sessions.set_metadata(session_key, &metadata).await?;
-        }
         Ok(true)
     }
     .await;
@@ -224,7 +231,7 @@ pub async fn by_tokens(ctx: Ctx<'_>, session_key: &str, overhead: u64) -> Result
             break;
         };
         let archived = archive_text(ctx, session_key, &session.messages, from, boundary).await;
-        let raw = archived.summary.is_none();
+        let raw = archived.raw;
         let chunk = &session.messages[from..boundary];
         if !commit_chunk(ctx, session_key, chunk, from, false, archived).await? {
             break;
@@ -245,7 +252,7 @@ pub async fn idle(ctx: Ctx<'_>, session_key: &str) -> Result<Outcome, Error> {
     let session = ctx.bot.sessions.load(session_key).await?;
     let from = session.last_consolidated;
     let boundary = session.messages.len();
-    if from >= boundary {
+    if archive::archivable(&session.messages[from.min(boundary)..]).is_empty() {
         return Ok(Outcome {
             archived: 0,
             last_consolidated: from,
@@ -268,7 +275,7 @@ pub async fn snapshot(
     messages_json: &str,
 ) -> Result<Outcome, Error> {
     let rows: Vec<Value> = serde_json::from_str(messages_json)?;
-    if rows.is_empty() {
+    if archive::archivable(&rows).is_empty() {
         return Ok(Outcome::default());
     }
     let archived = archive_text(ctx, session_key, &rows, 0, rows.len()).await;

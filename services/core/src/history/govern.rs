@@ -192,9 +192,7 @@ fn blank_text_blocks(blocks: &[Value]) -> bool {
 }
 
 fn mergeable_user(m: &Value) -> bool {
-    let hidden = m
-        .get("_hidden_history")
-        .is_some_and(|v| v == &Value::Bool(true) || v.is_object());
+    let hidden = super::is_hidden(m);
     let boundary = m.pointer("/_meta/provider_state_boundary") == Some(&Value::Bool(true));
     role(m) == "user"
         && m.get("content").and_then(Value::as_str) != Some(SUMMARY_CONTINUATION_TEXT)

@@ -50,17 +50,20 @@ pub enum RawReason {
 
 /// Returns the index of the `user` row after `from` up to which messages are archived so
 /// that at least `needed` tokens go; the last candidate when none removes enough; `None`
-/// when there is no later user row.
+/// when there is no later user row. A chunk holds at least one row an archive takes (a
+/// summary checkpoint or a command alone is no chunk).
 pub fn pick_boundary(messages: &[Value], from: usize, needed: usize) -> Option<usize> {
     let mut removed = 0;
     let mut last = None;
+    let mut takes = false;
     for (i, m) in messages.iter().enumerate().skip(from) {
-        if i > from && m.get("role").and_then(Value::as_str) == Some("user") {
+        if i > from && takes && m.get("role").and_then(Value::as_str) == Some("user") {
             last = Some(i);
             if removed >= needed {
                 return Some(i);
             }
         }
+        takes |= history::is_archivable(m);
         removed += estimate_message(m);
     }
     last
@@ -86,7 +89,7 @@ pub fn archive_messages(
         return Err(RawReason::NoBudget);
     }
     let prefix = history::replay(&messages[..boundary], from, usize::MAX);
-    let chunk = history::replay(&messages[from..boundary], 0, usize::MAX);
+    let chunk = history::replay(&archivable(&messages[from..boundary]), 0, usize::MAX);
     if chunk.is_empty() || prefix.len() < chunk.len() {
         return Err(RawReason::NoReplay);
     }
@@ -98,6 +101,16 @@ pub fn archive_messages(
         return Err(RawReason::OverBudget);
     }
     Ok(out)
+}
+
+/// The rows of `chunk` an archive takes: no command rows, no summary checkpoint (0.3.5
+/// `archive_session`'s filter).
+pub fn archivable(chunk: &[Value]) -> Vec<Value> {
+    chunk
+        .iter()
+        .filter(|m| history::is_archivable(m))
+        .cloned()
+        .collect()
 }
 
 /// Returns the archive request: `messages`, the bot's tools offered with `tool_choice: none`.
@@ -225,6 +238,24 @@ pub fn remember_summary(metadata: &mut Map<String, Value>, text: &str) {
     );
 }
 
+/// Returns the checkpoint a raw archive leaves (0.3.5 `_combine_raw_checkpoint`): the raw text
+/// alone, or after the previous summary. 0.3.5 then bounds it to the bot's `maxTokens`
+/// tokens; ours is bounded by the raw archive's [`RAW_ARCHIVE_CHARS`] and the summary's
+/// [`SUMMARY_CHARS`].
+pub fn raw_checkpoint(metadata: &Map<String, Value>, raw: &str) -> String {
+    let previous = metadata
+        .get(meta::LAST_SUMMARY)
+        .and_then(|s| s.get("text"))
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty());
+    match previous {
+        None => raw.to_string(),
+        Some(previous) => format!(
+            "[Previous archived context]\n{previous}\n\n[Newly archived raw context]\n{raw}"
+        ),
+    }
+}
+
 /// Returns the `[Archived Context Summary]` section for a session's metadata, as 0.3.5 ends its
 /// system prompt: `Previous conversation summary (last active <when>):` and the text as stored;
 /// none without a summary or when it is `(nothing)`. A missing or unreadable `last_active` reads
@@ -274,6 +305,50 @@ mod tests {
         assert_eq!(pick_boundary(&m, 0, 100_000), Some(5), "last candidate");
         assert_eq!(pick_boundary(&m[..3], 0, 1), None);
         assert_eq!(pick_boundary(&m, 3, 1), Some(5));
+    }
+
+    /// After a checkpoint, archiving starts at the hidden row: it and command rows are no
+    /// chunk of their own, and the archive counts and takes only the real rows (0.3.5
+    /// `archive_session`'s filter).
+    #[test]
+    fn a_checkpoint_row_is_skipped_by_the_next_archive() {
+        let mut m = msgs();
+        m.insert(3, history::summary_checkpoint_row());
+        m.insert(
+            4,
+            json!({"role": "user", "content": "/status", "_command": true}),
+        );
+        // [u, a(call), tool, HIDDEN, /status, u b, a c, u d]
+        assert_eq!(pick_boundary(&m, 3, 1), Some(7), "not the /status row");
+        assert_eq!(
+            pick_boundary(&m[..6], 3, 1),
+            None,
+            "nothing to archive before b"
+        );
+        let tools = vec![];
+        let out = archive_messages("SYS", &m, 3, 7, &tools, 10_000).unwrap();
+        let last = out.last().unwrap()["content"].as_str().unwrap();
+        assert!(
+            last.starts_with("Write a memory overview of only the final 2 conversation"),
+            "{last}"
+        );
+        let raw = raw_archive(&archivable(&m[3..7]));
+        assert!(raw.starts_with("[RAW] 2 messages\n"), "{raw}");
+        assert!(!raw.contains("Continue the active task"), "{raw}");
+    }
+
+    #[test]
+    fn a_raw_checkpoint_keeps_the_previous_summary_before_the_raw_text_as_0_3_5() {
+        let mut meta = Map::new();
+        assert_eq!(
+            raw_checkpoint(&meta, "[RAW] 1 messages\n…"),
+            "[RAW] 1 messages\n…"
+        );
+        remember_summary(&mut meta, "- 用户喜欢猫 🐈");
+        assert_eq!(
+            raw_checkpoint(&meta, "[RAW] 1 messages\n…"),
+            "[Previous archived context]\n- 用户喜欢猫 🐈\n\n[Newly archived raw context]\n[RAW] 1 messages\n…"
+        );
     }
 
     #[test]

@@ -72,6 +72,24 @@ pub(super) static SET_FIELD: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// Commits an archive checkpoint (0.3.5 `Session.commit_summary_checkpoint`): inserts a row
+/// at index `boundary` (the rows from there on move one down), sets `last_consolidated` to
+/// it and writes the metadata when given. KEYS: fence, messages, meta.
+/// ARGV: token, boundary, row, metadata JSON or '', write id.
+pub(super) static CHECKPOINT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(fenced_once!(
+        "5",
+        "local b = tonumber(ARGV[2])
+         local tail = redis.call('LRANGE', KEYS[2], b, -1)
+         if b == 0 then redis.call('DEL', KEYS[2]) else redis.call('LTRIM', KEYS[2], 0, b - 1) end
+         redis.call('RPUSH', KEYS[2], ARGV[3])
+         for _, row in ipairs(tail) do redis.call('RPUSH', KEYS[2], row) end
+         redis.call('HSET', KEYS[3], 'last_consolidated', b)
+         if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], 'metadata', ARGV[4]) end
+         return 1"
+    ))
+});
+
 /// Clears the messages and drops metadata fields. KEYS: fence, messages, meta. ARGV: token,
 /// now, metadata fields to drop….
 pub(super) static CLEAR: LazyLock<Script> = LazyLock::new(|| {

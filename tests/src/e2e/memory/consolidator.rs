@@ -108,7 +108,16 @@ async fn a_session_over_budget_is_summarised_into_history_and_the_summary_reache
         "{}",
         &system[system.len().saturating_sub(300)..]
     );
-    assert_eq!(session_rows(&fleet, "default", session).await.len(), 6);
+    // 0.3.5's checkpoint: the hidden continuation row sits at the archive boundary, where
+    // replay resumes (what the model is then sent: tests/conformance/checkpoint.json).
+    let rows = session_rows(&fleet, "default", session).await;
+    assert_eq!(rows.len(), 7, "{rows:#?}");
+    assert_eq!(rows[2]["role"], "user");
+    assert_eq!(
+        rows[2]["content"],
+        "Continue the active task from the working-memory checkpoint above."
+    );
+    assert_eq!(rows[2]["_hidden_history"], true);
 }
 
 fn chrono_like(ts: &str) -> bool {
@@ -140,8 +149,10 @@ async fn a_failed_archive_call_falls_back_to_the_raw_archive() {
     )
     .await
     .expect("raw archives advance last_consolidated too");
-    let meta = session_rows(&fleet, "default", session).await;
-    assert_eq!(meta.len(), 4);
+    // The raw archive leaves the checkpoint too (0.3.5 commits its raw checkpoint).
+    let rows = session_rows(&fleet, "default", session).await;
+    assert_eq!(rows.len(), 5);
+    assert_eq!(rows[2]["_hidden_history"], true);
 }
 
 #[tokio::test]
