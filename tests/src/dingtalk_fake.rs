@@ -18,7 +18,7 @@
 //!   over 20,000 bytes is a 400.
 //! - Files: `POST /v1.0/robot/messageFiles/download` (`downloadCode` → `downloadUrl`), the file
 //!   at `GET /files/{code}`; `POST /media/upload?access_token=…&type=…` (multipart `media`)
-//!   answers a `media_id`.
+//!   answers a `media_id`. [`DingTalkFake::hold_files`] keeps downloads waiting.
 //!
 //! # Test controls
 //! [`DingTalkFake::inject`] delivers a user's [`RobotMsg`]; [`DingTalkFake::sent`] is what the
@@ -148,6 +148,8 @@ struct Inner {
     uploads: Vec<Upload>,
     files: HashMap<String, Vec<u8>>,
     refused: usize,
+    file_requests: usize,
+    hold_files: bool,
 }
 
 impl Inner {
@@ -269,6 +271,16 @@ impl DingTalkFake {
     pub fn add_file(&self, code: &str, bytes: &[u8]) {
         self.shared
             .with(|inner| inner.files.insert(code.into(), bytes.to_vec()));
+    }
+
+    /// Holds every file download (`GET /files/…`) until called with false.
+    pub fn hold_files(&self, hold: bool) {
+        self.shared.with(|i| i.hold_files = hold);
+    }
+
+    /// Returns how many file downloads were asked for.
+    pub fn file_requests(&self) -> usize {
+        self.shared.peek(|i| i.file_requests)
     }
 
     /// Sends a SYSTEM frame of `topic` to every connection; returns its message id.
@@ -607,6 +619,13 @@ async fn download_url(
 }
 
 async fn file(State(s): State<Arc<Shared>>, Path(code): Path<String>) -> Response {
+    s.with(|i| i.file_requests += 1);
+    let mut changed = s.changed.subscribe();
+    while s.peek(|i| i.hold_files) {
+        if changed.changed().await.is_err() {
+            break;
+        }
+    }
     match s.peek(|i| i.files.get(&code).cloned()) {
         Some(bytes) => bytes.into_response(),
         None => StatusCode::NOT_FOUND.into_response(),

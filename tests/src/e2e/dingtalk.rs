@@ -401,3 +401,43 @@ async fn tool_hints_are_not_sent_when_send_tool_hints_is_off() {
         "no tool hint; the final after the message tool is not repeated, as 0.3.5"
     );
 }
+
+#[tokio::test]
+async fn a_message_whose_holder_is_sigkilled_mid_handling_is_delivered_again_and_answered_once() {
+    let (mut fleet, fake) = dingtalk_fleet(json!({})).await;
+    fleet.add_replica("gateway").await.unwrap();
+    fleet.llm.set_fallback(Reply::echo());
+    fake.add_file("dc-held", b"held picture");
+    fake.hold_files(true);
+    let msg = RobotMsg::dm(ALICE, "爱丽丝", "").picture("dc-held");
+    let frame = fake.inject(&msg);
+    fake.wait_until("the picture asked for", DEFAULT_WAIT, |f| {
+        (f.file_requests() >= 1).then_some(())
+    })
+    .await
+    .unwrap();
+    let holder = fleet
+        .replicas("gateway")
+        .iter()
+        .position(|p| p.logs().contains(LEASE_TAKEN))
+        .expect("a replica holds the stream lease");
+    let opened = fake.conns().opened;
+    fleet.service_at("gateway", holder).sigkill().unwrap();
+    fake.wait_until(
+        "the frame delivered to a new connection",
+        Duration::from_secs(30),
+        |f| (f.conns().opened > opened && f.file_requests() >= 2).then_some(()),
+    )
+    .await
+    .unwrap();
+    fake.hold_files(false);
+    let sent = wait_sent(&fake, ALICE, 1).await;
+    assert!(sent[0].text().starts_with("echo: [Image]"), "{sent:#?}");
+    fake.wait_until("the frame acknowledged", DEFAULT_WAIT, |f| f.ack_of(&frame))
+        .await
+        .unwrap();
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "barrier"));
+    let sent = wait_sent(&fake, ALICE, 2).await;
+    assert_eq!(sent.len(), 2, "answered once: {sent:#?}");
+    assert_eq!(fleet.llm.request_count(), 2);
+}
