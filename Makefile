@@ -25,7 +25,7 @@ UP := NANOBOT_SKILLS_DIR="$${NANOBOT_SKILLS_DIR:-$(CURDIR)/skills}" $(NANOBOT) u
 LINK := $(HOME)/.cargo/bin/nanobot
 
 .PHONY: help deps deps-model deps-test build dist link run up down status logs test test-unit lint \
-	fmt proto compose-check compose-env clean-run
+	fmt proto compose-check compose-env clean-run image compose-smoke
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -98,6 +98,13 @@ compose-check: ## Validate docker-compose.yml with generated credentials (make d
 	@scripts/deps.sh compose >/dev/null
 	@creds=$$(mktemp) && trap 'rm -f "$$creds"' EXIT && scripts/credentials-env.sh "$$creds" >/dev/null && \
 		docker-compose -f docker-compose.yml --env-file "$$creds" config -q && echo "docker-compose.yml is valid"
+
+image: ## Build the container image nanobot-fleet:latest (deploy/Dockerfile; docker, else podman)
+	$$(command -v docker || command -v podman) build -f deploy/Dockerfile -t nanobot-fleet:latest .
+
+compose-smoke: build ## Build the image from the debug binaries and start docker-compose.yml for real under podman (not in `make test`: root, minutes, ~3 GB)
+	@scripts/deps.sh core compose traces containers >/dev/null
+	scripts/compose-smoke.sh
 
 compose-env: ## Generate ./.env (mode 0600) with every credential docker-compose.yml requires: per-role NATS and Redis passwords, the API key (kept if present)
 	@scripts/credentials-env.sh

@@ -167,13 +167,16 @@ ensure_monitoring() {
 }
 
 ensure_containers() {
-  local missing=()
-  for tool in podman runc mmdebstrap; do
-    system_bin "$tool" >/dev/null 2>&1 || missing+=("$tool")
+  # podman's CNI networks resolve compose service names with the dnsname plugin; catatonit is
+  # the init process of compose's `init: true`.
+  local ready=1
+  for tool in podman runc mmdebstrap catatonit; do
+    system_bin "$tool" >/dev/null 2>&1 || ready=0
   done
-  if [ ${#missing[@]} -gt 0 ]; then
-    log "installing ${missing[*]} (apt, to build and start the compose stack)"
-    apt_install "${missing[@]}"
+  [ -x /usr/lib/cni/dnsname ] || ready=0
+  if [ "$ready" = 0 ]; then
+    log "installing podman, runc, mmdebstrap, dnsname, catatonit (apt, to build and start the compose stack)"
+    apt_install podman runc mmdebstrap golang-github-containernetworking-plugin-dnsname catatonit
   fi
 }
 
