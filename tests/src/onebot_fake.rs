@@ -195,6 +195,9 @@ struct Inner {
     authors: Vec<(i64, u64)>,
     images: Vec<(String, Vec<u8>)>,
     actions: Vec<String>,
+    /// Sends beyond this many are left unanswered and unrecorded (never reached QQ).
+    hold_after: Option<usize>,
+    held: usize,
 }
 
 impl Inner {
@@ -322,6 +325,22 @@ impl OneBotFake {
         });
     }
 
+    /// Leaves every send after the first `n` recorded ones unanswered and unrecorded, as if
+    /// it never reached QQ (the sender is to be killed while it waits).
+    pub fn hold_sends_after(&self, n: usize) {
+        self.shared.with(|i| i.hold_after = Some(n));
+    }
+
+    /// Lets sends through again.
+    pub fn release_sends(&self) {
+        self.shared.with(|i| i.hold_after = None);
+    }
+
+    /// Returns how many sends were held.
+    pub fn held(&self) -> usize {
+        self.shared.peek(|i| i.held)
+    }
+
     /// Closes every connection (NapCat restarting).
     pub fn drop_connections(&self) {
         self.shared.with(|inner| {
@@ -447,8 +466,9 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
             },
             frame = socket.recv() => match frame {
                 Some(Ok(WsMessage::Text(text))) => {
-                    let answer = act(&s, id, &text);
-                    open = socket.send(WsMessage::Text(answer.to_string().into())).await.is_ok();
+                    if let Some(answer) = act(&s, id, &text) {
+                        open = socket.send(WsMessage::Text(answer.to_string().into())).await.is_ok();
+                    }
                 }
                 Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => open = false,
                 Some(Ok(_)) => {}
@@ -461,17 +481,24 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
     });
 }
 
-/// Answers one action frame.
-fn act(s: &Shared, conn: u64, text: &str) -> Value {
+/// Answers one action frame (none: a held send).
+fn act(s: &Shared, conn: u64, text: &str) -> Option<Value> {
     let Ok(req) = serde_json::from_str::<Value>(text) else {
-        return json!({"status": "failed", "retcode": 1400, "data": null, "message": "bad json"});
+        return Some(
+            json!({"status": "failed", "retcode": 1400, "data": null, "message": "bad json"}),
+        );
     };
     let action = req["action"].as_str().unwrap_or_default().to_string();
     let params = &req["params"];
     let ok = |data: Value| json!({"status": "ok", "retcode": 0, "data": data, "echo": req["echo"]});
     s.with(|inner| {
         inner.actions.push(action.clone());
-        match action.as_str() {
+        let is_send = action.starts_with("send_");
+        if is_send && inner.hold_after.is_some_and(|n| inner.sent.len() >= n) {
+            inner.held += 1;
+            return None;
+        }
+        Some(match action.as_str() {
             "get_login_info" => {
                 if let Some(c) = inner.conns.iter_mut().find(|c| c.id == conn) {
                     c.receiving = true;
@@ -525,7 +552,7 @@ fn act(s: &Shared, conn: u64, text: &str) -> Value {
             }
             _ => json!({"status": "failed", "retcode": 1404, "data": null,
                         "message": "不支持的API", "echo": req["echo"]}),
-        }
+        })
     })
 }
 

@@ -101,6 +101,8 @@ async fn a_chinese_private_message_is_answered_byte_exact_through_the_fleet() {
     let sent = wait_sent(&mut fleet, &fake, &private(ALICE), 2).await;
     assert_eq!(sent[1].text, format!("echo: {asked}"));
     assert_eq!(fleet.llm.request_count(), 2, "each message ran once");
+    let logs = fleet.service("gateway").logs();
+    assert!(!logs.contains(TOKEN), "the access token is never logged");
 }
 
 #[tokio::test]
@@ -363,4 +365,67 @@ async fn a_refused_access_token_is_one_clear_error_and_the_other_channels_keep_w
     assert_eq!(errors, 1, "one error line:\n{text}");
     assert_eq!(napcat.connections().accepted, 0);
     assert!(napcat.connections().refused >= 1);
+}
+
+#[tokio::test]
+async fn a_gateway_sigkilled_mid_reply_neither_loses_nor_doubles_a_part() {
+    let (mut fleet, fake) = napcat_fleet(json!({})).await;
+    let parts = ["甲".repeat(3990), "乙".repeat(3990), "丙🎉".repeat(50)];
+    fleet.llm.push(Reply::text(parts.join("\n")));
+    fake.hold_sends_after(1);
+    fake.inject(QqMessage::private(ALICE, "写长一点"));
+    fake.wait_until("the second part held", DEFAULT_WAIT, |f| {
+        (f.held() == 1 && f.sent_to(&private(ALICE)).len() == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    fleet.add_replica("gateway").await.unwrap();
+    fleet.service_at("gateway", 0).sigkill().unwrap();
+    fake.release_sends();
+    let sent = wait_sent(&mut fleet, &fake, &private(ALICE), 3).await;
+    let texts: Vec<&str> = sent.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, parts, "each part once, in order");
+    fleet.llm.push(Reply::text("好"));
+    fake.inject(QqMessage::private(ALICE, "barrier"));
+    let sent = wait_sent(&mut fleet, &fake, &private(ALICE), 4).await;
+    assert_eq!(sent.len(), 4, "no late double: {:#?}", &sent[3..]);
+    assert_eq!(fleet.llm.request_count(), 2, "the turn ran once");
+}
+
+/// Runs a turn that uses the message tool with `sendToolHints` set to `hints`; returns what
+/// the user saw.
+async fn texts_of_a_tool_turn(hints: bool) -> Vec<String> {
+    let (mut fleet, fake) = napcat_fleet(json!({"sendToolHints": hints})).await;
+    fleet.llm.push(Reply::tool_calls([(
+        "message",
+        json!({"content": "工具发的"}),
+    )]));
+    fleet.llm.push(Reply::text("done"));
+    fake.inject(QqMessage::private(ALICE, "用工具"));
+    wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    fleet.llm.push(Reply::text("第二个回答"));
+    fake.inject(QqMessage::private(ALICE, "barrier"));
+    fake.wait_until("the barrier answered", DEFAULT_WAIT, |f| {
+        f.sent_to(&private(ALICE))
+            .iter()
+            .any(|m| m.text == "第二个回答")
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    fake.sent_to(&private(ALICE))
+        .into_iter()
+        .map(|m| m.text)
+        .collect()
+}
+
+#[tokio::test]
+async fn tool_hints_are_sent_only_when_send_tool_hints_is_on() {
+    let off = texts_of_a_tool_turn(false).await;
+    assert_eq!(off, ["工具发的", "第二个回答"]);
+    let mut on = texts_of_a_tool_turn(true).await;
+    on.sort();
+    let mut want = ["工具发的", "第二个回答", "message(\"工具发的\")"];
+    want.sort();
+    assert_eq!(on, want, "the tool hint too");
 }
