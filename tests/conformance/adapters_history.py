@@ -9,6 +9,8 @@ agent loop calls `Session.get_history`: no message cap, no token budget).
   (placeholder assistant rows, malformed tool calls, orphan results, missing results, empty
   results, adjacent user messages), with no workspace and a tool-result cap no case reaches.
 - `replay`: the two in turn, what a turn sends of its history.
+- `load_and_replay`: `replay` of rows as `SessionManager` loads them from disk, after
+  `_migrate_legacy_exec_session_records` (stored `write_stdin` calls become `exec_session`).
 - `checkpoint`: `Session.commit_summary_checkpoint(summary, insert_at=archive_end)` on a
   session holding `messages` with `last_archived`, as an archive commits it: the stored rows
   (timestamps left out), the new watermark, the `_last_summary` text, and what is replayed.
@@ -55,7 +57,7 @@ from nanobot.agent.context_governance import (
     ContextGovernor,
     ContextWindowExceededError,
 )
-from nanobot.session.manager import Session
+from nanobot.session.manager import Session, _migrate_legacy_exec_session_records
 from nanobot.utils.helpers import _get_token_encoding
 
 _get_token_encoding()  # fail here, not in a silent byte-count fallback
@@ -136,3 +138,9 @@ def checkpoint(spec: dict) -> dict:
         "summary": session.metadata["_last_summary"]["text"],
         "history": _prepare(session.get_history()),
     }
+
+
+def load_and_replay(spec: dict) -> list:
+    spec = deepcopy(spec)
+    _migrate_legacy_exec_session_records(spec["messages"], {})
+    return _prepare(_history(spec))

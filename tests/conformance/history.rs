@@ -9,7 +9,9 @@
 //! - `prepare_for_model`: [`history::prepare_for_model`] against
 //!   `ContextGovernor.prepare_messages_for_model` — placeholders, malformed calls, orphan,
 //!   duplicate, missing and empty results, adjacent user messages.
-//! - `replay`: [`history::replay_within`] (what a turn calls) against the two in turn.
+//! - `replay`: [`history::replay_within`] (what a turn calls) against the two in turn;
+//!   `load_and_replay` the same against 0.3.5's replay of rows as it loads them (stored
+//!   `write_stdin` calls migrated to `exec_session`, which our replay does row by row).
 //! - `fit_to_budget`: the runner's snip ([`snip::for_model`] under [`input_budget`]) against
 //!   0.3.5's pressure check then `ContextGovernor.fit_to_budget`, without tools. We estimate a
 //!   request by its bytes where 0.3.5 counts `cl100k_base` tokens, so the cases keep budgets
@@ -62,7 +64,7 @@ fn call(case: &Case) -> Result<Value, String> {
             }
             sent
         }
-        "replay" => {
+        "replay" | "load_and_replay" => {
             history::replay_within(&messages, archived, history::MAX_REPLAY_MESSAGES, tokens)
         }
         other => return Err(format!("unknown function {other}")),

@@ -243,7 +243,10 @@ fn replay_row(m: &Value) -> Option<Value> {
             row.insert((*key).to_string(), v.clone());
         }
     }
-    Some(Value::Object(row))
+    let mut row = Value::Object(row);
+    // A stored call of the last release's `write_stdin` replays as 0.3.5 migrates it on load.
+    nanobot_runtime::legacy_exec::migrate_row(&mut row);
+    Some(row)
 }
 
 /// Keeps the newest rows within `max_tokens`, re-aligned to a user row (the nearest one even

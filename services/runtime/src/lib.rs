@@ -16,6 +16,8 @@
 //!   Telegram poller).
 //! - [`health`]: HTTP `/health` + `/ready` and the fleet status responder.
 //! - [`cli`]: the flags every binary shares and the launcher.
+//! - [`legacy_exec`]: the last release's `write_stdin` calls migrated to `exec_session` as
+//!   0.3.5 migrates them (executors and replay).
 //! - [`service`]: the shared start-up sequence.
 //! - `testsuite` (feature `testsuite`): real `nats-server`, `redis-server` and fleet binaries
 //!   as processes for tests and benchmarks.
@@ -28,6 +30,7 @@ pub mod dependency_metrics;
 pub mod fs;
 pub mod health;
 pub mod lease;
+pub mod legacy_exec;
 pub mod metrics;
 pub mod payloads;
 pub mod pyfmt;

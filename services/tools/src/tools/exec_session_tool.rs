@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::exec_session::{
@@ -236,46 +236,22 @@ impl Tool for ExecSessionTool {
     }
 }
 
-/// Returns the `exec_session` arguments of a last-release `write_stdin` call, translated as
-/// 0.3.5 migrates one (`chars` → `input`; `wait_timeout_ms` with `wait_for`, else
-/// `yield_time_ms`, → `timeout_ms`; the output limits dropped). Arguments that are not a JSON
-/// object are passed on unchanged (and refused as any bad call).
+/// Returns the `exec_session` arguments of a last-release `write_stdin` call, migrated as
+/// 0.3.5 migrates one ([`nanobot_runtime::legacy_exec::migrate_arguments`]). Arguments that
+/// are not a JSON object are passed on unchanged (and refused as any bad call).
 pub fn legacy_write_stdin(arguments_json: &str) -> String {
-    let Ok(Value::Object(mut args)) = serde_json::from_str::<Value>(arguments_json) else {
-        return arguments_json.to_string();
+    let migrated = nanobot_runtime::legacy_exec::migrate_arguments(arguments_json)
+        .unwrap_or_else(|| arguments_json.to_string());
+    let Ok(Value::Object(mut args)) = serde_json::from_str::<Value>(&migrated) else {
+        return migrated;
     };
-    if let Some(chars) = args.remove("chars") {
-        args.entry("input").or_insert(chars);
-    }
-    let waits = |a: &Map<String, Value>, k: &str| {
-        a.get(k).is_some_and(|v| {
-            v.as_bool().unwrap_or(false) || v.as_str().is_some_and(|s| !s.is_empty())
-        })
-    };
-    let wait_key = if waits(&args, "wait_for") || waits(&args, "until_exit") {
-        "wait_timeout_ms"
-    } else {
-        "yield_time_ms"
-    };
-    if !args.contains_key("timeout_ms")
-        && let Some(timeout) = args.get(wait_key).cloned()
-    {
-        args.insert("timeout_ms".into(), timeout);
-    }
-    for key in [
-        "yield_time_ms",
-        "wait_timeout_ms",
-        "max_output_chars",
-        "max_output_tokens",
-    ] {
-        args.remove(key);
-    }
     // The old tool polled after terminating; 0.3.5's terminate stands alone.
-    if args.get("terminate").and_then(Value::as_bool) == Some(true) {
-        args.remove("timeout_ms");
-        if args.get("input").is_some_and(|v| v.as_str() == Some("")) {
-            args.remove("input");
-        }
+    if args.get("terminate").and_then(Value::as_bool) != Some(true) {
+        return migrated;
+    }
+    args.remove("timeout_ms");
+    if args.get("input").is_some_and(|v| v.as_str() == Some("")) {
+        args.remove("input");
     }
     Value::Object(args).to_string()
 }
