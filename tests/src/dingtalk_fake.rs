@@ -33,7 +33,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use axum::Router;
 use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
-use axum::extract::{Multipart, Path, Query, State};
+use axum::extract::{ConnectInfo, Multipart, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -150,6 +150,9 @@ struct Inner {
     refused: usize,
     file_requests: usize,
     hold_files: bool,
+    sends: usize,
+    hold_send: Option<usize>,
+    held_peer: Option<SocketAddr>,
 }
 
 impl Inner {
@@ -235,7 +238,12 @@ impl DingTalkFake {
             .route("/media/upload", post(upload))
             .with_state(shared.clone());
         let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
+            if let Err(e) = axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            {
                 tracing::warn!(error = %e, "dingtalk fake server stopped");
             }
         });
@@ -276,6 +284,16 @@ impl DingTalkFake {
     /// Holds every file download (`GET /files/…`) until called with false.
     pub fn hold_files(&self, hold: bool) {
         self.shared.with(|i| i.hold_files = hold);
+    }
+
+    /// Holds the `n`-th robot send (counting from 1) forever: it is never answered nor recorded.
+    pub fn hold_send(&self, n: usize) {
+        self.shared.with(|i| i.hold_send = Some(n));
+    }
+
+    /// Returns the client address of the held send, once it arrived.
+    pub fn held_peer(&self) -> Option<SocketAddr> {
+        self.shared.peek(|i| i.held_peer)
     }
 
     /// Returns how many file downloads were asked for.
@@ -523,7 +541,24 @@ fn token_ok(s: &Shared, headers: &HeaderMap) -> bool {
     s.peek(|i| i.tokens.contains(token))
 }
 
-fn record(s: &Shared, headers: &HeaderMap, chat: String, b: &Value) -> Response {
+async fn record(
+    s: &Shared,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    chat: String,
+    b: &Value,
+) -> Response {
+    let held = s.with(|i| {
+        i.sends += 1;
+        let held = i.hold_send == Some(i.sends);
+        if held {
+            i.held_peer = Some(peer);
+        }
+        held
+    });
+    if held {
+        std::future::pending::<()>().await;
+    }
     if !token_ok(s, headers) {
         return error(
             StatusCode::UNAUTHORIZED,
@@ -563,6 +598,7 @@ fn record(s: &Shared, headers: &HeaderMap, chat: String, b: &Value) -> Response 
 
 async fn send_to_user(
     State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     axum::Json(b): axum::Json<Value>,
 ) -> Response {
@@ -574,16 +610,13 @@ async fn send_to_user(
             "one user expected",
         );
     };
-    record(
-        &s,
-        &headers,
-        user.as_str().unwrap_or_default().to_string(),
-        &b,
-    )
+    let user = user.as_str().unwrap_or_default().to_string();
+    record(&s, peer, &headers, user, &b).await
 }
 
 async fn send_to_group(
     State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     axum::Json(b): axum::Json<Value>,
 ) -> Response {
@@ -591,7 +624,7 @@ async fn send_to_group(
         "group:{}",
         b["openConversationId"].as_str().unwrap_or_default()
     );
-    record(&s, &headers, chat, &b)
+    record(&s, peer, &headers, chat, &b).await
 }
 
 async fn download_url(

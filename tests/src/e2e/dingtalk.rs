@@ -441,3 +441,72 @@ async fn a_message_whose_holder_is_sigkilled_mid_handling_is_delivered_again_and
     assert_eq!(sent.len(), 2, "answered once: {sent:#?}");
     assert_eq!(fleet.llm.request_count(), 2);
 }
+
+/// Returns the inode of the loopback TCP socket whose local port is `port` (Linux
+/// `/proc/net/tcp`: `sl local_address rem_address st … inode`, ports in hex).
+fn socket_inode(port: u16) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let wanted = format!(":{port:04X}");
+    table.lines().skip(1).find_map(|line| {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        (cols.get(1)?.ends_with(&wanted)).then(|| cols.get(9).map(|s| s.to_string()))?
+    })
+}
+
+/// Returns whether process `pid` holds socket `inode`.
+fn holds_socket(pid: u32, inode: &str) -> bool {
+    let link = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == link))
+}
+
+#[tokio::test]
+async fn a_gateway_sigkilled_mid_delivery_leaves_the_rest_of_the_reply_to_another_replica_once() {
+    let (mut fleet, fake) = dingtalk_fleet(json!({})).await;
+    fleet.add_replica("gateway").await.unwrap();
+    let answer = format!(
+        "{}\n{}\n{}",
+        "甲".repeat(3990),
+        "乙".repeat(3990),
+        "丙🎉".repeat(100)
+    );
+    fleet.llm.push(Reply::text(answer));
+    // The first chunk is accepted; the second hangs, so the replica sending it is killed
+    // while it waits.
+    fake.hold_send(2);
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "长一点"));
+    let peer = fake
+        .wait_until("the second chunk sent", DEFAULT_WAIT, |f| f.held_peer())
+        .await
+        .unwrap();
+    let inode = socket_inode(peer.port()).expect("the held connection's socket");
+    let delivering = fleet
+        .replicas("gateway")
+        .iter()
+        .position(|r| r.pid().is_some_and(|pid| holds_socket(pid, &inode)))
+        .expect("a replica holds the held connection");
+    fleet.service_at("gateway", delivering).sigkill().unwrap();
+    let sent = fake
+        .wait_until("the rest of the reply", DEFAULT_WAIT * 3, |f| {
+            let sent = f.sent_to(ALICE);
+            sent.iter()
+                .any(|s| s.text().starts_with('丙'))
+                .then_some(sent)
+        })
+        .await
+        .unwrap();
+    let firsts: Vec<char> = sent
+        .iter()
+        .filter_map(|s| s.text().chars().next())
+        .collect();
+    assert_eq!(
+        firsts,
+        ['甲', '乙', '丙'],
+        "each part once, in order: {sent:#?}"
+    );
+    let survivor = 1 - delivering;
+    assert!(fleet.service_at("gateway", survivor).is_running());
+}
