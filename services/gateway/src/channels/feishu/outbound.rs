@@ -63,16 +63,23 @@ pub(super) async fn send(
             Err(e) if e.is_transient() => return Err(classify(e)),
             Err(e) => {
                 tracing::warn!(bot = %ch.bot_id, error = %e, "feishu streaming card not updated; posting the reply");
-                post(ch, msg, 0, first).await.map_err(classify)?;
+                post(ch, msg, 0, "interactive", first)
+                    .await
+                    .map_err(classify)?;
             }
         }
         progress.part_done().await;
     }
+    // One type for the whole reply, as 0.3.5 picks it (a long reply is all cards).
+    let format = match kind {
+        OutboundKind::ToolHint => "text",
+        _ => format_of(&msg.content),
+    };
     for (i, chunk) in chunks.iter().enumerate() {
         if i < progress.done() {
             continue;
         }
-        post(ch, msg, i, chunk).await.map_err(classify)?;
+        post(ch, msg, i, format, chunk).await.map_err(classify)?;
         progress.part_done().await;
     }
     for (i, path) in msg.media.iter().enumerate() {
@@ -89,7 +96,7 @@ pub(super) async fn send(
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            post(ch, msg, part, &format!("[Failed to send: {name}]"))
+            post(ch, msg, part, "text", &format!("[Failed to send: {name}]"))
                 .await
                 .map_err(classify)?;
         }
@@ -166,9 +173,9 @@ fn has_link(s: &str) -> bool {
     })
 }
 
-/// Returns `(msg_type, content)` of one chunk.
-pub(super) fn content_of(chunk: &str) -> (&'static str, String) {
-    match format_of(chunk) {
+/// Returns `(msg_type, content)` of one chunk sent as `format` ([`format_of`]).
+pub(super) fn content_of(format: &str, chunk: &str) -> (&'static str, String) {
+    match format {
         "text" => ("text", json!({"text": chunk.trim()}).to_string()),
         "post" => ("post", post_of(chunk).to_string()),
         _ => ("interactive", card_of(chunk).to_string()),
@@ -229,14 +236,16 @@ fn uuid_of(id: &str, part: usize) -> String {
     format!("{}-{part}", &digest[..40])
 }
 
-/// Posts one chunk as part `part` of `msg` (the first quoting the user with `replyToMessage`).
+/// Posts one chunk as part `part` of `msg` in `format` (the first quoting the user with
+/// `replyToMessage`).
 async fn post(
     ch: &FeishuChannel,
     msg: &OutboundMessage,
     part: usize,
+    format: &str,
     chunk: &str,
 ) -> Result<Value, ApiError> {
-    let (msg_type, content) = content_of(chunk);
+    let (msg_type, content) = content_of(format, chunk);
     create(ch, msg, part, msg_type, content).await
 }
 
@@ -414,7 +423,7 @@ mod tests {
         ] {
             assert_eq!(format_of(md), "interactive", "{md}");
         }
-        let (kind, content) = content_of("看 [文档](https://x.io) 吧");
+        let (kind, content) = content_of("post", "看 [文档](https://x.io) 吧");
         assert_eq!(kind, "post");
         let post: Value = serde_json::from_str(&content).unwrap();
         assert_eq!(
