@@ -44,8 +44,16 @@ fn section(fake: &DiscordFake, extra: Value) -> Value {
 /// Starts the fake and a fleet (gateway, agent, tools) whose `channels.discord` points at it,
 /// and waits until the gateway holds a session.
 pub(crate) async fn discord_fleet(extra: Value) -> (Fleet, DiscordFake) {
+    discord_fleet_from(Fleet::builder(), extra).await
+}
+
+/// [`discord_fleet`] from a builder with more settings (telemetry, ...).
+pub(crate) async fn discord_fleet_from(
+    builder: crate::harness::FleetBuilder,
+    extra: Value,
+) -> (Fleet, DiscordFake) {
     let fake = DiscordFake::start(TOKEN).await.expect("discord fake");
-    let mut fleet = Fleet::builder()
+    let mut fleet = builder
         .roles(&["gateway", "agent", "tools"])
         .config(json!({"channels": {"discord": section(&fake, extra)}}))
         .start()

@@ -53,7 +53,17 @@ fn section(servers: &MailServers, bot: &str, extra: Value) -> Value {
 
 /// Starts a fleet (gateway, agent, tools) whose `channels.email` serves `bot`.
 pub(crate) async fn email_fleet(servers: &MailServers, bot: &str, extra: Value) -> Fleet {
-    let mut fleet = Fleet::builder()
+    email_fleet_from(Fleet::builder(), servers, bot, extra).await
+}
+
+/// [`email_fleet`] from a builder with more settings (telemetry, ...).
+pub(crate) async fn email_fleet_from(
+    builder: crate::harness::FleetBuilder,
+    servers: &MailServers,
+    bot: &str,
+    extra: Value,
+) -> Fleet {
+    let mut fleet = builder
         .roles(&["gateway", "agent", "tools"])
         .config(json!({"channels": {"email": section(servers, bot, extra)}}))
         .start()

@@ -20,6 +20,14 @@ const MALLORY: &str = "U0MALLORY";
 /// Starts the fake and a fleet (gateway, agent, tools) whose `channels.slack` points at it,
 /// with `extra` laid over that section, and waits for `connections` Socket Mode connections.
 pub(crate) async fn slack_fleet(extra: Value) -> (Fleet, SlackFake) {
+    slack_fleet_from(Fleet::builder(), extra).await
+}
+
+/// [`slack_fleet`] from a builder with more settings (telemetry, ...).
+pub(crate) async fn slack_fleet_from(
+    builder: crate::harness::FleetBuilder,
+    extra: Value,
+) -> (Fleet, SlackFake) {
     let fake = SlackFake::start(BOT_TOKEN, APP_TOKEN)
         .await
         .expect("slack fake");
@@ -34,7 +42,7 @@ pub(crate) async fn slack_fleet(extra: Value) -> (Fleet, SlackFake) {
         base.extend(extra);
     }
     let socket = section["mode"] != "http";
-    let fleet = Fleet::builder()
+    let fleet = builder
         .roles(&["gateway", "agent", "tools"])
         .config(json!({"channels": {"slack": section}}))
         .start()
