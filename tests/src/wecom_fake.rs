@@ -1,1 +1,544 @@
-//! A fake of the platform's public endpoints (scaffold; filled by the channel's tests).
+//! A WeCom fake owned by the test suite: the intelligent bots' long connection (智能机器人长连接)
+//! and their media downloads on one free 127.0.0.1 port, written from WeCom's public docs.
+//!
+//! # Surface
+//! - The long connection at `ws://127.0.0.1:PORT/` (`channels.wecom.wsUrl`), JSON text frames
+//!   `{"cmd", "headers": {"req_id"}, "body"}`; every request is answered under its `req_id`
+//!   with `{"headers", "errcode", "errmsg"}`:
+//!   - `aibot_subscribe` `{bot_id, secret}`: a wrong pair is answered errcode 40058 and closed;
+//!     a right one makes the connection the bot's, and an older connection of the bot gets an
+//!     `aibot_event_callback` `disconnected_event` and is closed (one connection per bot).
+//!   - `ping`: answered errcode 0.
+//!   - `aibot_respond_msg` with a `req_id` WeCom pushed: `msgtype: stream` (`stream.id`,
+//!     `content`, `finish`; the content replaces what that stream showed) or `markdown`;
+//!     content over 20,480 UTF-8 bytes is errcode 40058; an unknown `req_id` is errcode 846605
+//!     `invalid req_id`; a stream already finished is errcode 846608.
+//!   - `aibot_respond_welcome_msg` (`msgtype: text`) to an `enter_chat` push's `req_id`.
+//!   - `aibot_send_msg` `{chatid, msgtype: markdown}`: a push to a chat.
+//!   - Anything before a successful subscribe, or another cmd: errcode 40001.
+//! - Media users send: `GET /media/{id}`, the file AES-256-CBC encrypted with the message's
+//!   `aeskey` (IV its first 16 bytes, PKCS#7 padded to 32) and a `Content-Disposition` naming it.
+//!
+//! # Test controls
+//! [`WeComFake::text`], [`WeComFake::image`], [`WeComFake::file`], [`WeComFake::enter_chat`]
+//! push callbacks to the bot's live connection; [`WeComFake::push_again`] repeats one (WeCom's
+//! duplicate delivery); [`WeComFake::hold_answers`] keeps replies unanswered (a reply in flight);
+//! [`WeComFake::messages`] is what the users see (one entry per stream or markdown message);
+//! [`WeComFake::wait_until`] wakes on every frame and connection change, never sleeps.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use aes::cipher::{BlockEncryptMut as _, KeyIvInit as _, block_padding::NoPadding};
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use base64::Engine as _;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+/// How long the `wait_*` helpers wait by default.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+/// WeCom's longest stream or markdown content, in UTF-8 bytes.
+pub const MAX_BYTES: usize = 20_480;
+
+/// A message the users see from the bot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    /// The chat (a single chat's is the user id).
+    pub chat: String,
+    /// `stream` (an answer), `markdown` (a push) or `welcome`.
+    pub kind: String,
+    /// Its text (a stream's latest).
+    pub content: String,
+    /// The stream id (empty for others).
+    pub stream_id: String,
+    /// Whether the stream finished.
+    pub finished: bool,
+    /// The msgid of the user's message it answers (empty for pushes).
+    pub answers: String,
+    /// How many frames wrote it.
+    pub writes: usize,
+}
+
+/// The bot's subscribed connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sessions {
+    /// Subscribed and open now.
+    pub now: usize,
+    /// The most ever open at once.
+    pub peak: usize,
+    /// Subscribes accepted in total.
+    pub subscribed: usize,
+    /// Subscribes refused.
+    pub refused: usize,
+    /// Heartbeats answered.
+    pub pings: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    next: u64,
+    /// The bot's live connection: its id and writer.
+    live: Option<(u64, mpsc::UnboundedSender<String>)>,
+    open: usize,
+    stats: Sessions,
+    /// req_id pushed → (msgid, chat).
+    pushed: HashMap<String, (String, String)>,
+    /// Callbacks sent, by msgid, to push again.
+    frames: HashMap<String, String>,
+    shown: Vec<Shown>,
+    media: HashMap<String, (String, Vec<u8>)>,
+    hold: bool,
+    held: Vec<(mpsc::UnboundedSender<String>, String)>,
+    frames_in: Vec<Value>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    bot_id: String,
+    secret: String,
+    addr: SocketAddr,
+    inner: Mutex<Inner>,
+    changed: watch::Sender<u64>,
+}
+
+impl Shared {
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        let out = f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner));
+        self.changed.send_modify(|n| *n += 1);
+        out
+    }
+
+    fn peek<T>(&self, f: impl FnOnce(&Inner) -> T) -> T {
+        f(&self.inner.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// A running fake; cloning shares it. The server stops when the last clone drops.
+#[derive(Debug, Clone)]
+pub struct WeComFake {
+    shared: Arc<Shared>,
+    _server: Arc<ServerTask>,
+}
+
+#[derive(Debug)]
+struct ServerTask(tokio::task::JoinHandle<()>);
+
+impl Drop for ServerTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl WeComFake {
+    /// Binds a free port of 127.0.0.1 and serves the bot `bot_id` with `secret`.
+    pub async fn start(bot_id: &str, secret: &str) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .context("bind wecom fake")?;
+        let addr = listener.local_addr().context("wecom fake address")?;
+        let shared = Arc::new(Shared {
+            bot_id: bot_id.into(),
+            secret: secret.into(),
+            addr,
+            inner: Mutex::default(),
+            changed: watch::channel(0).0,
+        });
+        let app = Router::new()
+            .route("/", get(upgrade))
+            .route("/media/{id}", get(media))
+            .with_state(shared.clone());
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::warn!(error = %e, "wecom fake server stopped");
+            }
+        });
+        Ok(Self {
+            shared,
+            _server: Arc::new(ServerTask(task)),
+        })
+    }
+
+    /// Returns the URL for `channels.wecom.wsUrl`.
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}/", self.shared.addr)
+    }
+
+    /// Pushes a text message from `user` (a group message when `group` is set); returns its msgid.
+    pub fn text(&self, user: &str, group: Option<&str>, text: &str) -> String {
+        self.push("text", user, group, json!({"text": {"content": text}}))
+    }
+
+    /// Pushes an image `bytes` from `user`; returns its msgid.
+    pub fn image(&self, user: &str, bytes: &[u8]) -> String {
+        let info = self.host("image.png", bytes);
+        self.push("image", user, None, json!({"image": info}))
+    }
+
+    /// Pushes a file `name` with `bytes` from `user`; returns its msgid.
+    pub fn file(&self, user: &str, name: &str, bytes: &[u8]) -> String {
+        let mut info = self.host(name, bytes);
+        info["name"] = json!(name);
+        self.push("file", user, None, json!({"file": info}))
+    }
+
+    /// Pushes an `enter_chat` event of `user` (opened the single chat with the bot).
+    pub fn enter_chat(&self, user: &str) {
+        let body = json!({"msgid": self.next_id("ev"), "create_time": 1_700_000_000,
+            "aibotid": self.shared.bot_id, "from": {"userid": user},
+            "msgtype": "event", "event": {"eventtype": "enter_chat"}});
+        self.deliver("aibot_event_callback", body, user);
+    }
+
+    /// Pushes the callback of `msgid` again, under a new req_id.
+    pub fn push_again(&self, msgid: &str) {
+        let body: Value = self
+            .shared
+            .peek(|i| i.frames.get(msgid).cloned())
+            .and_then(|f| serde_json::from_str(&f).ok())
+            .expect("a pushed msgid");
+        let chat = body["chatid"]
+            .as_str()
+            .or(body["from"]["userid"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        self.deliver("aibot_msg_callback", body, &chat);
+    }
+
+    /// Keeps (true) or answers (false, answering those held) the bot's replies.
+    pub fn hold_answers(&self, hold: bool) {
+        let held = self.shared.with(|i| {
+            i.hold = hold;
+            if hold {
+                Vec::new()
+            } else {
+                std::mem::take(&mut i.held)
+            }
+        });
+        for (tx, answer) in held {
+            let _ = tx.send(answer);
+        }
+    }
+
+    /// Returns how many reply frames are held unanswered.
+    pub fn held(&self) -> usize {
+        self.shared.peek(|i| i.held.len())
+    }
+
+    /// Returns what the users see, in order.
+    pub fn messages(&self) -> Vec<Shown> {
+        self.shared.peek(|i| i.shown.clone())
+    }
+
+    /// Returns what `chat` sees.
+    pub fn messages_in(&self, chat: &str) -> Vec<Shown> {
+        self.messages()
+            .into_iter()
+            .filter(|m| m.chat == chat)
+            .collect()
+    }
+
+    /// Returns every frame the bot sent.
+    pub fn frames_in(&self) -> Vec<Value> {
+        self.shared.peek(|i| i.frames_in.clone())
+    }
+
+    /// Returns the bot's connections.
+    pub fn sessions(&self) -> Sessions {
+        self.shared.peek(|i| i.stats)
+    }
+
+    /// Waits until the bot has a live connection.
+    pub async fn wait_connected(&self) -> anyhow::Result<()> {
+        self.wait_until("a subscribed connection", DEFAULT_WAIT, |f| {
+            (f.shared.peek(|i| i.live.is_some())).then_some(())
+        })
+        .await
+    }
+
+    /// Waits until `check` returns `Some`, re-checking after every frame and connection
+    /// change; fails after `timeout` naming `what`.
+    pub async fn wait_until<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&WeComFake) -> Option<T>,
+    ) -> anyhow::Result<T> {
+        let mut changed = self.shared.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            changed.borrow_and_update();
+            if let Some(found) = check(self) {
+                return Ok(found);
+            }
+            if tokio::time::timeout_at(deadline, changed.changed())
+                .await
+                .is_err()
+            {
+                anyhow::bail!(
+                    "wecom fake: timed out after {timeout:?} waiting for {what}; shown: {:#?}, sessions: {:?}",
+                    self.messages(),
+                    self.sessions()
+                );
+            }
+        }
+    }
+
+    fn next_id(&self, prefix: &str) -> String {
+        self.shared.with(|i| {
+            i.next += 1;
+            format!("{prefix}{:08}", i.next)
+        })
+    }
+
+    /// Keeps `bytes` encrypted under a fresh key; returns the message's `{url, aeskey}`.
+    fn host(&self, name: &str, bytes: &[u8]) -> Value {
+        let id = self.next_id("m");
+        let key: [u8; 32] =
+            std::array::from_fn(|n| (n as u8).wrapping_mul(7).wrapping_add(id.len() as u8 + 3));
+        let data = encrypt(bytes, &key);
+        self.shared
+            .with(|i| i.media.insert(id.clone(), (name.to_string(), data)));
+        let aeskey = base64::engine::general_purpose::STANDARD.encode(key);
+        json!({"url": format!("http://{}/media/{id}", self.shared.addr),
+               "aeskey": aeskey.trim_end_matches('=')})
+    }
+
+    fn push(&self, msgtype: &str, user: &str, group: Option<&str>, content: Value) -> String {
+        let msgid = self.next_id("msg");
+        let mut body = json!({"msgid": msgid, "aibotid": self.shared.bot_id,
+            "chattype": if group.is_some() { "group" } else { "single" },
+            "from": {"userid": user}, "msgtype": msgtype});
+        if let Some(group) = group {
+            body["chatid"] = json!(group);
+        }
+        if let (Value::Object(b), Value::Object(c)) = (&mut body, content) {
+            b.extend(c);
+        }
+        self.shared
+            .with(|i| i.frames.insert(msgid.clone(), body.to_string()));
+        self.deliver("aibot_msg_callback", body, group.unwrap_or(user));
+        msgid
+    }
+
+    /// Sends a callback to the live connection (panics without one: a test bug).
+    fn deliver(&self, cmd: &str, body: Value, chat: &str) {
+        let req_id = self.next_id("req");
+        let msgid = body["msgid"].as_str().unwrap_or_default().to_string();
+        let frame = json!({"cmd": cmd, "headers": {"req_id": req_id}, "body": body}).to_string();
+        let tx = self.shared.with(|i| {
+            i.pushed.insert(req_id.clone(), (msgid, chat.to_string()));
+            i.live.as_ref().map(|(_, tx)| tx.clone())
+        });
+        tx.expect("a live connection")
+            .send(frame)
+            .expect("connection open");
+    }
+}
+
+fn encrypt(plain: &[u8], key: &[u8; 32]) -> Vec<u8> {
+    let pad = 32 - plain.len() % 32;
+    let mut buf = plain.to_vec();
+    buf.extend(std::iter::repeat_n(pad as u8, pad));
+    let len = buf.len();
+    cbc::Encryptor::<aes::Aes256>::new(key[..].into(), key[..16].into())
+        .encrypt_padded_mut::<NoPadding>(&mut buf, len)
+        .expect("whole blocks")
+        .to_vec()
+}
+
+async fn media(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    match s.peek(|i| i.media.get(&id).cloned()) {
+        Some((name, data)) => {
+            let encoded: String = url::form_urlencoded::byte_serialize(name.as_bytes()).collect();
+            let disposition = format!(
+                "attachment; filename*=UTF-8''{}",
+                encoded.replace('+', "%20")
+            );
+            ([(header::CONTENT_DISPOSITION, disposition)], data).into_response()
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn upgrade(State(s): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
+    ws.on_upgrade(move |socket| session(s, socket))
+}
+
+fn answer(req_id: &str, errcode: i64, errmsg: &str) -> String {
+    json!({"headers": {"req_id": req_id}, "errcode": errcode, "errmsg": errmsg}).to_string()
+}
+
+/// One connection: subscribe, then heartbeats, replies and pushes.
+async fn session(s: Arc<Shared>, mut socket: WebSocket) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    let id = s.with(|i| {
+        i.next += 1;
+        i.next
+    });
+    let mut subscribed = false;
+    loop {
+        tokio::select! {
+            out = rx.recv() => {
+                let Some(out) = out else { break };
+                let kick = out == "__kick__";
+                let text = if kick {
+                    json!({"cmd": "aibot_event_callback", "headers": {"req_id": "kick"},
+                           "body": {"msgtype": "event", "event": {"eventtype": "disconnected_event"}}}).to_string()
+                } else { out };
+                if socket.send(WsMessage::Text(text.into())).await.is_err() || kick {
+                    break;
+                }
+            }
+            incoming = socket.recv() => {
+                let text = match incoming {
+                    Some(Ok(WsMessage::Text(text))) => text.to_string(),
+                    Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(_)) => continue,
+                };
+                let frame: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                let req_id = frame["headers"]["req_id"].as_str().unwrap_or_default().to_string();
+                let cmd = frame["cmd"].as_str().unwrap_or_default();
+                if cmd == "aibot_subscribe" {
+                    let ok = frame["body"]["bot_id"] == s.bot_id.as_str() && frame["body"]["secret"] == s.secret.as_str();
+                    if !ok {
+                        s.with(|i| i.stats.refused += 1);
+                        let _ = socket.send(WsMessage::Text(answer(&req_id, 40058, "invalid bot_id or secret").into())).await;
+                        break;
+                    }
+                    subscribed = true;
+                    let old = s.with(|i| {
+                        let old = i.live.replace((id, tx.clone()));
+                        i.open += 1;
+                        i.stats.subscribed += 1;
+                        i.stats.now = i.open;
+                        i.stats.peak = i.stats.peak.max(i.open);
+                        old
+                    });
+                    if let Some((_, old)) = old {
+                        let _ = old.send("__kick__".into());
+                    }
+                    if socket.send(WsMessage::Text(answer(&req_id, 0, "ok").into())).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                let reply = if !subscribed {
+                    Some(answer(&req_id, 40001, "not subscribed"))
+                } else {
+                    handle(&s, &tx, &frame, &req_id, cmd)
+                };
+                if let Some(reply) = reply
+                    && socket.send(WsMessage::Text(reply.into())).await.is_err()
+                {
+                    break;
+                }
+            }
+        }
+    }
+    if subscribed {
+        s.with(|i| {
+            i.open -= 1;
+            i.stats.now = i.open;
+            if i.live.as_ref().is_some_and(|(live, _)| *live == id) {
+                i.live = None;
+            }
+        });
+    }
+}
+
+/// Handles one request of a subscribed connection; the answer to send now (None: held).
+fn handle(
+    s: &Shared,
+    tx: &mpsc::UnboundedSender<String>,
+    frame: &Value,
+    req_id: &str,
+    cmd: &str,
+) -> Option<String> {
+    if cmd == "ping" {
+        s.with(|i| i.stats.pings += 1);
+        return Some(answer(req_id, 0, "ok"));
+    }
+    let body = &frame["body"];
+    let outcome = s.with(|i| {
+        i.frames_in.push(frame.clone());
+        let result = record(i, cmd, req_id, body);
+        if result.0 == 0 && i.hold && cmd == "aibot_respond_msg" {
+            i.held.push((tx.clone(), answer(req_id, 0, "ok")));
+            return None;
+        }
+        Some(result)
+    });
+    outcome.map(|(code, msg)| answer(req_id, code, msg))
+}
+
+/// Applies one request to what users see; its errcode and errmsg.
+fn record(i: &mut Inner, cmd: &str, req_id: &str, body: &Value) -> (i64, &'static str) {
+    let msgtype = body["msgtype"].as_str().unwrap_or_default();
+    let content = match msgtype {
+        "stream" => body["stream"]["content"].as_str(),
+        "markdown" => body["markdown"]["content"].as_str(),
+        "text" => body["text"]["content"].as_str(),
+        _ => None,
+    };
+    let Some(content) = content else {
+        return (40008, "invalid message type");
+    };
+    if content.len() > MAX_BYTES {
+        return (40058, "content exceeds 20480 bytes");
+    }
+    let shown = |chat: &str, kind: &str, answers: &str| Shown {
+        chat: chat.into(),
+        kind: kind.into(),
+        content: content.into(),
+        stream_id: String::new(),
+        finished: true,
+        answers: answers.into(),
+        writes: 1,
+    };
+    match cmd {
+        "aibot_send_msg" => {
+            let chat = body["chatid"].as_str().unwrap_or_default();
+            i.shown.push(shown(chat, "markdown", ""));
+        }
+        "aibot_respond_welcome_msg" | "aibot_respond_msg" => {
+            let Some((msgid, chat)) = i.pushed.get(req_id).cloned() else {
+                return (846605, "invalid req_id");
+            };
+            if cmd == "aibot_respond_welcome_msg" {
+                i.shown.push(shown(&chat, "welcome", &msgid));
+                return (0, "ok");
+            }
+            let stream_id = body["stream"]["id"].as_str().unwrap_or_default();
+            let finish = body["stream"]["finish"].as_bool().unwrap_or(false);
+            let existing = i
+                .shown
+                .iter_mut()
+                .find(|m| !stream_id.is_empty() && m.stream_id == stream_id);
+            match existing {
+                Some(m) if m.finished && m.content != content => {
+                    return (846608, "stream message update expired");
+                }
+                Some(m) => {
+                    m.content = content.into();
+                    m.finished = finish;
+                    m.writes += 1;
+                }
+                None => i.shown.push(Shown {
+                    stream_id: stream_id.into(),
+                    finished: msgtype != "stream" || finish,
+                    ..shown(&chat, msgtype, &msgid)
+                }),
+            }
+        }
+        _ => return (40001, "unknown cmd"),
+    }
+    (0, "ok")
+}
