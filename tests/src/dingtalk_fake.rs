@@ -151,6 +151,8 @@ struct Inner {
     file_requests: usize,
     hold_files: bool,
     sends: usize,
+    fail_opens: usize,
+    opens: usize,
     hold_send: Option<usize>,
     held_peer: Option<SocketAddr>,
 }
@@ -284,6 +286,16 @@ impl DingTalkFake {
     /// Holds every file download (`GET /files/…`) until called with false.
     pub fn hold_files(&self, hold: bool) {
         self.shared.with(|i| i.hold_files = hold);
+    }
+
+    /// Answers the next `n` `connections/open` with a 503.
+    pub fn fail_opens(&self, n: usize) {
+        self.shared.with(|i| i.fail_opens = n);
+    }
+
+    /// Returns how many `connections/open` calls were made.
+    pub fn opens(&self) -> usize {
+        self.shared.peek(|i| i.opens)
     }
 
     /// Holds the `n`-th robot send (counting from 1) forever: it is never answered nor recorded.
@@ -444,6 +456,19 @@ async fn open_connection(
             StatusCode::UNAUTHORIZED,
             "InvalidAuthentication",
             "clientId or clientSecret invalid",
+        );
+    }
+    let failing = s.with(|i| {
+        i.opens += 1;
+        let failing = i.fail_opens > 0;
+        i.fail_opens = i.fail_opens.saturating_sub(1);
+        failing
+    });
+    if failing {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "稍后重试",
         );
     }
     let subscribed = b["subscriptions"]

@@ -510,3 +510,35 @@ async fn a_gateway_sigkilled_mid_delivery_leaves_the_rest_of_the_reply_to_anothe
     let survivor = 1 - delivering;
     assert!(fleet.service_at("gateway", survivor).is_running());
 }
+
+#[tokio::test]
+async fn a_gateway_that_cannot_open_the_stream_retries_with_growing_delays_then_serves() {
+    let fake = DingTalkFake::start(CLIENT_ID, CLIENT_SECRET).await.unwrap();
+    fake.fail_opens(3);
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({"channels": {"dingtalk": section(&fake, json!({}))}}))
+        .start()
+        .await
+        .expect("fleet");
+    fake.wait_connected().await.unwrap();
+    assert_eq!(fake.opens(), 4, "three refused, the fourth served");
+    fleet.llm.push(Reply::text("终于连上了 🎉"));
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "在吗"));
+    let sent = wait_sent(&fake, ALICE, 1).await;
+    assert_eq!(sent[0].text(), "终于连上了 🎉");
+    let delays: Vec<String> = fleet
+        .service("gateway")
+        .logs()
+        .lines()
+        .filter(|l| l.contains("dingtalk stream connection failed"))
+        .filter_map(|l| {
+            l.split("retry_in=")
+                .nth(1)?
+                .split_whitespace()
+                .next()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(delays, ["200ms", "400ms", "800ms"], "backoff doubles");
+}
