@@ -263,13 +263,19 @@ impl DingTalkFake {
     /// Delivers `msg` as a CALLBACK frame (to the oldest connection, or the next one to
     /// connect); returns the frame's message id.
     pub fn inject(&self, msg: &RobotMsg) -> String {
+        self.inject_data(&msg.data.to_string())
+    }
+
+    /// Delivers a CALLBACK frame whose `data` is `data` as given (possibly not JSON); returns
+    /// the frame's message id.
+    pub fn inject_data(&self, data: &str) -> String {
         self.shared.with(|inner| {
             let id = format!("frame-{}", inner.next());
             let frame = json!({
                 "specVersion": "1.0", "type": "CALLBACK",
                 "headers": {"appId": "app", "connectionId": "c", "contentType": "application/json",
                             "messageId": id, "time": "1764000000000", "topic": BOT_TOPIC},
-                "data": msg.data.to_string(),
+                "data": data,
             });
             inner.queue.push_back((id.clone(), frame.to_string()));
             inner.flush();

@@ -542,3 +542,33 @@ async fn a_gateway_that_cannot_open_the_stream_retries_with_growing_delays_then_
         .collect();
     assert_eq!(delays, ["200ms", "400ms", "800ms"], "backoff doubles");
 }
+
+#[tokio::test]
+async fn undecodable_and_senderless_messages_are_acknowledged_and_skipped_and_the_next_is_answered()
+{
+    let (fleet, fake) = dingtalk_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    let garbage = fake.inject_data("{not json 钉");
+    let mut nobody = RobotMsg::dm(ALICE, "爱丽丝", "谁发的？");
+    for key in ["senderStaffId", "senderId"] {
+        nobody.data.as_object_mut().unwrap().remove(key);
+    }
+    let senderless = fake.inject(&nobody);
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "正常消息 ✅"));
+    let sent = wait_sent(&fake, ALICE, 1).await;
+    assert_eq!(sent[0].text(), "echo: 正常消息 ✅");
+    assert!(fake.ack_of(&garbage).is_some() && fake.ack_of(&senderless).is_some());
+    assert_eq!(fleet.llm.request_count(), 1);
+}
+
+#[tokio::test]
+async fn an_empty_allow_from_denies_everyone_at_no_model_cost() {
+    let (fleet, fake) = dingtalk_fleet(json!({"allowFrom": []})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject(&RobotMsg::group(GROUP, ALICE, "爱丽丝", "群里问"));
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "私聊问"));
+    let sent = wait_sent(&fake, ALICE, 1).await;
+    assert!(sent[0].text().contains("pairing"), "{sent:#?}");
+    assert!(fake.sent_to(&format!("group:{GROUP}")).is_empty());
+    assert_eq!(fleet.llm.request_count(), 0);
+}
