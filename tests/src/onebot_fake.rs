@@ -3,10 +3,12 @@
 //! `message/segment.md`), on one free 127.0.0.1 port.
 //!
 //! # Surface
-//! - The forward WebSocket at `ws://127.0.0.1:PORT/`: the access token in
-//!   `Authorization: Bearer …` or `?access_token=`; none is a 401, a wrong one a 403, before
-//!   the upgrade (the spec's rule). Every connection gets a `lifecycle`/`connect` meta event
-//!   first, then every injected event (as NapCat, events go to every client).
+//! - The forward WebSocket at `ws://127.0.0.1:PORT/` (events and API) and `/api` (API only, no
+//!   events): the access token in `Authorization: Bearer …` or `?access_token=`; none is a
+//!   401, a wrong one a 403, before the upgrade (the spec's rule), or with
+//!   [`OneBotFake::refuse_like_napcat`] an upgrade, a retcode 1403 frame and a close (NapCat's).
+//!   Every event connection gets a `lifecycle`/`connect` meta event first, then every injected
+//!   event (as NapCat, events go to every client on `/`).
 //! - Actions (`{"action","params","echo"}` → `{"status","retcode","data","echo"}`):
 //!   `get_login_info`, `send_private_msg`, `send_group_msg`, `send_msg` (segment arrays or CQ
 //!   strings; records the message, answers its `message_id`), `get_msg` (an injected or sent
@@ -168,6 +170,8 @@ pub struct Sent {
 pub struct Connections {
     /// Open now.
     pub now: usize,
+    /// Open now on `/api` (no events).
+    pub api_only: usize,
     /// Open now and logged in (`get_login_info`): the event receivers.
     pub receiving: usize,
     /// The most receivers at once (above 1: two replicas received the same events).
@@ -183,6 +187,8 @@ struct Conn {
     id: u64,
     tx: mpsc::UnboundedSender<Option<String>>,
     receiving: bool,
+    /// Connected on `/api`: gets no events.
+    api: bool,
 }
 
 #[derive(Debug, Default)]
@@ -198,12 +204,15 @@ struct Inner {
     /// Sends beyond this many are left unanswered and unrecorded (never reached QQ).
     hold_after: Option<usize>,
     held: usize,
+    /// Refuse a wrong token as NapCat does: upgrade, a retcode 1403 frame, close.
+    refuse_like_napcat: bool,
 }
 
 impl Inner {
     fn recount(&mut self) {
         self.stats.now = self.conns.len();
         self.stats.receiving = self.conns.iter().filter(|c| c.receiving).count();
+        self.stats.api_only = self.conns.iter().filter(|c| c.api).count();
         self.stats.receiving_peak = self.stats.receiving_peak.max(self.stats.receiving);
     }
 }
@@ -262,6 +271,7 @@ impl OneBotFake {
         });
         let app = Router::new()
             .route("/", get(upgrade))
+            .route("/api", get(upgrade_api))
             .route("/images/{name}", get(image))
             .with_state(shared.clone());
         let task = tokio::spawn(async move {
@@ -323,6 +333,12 @@ impl OneBotFake {
                 "operator_id": 0, "user_id": user});
             broadcast(inner, &ev);
         });
+    }
+
+    /// Refuses a wrong token as NapCat does (upgrade, a retcode 1403 frame, close) instead of
+    /// the spec's 401/403.
+    pub fn refuse_like_napcat(&self) {
+        self.shared.with(|i| i.refuse_like_napcat = true);
     }
 
     /// Leaves every send after the first `n` recorded ones unanswered and unrecorded, as if
@@ -409,7 +425,7 @@ impl OneBotFake {
 
 fn broadcast(inner: &mut Inner, ev: &Value) {
     let text = ev.to_string();
-    for c in &inner.conns {
+    for c in inner.conns.iter().filter(|c| !c.api) {
         let _ = c.tx.send(Some(text.clone()));
     }
 }
@@ -419,6 +435,25 @@ async fn upgrade(
     Query(query): Query<std::collections::HashMap<String, String>>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
+) -> Response {
+    accept(s, &query, &headers, ws, false)
+}
+
+async fn upgrade_api(
+    State(s): State<Arc<Shared>>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    accept(s, &query, &headers, ws, true)
+}
+
+fn accept(
+    s: Arc<Shared>,
+    query: &std::collections::HashMap<String, String>,
+    headers: &HeaderMap,
+    ws: WebSocketUpgrade,
+    api: bool,
 ) -> Response {
     // Compared as bytes: a token may be any UTF-8 (Node reads header bytes as they come).
     let bearer = headers
@@ -433,13 +468,21 @@ async fn upgrade(
         };
         if let Some(status) = status {
             s.with(|i| i.stats.refused += 1);
+            if s.peek(|i| i.refuse_like_napcat) {
+                return ws.on_upgrade(|mut socket| async move {
+                    let no = json!({"status": "failed", "retcode": 1403, "data": null,
+                                    "message": "token验证失败", "wording": "token验证失败"});
+                    let _ = socket.send(WsMessage::Text(no.to_string().into())).await;
+                    let _ = socket.send(WsMessage::Close(None)).await;
+                });
+            }
             return status.into_response();
         }
     }
-    ws.on_upgrade(move |socket| serve(s, socket))
+    ws.on_upgrade(move |socket| serve(s, socket, api))
 }
 
-async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
+async fn serve(s: Arc<Shared>, mut socket: WebSocket, api: bool) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let id = s.with(|inner| {
         inner.stats.accepted += 1;
@@ -448,16 +491,18 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
             id,
             tx,
             receiving: false,
+            api,
         });
         inner.recount();
         id
     });
     let hello = json!({"time": 1_790_000_000, "self_id": SELF_ID, "post_type": "meta_event",
         "meta_event_type": "lifecycle", "sub_type": "connect"});
-    let mut open = socket
-        .send(WsMessage::Text(hello.to_string().into()))
-        .await
-        .is_ok();
+    let mut open = api
+        || socket
+            .send(WsMessage::Text(hello.to_string().into()))
+            .await
+            .is_ok();
     while open {
         tokio::select! {
             out = rx.recv() => match out {

@@ -321,7 +321,20 @@ async fn with_two_gateway_replicas_one_receives_and_the_other_takes_over_after_a
 
 #[tokio::test]
 async fn a_refused_access_token_is_one_clear_error_and_the_other_channels_keep_working() {
+    refused_token_is_one_clear_error(false).await;
+}
+
+#[tokio::test]
+async fn a_token_refused_the_napcat_way_after_the_upgrade_is_the_same_clear_error() {
+    refused_token_is_one_clear_error(true).await;
+}
+
+/// A wrong `accessToken` refused by the spec's 401/403 or by NapCat's 1403 frame.
+async fn refused_token_is_one_clear_error(napcat_style: bool) {
     let napcat = OneBotFake::start(TOKEN).await.unwrap();
+    if napcat_style {
+        napcat.refuse_like_napcat();
+    }
     let telegram = TelegramFake::start().await.unwrap();
     let tg_token = "444444:telegram-token";
     let bot = telegram.add_bot(tg_token, "nano_test_bot");
@@ -363,8 +376,8 @@ async fn a_refused_access_token_is_one_clear_error_and_the_other_channels_keep_w
         .filter(|l| l.contains("refused the access token"))
         .count();
     assert_eq!(errors, 1, "one error line:\n{text}");
-    assert_eq!(napcat.connections().accepted, 0);
-    assert!(napcat.connections().refused >= 1);
+    assert_eq!(napcat.connections().receiving, 0);
+    assert_eq!(napcat.connections().refused, 1, "no retry after a refusal");
 }
 
 #[tokio::test]

@@ -13,7 +13,9 @@
 //!   answered; senders outside `allowFrom` ignored in groups and given a pairing code in
 //!   private; images downloaded up to `maxImageBytes`; 0.3.5's `group_increase` welcome.
 //! - Sending ([`outbound`]) from whichever replica the delivery lands on: on the event
-//!   connection when this replica holds it, else on a connection of its own that ignores events;
+//!   connection when this replica holds it, else on an API-only connection of its own
+//!   (`{wsUrl}/api`, which NapCat sends no events; `wsUrl` itself, its events dropped, for an
+//!   implementation without that path);
 //!   images then text, the text split at [`outbound::MAX_MESSAGE_CHARS`].
 //!
 //! The access token is never logged and never part of a key: keys use a digest of `wsUrl`.
@@ -141,7 +143,7 @@ impl NapcatChannel {
         if let Some(conn) = own.as_ref().filter(|c| c.is_open()) {
             return Ok(conn.clone());
         }
-        let conn = Conn::open(&self.cfg.ws_url, &self.cfg.access_token, None)
+        let conn = Conn::open_api(&self.cfg.ws_url, &self.cfg.access_token)
             .await
             .map_err(|e| {
                 SendError::Transient(format!("connect to NapCat at {}: {e}", self.url_for_logs))

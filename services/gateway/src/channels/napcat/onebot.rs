@@ -4,7 +4,7 @@
 //! or a log). A socket silent for [`IDLE`] (the client pings every [`PING`]) is taken as dead.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
+use url::Url;
 
 /// How long an API call waits for its answer (0.3.5's 20 s).
 pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -27,7 +28,8 @@ const IDLE: Duration = Duration::from_secs(60);
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum ConnectError {
-    /// The implementation refused the access token (HTTP 401/403, or NapCat's retcode 1403).
+    /// The implementation refused the access token at the handshake (HTTP 401/403, the
+    /// spec's way; NapCat's way is [`Conn::was_refused`]).
     #[error("the access token was refused")]
     Unauthorized,
     /// Anything else (network, handshake): worth retrying.
@@ -61,6 +63,7 @@ pub(super) struct Conn {
     out: mpsc::Sender<Message>,
     pending: Pending,
     closed: CancellationToken,
+    refused: Arc<AtomicBool>,
     next: Arc<AtomicU64>,
     _guard: Arc<tokio_util::sync::DropGuard>,
 }
@@ -97,27 +100,44 @@ impl Conn {
         let (out, out_rx) = mpsc::channel(64);
         let pending: Pending = Arc::default();
         let closed = CancellationToken::new();
-        let (refused_tx, refused_rx) = oneshot::channel();
+        let refused = Arc::new(AtomicBool::new(false));
         tokio::spawn(pump(
             socket,
             out_rx,
             pending.clone(),
             events,
             closed.clone(),
-            refused_tx,
+            refused.clone(),
         ));
-        let conn = Self {
+        Ok(Self {
             out,
             pending,
             _guard: Arc::new(closed.clone().drop_guard()),
             closed,
+            refused,
             next: Arc::default(),
-        };
-        // NapCat answers a wrong token with a retcode 1403 frame, then closes.
-        match tokio::time::timeout(Duration::from_millis(200), refused_rx).await {
-            Ok(Ok(())) => Err(ConnectError::Unauthorized),
-            _ => Ok(conn),
+        })
+    }
+
+    /// Opens an API-only connection (`{wsUrl}/api`, which gets no events: the spec's and
+    /// NapCat's); an implementation without that path gets `wsUrl` itself, its events dropped.
+    pub(super) async fn open_api(url: &str, token: &str) -> Result<Self, ConnectError> {
+        match api_url(url) {
+            Some(api) => match Self::open(&api, token, None).await {
+                Err(ConnectError::Other(e)) => {
+                    tracing::debug!(error = %e, "napcat /api connection failed; using wsUrl");
+                    Self::open(url, token, None).await
+                }
+                other => other,
+            },
+            None => Self::open(url, token, None).await,
         }
+    }
+
+    /// Returns whether the implementation refused the access token on this socket (NapCat
+    /// accepts the upgrade, then sends retcode 1403 and closes).
+    pub(super) fn was_refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Returns whether the socket is still open.
@@ -169,6 +189,14 @@ impl Conn {
     }
 }
 
+/// Returns `url` with `/api` appended to its path (`ws://h:3001` → `ws://h:3001/api`).
+fn api_url(url: &str) -> Option<String> {
+    let mut parsed = Url::parse(url).ok()?;
+    let path = format!("{}/api", parsed.path().trim_end_matches('/'));
+    parsed.set_path(&path);
+    Some(parsed.to_string())
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -183,10 +211,9 @@ async fn pump(
     pending: Pending,
     events: Option<mpsc::Sender<Value>>,
     closed: CancellationToken,
-    refused: oneshot::Sender<()>,
+    refused: Arc<AtomicBool>,
 ) {
     let (mut sink, mut stream) = socket.split();
-    let mut refused = Some(refused);
     let mut ping = tokio::time::interval(PING);
     ping.reset();
     loop {
@@ -205,7 +232,7 @@ async fn pump(
                         tracing::debug!("napcat frame that is not JSON dropped");
                         continue;
                     };
-                    if !dispatch(value, &pending, events.as_ref(), &mut refused).await { break; }
+                    if !dispatch(value, &pending, events.as_ref(), &refused).await { break; }
                 }
                 Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) | Err(_) => break,
                 Ok(Some(Ok(_))) => {}
@@ -222,16 +249,14 @@ async fn dispatch(
     value: Value,
     pending: &Pending,
     events: Option<&mpsc::Sender<Value>>,
-    refused: &mut Option<oneshot::Sender<()>>,
+    refused: &AtomicBool,
 ) -> bool {
     if value.get("post_type").is_none() {
         let echo = value["echo"].as_str().unwrap_or_default();
         if let Some(caller) = lock(pending).remove(echo) {
             let _ = caller.send(value);
-        } else if value["retcode"].as_i64() == Some(1403)
-            && let Some(refused) = refused.take()
-        {
-            let _ = refused.send(());
+        } else if value["retcode"].as_i64() == Some(1403) {
+            refused.store(true, Ordering::Relaxed);
             return false;
         }
         return true;
@@ -239,5 +264,23 @@ async fn dispatch(
     match events {
         Some(events) => events.send(value).await.is_ok(),
         None => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_connection_appends_api_to_the_path_and_keeps_the_query() {
+        assert_eq!(
+            api_url("ws://127.0.0.1:3001").unwrap(),
+            "ws://127.0.0.1:3001/api"
+        );
+        assert_eq!(
+            api_url("wss://q.example/onebot/?access_token=x").unwrap(),
+            "wss://q.example/onebot/api?access_token=x"
+        );
+        assert_eq!(api_url("not a url"), None);
     }
 }

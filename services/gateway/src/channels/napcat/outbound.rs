@@ -78,6 +78,12 @@ pub(super) async fn send(
         params["message"] = Value::Array(segments);
         match conn.call(action, params).await {
             Ok(_) => progress.part_done().await,
+            Err(_) if conn.was_refused() => {
+                return Err(SendError::Permanent(format!(
+                    "napcat at {} refused the access token",
+                    ch.url_for_logs
+                )));
+            }
             Err(e @ CallError::Lost(_)) => return Err(SendError::Transient(e.to_string())),
             Err(e @ CallError::Failed { .. }) => return Err(SendError::Permanent(e.to_string())),
         }

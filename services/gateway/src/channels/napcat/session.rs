@@ -83,11 +83,11 @@ async fn hold(
             opened = Conn::open(&ch.cfg.ws_url, &ch.cfg.access_token, Some(tx)) => opened,
         };
         match opened {
-            Ok(conn) => {
-                if serve(ch, inbound, lease, cancel, conn, rx).await {
-                    delay = FIRST_BACKOFF;
-                }
-            }
+            Ok(conn) => match serve(ch, inbound, lease, cancel, conn, rx).await {
+                Served::LoggedIn => delay = FIRST_BACKOFF,
+                Served::Failed => {}
+                Served::Refused => return true,
+            },
             Err(ConnectError::Unauthorized) => return true,
             Err(ConnectError::Other(e)) => {
                 tracing::warn!(bot = %ch.bot_id, ws_url = %ch.url_for_logs, error = %e, retry_in = ?delay, "napcat connection failed");
@@ -102,8 +102,17 @@ async fn hold(
     }
 }
 
-/// Serves one connection until it closes, the lease is lost, or shutdown; true when the login
-/// succeeded (the backoff starts over).
+/// How a connection ended.
+enum Served {
+    /// It logged in, then ended (the backoff starts over).
+    LoggedIn,
+    /// The login failed.
+    Failed,
+    /// The implementation refused the access token.
+    Refused,
+}
+
+/// Serves one connection until it closes, the lease is lost, or shutdown.
 async fn serve(
     ch: &NapcatChannel,
     inbound: &Inbound,
@@ -111,12 +120,13 @@ async fn serve(
     cancel: &CancellationToken,
     conn: Conn,
     mut events: mpsc::Receiver<Value>,
-) -> bool {
+) -> Served {
     let login = match conn.call("get_login_info", json!({})).await {
         Ok(login) => login,
+        Err(_) if conn.was_refused() => return Served::Refused,
         Err(e) => {
             tracing::warn!(bot = %ch.bot_id, error = %e, "napcat get_login_info failed");
-            return false;
+            return Served::Failed;
         }
     };
     tracing::info!(bot = %ch.bot_id, user_id = %login["user_id"], nickname = %login["nickname"].as_str().unwrap_or_default(), "napcat connected");
@@ -141,7 +151,7 @@ async fn serve(
         }
     }
     ch.set_events_conn(None);
-    true
+    Served::LoggedIn
 }
 
 /// Handles one event, retrying until it is done (a closed connection does not stop it: only
