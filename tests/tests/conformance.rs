@@ -34,3 +34,6 @@ mod tool_definitions;
 
 #[path = "../conformance/checkpoint.rs"]
 mod checkpoint;
+
+#[path = "../conformance/commands.rs"]
+mod commands;

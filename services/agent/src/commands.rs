@@ -24,7 +24,10 @@ use crate::memory_jobs;
 use crate::stop;
 use crate::turn::TurnInput;
 
+pub use goal::{goal, trigger};
+
 pub use later::{COMPACT_DONE, COMPACT_FAILED, COMPACT_STARTED, DREAMING};
+use nanobot_runtime::pyfmt::{py_int, py_strip};
 pub use prompts::evaluator_override;
 pub use status::{SearchUsage, StatusInfo, status_text};
 
@@ -370,11 +373,12 @@ const HISTORY_MAX_CHARS: usize = 200;
 /// Upstream's `/history [n]` text: the last `n` user and assistant messages of what the
 /// session replays (no count cap).
 pub fn history_text(session: &nanobot_core::session::Session, arg: Option<&str>) -> String {
-    let count = match arg.map(str::trim).filter(|a| !a.is_empty()) {
+    let count = match arg.map(py_strip).filter(|a| !a.is_empty()) {
         None => HISTORY_DEFAULT,
-        Some(a) => match a.parse::<i64>() {
-            Ok(n) => n.clamp(1, HISTORY_MAX as i64) as usize,
-            Err(_) => {
+        // Python's `int`: digits of any script, `_` between digits.
+        Some(a) => match py_int(a) {
+            Some(n) => n.clamp(1, HISTORY_MAX as i64) as usize,
+            None => {
                 return "Usage: /history [count] — e.g. /history 5 (default: 10, max: 50)".into();
             }
         },
@@ -407,7 +411,7 @@ fn history_line(row: &serde_json::Value) -> Option<String> {
             .join(" "),
         _ => String::new(),
     };
-    let content = content.trim();
+    let content = py_strip(&content);
     if content.is_empty() {
         return None;
     }

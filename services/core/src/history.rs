@@ -77,7 +77,7 @@ pub(crate) fn truthy(v: Option<&Value>) -> bool {
     }
 }
 
-pub(crate) use nanobot_runtime::pyfmt::py_str;
+pub(crate) use nanobot_runtime::pyfmt::{py_str, py_strip};
 
 /// Returns the start of a recent window of `max` rows (0.3.5 `recent_message_start_index`):
 /// with `extend_to_user`, a window holding no user row is extended back to the user that
@@ -323,12 +323,6 @@ fn py_lines(text: &str) -> impl Iterator<Item = &str> {
         rest = &rest[at + width..];
         Some(line)
     })
-}
-
-/// Python's `str.strip()`: whitespace as Python counts it (Unicode white space and the
-/// separators `\x1c`–`\x1f`).
-fn py_strip(text: &str) -> &str {
-    text.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
 }
 
 /// 0.3.5 `content_with_media_breadcrumbs`: a user row's non-empty media paths as

@@ -48,11 +48,22 @@ fn ascii_digits(s: &str) -> String {
         .collect()
 }
 
+/// Whether Python's `str.isspace` holds for `c`: Unicode white space and the separators
+/// `\x1c`–`\x1f`.
+pub fn is_py_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Python's `str.strip()`: `text` without leading and trailing [`is_py_space`] characters.
+pub fn py_strip(text: &str) -> &str {
+    text.trim_matches(is_py_space)
+}
+
 /// Parses like Python's `int(str)`: surrounding whitespace, a sign, `_` between digits, digits
 /// of any script. `None` also for values beyond 64 bits (Python's have no bound).
 pub fn py_int(s: &str) -> Option<i64> {
     let ascii = ascii_digits(s);
-    let t = ascii.trim();
+    let t = py_strip(&ascii);
     let (sign, digits) = match t.strip_prefix('-') {
         Some(rest) => ("-", rest),
         None => ("", t.strip_prefix('+').unwrap_or(t)),
