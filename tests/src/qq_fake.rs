@@ -22,7 +22,8 @@
 //! # Test controls
 //! [`QqFake::inject`] sends a user's [`QqMessage`]; [`QqFake::sent`] is what the bot posted;
 //! [`QqFake::lose_next_responses`] makes the next sends be accepted but answered 500 (a reply
-//! lost on the way back); [`QqFake::wait_until`] wakes on every change, never sleeps.
+//! lost on the way back); [`QqFake::close_connections`] and [`QqFake::ask_reconnect`] end
+//! sessions as QQ does; [`QqFake::wait_until`] wakes on every change, never sleeps.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -43,6 +44,8 @@ use tokio::sync::{mpsc, watch};
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 /// QQ's code for a `msg_id` + `msg_seq` sent twice.
 pub const DUPLICATE_CODE: i64 = 40_054_005;
+/// Marks a frame queued for a connection as "close with this code" instead.
+const CLOSE: &str = "\u{0}close:";
 /// Heartbeat interval announced in HELLO (short, so heartbeats happen in tests).
 const HEARTBEAT_MS: u64 = 3_000;
 
@@ -309,6 +312,25 @@ impl QqFake {
     /// Returns how many access tokens were handed out (a new one each time one expired).
     pub fn tokens_issued(&self) -> usize {
         self.shared.peek(|i| i.tokens_issued)
+    }
+
+    /// Closes every live gateway connection with close `code` (QQ's 4009: session timed out,
+    /// resumable; 4006/4007: session invalid, identify anew).
+    pub fn close_connections(&self, code: u16) {
+        self.shared.with(|i| {
+            for (_, tx) in &i.live {
+                let _ = tx.send(format!("{CLOSE}{code}"));
+            }
+        });
+    }
+
+    /// Sends RECONNECT (op 7) on every live gateway connection.
+    pub fn ask_reconnect(&self) {
+        self.shared.with(|i| {
+            for (_, tx) in &i.live {
+                let _ = tx.send(json!({"op": 7}).to_string());
+            }
+        });
     }
 
     /// Makes every token handed out so far invalid (as when they expire): REST calls with
@@ -595,6 +617,11 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
         tokio::select! {
             out = rx.recv() => {
                 let Some(out) = out else { break };
+                if let Some(code) = out.strip_prefix(CLOSE).and_then(|c| c.parse().ok()) {
+                    let close = CloseFrame { code, reason: "closed by the fake".into() };
+                    let _ = socket.send(WsMessage::Close(Some(close))).await;
+                    break;
+                }
                 if socket.send(WsMessage::Text(out.into())).await.is_err() {
                     break;
                 }

@@ -330,3 +330,114 @@ async fn an_expired_access_token_is_fetched_again_and_the_reply_arrives_once() {
     assert!(!log.contains("qq-access-"), "tokens are never logged");
     assert!(!log.contains(SECRET), "the secret is never logged");
 }
+
+#[tokio::test]
+async fn a_4500_character_chinese_reply_arrives_as_three_parts_with_one_msg_seq_each() {
+    let (fleet, fake) = qq_fleet(json!({"ackMessage": ""})).await;
+    let answer = "长篇故事🐉".repeat(900);
+    assert_eq!(answer.chars().count(), 4_500);
+    fleet.llm.push(Reply::text(answer.clone()));
+    let asked = fake.inject(QqMessage::c2c(ALICE, "讲个长故事"));
+    let sent = wait_replies(&fake, ALICE, 3).await;
+    assert_eq!(sent.len(), 3, "{sent:#?}");
+    assert!(sent.iter().all(|s| s.text.chars().count() <= 2_000));
+    let joined: String = sent.iter().map(|s| s.text.as_str()).collect();
+    assert_eq!(joined, answer, "nothing lost, no character cut");
+    assert!(
+        sent.iter()
+            .all(|s| s.msg_id.as_deref() == Some(asked.as_str()))
+    );
+    let seqs: Vec<i64> = sent.iter().filter_map(|s| s.msg_seq).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "increasing: {seqs:?}");
+}
+
+#[tokio::test]
+async fn a_file_the_agent_sends_is_uploaded_and_sent_before_its_text() {
+    let (fleet, fake) = qq_fleet(json!({"ackMessage": "", "sendToolHints": false})).await;
+    let report = fleet.workspace().join("报告 1.txt");
+    std::fs::write(&report, "内容 ✅").unwrap();
+    fleet.llm.push(Reply::tool_calls([(
+        "message",
+        json!({"content": "给你文件 📎", "media": [report.display().to_string()]}),
+    )]));
+    fleet.llm.push(Reply::text("发好了"));
+    fake.inject(QqMessage::c2c(ALICE, "把报告发我"));
+    // The message tool answered the chat, so the turn's final text is not sent (as 0.3.5).
+    let sent = fake
+        .wait_until("the message tool's text", DEFAULT_WAIT, |f| {
+            let sent = f.sent_to(ALICE);
+            sent.iter().any(|s| s.text == "给你文件 📎").then_some(sent)
+        })
+        .await
+        .unwrap();
+    let texts: Vec<(i64, &str, Option<&str>)> = sent
+        .iter()
+        .map(|s| (s.msg_type, s.text.as_str(), s.file.as_deref()))
+        .collect();
+    assert_eq!(
+        texts,
+        [(7, "", Some("报告 1.txt")), (0, "给你文件 📎", None),],
+        "{sent:#?}"
+    );
+}
+
+#[tokio::test]
+async fn tool_hints_are_not_sent_when_send_tool_hints_is_off() {
+    let (fleet, fake) = qq_fleet(json!({"ackMessage": "", "sendToolHints": false})).await;
+    fleet.llm.push(Reply::tool_calls([(
+        "message",
+        json!({"content": "工具发的"}),
+    )]));
+    fleet.llm.push(Reply::text("完成"));
+    fake.inject(QqMessage::c2c(ALICE, "用工具"));
+    wait_replies(&fake, ALICE, 1).await;
+    fleet.llm.push(Reply::text("第二个回答"));
+    fake.inject(QqMessage::c2c(ALICE, "barrier"));
+    let sent = fake
+        .wait_until("the second answer", DEFAULT_WAIT, |f| {
+            let sent = f.sent_to(ALICE);
+            sent.iter().any(|s| s.text == "第二个回答").then_some(sent)
+        })
+        .await
+        .unwrap();
+    // The message tool answered the chat, so the turn's final text is not sent (as 0.3.5).
+    let shown: Vec<&str> = sent.iter().map(|s| s.text.as_str()).collect();
+    assert_eq!(shown, ["工具发的", "第二个回答"], "no tool hint");
+}
+
+#[tokio::test]
+async fn a_closed_or_reconnect_asked_connection_resumes_and_an_invalid_session_identifies_anew() {
+    let (fleet, fake) = qq_fleet(json!({"ackMessage": ""})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    // 4009: session timed out, resumable.
+    fake.close_connections(4009);
+    fake.wait_until("a resume after the close", DEFAULT_WAIT, |f| {
+        let s = f.sessions();
+        (s.resumed == 1 && s.now == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    fake.inject(QqMessage::c2c(ALICE, "一"));
+    wait_replies(&fake, ALICE, 1).await;
+    // RECONNECT (op 7): resumed at once.
+    fake.ask_reconnect();
+    fake.wait_until("a resume after op 7", DEFAULT_WAIT, |f| {
+        let s = f.sessions();
+        (s.resumed == 2 && s.now == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    // 4006: session invalid; a new session is identified.
+    fake.close_connections(4006);
+    fake.wait_until("a new identify after 4006", DEFAULT_WAIT, |f| {
+        let s = f.sessions();
+        (s.identified == 2 && s.now == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    fake.inject(QqMessage::c2c(ALICE, "二"));
+    let sent = wait_replies(&fake, ALICE, 2).await;
+    let shown: Vec<&str> = sent.iter().map(|s| s.text.as_str()).collect();
+    assert_eq!(shown, ["echo: 一", "echo: 二"], "each answered once");
+    assert_eq!(fake.sessions().peak, 1);
+}

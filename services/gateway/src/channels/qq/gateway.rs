@@ -264,12 +264,14 @@ async fn handle(
     }
 }
 
-/// What a close code means: 4004 (token) fetches a token again; 4006, 4007, 4009 and
-/// 4900-4913 (session) identify anew; 4914/4915 (bot offline or banned) wait long.
+/// What a close code means: 4004 (token) fetches a token again; 4006, 4007 and 4900-4913
+/// (session invalid, bad seq, QQ's internal errors) identify anew; 4914/4915 (bot offline or
+/// banned) are logged as errors; anything else (4008 too fast, 4009 session timed out, a
+/// dropped link) resumes.
 async fn closed(ch: &QqChannel, code: u16) -> Ended {
     match code {
         4004 => ch.api.forget_token().await,
-        4006 | 4007 | 4009 | 4900..=4913 => {
+        4006 | 4007 | 4900..=4913 => {
             if let Err(e) = ch.sessions.clear().await {
                 tracing::warn!(bot = %ch.bot_id, error = %e, "qq gateway session not cleared");
             }
