@@ -22,7 +22,8 @@
 //!
 //! # Test controls
 //! [`FeishuFake::push_event`] sends an event document to one open long connection (split in
-//! parts when asked); acknowledgements, pings, connections (now, total, peak) are counted.
+//! parts when asked); acknowledgements, pings, connections (now, total, peak) are counted;
+//! [`FeishuFake::disconnect_all`] closes the long connections.
 //! [`FeishuFake::set_stall`] makes message creation accept a message and then hold its answer
 //! (a replica killed there has had its message posted without knowing it). Waiting is on a
 //! `watch` channel bumped by every change, never a sleep.
@@ -319,6 +320,12 @@ impl FeishuFake {
                 .map_err(|_| anyhow::anyhow!("connection closed"))?;
         }
         Ok(frame_id)
+    }
+
+    /// Closes every open long connection (as Feishu does when it moves a client).
+    pub fn disconnect_all(&self) {
+        self.shared.sockets.lock().unwrap().clear();
+        self.shared.bump();
     }
 
     /// Makes message creation hold its answer (after accepting the message) while `on`.

@@ -82,7 +82,7 @@ fn in_group(event_id: &str, message_id: &str, from: &str, text: &str, mention: b
 
 #[tokio::test]
 async fn a_chinese_direct_message_on_the_long_connection_is_answered_byte_exact_once() {
-    let (fleet, fake) = feishu_fleet(json!({})).await;
+    let (mut fleet, fake) = feishu_fleet(json!({})).await;
     let answer = "收到 ✅ 你好 👩‍👩‍👧‍👦！";
     fleet.llm.push(Reply::text(answer));
     let doc = dm("ev-dm-1", "om_dm1", ALICE, "你好，飞书 👋🏽 在吗？");
@@ -115,6 +115,69 @@ async fn a_chinese_direct_message_on_the_long_connection_is_answered_byte_exact_
     assert_eq!(fleet.llm.request_count(), 2);
     let rows = session_rows(&fleet, "default", &format!("feishu:{ALICE}")).await;
     assert_eq!(rows.len(), 4, "{rows:#?}");
+    let logs = fleet.service("gateway").logs();
+    assert!(
+        !logs.contains(APP_SECRET) && !logs.contains(VTOKEN),
+        "a secret was logged"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_long_connection_is_opened_again_and_events_are_still_answered() {
+    let (fleet, fake) = feishu_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.disconnect_all();
+    fake.wait_until("a new connection", DEFAULT_WAIT, |f| {
+        (f.connections() >= 2 && f.open_connections() == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    fake.push_event(&dm("ev-r1", "om_r1", ALICE, "重连后 🔌"), 1)
+        .unwrap();
+    fake.wait_sent(ALICE, |s| s.text() == "echo: 重连后 🔌")
+        .await
+        .unwrap();
+    let endpoints = fake
+        .calls()
+        .iter()
+        .filter(|c| c.route == "POST /callback/ws/endpoint")
+        .count();
+    assert_eq!(endpoints, 2, "a fresh URL for each connection");
+}
+
+#[tokio::test]
+async fn tool_hints_carry_the_prefix_and_replies_quote_the_user_with_reply_to_message() {
+    let (fleet, fake) = feishu_fleet(json!({"sendToolHints": true, "replyToMessage": true})).await;
+    fleet.llm.push(Reply::tool_calls([(
+        "message",
+        json!({"content": "工具发的 🛠"}),
+    )]));
+    fleet.llm.push(Reply::text("好了"));
+    fake.push_event(&dm("ev-t1", "om_t1", ALICE, "用工具"), 1)
+        .unwrap();
+    let quoted = |f: &FeishuFake| {
+        f.sent()
+            .into_iter()
+            .filter(|s| s.reply_to.as_deref() == Some("om_t1"))
+            .collect::<Vec<_>>()
+    };
+    let sent = fake
+        .wait_until("the tool hint and the tool's message", DEFAULT_WAIT, |f| {
+            let q = quoted(f);
+            let hinted = q.iter().any(|s| s.text().starts_with("🔧 "));
+            (hinted && q.iter().any(|s| s.text() == "工具发的 🛠")).then_some(q)
+        })
+        .await
+        .unwrap();
+    let hint = sent
+        .iter()
+        .find(|s| s.text().starts_with("🔧 "))
+        .unwrap_or_else(|| panic!("no tool hint: {sent:#?}"));
+    assert!(hint.text().contains("message"), "{}", hint.text());
+    assert!(
+        fake.sent_to(ALICE).is_empty(),
+        "every reply quoted the user"
+    );
 }
 
 #[tokio::test]
