@@ -206,6 +206,8 @@ struct Inner {
     held: usize,
     /// Refuse a wrong token as NapCat does: upgrade, a retcode 1403 frame, close.
     refuse_like_napcat: bool,
+    /// Every event sent, by message id, for [`OneBotFake::send_again`].
+    events: Vec<(i64, Value)>,
 }
 
 impl Inner {
@@ -321,8 +323,23 @@ impl OneBotFake {
                 ev["group_id"] = json!(group);
             }
             broadcast(inner, &ev);
+            inner.events.push((id, ev));
             id
         })
+    }
+
+    /// Sends message event `id` again, unchanged (as two overlapping connections would see it).
+    pub fn send_again(&self, id: i64) {
+        self.shared.with(|inner| {
+            let ev = inner
+                .events
+                .iter()
+                .find(|(m, _)| *m == id)
+                .map(|(_, e)| e.clone());
+            if let Some(ev) = ev {
+                broadcast(inner, &ev);
+            }
+        });
     }
 
     /// Sends a `group_increase` notice (user joined group) to every connection.

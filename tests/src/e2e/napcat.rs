@@ -442,3 +442,20 @@ async fn tool_hints_are_sent_only_when_send_tool_hints_is_on() {
     want.sort();
     assert_eq!(on, want, "the tool hint too");
 }
+
+#[tokio::test]
+async fn the_same_message_event_seen_twice_is_one_turn() {
+    let (mut fleet, fake) = napcat_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    let id = fake.inject(QqMessage::private(ALICE, "只说一次"));
+    wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    fake.send_again(id);
+    fake.inject(QqMessage::private(ALICE, "barrier"));
+    let sent = wait_sent(&mut fleet, &fake, &private(ALICE), 2).await;
+    assert_eq!(sent[1].text, "echo: barrier", "{sent:#?}");
+    assert_eq!(
+        fleet.llm.request_count(),
+        2,
+        "the repeated event ran no turn"
+    );
+}
