@@ -22,7 +22,9 @@
 //! # Test controls
 //! [`WeComFake::text`], [`WeComFake::image`], [`WeComFake::file`], [`WeComFake::enter_chat`]
 //! push callbacks to the bot's live connection; [`WeComFake::push_again`] repeats one (WeCom's
-//! duplicate delivery); [`WeComFake::hold_answers`] keeps replies unanswered (a reply in flight);
+//! duplicate delivery); [`WeComFake::drop_connection`] closes the live connection,
+//! [`WeComFake::expire_req_ids`] makes answers to earlier pushes refused;
+//! [`WeComFake::hold_answers`] keeps replies unanswered (a reply in flight);
 //! [`WeComFake::messages`] is what the users see (one entry per stream or markdown message);
 //! [`WeComFake::wait_until`] wakes on every frame and connection change, never sleeps.
 
@@ -47,6 +49,9 @@ use tokio::sync::{mpsc, watch};
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 /// WeCom's longest stream or markdown content, in UTF-8 bytes.
 pub const MAX_BYTES: usize = 20_480;
+/// Writer sentinels: kick (a newer connection took over) and close.
+const KICK: &str = "__kick__";
+const CLOSE: &str = "__close__";
 
 /// A message the users see from the bot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,6 +232,19 @@ impl WeComFake {
         }
     }
 
+    /// Closes the bot's live connection (as a network failure or WeCom's restart would).
+    pub fn drop_connection(&self) {
+        if let Some((_, tx)) = self.shared.peek(|i| i.live.clone()) {
+            let _ = tx.send(CLOSE.into());
+        }
+    }
+
+    /// Forgets every `req_id` pushed so far: answers to them are refused (846605), as
+    /// WeCom refuses an expired one.
+    pub fn expire_req_ids(&self) {
+        self.shared.with(|i| i.pushed.clear());
+    }
+
     /// Returns how many reply frames are held unanswered.
     pub fn held(&self) -> usize {
         self.shared.peek(|i| i.held.len())
@@ -388,7 +406,11 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
         tokio::select! {
             out = rx.recv() => {
                 let Some(out) = out else { break };
-                let kick = out == "__kick__";
+                if out == CLOSE {
+                    let _ = socket.send(WsMessage::Close(None)).await;
+                    break;
+                }
+                let kick = out == KICK;
                 let text = if kick {
                     json!({"cmd": "aibot_event_callback", "headers": {"req_id": "kick"},
                            "body": {"msgtype": "event", "event": {"eventtype": "disconnected_event"}}}).to_string()
@@ -423,7 +445,7 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
                         old
                     });
                     if let Some((_, old)) = old {
-                        let _ = old.send("__kick__".into());
+                        let _ = old.send(KICK.into());
                     }
                     if socket.send(WsMessage::Text(answer(&req_id, 0, "ok").into())).await.is_err() {
                         break;

@@ -100,6 +100,39 @@ async fn a_chinese_message_is_answered_once_byte_exact_as_a_finished_stream_repl
 }
 
 #[tokio::test]
+async fn a_dropped_connection_is_reconnected_and_the_next_message_answered() {
+    let (fleet, fake) = wecom_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.drop_connection();
+    fake.wait_until("a second subscribe", DEFAULT_WAIT, |f| {
+        (f.sessions().subscribed == 2 && f.sessions().now == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    fake.text(ALICE, None, "重连了吗？🔌");
+    let shown = wait_shown(&fake, ALICE, 1).await;
+    assert_eq!(shown[0].content, "echo: 重连了吗？🔌");
+}
+
+#[tokio::test]
+async fn an_answer_whose_req_id_expired_is_pushed_to_the_chat_as_markdown() {
+    let (fleet, fake) = wecom_fleet(json!({})).await;
+    let gate = Gate::new();
+    fleet.llm.push(Reply::text("迟到的回答 ⏰").held_by(&gate));
+    fake.text(ALICE, Some("wrgroup-9"), "慢慢想");
+    fleet
+        .llm
+        .wait_for_requests(1, DEFAULT_WAIT)
+        .await
+        .expect("the turn started");
+    fake.expire_req_ids();
+    gate.open();
+    let shown = wait_shown(&fake, "wrgroup-9", 1).await;
+    assert_eq!(shown[0].kind, "markdown", "{shown:#?}");
+    assert_eq!(shown[0].content, "迟到的回答 ⏰");
+}
+
+#[tokio::test]
 async fn a_group_message_is_answered_in_the_group() {
     let (fleet, fake) = wecom_fleet(json!({})).await;
     fleet.llm.set_fallback(Reply::echo());
