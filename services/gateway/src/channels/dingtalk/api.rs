@@ -73,7 +73,8 @@ impl Api {
                 &body,
                 None,
             )
-            .await?;
+            .await
+            .map_err(credentials_refused)?;
         let token = answer["accessToken"]
             .as_str()
             .filter(|t| !t.is_empty())
@@ -101,7 +102,10 @@ impl Api {
             "ua": concat!("nanobot-fleet/", env!("CARGO_PKG_VERSION")),
         });
         let url = format!("{}/v1.0/gateway/connections/open", self.api_base);
-        let answer = self.post("connections/open", &url, &body, None).await?;
+        let answer = self
+            .post("connections/open", &url, &body, None)
+            .await
+            .map_err(credentials_refused)?;
         match (answer["endpoint"].as_str(), answer["ticket"].as_str()) {
             (Some(endpoint), Some(ticket)) if !endpoint.is_empty() => {
                 Ok((endpoint.to_string(), ticket.to_string()))
@@ -228,8 +232,8 @@ fn upload_url(oapi_base: &str, token: &str, kind: &str) -> String {
     format!("{oapi_base}/media/upload?{query}")
 }
 
-/// Reads an answer: 2xx its JSON; 401/403 and 400 with a credentials code rejected; 429 and
-/// 5xx transient; other 4xx permanent. DingTalk's `code`/`message` are kept, nothing else.
+/// Reads an answer: 2xx its JSON; 401/403 rejected; 429 and 5xx transient; other 4xx
+/// permanent. DingTalk's `code`/`message` are kept, nothing else.
 async fn read(what: &str, response: reqwest::Response) -> Result<Value, ApiError> {
     let status = response.status();
     let text = response.text().await.unwrap_or_default();
@@ -237,21 +241,26 @@ async fn read(what: &str, response: reqwest::Response) -> Result<Value, ApiError
     if status.is_success() {
         return Ok(answer);
     }
-    let code = answer["code"].as_str().unwrap_or_default();
     let why = format!(
-        "{what}: HTTP {} {code} {}",
+        "{what}: HTTP {} {} {}",
         status.as_u16(),
+        answer["code"].as_str().unwrap_or_default(),
         answer["message"].as_str().unwrap_or_default()
     )
     .trim_end()
     .to_string();
-    let credentials = code.to_ascii_lowercase().contains("client")
-        || code.to_ascii_lowercase().contains("auth")
-        || code.to_ascii_lowercase().contains("secret");
     match status.as_u16() {
         401 | 403 => Err(ApiError::Rejected(why)),
-        400 if credentials => Err(ApiError::Rejected(why)),
         429 | 500.. => Err(ApiError::Transient(why)),
         _ => Err(ApiError::Permanent(why)),
+    }
+}
+
+/// On the two calls that carry only the credentials, a refusal of any kind (DingTalk answers
+/// 400 `invalidClientIdOrSecret` as well as 401) means the credentials.
+fn credentials_refused(e: ApiError) -> ApiError {
+    match e {
+        ApiError::Permanent(why) => ApiError::Rejected(why),
+        e => e,
     }
 }
