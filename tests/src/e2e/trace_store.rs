@@ -284,18 +284,19 @@ async fn a_turn_its_tool_calls_and_the_memory_jobs_it_starts_are_stored_as_one_t
 }
 
 impl Trace {
-    /// Waits until the store holds the whole trace whose root is the span named `root` (the
-    /// first stored), with a span of each of `names`.
+    /// Waits until the store holds a whole trace whose root is a span named `root`, with a
+    /// span of each of `names`.
     async fn rooted_at(store: &TraceStore, root: &str, names: &[&str]) -> Trace {
         let whole = || async {
             let roots = store.spans(&[("name", root)]).await.unwrap_or_default();
-            let first = roots.first()?;
-            let spans = store
-                .spans_of_trace(&first.trace_id)
-                .await
-                .unwrap_or_default();
-            let all = names.iter().all(|n| spans.iter().any(|s| s.name == *n));
-            all.then_some(spans)
+            for first in roots {
+                let trace = store.spans_of_trace(&first.trace_id).await;
+                let spans = trace.unwrap_or_default();
+                if names.iter().all(|n| spans.iter().any(|s| s.name == *n)) {
+                    return Some(spans);
+                }
+            }
+            None
         };
         let stored = wait_until(
             || async { whole().await.is_some() },
@@ -395,6 +396,13 @@ async fn a_telegram_turn_is_one_trace_from_the_gateways_receive_span_to_its_deli
     let traced =
         Fleet::builder().config(json!({"telemetry": {"otlpEndpoint": store.otlp_endpoint()}}));
     let (mut fleet, _fake, bot) = telegram_fleet_from(traced, json!({})).await;
+    // A stranger first: the ACL refuses them (a pairing code is the answer), in a receive span.
+    const STRANGER: i64 = 666;
+    let stranger = TgUser::new(STRANGER, "陌生人");
+    bot.inject(Incoming::text_from(&stranger, "让我进去 🚪"));
+    bot.wait_for_call("sendMessage", |c| c.chat_id() == Some(STRANGER))
+        .await
+        .unwrap();
     fleet.llm.push(Reply::text("你好 Alice 👋"));
     bot.inject(Incoming::text_from(
         &TgUser::new(ALICE, "alice"),
@@ -412,6 +420,14 @@ async fn a_telegram_turn_is_one_trace_from_the_gateways_receive_span_to_its_deli
     ];
     let trace = Trace::rooted_at(store, "receive telegram", &names).await;
     assert_channel_turn(&trace, "telegram", "default");
+    // The refused message: a receive span of its own, tagged, and no turn.
+    let receives = store.spans(&[("name", "receive telegram")]).await.unwrap();
+    assert_eq!(receives.len(), 2, "{receives:?}");
+    let refused = receives.iter().find(|r| r.trace_id != trace.0[0].trace_id);
+    let refused = refused.expect("the refused message's receive span");
+    let alone = store.spans_of_trace(&refused.trace_id).await.unwrap();
+    assert_eq!(alone.len(), 1, "{alone:?}");
+    assert_eq!(refused.attr("nanobot.bot"), Some(&json!("default")));
     let conversation = format!("telegram:{ALICE}");
     assert_eq!(
         trace.one("turn").attr("session_id"),

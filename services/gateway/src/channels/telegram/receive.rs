@@ -9,6 +9,7 @@ use serde_json::json;
 use teloxide::payloads::{SendMessageSetters as _, SetMessageReactionSetters as _};
 use teloxide::requests::Requester as _;
 use teloxide::types::{BotCommand, ChatId, MessageId, ReactionType, ThreadId, Update, UpdateKind};
+use tracing::Instrument as _;
 
 use nanobot_proto::InboundMessage;
 
@@ -86,6 +87,22 @@ pub(super) async fn handle(
             parts.push(parsed);
         }
     }
+    if parts.is_empty() {
+        return Ok(());
+    }
+    // The turn's trace starts here: the ACL check, a pairing reply, the media download and
+    // transcription are in the gateway's receive span.
+    let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
+    accept(ch, inbound, updates, &parts).instrument(span).await
+}
+
+/// Handles the parsed messages of one turn's updates: the ACL, then the inbound message.
+async fn accept(
+    ch: &TelegramChannel,
+    inbound: &Inbound,
+    updates: &[Update],
+    parts: &[Parsed],
+) -> anyhow::Result<()> {
     let Some(first) = parts.first() else {
         return Ok(());
     };
@@ -134,7 +151,7 @@ pub(super) async fn handle(
         first.chat_id,
         inbound::thread_of(&first.session_key),
     );
-    let (attachments, paths) = save_media(ch, &parts).await?;
+    let (attachments, paths) = save_media(ch, parts).await?;
     let update_id = updates[0].id.0;
     let msg = InboundMessage {
         id: inbound_id(update_id, first.message_id),
