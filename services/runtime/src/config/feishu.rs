@@ -274,7 +274,7 @@ mod tests {
         let c = parse(
             r#"{"channels":{"feishu":{"enabled":true,"appId":"cli_a1","appSecret":"sec-飞书",
                 "encryptKey":"enc-密钥","verification_token":"vt-令牌","allow_from":["ou_1"],
-                "instanceId":"default","name":"nanobot","identityKey":""}}}"#,
+                "instanceId":"default","name":"小助手","identityKey":""}}}"#,
         )
         .unwrap();
         let bots = c.feishu_bots();

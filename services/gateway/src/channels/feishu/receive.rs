@@ -438,7 +438,7 @@ mod tests {
     #[test]
     fn a_group_mention_of_the_bot_is_stripped_and_other_mentions_are_named() {
         let mentions = json!([
-            {"key": "@_user_1", "id": {"open_id": "ou_bot"}, "name": "nanobot"},
+            {"key": "@_user_1", "id": {"open_id": "ou_bot"}, "name": "小助手"},
             {"key": "@_user_2", "id": {"open_id": "ou_bob"}, "name": "鲍勃"},
         ]);
         let e = event(
