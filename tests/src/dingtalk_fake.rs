@@ -151,6 +151,7 @@ struct Inner {
     file_requests: usize,
     hold_files: bool,
     sends: usize,
+    issued: usize,
     fail_opens: usize,
     opens: usize,
     hold_send: Option<usize>,
@@ -292,6 +293,16 @@ impl DingTalkFake {
     /// Holds every file download (`GET /files/…`) until called with false.
     pub fn hold_files(&self, hold: bool) {
         self.shared.with(|i| i.hold_files = hold);
+    }
+
+    /// Revokes every access token issued so far (calls with them get a 401).
+    pub fn revoke_tokens(&self) {
+        self.shared.with(|i| i.tokens.clear());
+    }
+
+    /// Returns how many access tokens were issued.
+    pub fn tokens_issued(&self) -> usize {
+        self.shared.peek(|i| i.issued)
     }
 
     /// Answers the next `n` `connections/open` with a 503.
@@ -447,6 +458,7 @@ async fn access_token(State(s): State<Arc<Shared>>, axum::Json(b): axum::Json<Va
     let token = s.with(|i| {
         let token = format!("at-{}", i.next());
         i.tokens.insert(token.clone());
+        i.issued += 1;
         token
     });
     axum::Json(json!({"accessToken": token, "expireIn": 7200})).into_response()

@@ -572,3 +572,27 @@ async fn an_empty_allow_from_denies_everyone_at_no_model_cost() {
     assert!(fake.sent_to(&format!("group:{GROUP}")).is_empty());
     assert_eq!(fleet.llm.request_count(), 0);
 }
+
+#[tokio::test]
+async fn a_revoked_access_token_is_fetched_again_and_the_reply_arrives_once() {
+    let (mut fleet, fake) = dingtalk_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "第一条"));
+    wait_sent(&fake, ALICE, 1).await;
+    let issued = fake.tokens_issued();
+    fake.revoke_tokens();
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "第二条 🔑"));
+    let sent = wait_sent(&fake, ALICE, 2).await;
+    assert_eq!(sent[1].text(), "echo: 第二条 🔑");
+    assert_eq!(fake.tokens_issued(), issued + 1, "one new token");
+    assert!(
+        !fleet
+            .service("gateway")
+            .logs()
+            .contains("delivery failed; retrying"),
+        "the send was made again at once, not left to a redelivery"
+    );
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "barrier"));
+    let sent = wait_sent(&fake, ALICE, 3).await;
+    assert_eq!(sent.len(), 3, "{sent:#?}");
+}

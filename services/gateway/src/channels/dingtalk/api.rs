@@ -185,7 +185,8 @@ impl Api {
             .ok_or_else(|| ApiError::Permanent("media upload answered no media_id".into()))
     }
 
-    /// Calls with the access token; a 401 forgets it, so the retry fetches a fresh one.
+    /// Calls with the access token; one DingTalk refuses (expired, revoked) is forgotten and
+    /// the call made once more with a fresh one.
     async fn call_with_token(
         &self,
         what: &str,
@@ -195,10 +196,17 @@ impl Api {
         let token = self.token().await?;
         match self.post(what, url, body, Some(&token)).await {
             Err(ApiError::Rejected(why)) => {
+                tracing::info!(call = what, reason = %why, "dingtalk access token refused; fetching a new one");
                 self.forget_token().await;
-                Err(ApiError::Transient(format!(
-                    "{what}: token refused ({why})"
-                )))
+                let token = self.token().await?;
+                self.post(what, url, body, Some(&token))
+                    .await
+                    .map_err(|e| match e {
+                        ApiError::Rejected(why) => ApiError::Transient(format!(
+                            "{what}: a fresh token refused too ({why})"
+                        )),
+                        e => e,
+                    })
             }
             other => other,
         }
