@@ -16,6 +16,7 @@
 //!   Telegram poller).
 //! - [`health`]: HTTP `/health` + `/ready` and the fleet status responder.
 //! - [`cli`]: the flags every binary shares and the launcher.
+//! - [`json_order`]: the order a JSON text writes its keys in (our maps sort them).
 //! - [`legacy_exec`]: the last release's `write_stdin` calls migrated to `exec_session` as
 //!   0.3.5 migrates them (executors and replay).
 //! - [`service`]: the shared start-up sequence.
@@ -29,6 +30,7 @@ pub mod config;
 pub mod dependency_metrics;
 pub mod fs;
 pub mod health;
+pub mod json_order;
 pub mod lease;
 pub mod legacy_exec;
 pub mod metrics;

@@ -4,6 +4,7 @@
 
 use serde_json::{Map, Value};
 
+use nanobot_runtime::json_order::KeyOrder;
 use nanobot_runtime::pyfmt::{py_float, py_int, py_str};
 pub use nanobot_runtime::pyfmt::{py_repr, py_type_name};
 
@@ -108,7 +109,8 @@ pub fn prepare_params(
         return Err(not_an_object_error(name, &raw));
     }
     let cast = cast_params(raw, schema);
-    let mut errors = validate_params(&cast, schema);
+    let order = arguments_order(arguments_json, schema);
+    let mut errors = validate_params_in_order(&cast, schema, &order);
     let Value::Object(args) = cast else {
         return Err(not_an_object_error(name, &cast));
     };
@@ -188,8 +190,36 @@ fn cast_value(value: Value, schema: &Value) -> Value {
 
 // === validate_params ===
 
+/// The key order of `arguments_json` as the model wrote it, inside a `{"arguments": …}`
+/// wrapper when [`unwrap_arguments`] takes it off.
+fn arguments_order(arguments_json: &str, schema: &Value) -> KeyOrder {
+    let order = KeyOrder::of(arguments_json);
+    let has_arguments_prop = schema.pointer("/properties/arguments").is_some();
+    match &order {
+        KeyOrder::Object(keys)
+            if keys.len() == 1 && keys[0].0 == "arguments" && !has_arguments_prop =>
+        {
+            match &keys[0].1 {
+                KeyOrder::Leaf => match coerce_arguments(arguments_json).get("arguments") {
+                    Some(Value::String(inner)) => KeyOrder::of(inner),
+                    _ => KeyOrder::Leaf,
+                },
+                inner => inner.clone(),
+            }
+        }
+        _ => order,
+    }
+}
+
 /// Validates cast parameters against the tool's object schema; an empty list means valid.
+/// Several errors come in key order (sorted); see [`validate_params_in_order`].
 pub fn validate_params(params: &Value, schema: &Value) -> Vec<String> {
+    validate_params_in_order(params, schema, &KeyOrder::Leaf)
+}
+
+/// [`validate_params`] with the errors in the order the model wrote the keys (`order`), as
+/// 0.3.5 reports them (its dicts keep that order).
+pub fn validate_params_in_order(params: &Value, schema: &Value, order: &KeyOrder) -> Vec<String> {
     if !params.is_object() {
         return vec![format!(
             "parameters must be an object, got {}",
@@ -200,7 +230,7 @@ pub fn validate_params(params: &Value, schema: &Value) -> Vec<String> {
     if let Value::Object(map) = &mut object_schema {
         map.insert("type".into(), Value::String("object".into()));
     }
-    validate_value(params, &object_schema, "")
+    validate_value(params, &object_schema, "", order)
 }
 
 fn subpath(path: &str, key: &str) -> String {
@@ -211,7 +241,7 @@ fn subpath(path: &str, key: &str) -> String {
     }
 }
 
-fn validate_value(value: &Value, schema: &Value, path: &str) -> Vec<String> {
+fn validate_value(value: &Value, schema: &Value, path: &str, order: &KeyOrder) -> Vec<String> {
     let label = if path.is_empty() { "parameter" } else { path };
     let t = schema_type(schema);
     if value.is_null() && is_nullable(schema) {
@@ -230,8 +260,8 @@ fn validate_value(value: &Value, schema: &Value, path: &str) -> Vec<String> {
     match t {
         Some("integer" | "number") => check_range(value, schema, label, &mut errors),
         Some("string") => check_length(value, schema, label, &mut errors),
-        Some("object") => check_object(value, schema, path, &mut errors),
-        Some("array") => check_array(value, schema, path, label, &mut errors),
+        Some("object") => check_object(value, schema, path, order, &mut errors),
+        Some("array") => check_array(value, schema, path, label, order, &mut errors),
         _ => {}
     }
     errors
@@ -298,7 +328,13 @@ fn check_length(value: &Value, schema: &Value, label: &str, errors: &mut Vec<Str
     }
 }
 
-fn check_object(value: &Value, schema: &Value, path: &str, errors: &mut Vec<String>) {
+fn check_object(
+    value: &Value,
+    schema: &Value,
+    path: &str,
+    order: &KeyOrder,
+    errors: &mut Vec<String>,
+) {
     let Some(map) = value.as_object() else { return };
     let empty = Map::new();
     let props = schema
@@ -313,18 +349,25 @@ fn check_object(value: &Value, schema: &Value, path: &str, errors: &mut Vec<Stri
         }
     }
     let additional = schema.get("additionalProperties");
-    for (key, v) in map {
+    for (key, v, key_order) in order.members(map) {
         if let Some(prop) = props.get(key) {
-            errors.extend(validate_value(v, prop, &subpath(path, key)));
+            errors.extend(validate_value(v, prop, &subpath(path, key), key_order));
         } else if additional == Some(&Value::Bool(false)) {
             errors.push(format!("unexpected parameter {}", subpath(path, key)));
         } else if let Some(extra) = additional.filter(|a| a.is_object()) {
-            errors.extend(validate_value(v, extra, &subpath(path, key)));
+            errors.extend(validate_value(v, extra, &subpath(path, key), key_order));
         }
     }
 }
 
-fn check_array(value: &Value, schema: &Value, path: &str, label: &str, errors: &mut Vec<String>) {
+fn check_array(
+    value: &Value,
+    schema: &Value,
+    path: &str,
+    label: &str,
+    order: &KeyOrder,
+    errors: &mut Vec<String>,
+) {
     let Some(items) = value.as_array() else {
         return;
     };
@@ -345,7 +388,12 @@ fn check_array(value: &Value, schema: &Value, path: &str, label: &str, errors: &
     }
     if let Some(item_schema) = schema.get("items") {
         for (i, item) in items.iter().enumerate() {
-            errors.extend(validate_value(item, item_schema, &format!("{path}[{i}]")));
+            errors.extend(validate_value(
+                item,
+                item_schema,
+                &format!("{path}[{i}]"),
+                order.item(i),
+            ));
         }
     }
 }
