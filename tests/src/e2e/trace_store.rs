@@ -516,3 +516,65 @@ async fn an_email_turn_is_one_trace_from_the_gateways_receive_span_to_its_delive
     wait_sent(servers, &alice, 1).await;
     assert_stored_turn(store, &mut fleet, "email").await;
 }
+
+/// Issue 32: a cron job's turn is one trace rooted at the cron leader's `cron_fire` span, every
+/// span tagged with the bot and `cron`, its model calls with the job's session.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cron_fired_turn_is_one_trace_from_the_cron_leaders_fire_span() {
+    let store = TraceStore::shared().await.expect("the trace store runs");
+    let roles = ["agent", "tools", "cron"];
+    let mut fleet = traced(store).roles(&roles).start().await.unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    std::fs::create_dir_all(fleet.workspace().join("cron")).unwrap();
+    let jobs = json!({"version": 1, "jobs": [{
+        "id": "tracejob", "name": "伸展", "enabled": true,
+        "schedule": {"kind": "every", "everyMs": 3_600_000},
+        "payload": {"kind": "agent_turn", "message": "伸展一下 🧘", "sessionKey": "cli:stretch",
+                    "originChannel": "cli", "originChatId": "stretch"},
+        "state": {"nextRunAtMs": now_ms - 1_000}
+    }]});
+    let path = fleet.workspace().join("cron/jobs.json");
+    std::fs::write(path, jobs.to_string()).unwrap();
+    fleet
+        .llm
+        .when_last_user_contains("伸展一下 🧘", Reply::text("伸展时间 🧘"));
+    let answered = || async {
+        super::outbound_messages(&fleet)
+            .await
+            .iter()
+            .any(|m| m.content == "伸展时间 🧘")
+    };
+    wait_until(answered, super::TURN * 2)
+        .await
+        .expect("the job's turn answered");
+    stop(&mut fleet, &roles).await;
+    let names = ["cron_fire", "cron_turn", "chat test-model"];
+    let trace = Trace::rooted_at(store, "cron_fire", &names).await;
+    let outline = trace.outline();
+    let ids: Vec<&str> = trace.0.iter().map(|s| s.span_id.as_str()).collect();
+    let fire = trace.one("cron_fire");
+    for span in &trace.0 {
+        match &span.parent_id {
+            Some(parent) => assert!(ids.contains(&parent.as_str()), "orphan: {outline}"),
+            None => assert_eq!(span.span_id, fire.span_id, "one root: {outline}"),
+        }
+        assert_eq!(
+            span.attr("nanobot.bot"),
+            Some(&json!("default")),
+            "{outline}"
+        );
+        assert_eq!(
+            span.attr("nanobot.channel"),
+            Some(&json!("cron")),
+            "{outline}"
+        );
+    }
+    let turn = trace.one("cron_turn");
+    for call in trace.llm_calls_under(turn) {
+        let named = call.attr("gen_ai.conversation.id");
+        assert_eq!(named, Some(&json!("cli:stretch")), "{outline}");
+    }
+}
