@@ -245,6 +245,35 @@ async fn groups_need_a_mention_and_senders_outside_allow_from_cost_no_model_call
 }
 
 #[tokio::test]
+async fn a_message_in_a_group_topic_is_answered_inside_the_topic_in_its_own_session() {
+    let (fleet, fake) = feishu_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    let mut doc = in_group("ev-tp1", "om_tp1", ALICE, "话题里问 🧵", true);
+    doc["event"]["message"]["root_id"] = json!("om_root1");
+    doc["event"]["message"]["thread_id"] = json!("omt_1");
+    fake.push_event(&doc, 1).unwrap();
+    let reply = fake
+        .wait_until("the reply in the topic", DEFAULT_WAIT, |f| {
+            f.sent()
+                .into_iter()
+                .find(|s| s.text() == "echo: 话题里问 🧵")
+        })
+        .await
+        .unwrap();
+    assert_eq!(reply.reply_to.as_deref(), Some("om_tp1"), "{reply:#?}");
+    let rows = session_rows(&fleet, "default", &format!("feishu:{GROUP}:om_root1")).await;
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    // Outside a topic, a group reply is a new message in the chat.
+    fake.push_event(&in_group("ev-tp2", "om_tp2", ALICE, "不在话题", true), 1)
+        .unwrap();
+    let plain = fake
+        .wait_sent(GROUP, |s| s.text() == "echo: 不在话题")
+        .await
+        .unwrap();
+    assert_eq!(plain.reply_to, None);
+}
+
+#[tokio::test]
 async fn with_two_gateway_replicas_one_holds_the_long_connection_and_the_other_takes_over_after_a_sigkill()
  {
     let (mut fleet, fake) = feishu_fleet(json!({})).await;

@@ -15,11 +15,12 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
-use nanobot_proto::{OutboundKind, OutboundMessage};
+use nanobot_proto::{OutboundKind, OutboundMessage, keys};
+use redis::AsyncCommands as _;
 
 use super::FeishuChannel;
 use super::api::ApiError;
-use super::receive::react;
+use super::receive::{react, topic_mark};
 use crate::channels::media;
 use crate::channels::stream::Editor;
 use crate::channels::{Progress, SendError};
@@ -258,7 +259,10 @@ async fn create(
 ) -> Result<Value, ApiError> {
     let uuid = uuid_of(&msg.id, part);
     let quoted = message_of(&msg.reply_to);
-    if ch.cfg.reply_to_message && part == 0 && !quoted.is_empty() {
+    // Inside a topic every part is a reply (Feishu keeps it in the topic), as 0.3.5.
+    if !quoted.is_empty()
+        && ((ch.cfg.reply_to_message && part == 0) || in_topic(ch, quoted).await?)
+    {
         let path = format!("/open-apis/im/v1/messages/{}/reply", media::safe_id(quoted));
         let body = json!({"msg_type": msg_type, "content": content, "uuid": uuid});
         match ch.api.call(Method::POST, &path, Some(&body)).await {
@@ -278,6 +282,16 @@ async fn create(
     let body = json!({"receive_id": msg.chat_id, "msg_type": msg_type, "content": content,
         "uuid": uuid});
     ch.api.call(Method::POST, &path, Some(&body)).await
+}
+
+/// Whether Feishu message `message_id` was sent inside a group topic ([`topic_mark`]).
+async fn in_topic(ch: &FeishuChannel, message_id: &str) -> Result<bool, ApiError> {
+    let key = keys::channel_state(&ch.bot_id, super::CHANNEL, &topic_mark(message_id));
+    let mut conn = ch.redis.clone();
+    conn.exists(&key).await.map_err(|e| ApiError::Network {
+        path: "redis topic mark".into(),
+        error: e.to_string(),
+    })
 }
 
 /// Replaces message `id`'s card with a card of `markdown`.

@@ -44,6 +44,11 @@ pub(super) struct Parsed {
     pub thread_id: Option<String>,
 }
 
+/// Names the [`keys::channel_state`] mark of a message sent inside a group topic.
+pub(super) fn topic_mark(message_id: &str) -> String {
+    format!("topic:{}", media::safe_id(message_id))
+}
+
 /// Returns the inbound id of Feishu message `message_id`.
 pub(super) fn inbound_id(message_id: &str) -> String {
     format!("{CHANNEL}:{message_id}")
@@ -307,6 +312,15 @@ async fn handle_message(ch: &FeishuChannel, inbound: &Inbound, msg: &Parsed) -> 
         reply_channel: String::new(),
         reply_chat_id: String::new(),
     };
+    if msg.thread_id.is_some() {
+        // The reply goes into the topic: outbound finds the mark by the message id.
+        let key = keys::channel_state(&ch.bot_id, CHANNEL, &topic_mark(&msg.message_id));
+        let mut conn = ch.redis.clone();
+        let _: () = conn
+            .set_ex(&key, "1", DONE_TTL_SECS)
+            .await
+            .context("mark the topic message")?;
+    }
     inbound.publish(&out).await.context("publish inbound")?;
     tracing::debug!(bot = %ch.bot_id, inbound_id = %out.id, session = %out.session_key, "feishu message published");
     Ok(())
