@@ -273,4 +273,28 @@ mod tests {
         .to_string();
         assert!(shared.contains("uses the same app"), "{shared}");
     }
+
+    #[test]
+    fn the_client_secret_is_withheld_from_every_role_but_the_gateway() {
+        use nanobot_proto::subjects::Role;
+        let full = serde_json::json!({"channels": {"dingtalk": {
+            "enabled": true, "clientId": "ding-app", "clientSecret": "DT-CANARY-钉"}}});
+        for role in [Role::Agent, Role::Tools, Role::Memory] {
+            let mut scoped = full.clone();
+            super::super::scope::withhold(&mut scoped, role);
+            let secret = &scoped["channels"]["dingtalk"]["clientSecret"];
+            assert_eq!(secret, super::super::scope::WITHHELD, "{role:?}");
+            assert_eq!(scoped["channels"]["dingtalk"]["clientId"], "ding-app");
+        }
+        let mut gateway = full.clone();
+        super::super::scope::withhold(&mut gateway, Role::Gateway);
+        assert_eq!(gateway, full, "the gateway keeps it");
+        let withheld = parse(
+            r#"{"channels":{"dingtalk":{"enabled":true,"clientId":"a","clientSecret":"(withheld from this role)"}}}"#,
+        );
+        assert!(
+            withheld.is_ok(),
+            "a withheld secret validates: {withheld:?}"
+        );
+    }
 }
