@@ -15,6 +15,11 @@
 //!     `invalid req_id`; a stream already finished is errcode 846608.
 //!   - `aibot_respond_welcome_msg` (`msgtype: text`) to an `enter_chat` push's `req_id`.
 //!   - `aibot_send_msg` `{chatid, msgtype: markdown}`: a push to a chat.
+//!   - `aibot_upload_media_init` (`filename`, `type`, `total_size`, `total_chunks`, `md5`) →
+//!     `upload_id`; `aibot_upload_media_chunk` (`chunk_index`, `base64_data`);
+//!     `aibot_upload_media_finish` → `media_id` when every chunk came and size and md5 match.
+//!     A reply or push with `msgtype` `image`/`file`/`voice`/`video` and that `media_id` shows
+//!     the file.
 //!   - Anything before a successful subscribe, or another cmd: errcode 40001.
 //! - Media users send: `GET /media/{id}`, the file AES-256-CBC encrypted with the message's
 //!   `aeskey` (IV its first 16 bytes, PKCS#7 padded to 32) and a `Content-Disposition` naming it.
@@ -70,6 +75,8 @@ pub struct Shown {
     pub answers: String,
     /// How many frames wrote it.
     pub writes: usize,
+    /// An uploaded file it shows: its name and bytes.
+    pub file: Option<(String, Vec<u8>)>,
 }
 
 /// The bot's subscribed connections.
@@ -103,7 +110,14 @@ struct Inner {
     hold: bool,
     held: Vec<(mpsc::UnboundedSender<String>, String)>,
     frames_in: Vec<Value>,
+    /// Uploads in progress by upload_id.
+    uploads: HashMap<String, Upload>,
+    /// Uploaded files: media_id → (filename, bytes).
+    uploaded: HashMap<String, (String, Vec<u8>)>,
 }
+
+/// An upload in progress: file name, announced size and md5, the chunks received.
+type Upload = (String, u64, String, Vec<Option<Vec<u8>>>);
 
 #[derive(Debug)]
 struct Shared {
@@ -489,6 +503,12 @@ fn handle(
         return Some(answer(req_id, 0, "ok"));
     }
     let body = &frame["body"];
+    if cmd.starts_with("aibot_upload_media_") {
+        return Some(s.with(|i| {
+            i.frames_in.push(frame.clone());
+            upload(i, cmd, req_id, body)
+        }));
+    }
     let outcome = s.with(|i| {
         i.frames_in.push(frame.clone());
         let result = record(i, cmd, req_id, body);
@@ -510,8 +530,14 @@ fn record(i: &mut Inner, cmd: &str, req_id: &str, body: &Value) -> (i64, &'stati
         "text" => body["text"]["content"].as_str(),
         _ => None,
     };
-    let Some(content) = content else {
-        return (40008, "invalid message type");
+    let file = body[msgtype]["media_id"]
+        .as_str()
+        .and_then(|id| i.uploaded.get(id).cloned());
+    let named = file
+        .as_ref()
+        .map(|(name, _)| format!("<{msgtype}: {name}>"));
+    let Some(content) = content.or(named.as_deref()) else {
+        return (40008, "invalid message type or media_id");
     };
     if content.len() > MAX_BYTES {
         return (40058, "content exceeds 20480 bytes");
@@ -524,11 +550,15 @@ fn record(i: &mut Inner, cmd: &str, req_id: &str, body: &Value) -> (i64, &'stati
         finished: true,
         answers: answers.into(),
         writes: 1,
+        file: None,
     };
     match cmd {
         "aibot_send_msg" => {
             let chat = body["chatid"].as_str().unwrap_or_default();
-            i.shown.push(shown(chat, "markdown", ""));
+            i.shown.push(Shown {
+                file,
+                ..shown(chat, msgtype, "")
+            });
         }
         "aibot_respond_welcome_msg" | "aibot_respond_msg" => {
             let Some((msgid, chat)) = i.pushed.get(req_id).cloned() else {
@@ -554,6 +584,7 @@ fn record(i: &mut Inner, cmd: &str, req_id: &str, body: &Value) -> (i64, &'stati
                     m.writes += 1;
                 }
                 None => i.shown.push(Shown {
+                    file,
                     stream_id: stream_id.into(),
                     finished: msgtype != "stream" || finish,
                     ..shown(&chat, msgtype, &msgid)
@@ -563,4 +594,60 @@ fn record(i: &mut Inner, cmd: &str, req_id: &str, body: &Value) -> (i64, &'stati
         _ => return (40001, "unknown cmd"),
     }
     (0, "ok")
+}
+
+/// Handles one step of a media upload; the answer (with its body).
+fn upload(i: &mut Inner, cmd: &str, req_id: &str, body: &Value) -> String {
+    let refuse = |code: i64, msg: &str| answer(req_id, code, msg);
+    let ok = |body: Value| {
+        json!({"headers": {"req_id": req_id}, "errcode": 0, "errmsg": "ok", "body": body})
+            .to_string()
+    };
+    match cmd {
+        "aibot_upload_media_init" => {
+            let chunks = body["total_chunks"].as_u64().unwrap_or(0) as usize;
+            let name = body["filename"].as_str().unwrap_or_default().to_string();
+            if chunks == 0 || name.is_empty() || body["type"].as_str().is_none() {
+                return refuse(40001, "invalid upload init");
+            }
+            i.next += 1;
+            let id = format!("up{}", i.next);
+            let size = body["total_size"].as_u64().unwrap_or(0);
+            let md5 = body["md5"].as_str().unwrap_or_default().to_string();
+            i.uploads
+                .insert(id.clone(), (name, size, md5, vec![None; chunks]));
+            ok(json!({"upload_id": id}))
+        }
+        "aibot_upload_media_chunk" => {
+            let id = body["upload_id"].as_str().unwrap_or_default();
+            let index = body["chunk_index"].as_u64().unwrap_or(u64::MAX) as usize;
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(body["base64_data"].as_str().unwrap_or_default());
+            match (i.uploads.get_mut(id), data) {
+                (Some(up), Ok(data)) if index < up.3.len() => {
+                    up.3[index] = Some(data);
+                    ok(json!({}))
+                }
+                _ => refuse(40001, "invalid upload chunk"),
+            }
+        }
+        _ => {
+            let id = body["upload_id"].as_str().unwrap_or_default();
+            let Some((name, size, md5, chunks)) = i.uploads.remove(id) else {
+                return refuse(40001, "unknown upload_id");
+            };
+            let Some(parts) = chunks.into_iter().collect::<Option<Vec<_>>>() else {
+                return refuse(40001, "missing chunks");
+            };
+            let data = parts.concat();
+            let digest = hex::encode(<md5::Md5 as md5::Digest>::digest(&data));
+            if data.len() as u64 != size || digest != md5 {
+                return refuse(40001, "size or md5 mismatch");
+            }
+            i.next += 1;
+            let media_id = format!("media{}", i.next);
+            i.uploaded.insert(media_id.clone(), (name, data));
+            ok(json!({"media_id": media_id}))
+        }
+    }
 }

@@ -217,6 +217,37 @@ async fn a_file_and_an_image_are_downloaded_decrypted_and_named_in_the_turn() {
 }
 
 #[tokio::test]
+async fn a_file_the_agent_sends_is_uploaded_in_chunks_and_shown_before_its_text() {
+    let (fleet, fake) = wecom_fleet(json!({})).await;
+    let bytes: Vec<u8> = (0..700_000u32).map(|n| (n % 251) as u8).collect();
+    let out = fleet.workspace().join("结果 📎.bin");
+    std::fs::write(&out, &bytes).unwrap();
+    fleet.llm.push(Reply::tool_calls([(
+        "message",
+        json!({"content": "你的文件 📎", "media": [out.display().to_string()]}),
+    )]));
+    fleet.llm.push(Reply::text("已发送"));
+    fake.text(ALICE, None, "把结果发给我");
+    let shown = wait_shown(&fake, ALICE, 2).await;
+    assert_eq!(shown[0].kind, "file", "{shown:#?}");
+    let (name, got) = shown[0].file.clone().expect("the uploaded file");
+    assert_eq!(name, "结果__.bin");
+    assert!(
+        got == bytes,
+        "uploaded whole ({} of {} bytes)",
+        got.len(),
+        bytes.len()
+    );
+    assert_eq!(shown[1].content, "你的文件 📎");
+    let chunks = fake
+        .frames_in()
+        .iter()
+        .filter(|f| f["cmd"] == "aibot_upload_media_chunk")
+        .count();
+    assert_eq!(chunks, 2, "512 KiB chunks");
+}
+
+#[tokio::test]
 async fn a_file_over_the_attachment_cap_is_not_downloaded_and_the_turn_says_so() {
     let fake = WeComFake::start(BOT_ID, SECRET).await.unwrap();
     let mut fleet = Fleet::builder()

@@ -28,6 +28,7 @@ mod frame;
 mod link;
 mod outbound;
 mod receive;
+mod upload;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};

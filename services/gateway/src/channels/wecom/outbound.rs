@@ -1,4 +1,6 @@
-//! Sending a reply over the long connection (only the replica holding it can): the text in
+//! Sending a reply over the long connection (only the replica holding it can): its files
+//! first, uploaded ([`upload`]) and sent as media messages (one that cannot be uploaded is named
+//! in the text, `[file upload failed: name]`, as 0.3.5), then the text in
 //! parts of at most 20,480 UTF-8 bytes (WeCom's limit for a stream or markdown message), cut
 //! between graphemes. Each part answers the user's message as a finished stream message
 //! (markdown) under its `req_id`; with no message to answer (a cron job's push) or when WeCom
@@ -11,7 +13,10 @@
 //! Progress messages are finished streams too (0.3.5 leaves them open, which keeps WeCom's
 //! "typing" indicator on a message that never completes until its 6-minute timeout).
 
+use std::path::Path;
+
 use serde::Deserialize;
+use serde_json::{Value, json};
 
 use nanobot_proto::OutboundMessage;
 use redis::AsyncCommands as _;
@@ -19,7 +24,7 @@ use redis::AsyncCommands as _;
 use super::frame;
 use super::link::{Link, LinkError};
 use super::receive::reply_key;
-use super::{CHANNEL, WeComChannel};
+use super::{CHANNEL, WeComChannel, upload};
 use crate::channels::{Progress, SendError};
 use crate::render::measure::Limit;
 use crate::render::split::split_markdown;
@@ -34,25 +39,13 @@ struct Reply {
     chat_id: String,
 }
 
-/// Delivers one outbound message.
+/// Delivers one outbound message: its files (uploaded), then its text in parts.
 pub(super) async fn send(
     ch: &WeComChannel,
     msg: &OutboundMessage,
     progress: &mut Progress,
 ) -> Result<(), SendError> {
-    let mut content = msg.content.trim().to_string();
-    for path in &msg.media {
-        // Uploading files over the connection is not implemented yet: say so, as 0.3.5 does
-        // when an upload fails.
-        let name = std::path::Path::new(path)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        tracing::warn!(bot = %ch.bot_id, file = %name, "wecom outbound files are not sent yet");
-        content.push_str(&format!("\n[file upload failed: {name}]"));
-    }
-    let content = content.trim();
-    if content.is_empty() {
+    if msg.content.trim().is_empty() && msg.media.is_empty() {
         return Ok(());
     }
     let Some(link) = ch.link() else {
@@ -61,15 +54,67 @@ pub(super) async fn send(
         ));
     };
     let reply = reply_of(ch, &msg.reply_to).await?;
-    let parts = split(content);
-    let stream_base = super::token_id(&msg.id);
-    for (i, part) in parts.iter().enumerate().skip(progress.done()) {
-        let stream_id = format!("nb{stream_base}{i}");
-        send_part(ch, &link, msg, reply.as_ref(), &stream_id, part).await?;
+    let mut notes = String::new();
+    for path in msg.media.iter().skip(progress.done()) {
+        match upload::upload(&link, Path::new(path)).await {
+            Ok(up) => {
+                let chat = reply
+                    .as_ref()
+                    .map_or(msg.chat_id.as_str(), |r| r.chat_id.as_str());
+                let mut push = up.body();
+                push["chatid"] = json!(chat);
+                send_part(ch, &link, reply.as_ref(), up.body(), push).await?;
+            }
+            Err(e) if is_link_down(&e) => return Err(SendError::Transient(format!("{e:#}"))),
+            Err(e) => {
+                let name = Path::new(path)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                tracing::warn!(bot = %ch.bot_id, file = %name, error = format!("{e:#}"), "wecom file upload failed");
+                notes.push_str(&format!("\n[file upload failed: {name}]"));
+            }
+        }
         progress.part_done().await;
     }
-    tracing::debug!(bot = %ch.bot_id, chat = %msg.chat_id, parts = parts.len(), "wecom reply sent");
+    let content = format!("{}{notes}", msg.content.trim());
+    let content = content.trim();
+    let parts = if content.is_empty() {
+        Vec::new()
+    } else {
+        split(content)
+    };
+    let files = msg.media.len();
+    let stream_base = super::token_id(&msg.id);
+    for (i, part) in parts.iter().enumerate() {
+        if files + i < progress.done() {
+            continue;
+        }
+        let stream_id = format!("nb{stream_base}{i}");
+        let chat = reply
+            .as_ref()
+            .map_or(msg.chat_id.as_str(), |r| r.chat_id.as_str());
+        let answer = frame::stream(&stream_id, part, true);
+        send_part(
+            ch,
+            &link,
+            reply.as_ref(),
+            answer,
+            frame::markdown_to(chat, part),
+        )
+        .await?;
+        progress.part_done().await;
+    }
+    tracing::debug!(bot = %ch.bot_id, chat = %msg.chat_id, files, parts = parts.len(), "wecom reply sent");
     Ok(())
+}
+
+/// Returns whether an upload failed because the connection did (worth retrying whole).
+fn is_link_down(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<LinkError>(),
+        Some(LinkError::Closed | LinkError::Timeout(_))
+    )
 }
 
 /// Splits `content` into WeCom-sized parts.
@@ -90,17 +135,17 @@ async fn reply_of(ch: &WeComChannel, reply_to: &str) -> Result<Option<Reply>, Se
     Ok(kept.and_then(|k| serde_json::from_str(&k).ok()))
 }
 
+/// Sends `answer` as the reply to the user's message, or `push` to the chat when there is
+/// none or WeCom refuses the answer.
 async fn send_part(
     ch: &WeComChannel,
     link: &Link,
-    msg: &OutboundMessage,
     reply: Option<&Reply>,
-    stream_id: &str,
-    part: &str,
+    answer: Value,
+    push: Value,
 ) -> Result<(), SendError> {
     if let Some(reply) = reply {
-        let body = frame::stream(stream_id, part, true);
-        match link.request(frame::RESPOND, &reply.req_id, body).await {
+        match link.request(frame::RESPOND, &reply.req_id, answer).await {
             Ok(_) => return Ok(()),
             Err(LinkError::Refused { code, msg: why }) => {
                 tracing::info!(bot = %ch.bot_id, code, reason = %why, "wecom refused the answer; pushing it to the chat instead");
@@ -108,12 +153,8 @@ async fn send_part(
             Err(e) => return Err(SendError::Transient(e.to_string())),
         }
     }
-    let chat = reply.map_or(msg.chat_id.as_str(), |r| r.chat_id.as_str());
     let req_id = format!("{}_{}", frame::SEND, uuid::Uuid::new_v4().simple());
-    match link
-        .request(frame::SEND, &req_id, frame::markdown_to(chat, part))
-        .await
-    {
+    match link.request(frame::SEND, &req_id, push).await {
         Ok(_) => Ok(()),
         Err(e @ LinkError::Refused { .. }) => Err(SendError::Permanent(e.to_string())),
         Err(e) => Err(SendError::Transient(e.to_string())),
