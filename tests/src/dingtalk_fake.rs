@@ -15,7 +15,7 @@
 //! - Robot messages: `POST /v1.0/robot/oToMessages/batchSend` and
 //!   `/v1.0/robot/groupMessages/send` with `x-acs-dingtalk-access-token` (unknown: 401),
 //!   `robotCode` the client id, `msgKey` and `msgParam` (a JSON string); a `sampleMarkdown` text
-//!   over 20,000 bytes is a 400.
+//!   over 20,000 bytes is a 400 (a guard of the fake: DingTalk documents no exact limit).
 //! - Files: `POST /v1.0/robot/messageFiles/download` (`downloadCode` → `downloadUrl`), the file
 //!   at `GET /files/{code}`; `POST /media/upload?access_token=…&type=…` (multipart `media`)
 //!   answers a `media_id`. [`DingTalkFake::hold_files`] keeps downloads waiting.

@@ -20,9 +20,9 @@ use crate::channels::{Progress, SendError};
 use crate::render::measure::Limit;
 use crate::render::split::split_markdown;
 
-/// Longest text of one message, in characters (code points). DingTalk bounds a robot
-/// message's body in bytes (20 KB); 4,000 characters stay within it whatever the script (at
-/// most 4 UTF-8 bytes each), CJK and emoji included.
+/// Longest text of one message, in characters (code points). DingTalk documents no exact
+/// limit for a robot Markdown message (0.3.5 sends any length whole); 4,000 characters is a
+/// conservative cut: at most 16,000 UTF-8 bytes whatever the script, CJK and emoji included.
 pub(super) const MAX_MESSAGE_CHARS: usize = 4000;
 /// Title of a Markdown message (shown in notifications), as 0.3.5.
 const TITLE: &str = "Nanobot Reply";
