@@ -137,6 +137,7 @@ struct Inner {
     replied: BTreeSet<(String, i64)>,
     duplicates: usize,
     lose: usize,
+    hold: bool,
     uploads: Vec<(u64, Option<String>)>,
     files: Vec<(u64, String, Vec<u8>)>,
 }
@@ -148,6 +149,7 @@ struct Shared {
     addr: SocketAddr,
     inner: Mutex<Inner>,
     changed: watch::Sender<u64>,
+    released: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -206,6 +208,7 @@ impl QqFake {
                 ..Inner::default()
             }),
             changed: watch::channel(0).0,
+            released: tokio::sync::Notify::new(),
         });
         let app = Router::new()
             .route("/app/getAppAccessToken", post(access_token))
@@ -241,6 +244,15 @@ impl QqFake {
     /// Returns the gateway URL (what `GET /gateway` names).
     pub fn gateway_url(&self) -> String {
         format!("ws://{}/websocket", self.shared.addr)
+    }
+
+    /// While `on`, message sends are accepted (recorded) and their answers held until the
+    /// client gives up (a gateway killed mid-send never hears back).
+    pub fn hold_responses(&self, on: bool) {
+        self.shared.with(|i| i.hold = on);
+        if !on {
+            self.shared.released.notify_waiters();
+        }
     }
 
     /// Makes the next `n` message sends be accepted (recorded) but answered with a 500.
@@ -438,7 +450,7 @@ async fn c2c_message(
     headers: HeaderMap,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    message(&s, chat, false, &headers, &body)
+    held(&s, message(&s, chat, false, &headers, &body)).await
 }
 
 async fn group_message(
@@ -447,7 +459,16 @@ async fn group_message(
     headers: HeaderMap,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    message(&s, chat, true, &headers, &body)
+    held(&s, message(&s, chat, true, &headers, &body)).await
+}
+
+/// Returns `response`, after [`QqFake::hold_responses`] ends when it is on.
+async fn held(s: &Shared, response: Response) -> Response {
+    let released = s.released.notified();
+    if s.peek(|i| i.hold) {
+        released.await;
+    }
+    response
 }
 
 fn message(s: &Shared, chat: String, group: bool, headers: &HeaderMap, body: &Value) -> Response {

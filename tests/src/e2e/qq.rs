@@ -441,3 +441,31 @@ async fn a_closed_or_reconnect_asked_connection_resumes_and_an_invalid_session_i
     assert_eq!(shown, ["echo: 一", "echo: 二"], "each answered once");
     assert_eq!(fake.sessions().peak, 1);
 }
+
+#[tokio::test]
+async fn a_gateway_sigkilled_while_qq_accepts_a_reply_neither_loses_nor_doubles_it() {
+    let (mut fleet, fake) = qq_fleet(json!({"ackMessage": ""})).await;
+    fleet.llm.push(Reply::text("恰好一次 ☝️"));
+    let asked = fake.inject(QqMessage::c2c(ALICE, "只要一次"));
+    // QQ takes the reply but the gateway dies before hearing back (before its record).
+    fake.hold_responses(true);
+    wait_replies(&fake, ALICE, 1).await;
+    fleet.service("gateway").sigkill().unwrap();
+    fake.hold_responses(false);
+    // Not `add_replica`: it waits for every gateway process, the killed one too.
+    fleet.spawn_role("gateway").unwrap();
+    // The new replica resumes the session and redelivers the reply: same msg_seq, refused by
+    // QQ as a duplicate, counted as sent.
+    fake.wait_until("the redelivery refused as a duplicate", DEFAULT_WAIT, |f| {
+        (f.duplicates() >= 1).then_some(())
+    })
+    .await
+    .unwrap();
+    fleet.llm.push(Reply::text("下一条"));
+    fake.inject(QqMessage::c2c(ALICE, "barrier"));
+    let sent = wait_replies(&fake, ALICE, 2).await;
+    let shown: Vec<&str> = sent.iter().map(|s| s.text.as_str()).collect();
+    assert_eq!(shown, ["恰好一次 ☝️", "下一条"], "shown once");
+    assert_eq!(sent[0].msg_id.as_deref(), Some(asked.as_str()));
+    assert_eq!(fleet.llm.request_count(), 2, "the turn ran once");
+}

@@ -47,6 +47,12 @@ impl ApiError {
     }
 }
 
+/// Returns whether a token valid until `until` is still used at `now` (not within
+/// [`REFRESH_BEFORE`] of its end).
+fn fresh(until: Instant, now: Instant) -> bool {
+    now + REFRESH_BEFORE < until
+}
+
 /// The REST client of one app.
 pub(super) struct Api {
     http: reqwest::Client,
@@ -83,7 +89,7 @@ impl Api {
     pub(super) async fn token(&self) -> Result<String, ApiError> {
         let mut cached = self.token.lock().await;
         if let Some((token, until)) = cached.as_ref()
-            && Instant::now() + REFRESH_BEFORE < *until
+            && fresh(*until, Instant::now())
         {
             return Ok(token.clone());
         }
@@ -181,5 +187,19 @@ impl Api {
             code: reply["code"].as_i64().unwrap_or(0),
             message: reply["message"].as_str().unwrap_or_default().to_string(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_fetched_again_within_50_seconds_of_its_expiry() {
+        let now = Instant::now();
+        assert!(fresh(now + Duration::from_secs(7200), now));
+        assert!(fresh(now + Duration::from_secs(51), now));
+        assert!(!fresh(now + Duration::from_secs(50), now));
+        assert!(!fresh(now, now), "expired");
     }
 }
