@@ -328,6 +328,15 @@ impl OneBotFake {
         })
     }
 
+    /// Sends `text` as is (any frame, valid or not) to every event connection.
+    pub fn send_raw(&self, text: &str) {
+        self.shared.with(|inner| {
+            for c in inner.conns.iter().filter(|c| !c.api) {
+                let _ = c.tx.send(Some(text.to_string()));
+            }
+        });
+    }
+
     /// Sends message event `id` again, unchanged (as two overlapping connections would see it).
     pub fn send_again(&self, id: i64) {
         self.shared.with(|inner| {

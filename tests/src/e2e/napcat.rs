@@ -459,3 +459,58 @@ async fn the_same_message_event_seen_twice_is_one_turn() {
         "the repeated event ran no turn"
     );
 }
+
+#[tokio::test]
+async fn malformed_frames_and_a_two_megabyte_message_never_wedge_the_bot() {
+    let (mut fleet, fake) = napcat_fleet(json!({"allowFrom": ["*"]})).await;
+    fleet.llm.set_fallback(Reply::text("收到"));
+    fleet
+        .llm
+        .when_last_user_contains("还活着吗", Reply::text("还在 🙂"));
+    // An image named like a path is stored inside the media folder under a plain name.
+    fake.inject(
+        QqMessage::private(ALICE, "图")
+            .with_image(&fake, "../../逃逸.png", b"x", false)
+            .as_cq(),
+    );
+    wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    for raw in [
+        "not json at all 不是JSON".to_string(),
+        "[1,2,3]".into(),
+        json!({"post_type": "message", "message_type": "private"}).to_string(),
+        json!({"post_type": "message", "message_type": "私聊", "user_id": 1, "message_id": 1})
+            .to_string(),
+        json!({"post_type": "message", "message_type": "private", "user_id": {"x": 1},
+               "message_id": 2, "message": 42})
+        .to_string(),
+        json!({"post_type": "message", "message_type": "group", "user_id": ALICE,
+               "message_id": 3, "message": "[CQ:at,qq=3000000001"})
+        .to_string(),
+        json!({"echo": "nobody-asked", "status": "ok", "retcode": 0}).to_string(),
+    ] {
+        fake.send_raw(&raw);
+    }
+    // Over the bus limit: cut to fit (the agent then says the text is too long for the model).
+    fake.inject(QqMessage::private(ALICE, &"大".repeat(700_000)));
+    wait_sent(&mut fleet, &fake, &private(ALICE), 2).await;
+    fake.inject(QqMessage::private(MALLORY, "还活着吗"));
+    fake.wait_until("the last message answered", DEFAULT_WAIT, |f| {
+        f.sent_to(&private(MALLORY))
+            .iter()
+            .any(|m| m.text == "还在 🙂")
+            .then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; agent log: {}", fleet.service("agent").log_tail(30)));
+    assert!(fleet.service("gateway").is_running());
+    let media = fleet.workspace().join(".nanobot/media/napcat");
+    let names: Vec<String> = std::fs::read_dir(&media)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(
+        !names[0].contains(['/', '\\']) && names[0].ends_with("逃逸.png"),
+        "{names:?}"
+    );
+}
