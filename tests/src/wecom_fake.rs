@@ -208,6 +208,27 @@ impl WeComFake {
         self.push("file", user, None, json!({"file": info}))
     }
 
+    /// Pushes a message of any `msgtype` from `user` whose body has `content`'s fields (voice,
+    /// mixed, video, ...); returns its msgid.
+    pub fn message(&self, msgtype: &str, user: &str, content: Value) -> String {
+        self.push(msgtype, user, None, content)
+    }
+
+    /// Returns the `{url, aeskey}` of `bytes` kept encrypted, for a mixed message's image.
+    pub fn hosted(&self, name: &str, bytes: &[u8]) -> Value {
+        self.host(name, bytes)
+    }
+
+    /// Sends `text` as it is to the live connection (bad input).
+    pub fn push_raw(&self, text: &str) {
+        let tx = self
+            .shared
+            .peek(|i| i.live.as_ref().map(|(_, tx)| tx.clone()));
+        tx.expect("a live connection")
+            .send(text.into())
+            .expect("connection open");
+    }
+
     /// Pushes an `enter_chat` event of `user` (opened the single chat with the bot).
     pub fn enter_chat(&self, user: &str) {
         let body = json!({"msgid": self.next_id("ev"), "create_time": 1_700_000_000,

@@ -133,6 +133,65 @@ async fn an_answer_whose_req_id_expired_is_pushed_to_the_chat_as_markdown() {
 }
 
 #[tokio::test]
+async fn voice_and_mixed_messages_become_0_3_5s_turn_text() {
+    let (fleet, fake) = wecom_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::text("好"));
+    fake.message(
+        "voice",
+        ALICE,
+        json!({"voice": {"content": "明天提醒我开会 📅"}}),
+    );
+    wait_shown(&fake, ALICE, 1).await;
+    let png = [0x89u8, b'P', b'N', b'G', 9, 9];
+    let image = fake.hosted("图.png", &png);
+    fake.message(
+        "mixed",
+        ALICE,
+        json!({"mixed": {"msg_item": [
+            {"msgtype": "text", "text": {"content": "看这张图 👇"}},
+            {"msgtype": "image", "image": image},
+        ]}}),
+    );
+    wait_shown(&fake, ALICE, 2).await;
+    let turns: Vec<String> = fleet
+        .llm
+        .requests()
+        .iter()
+        .map(|r| r.last_user_text().unwrap())
+        .collect();
+    assert_eq!(turns[0], "[voice] 明天提醒我开会 📅");
+    let (text, image) = turns[1]
+        .split_once('\n')
+        .unwrap_or_else(|| panic!("{}", turns[1]));
+    assert_eq!(text, "看这张图 👇");
+    assert!(
+        image.starts_with("[image: ") && image.ends_with(']'),
+        "{image}"
+    );
+}
+
+#[tokio::test]
+async fn garbage_frames_and_unhandled_message_types_never_wedge_the_connection() {
+    let (fleet, fake) = wecom_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.push_raw("not json at all 🤖");
+    fake.push_raw(r#"{"cmd":"aibot_msg_callback","headers":{"req_id":"r-x"},"body":"a string"}"#);
+    fake.push_raw(
+        r#"{"cmd":"aibot_msg_callback","headers":{"req_id":"r-y"},"body":{"msgtype":"text"}}"#,
+    );
+    fake.message(
+        "video",
+        ALICE,
+        json!({"video": {"url": "http://127.0.0.1:1/v"}}),
+    );
+    fake.text(ALICE, None, "还在吗");
+    let shown = wait_shown(&fake, ALICE, 1).await;
+    assert_eq!(shown[0].content, "echo: 还在吗");
+    assert_eq!(fleet.llm.request_count(), 1, "nothing else ran a turn");
+    assert_eq!(fake.sessions().subscribed, 1, "the connection stayed up");
+}
+
+#[tokio::test]
 async fn a_group_message_is_answered_in_the_group() {
     let (fleet, fake) = wecom_fleet(json!({})).await;
     fleet.llm.set_fallback(Reply::echo());
