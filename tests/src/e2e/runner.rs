@@ -436,6 +436,30 @@ async fn a_slow_model_hits_the_llm_wall_timeout() {
     );
 }
 
+/// 0.3.5's `ContextWindowExceededError`: a request still over the budget after the snip is
+/// never sent, and the user gets its turn error.
+#[tokio::test]
+async fn a_message_larger_than_the_context_window_is_answered_with_the_turn_error_unsent() {
+    let mut fleet = Fleet::builder()
+        .roles(&["agent", "tools"])
+        .config(json!({"agents": {"defaults": {"contextWindowTokens": 17_024, "maxTokens": 1000}}}))
+        .start()
+        .await
+        .unwrap();
+    let message = "你好世界🐈".repeat(8_000);
+    assert_eq!(
+        ask(&mut fleet, &message, None).await,
+        "Sorry, I encountered an error."
+    );
+    assert!(fleet.llm.requests().is_empty(), "no request was sent");
+    let rows = super::session_rows(&fleet, "default", "cli:direct").await;
+    assert!(
+        rows.iter().all(|r| r["role"] != "assistant"),
+        "no reply row: {:?}",
+        rows.iter().map(|r| &r["role"]).collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test]
 async fn an_exhausted_iteration_budget_gets_a_no_tools_finalization() {
     let mut fleet = Fleet::builder()
