@@ -87,11 +87,16 @@ pub(super) async fn handle(
             parts.push(parsed);
         }
     }
-    if parts.is_empty() {
+    let Some(first) = parts.first() else {
+        return Ok(());
+    };
+    if !first.is_private && ch.cfg.group_policy != "open" && !parts.iter().any(|p| p.addressed) {
+        tracing::debug!(bot = %ch.bot_id, chat = first.chat_id, "group message not addressed to the bot ignored");
         return Ok(());
     }
     // The turn's trace starts here: the ACL check, a pairing reply, the media download and
-    // transcription are in the gateway's receive span.
+    // transcription are in the gateway's receive span (group chatter not addressed to the
+    // bot opens none).
     let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
     accept(ch, inbound, updates, &parts).instrument(span).await
 }
@@ -106,10 +111,6 @@ async fn accept(
     let Some(first) = parts.first() else {
         return Ok(());
     };
-    if !first.is_private && ch.cfg.group_policy != "open" && !parts.iter().any(|p| p.addressed) {
-        tracing::debug!(bot = %ch.bot_id, chat = first.chat_id, "group message not addressed to the bot ignored");
-        return Ok(());
-    }
     let chat_allowed = acl::allowed_by_list(&ch.settings.allow_from, &first.chat_id.to_string());
     let allowed = chat_allowed
         || acl::allowed_by_list(&ch.settings.allow_from, &first.sender_id)
