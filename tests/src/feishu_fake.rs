@@ -15,7 +15,7 @@
 //!   card or post over 30 KB is refused with code 230025, as Feishu); a `uuid` seen before
 //!   answers the message it created, creating none (Feishu's one-hour de-duplication);
 //! - `PATCH /open-apis/im/v1/messages/{id}` replaces a card the bot sent;
-//! - `POST /open-apis/im/v1/messages/{id}/reactions`;
+//! - `POST /open-apis/im/v1/messages/{id}/reactions` and `DELETE …/reactions/{reaction_id}`;
 //! - `GET /open-apis/im/v1/messages/{id}/resources/{key}?type=` serves resources added with
 //!   [`FeishuFake::add_resource`];
 //! - `POST /open-apis/im/v1/images` and `/open-apis/im/v1/files` (multipart) take uploads.
@@ -23,7 +23,8 @@
 //! # Test controls
 //! [`FeishuFake::push_event`] sends an event document to one open long connection (split in
 //! parts when asked); acknowledgements, pings, connections (now, total, peak) are counted;
-//! [`FeishuFake::disconnect_all`] closes the long connections.
+//! [`FeishuFake::disconnect_all`] closes the long connections; [`FeishuFake::revoke_tokens`]
+//! invalidates the tenant tokens handed out.
 //! [`FeishuFake::set_stall`] makes message creation accept a message and then hold its answer
 //! (a replica killed there has had its message posted without knowing it). Waiting is on a
 //! `watch` channel bumped by every change, never a sleep.
@@ -142,7 +143,8 @@ pub(crate) struct Shared {
     tokens: Mutex<Vec<String>>,
     calls: Mutex<Vec<Call>>,
     sent: Mutex<Vec<Sent>>,
-    reactions: Mutex<Vec<(String, String)>>,
+    /// `(message_id, emoji_type, reaction_id, removed)`.
+    reactions: Mutex<Vec<(String, String, String, bool)>>,
     resources: Mutex<HashMap<String, (String, Vec<u8>)>>,
     uploads: Mutex<Vec<Uploaded>>,
     pub(crate) sockets: Mutex<Vec<(usize, tokio::sync::mpsc::UnboundedSender<Vec<u8>>)>>,
@@ -219,6 +221,10 @@ impl FeishuFake {
             .route("/open-apis/im/v1/messages/{id}/reply", post(reply))
             .route("/open-apis/im/v1/messages/{id}/reactions", post(react))
             .route(
+                "/open-apis/im/v1/messages/{id}/reactions/{reaction_id}",
+                axum::routing::delete(unreact),
+            )
+            .route(
                 "/open-apis/im/v1/messages/{id}/resources/{key}",
                 get(resource),
             )
@@ -264,9 +270,30 @@ impl FeishuFake {
         self.shared.sent.lock().unwrap().clone()
     }
 
-    /// Returns the reactions added, as `(message_id, emoji_type)`.
+    /// Returns the reactions on messages now, as `(message_id, emoji_type)`.
     pub fn reactions(&self) -> Vec<(String, String)> {
-        self.shared.reactions.lock().unwrap().clone()
+        let reactions = self.shared.reactions.lock().unwrap();
+        reactions
+            .iter()
+            .filter(|r| !r.3)
+            .map(|r| (r.0.clone(), r.1.clone()))
+            .collect()
+    }
+
+    /// Returns the reactions added and then removed, as `(message_id, emoji_type)`.
+    pub fn removed_reactions(&self) -> Vec<(String, String)> {
+        let reactions = self.shared.reactions.lock().unwrap();
+        reactions
+            .iter()
+            .filter(|r| r.3)
+            .map(|r| (r.0.clone(), r.1.clone()))
+            .collect()
+    }
+
+    /// Invalidates every tenant access token handed out (Feishu answers 99991663 until the
+    /// client fetches a new one).
+    pub fn revoke_tokens(&self) {
+        self.shared.tokens.lock().unwrap().clear();
     }
 
     /// Returns the uploads.
@@ -678,13 +705,51 @@ async fn react(
         .as_str()
         .unwrap_or_default()
         .to_string();
-    s.reactions.lock().unwrap().push((id, emoji.clone()));
+    let reaction = format!("r-{}", s.next_id());
+    s.reactions
+        .lock()
+        .unwrap()
+        .push((id, emoji.clone(), reaction.clone(), false));
     record(&s, route, &b, 0);
     answer(
         0,
         "success",
-        json!({"reaction_id": format!("r-{}", s.next_id()),
-        "reaction_type": {"emoji_type": emoji}}),
+        json!({"reaction_id": reaction, "reaction_type": {"emoji_type": emoji}}),
+    )
+}
+
+async fn unreact(
+    State(s): State<Arc<Shared>>,
+    Path((id, reaction)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let route = "DELETE /open-apis/im/v1/messages/{id}/reactions/{reaction_id}".to_string();
+    if let Err(r) = authed(&s, &headers, &route) {
+        return *r;
+    }
+    let found = {
+        let mut reactions = s.reactions.lock().unwrap();
+        match reactions
+            .iter_mut()
+            .find(|r| r.0 == id && r.2 == reaction && !r.3)
+        {
+            Some(r) => {
+                r.3 = true;
+                true
+            }
+            None => false,
+        }
+    };
+    let code = if found { 0 } else { 231003 };
+    record(&s, route, &Value::Null, code);
+    answer(
+        code,
+        if found {
+            "success"
+        } else {
+            "reaction not found"
+        },
+        json!({}),
     )
 }
 

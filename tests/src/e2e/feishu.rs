@@ -146,6 +146,24 @@ async fn a_dropped_long_connection_is_opened_again_and_events_are_still_answered
 }
 
 #[tokio::test]
+async fn a_revoked_tenant_token_is_fetched_again_and_the_reply_still_arrives() {
+    let (fleet, fake) = feishu_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.revoke_tokens();
+    fake.push_event(&dm("ev-tk1", "om_tk1", ALICE, "令牌过期了吗"), 1)
+        .unwrap();
+    fake.wait_sent(ALICE, |s| s.text() == "echo: 令牌过期了吗")
+        .await
+        .unwrap();
+    let fetched = fake
+        .calls()
+        .iter()
+        .filter(|c| c.route.contains("tenant_access_token") && c.code == 0)
+        .count();
+    assert_eq!(fetched, 2, "one token at start, one after the revocation");
+}
+
+#[tokio::test]
 async fn tool_hints_carry_the_prefix_and_replies_quote_the_user_with_reply_to_message() {
     let (fleet, fake) = feishu_fleet(json!({"sendToolHints": true, "replyToMessage": true})).await;
     fleet.llm.push(Reply::tool_calls([(
@@ -607,4 +625,9 @@ async fn an_image_is_downloaded_for_the_model_and_a_file_from_the_agent_is_uploa
     })
     .await
     .unwrap();
+    assert_eq!(
+        fake.removed_reactions(),
+        [("om_img1".to_string(), "THUMBSUP".to_string())],
+        "the receipt reaction was swapped for the done one"
+    );
 }

@@ -34,6 +34,7 @@ mod crypto;
 mod events;
 pub mod frame;
 mod outbound;
+mod reaction;
 mod receive;
 mod ws;
 

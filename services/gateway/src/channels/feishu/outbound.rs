@@ -20,7 +20,7 @@ use redis::AsyncCommands as _;
 
 use super::FeishuChannel;
 use super::api::ApiError;
-use super::receive::{react, topic_mark};
+use super::receive::topic_mark;
 use crate::channels::media;
 use crate::channels::stream::Editor;
 use crate::channels::{Progress, SendError};
@@ -103,8 +103,8 @@ pub(super) async fn send(
         }
         progress.part_done().await;
     }
-    if last && let Some(done) = ch.cfg.done_emoji.as_deref() {
-        react(ch, message_of(&msg.reply_to), done).await;
+    if last {
+        super::reaction::done(ch, message_of(&msg.reply_to)).await;
     }
     Ok(())
 }

@@ -270,7 +270,7 @@ async fn handle_message(ch: &FeishuChannel, inbound: &Inbound, msg: &Parsed) -> 
         }
         return Ok(());
     }
-    react(ch, &msg.message_id, &ch.cfg.react_emoji).await;
+    super::reaction::receipt(ch, &msg.message_id).await;
     let (markers, paths) = save_resources(ch, msg).await;
     let content = std::iter::once(msg.text.as_str())
         .chain(markers.iter().map(String::as_str))
@@ -353,21 +353,6 @@ async fn pair(ch: &FeishuChannel, msg: &Parsed) -> anyhow::Result<()> {
         tracing::warn!(bot = %ch.bot_id, error = %e, "feishu pairing reply failed");
     }
     Ok(())
-}
-
-/// Adds reaction `emoji` to message `message_id` (best effort; empty: none).
-pub(super) async fn react(ch: &FeishuChannel, message_id: &str, emoji: &str) {
-    if emoji.is_empty() || message_id.is_empty() {
-        return;
-    }
-    let path = format!(
-        "/open-apis/im/v1/messages/{}/reactions",
-        media::safe_id(message_id)
-    );
-    let body = json!({"reaction_type": {"emoji_type": emoji}});
-    if let Err(e) = ch.api.call(Method::POST, &path, Some(&body)).await {
-        tracing::debug!(bot = %ch.bot_id, error = %e, "feishu reaction failed");
-    }
 }
 
 /// Downloads the message's images and files within the caps: a `[image: path]` / `[file:
