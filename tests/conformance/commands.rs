@@ -17,7 +17,7 @@ use crate::harness::{self, Case};
 
 const TABLE: &str = include_str!("commands.json");
 
-fn arg<'a>(case: &'a Case, i: usize) -> &'a Value {
+fn arg(case: &Case, i: usize) -> &Value {
     case.args
         .as_deref()
         .and_then(|a| a.get(i))
