@@ -306,6 +306,26 @@ impl QqFake {
         })
     }
 
+    /// Sends `frame` as it is (any text, JSON or not) on every live gateway connection; as an
+    /// event (with the next sequence number) when it is a DISPATCH.
+    pub fn send_raw(&self, frame: &str) {
+        self.shared.with(|i| {
+            let frame = match serde_json::from_str::<Value>(frame) {
+                Ok(mut v) if v["op"] == 0 => {
+                    i.seq += 1;
+                    v["s"] = json!(i.seq);
+                    let text = v.to_string();
+                    i.events.push((i.seq, text.clone()));
+                    text
+                }
+                _ => frame.to_string(),
+            };
+            for (_, tx) in &i.live {
+                let _ = tx.send(frame.clone());
+            }
+        });
+    }
+
     /// Returns every message the bot posted and QQ kept, in order.
     pub fn sent(&self) -> Vec<Sent> {
         self.shared.peek(|i| i.sent.clone())

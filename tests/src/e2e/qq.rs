@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use crate::harness::Fleet;
 use crate::qq_fake::{DEFAULT_WAIT, QqFake, QqMessage, Sent};
 use crate::scripted_llm::{Gate, Reply};
+use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
 
 const APP_ID: &str = "1020304050";
 const SECRET: &str = "qq-app-secret-canary-7f3a";
@@ -278,16 +279,30 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_the_other_resume
 }
 
 #[tokio::test]
-async fn refused_credentials_are_one_clear_error_and_the_secret_is_never_logged() {
+async fn refused_credentials_are_one_clear_error_the_secret_is_never_logged_and_telegram_keeps_working()
+ {
     let fake = QqFake::start(APP_ID, SECRET).await.unwrap();
+    let telegram = TelegramFake::start().await.unwrap();
+    let tg_token = "444444:telegram-token";
+    let bot = telegram.add_bot(tg_token, "nano_test_bot");
     let mut qq = section(&fake, json!({}));
     qq["secret"] = json!("wrong-secret-canary-91b2");
     let mut fleet = Fleet::builder()
         .roles(&["gateway", "agent", "tools"])
-        .config(json!({"channels": {"qq": qq}}))
+        .config(json!({"channels": {
+            "qq": qq,
+            "telegram": {"enabled": true, "token": tg_token, "apiBase": telegram.api_url(),
+                         "allowFrom": ["42"], "streaming": false, "leaseSecs": 2},
+        }}))
         .start()
         .await
         .expect("fleet");
+    fleet.llm.push(Reply::text("telegram 还在 ✅"));
+    bot.wait_polling().await.unwrap();
+    bot.inject(Incoming::text_from(&TgUser::new(42, "alice"), "你好"));
+    bot.wait_for_call("sendMessage", |c| c.chat_id() == Some(42))
+        .await
+        .unwrap();
     let gateway = fleet.service("gateway");
     let log = gateway.log_path().to_path_buf();
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
@@ -468,4 +483,24 @@ async fn a_gateway_sigkilled_while_qq_accepts_a_reply_neither_loses_nor_doubles_
     assert_eq!(shown, ["恰好一次 ☝️", "下一条"], "shown once");
     assert_eq!(sent[0].msg_id.as_deref(), Some(asked.as_str()));
     assert_eq!(fleet.llm.request_count(), 2, "the turn ran once");
+}
+
+#[tokio::test]
+async fn malformed_gateway_frames_and_events_without_ids_are_skipped_and_the_next_is_answered() {
+    let (fleet, fake) = qq_fleet(json!({"ackMessage": ""})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.send_raw("这不是 JSON {");
+    fake.send_raw(r#"{"op": 0, "t": "C2C_MESSAGE_CREATE", "d": {"content": "无 id"}}"#);
+    fake.send_raw(r#"{"op": 0, "t": "GROUP_AT_MESSAGE_CREATE", "d": {"id": "X", "author": 5}}"#);
+    fake.send_raw(r#"{"op": 0, "t": "C2C_MESSAGE_CREATE", "d": null}"#);
+    fake.send_raw(r#"{"op": 0, "t": "SOMETHING_NEW", "d": {"id": "Y"}}"#);
+    fake.inject(QqMessage::c2c(ALICE, "之后 🌊"));
+    let sent = wait_replies(&fake, ALICE, 1).await;
+    assert_eq!(sent[0].text, "echo: 之后 🌊");
+    assert_eq!(
+        fleet.llm.request_count(),
+        1,
+        "only the real message reached the model"
+    );
+    assert_eq!(fake.sessions().identified, 1, "the connection stayed up");
 }
