@@ -75,11 +75,9 @@ if image_missing docker.io/jaegertracing/all-in-one:1.62.0; then
   cp -al "${NANOBOT_CACHE_DIR:-$HOME/.cache/nanobot}/phoenix-venv" "$ctx/phoenix-venv"
   build docker.io/jaegertracing/all-in-one:1.62.0 "$root/deploy/smoke/Containerfile.jaeger" "$ctx"
 fi
-if image_missing localhost/nanobot-smoke-llm:latest; then
-  step "nanobot-smoke-llm (scripted model)"
-  cp "$root/deploy/smoke/fake_llm.py" "$ctx/"
-  build localhost/nanobot-smoke-llm:latest "$root/deploy/smoke/Containerfile.llm" "$ctx"
-fi
+step "nanobot-smoke-llm (scripted model and Telegram fake)"
+cp "$root/deploy/smoke/fake_llm.py" "$root/deploy/smoke/fake_telegram.py" "$ctx/"
+build localhost/nanobot-smoke-llm:latest "$root/deploy/smoke/Containerfile.llm" "$ctx"
 step "nanobot-fleet:latest (deploy/Dockerfile, target prebuilt, the debug binaries)"
 rm -rf "$ctx" && mkdir -p "$ctx/bin"
 cp -r "$root/skills" "$ctx/skills"
@@ -134,6 +132,8 @@ cat > "$work/config/config.json" <<'EOF'
 {
   "agents": {"defaults": {"workspace": "/workspace", "model": "smoke-model"}},
   "providers": {"custom": {"apiBase": "http://llm:8080/v1", "apiKey": "smoke-key"}},
+  "channels": {"telegram": {"enabled": true, "token": "123456:SMOKE-token", "allowFrom": ["42"],
+    "apiBase": "http://telegram:8081"}},
   "api": {"port": 8900}
 }
 EOF
@@ -170,6 +170,24 @@ for _ in $(seq 120); do
 done
 step "gateway and trace backend answer"
 expect_reply smoke-1 "hello from compose 你好 🚀"
+
+# A Telegram message (the fake's user 42) is answered in that chat.
+telegram=$(podman ps -q --filter "label=com.docker.compose.project=$project" \
+  --filter "label=com.docker.compose.service=telegram")
+tg() { # path [json body] -> the control endpoint's answer
+  podman exec "$telegram" python3 -c 'import sys, urllib.request as u
+body = sys.argv[2].encode() if len(sys.argv) > 2 else None
+req = u.Request("http://127.0.0.1:8082" + sys.argv[1], data=body, headers={"Content-Type": "application/json"})
+print(u.urlopen(req).read().decode())' "$@"
+}
+tg /inject '{"text": "hello from telegram 你好 🤖"}' >/dev/null
+for _ in $(seq 60); do
+  tg /sent | grep -qF 'smoke-reply: hello from telegram' && break
+  sleep 1
+done
+tg /sent | grep -qF 'smoke-reply: hello from telegram' \
+  || { compose logs --tail 30 nanobot-gateway >&2 || true; fail "no Telegram reply: $(tg /sent)"; }
+step "telegram reply: $(tg /sent | python3 -c 'import json,sys; print(json.load(sys.stdin)[-1]["text"])')"
 
 agents=$(podman ps -q --filter "label=com.docker.compose.project=$project" \
   --filter "label=com.docker.compose.service=nanobot-agent")
@@ -218,7 +236,8 @@ for id in $(podman ps -aq --filter "label=com.docker.compose.project=$project");
   name=$(podman inspect -f '{{.Name}}' "$id")
   code=$(podman inspect -f '{{.State.ExitCode}}' "$id")
   case "$name" in
-    *_nanobot-*) [ "$code" = 0 ] || fail "$name exited $code on SIGTERM" ;;
+    *_nanobot-*) [ "$code" = 0 ] || { podman logs --tail 15 "$id" >&2 || true
+                   fail "$name exited $code on SIGTERM"; } ;;
   esac
 done
 step "every role exited 0 on SIGTERM"

@@ -66,6 +66,9 @@ async fn answer_listing(
 
 /// How often idle exec sessions are looked for.
 const REAP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long the last flush of replies waits for NATS at shutdown.
+const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 use registry::Registry;
 
 /// Runs a tool executor until `shutdown` completes: subscribes in the queue group, serves
@@ -190,8 +193,12 @@ pub async fn run(
     shutdown::drain("tool calls", tracker.wait()).await;
     let killed = sessions.close_all().await;
     tracing::info!(killed, "exec sessions ended");
-    if let Err(e) = client.flush().await {
-        tracing::warn!(error = %e, "failed to flush replies");
+    // Bounded: with NATS gone (stopped first, unreachable) the flush would wait for a
+    // reconnect forever and the role would outlive its stop timeout (SIGKILL).
+    match tokio::time::timeout(FLUSH_TIMEOUT, client.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "failed to flush replies"),
+        Err(_) => tracing::warn!(timeout = ?FLUSH_TIMEOUT, "nats unreachable; replies not flushed"),
     }
     Ok(())
 }

@@ -40,3 +40,23 @@ fn the_compose_stack_answers_survives_a_killed_runner_and_stops_cleanly() {
     // The turn in flight is answered once, whichever runner held it.
     assert_eq!(stdout.matches("reply: smoke-reply: slow turn").count(), 1);
 }
+
+/// Found by the smoke: `docker-compose stop` stopped NATS beside the tools role, whose last
+/// flush of replies then waited for a reconnect until compose's SIGKILL. The flush is bounded.
+#[tokio::test]
+async fn the_tools_role_exits_promptly_on_sigterm_when_nats_is_gone() {
+    let mut fleet = crate::harness::Fleet::builder()
+        .roles(&["tools"])
+        .start()
+        .await
+        .unwrap();
+    fleet.nats.kill().unwrap();
+    let tools = fleet.service("tools");
+    tools.sigterm().unwrap();
+    let status = tools.wait_exit(std::time::Duration::from_secs(6)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "tools exits 0 within 6 s of SIGTERM with NATS gone: {status:?}\n{}",
+        tools.log_tail(20)
+    );
+}
