@@ -208,6 +208,10 @@ struct Inner {
     refuse_like_napcat: bool,
     /// Every event sent, by message id, for [`OneBotFake::send_again`].
     events: Vec<(i64, Value)>,
+    /// Upgrades on `/` still to refuse with 503 (NapCat down).
+    unavailable: usize,
+    /// When each upgrade on `/` was attempted.
+    attempts: Vec<std::time::Instant>,
 }
 
 impl Inner {
@@ -361,6 +365,16 @@ impl OneBotFake {
         });
     }
 
+    /// Answers the next `n` upgrades on `/` with 503 (NapCat down).
+    pub fn refuse_next_upgrades(&self, n: usize) {
+        self.shared.with(|i| i.unavailable = n);
+    }
+
+    /// Returns when each upgrade on `/` was attempted.
+    pub fn attempts(&self) -> Vec<std::time::Instant> {
+        self.shared.peek(|i| i.attempts.clone())
+    }
+
     /// Refuses a wrong token as NapCat does (upgrade, a retcode 1403 frame, close) instead of
     /// the spec's 401/403.
     pub fn refuse_like_napcat(&self) {
@@ -481,6 +495,17 @@ fn accept(
     ws: WebSocketUpgrade,
     api: bool,
 ) -> Response {
+    if !api {
+        let down = s.with(|i| {
+            i.attempts.push(std::time::Instant::now());
+            let down = i.unavailable > 0;
+            i.unavailable = i.unavailable.saturating_sub(1);
+            down
+        });
+        if down {
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+    }
     // Compared as bytes: a token may be any UTF-8 (Node reads header bytes as they come).
     let bearer = headers
         .get(header::AUTHORIZATION)

@@ -249,6 +249,35 @@ async fn after_napcat_drops_the_connection_the_gateway_reconnects_and_answers() 
 }
 
 #[tokio::test]
+async fn while_napcat_is_down_the_gateway_retries_with_growing_delays() {
+    let (mut fleet, fake) = napcat_fleet(json!({})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.refuse_next_upgrades(2);
+    let dropped = std::time::Instant::now();
+    fake.drop_connections();
+    fake.wait_until("a login after two refusals", DEFAULT_WAIT, |f| {
+        (f.attempts().len() >= 4 && f.connections().receiving == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    // Attempts: the first connection, then the reconnect refused twice, then accepted.
+    let at = fake.attempts();
+    let gaps: Vec<f64> = std::iter::once(dropped)
+        .chain(at[1..].iter().copied())
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    assert!(
+        gaps[0] >= 0.9 && gaps[1] >= 1.8 && gaps[2] >= 3.6 && gaps[2] < 8.0,
+        "1 s, 2 s, 4 s: {gaps:?}"
+    );
+    fake.inject(QqMessage::private(ALICE, "恢复了吗"));
+    let sent = wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    assert_eq!(sent[0].text, "echo: 恢复了吗");
+}
+
+#[tokio::test]
 async fn with_two_gateway_replicas_one_receives_and_the_other_takes_over_after_a_sigkill() {
     let (mut fleet, fake) = napcat_fleet(json!({"allowFrom": ["*"]})).await;
     fleet.add_replica("gateway").await.unwrap();
