@@ -206,6 +206,36 @@ mod tests {
     }
 
     #[test]
+    fn the_secret_is_withheld_from_every_role_but_the_gateway() {
+        use nanobot_proto::subjects::Role;
+        let full = || {
+            serde_json::json!({"channels": {"wecom": {"enabled": true, "botId": "aib-1",
+                "secret": "WECOM-CANARY"}}})
+        };
+        for role in [Role::Agent, Role::Tools, Role::Memory] {
+            let mut value = full();
+            super::super::scope::withhold(&mut value, role);
+            assert!(
+                !value.to_string().contains("WECOM-CANARY"),
+                "{role:?}: {value}"
+            );
+            assert_eq!(value["channels"]["wecom"]["botId"], "aib-1");
+        }
+        let mut gateway = full();
+        super::super::scope::withhold(&mut gateway, Role::Gateway);
+        assert!(gateway.to_string().contains("WECOM-CANARY"));
+        let scoped = parse(&{
+            let mut v = full();
+            super::super::scope::withhold(&mut v, Role::Agent);
+            v.to_string()
+        });
+        assert!(
+            scoped.is_ok(),
+            "a withheld secret still validates: {scoped:?}"
+        );
+    }
+
+    #[test]
     fn every_wecom_problem_is_reported_at_once() {
         let err = parse(
             r#"{"channels":{"wecom":{"enabled":true,"botid_typo":"x","wsUrl":"https://x",
