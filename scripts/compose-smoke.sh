@@ -15,8 +15,9 @@
 # Needs root (podman's default network), ports 127.0.0.1:4222, 6379, 8900, 16686 free, and
 # about 3 GB in podman's storage. Everything it starts is stopped on exit, by pid or by
 # compose project (nanobot-smoke); its images stay for the next run (SMOKE_REBUILD=1 redoes
-# them). Killed mid-way (SIGKILL), it leaves the project's containers and podman service
-# running: rerun it (it removes the old project first) or `podman pod/rm -af`.
+# them). Killed mid-way (SIGKILL), it leaves the project's containers and its podman service
+# running: the next run ends that service (by its recorded pid) and removes the old project
+# before starting.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="${SMOKE_DIR:-/tmp/nanobot-compose-smoke}"
@@ -40,11 +41,6 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 EOF
 
-for port in 4222 6379 8900 16686; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    fail "127.0.0.1:$port is taken (docker-compose.yml publishes it)"
-  fi
-done
 
 image_missing() { [ -n "${SMOKE_REBUILD:-}" ] || ! podman image exists "$1"; }
 
@@ -90,9 +86,17 @@ rm -rf "$ctx"
 
 # --- podman's Docker API for docker-compose --------------------------------------------------
 sock="$work/podman.sock"
+# A service left by a run that was SIGKILLed: end it (by its recorded pid, if it still is one).
+if [ -f "$work/podman-service.pid" ]; then
+  old=$(cat "$work/podman-service.pid")
+  if tr '\0' ' ' < "/proc/$old/cmdline" 2>/dev/null | grep -qF "system service --time=0 unix://$sock"; then
+    kill "$old" 2>/dev/null || true
+  fi
+fi
 rm -f "$sock"
 podman system service --time=0 "unix://$sock" >"$work/podman-service.log" 2>&1 &
 service_pid=$!
+echo "$service_pid" > "$work/podman-service.pid"
 health_pid=""
 compose() {
   DOCKER_HOST="unix://$sock" COMPOSE_PROJECT_NAME="$project" docker-compose \
@@ -141,7 +145,13 @@ chmod 644 "$work/config/config.json"
 echo "NANOBOT_SMOKE_CONFIG=$work/config" >> "$work/smoke.env"
 api_key=$(grep '^NANOBOT_API_KEY=' "$work/smoke.env" | cut -d= -f2-)
 
+# What a killed run left (its containers hold the ports), then the ports compose publishes.
 compose down -v --remove-orphans >/dev/null 2>&1 || true
+for port in 4222 6379 8900 16686; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    fail "127.0.0.1:$port is taken (docker-compose.yml publishes it)"
+  fi
+done
 step "docker-compose up"
 compose up -d --no-build >"$work/compose-up.log" 2>&1 || { cat "$work/compose-up.log"; fail "docker-compose up"; }
 step "up returned; running: $(podman ps --filter "label=com.docker.compose.project=$project" --format '{{.Names}}' | tr '\n' ' ')"
