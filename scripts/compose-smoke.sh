@@ -71,6 +71,10 @@ if image_missing docker.io/jaegertracing/all-in-one:1.62.0; then
   cp -al "${NANOBOT_CACHE_DIR:-$HOME/.cache/nanobot}/phoenix-venv" "$ctx/phoenix-venv"
   build docker.io/jaegertracing/all-in-one:1.62.0 "$root/deploy/smoke/Containerfile.jaeger" "$ctx"
 fi
+if image_missing docker.io/prom/prometheus:v2.53.2; then
+  step "prom/prometheus:v2.53.2 (stand-in: Debian's prometheus)"
+  build docker.io/prom/prometheus:v2.53.2 "$root/deploy/smoke/Containerfile.prometheus" "$ctx"
+fi
 step "nanobot-smoke-llm (scripted model and Telegram fake)"
 cp "$root/deploy/smoke/fake_llm.py" "$root/deploy/smoke/fake_telegram.py" "$ctx/"
 build localhost/nanobot-smoke-llm:latest "$root/deploy/smoke/Containerfile.llm" "$ctx"
@@ -147,7 +151,7 @@ api_key=$(grep '^NANOBOT_API_KEY=' "$work/smoke.env" | cut -d= -f2-)
 
 # What a killed run left (its containers hold the ports), then the ports compose publishes.
 compose down -v --remove-orphans >/dev/null 2>&1 || true
-for port in 4222 6379 8900 16686; do
+for port in 4222 6379 8900 9090 16686; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     fail "127.0.0.1:$port is taken (docker-compose.yml publishes it)"
   fi
@@ -237,6 +241,25 @@ done
 grep -q '"name":"api_completion"' <<<"$traces" && grep -q '"name":"turn"' <<<"$traces" \
   || fail "no api_completion and turn spans in the trace backend"
 step "trace backend holds $(grep -o '"span_id"' <<<"$traces" | wc -l) spans, api_completion and turn among them"
+
+# The monitoring profile's Prometheus (started by name: Grafana has no stand-in) finds every
+# replica by DNS, labels it with its role, scrapes its /metrics, and loads the alert rules.
+compose up -d --no-deps prometheus >>"$work/compose-up.log" 2>&1 || { cat "$work/compose-up.log"; fail "prometheus up"; }
+prom() { curl -sf --max-time 5 "http://127.0.0.1:9090/api/v1/$1"; }
+scraped() {
+  prom 'query?query=count%20by%20(role)%20(up%7Bjob%3D%22nanobot%22%7D%20%3D%3D%201)' \
+    | python3 -c 'import json,sys; print(" ".join(sorted(r["metric"]["role"] + "=" + r["value"][1] for r in json.load(sys.stdin)["data"]["result"])))'
+}
+want="agent=1 cron=1 gateway=1 memory=1 tools=2"
+for _ in $(seq 90); do
+  [ "$(scraped 2>/dev/null)" = "$want" ] && break
+  sleep 1
+done
+[ "$(scraped)" = "$want" ] || fail "Prometheus scrapes '$(scraped)', want '$want'"
+rules=$(prom rules | python3 -c 'import json,sys; print(sum(len(g["rules"]) for g in json.load(sys.stdin)["data"]["groups"]))')
+[ "$rules" -ge 9 ] || fail "Prometheus loaded $rules rules"
+turns=$(prom 'query?query=sum(nanobot_turns_total)' | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)')
+step "Prometheus scrapes the roles up ($want; one agent was killed), $rules alert rules, $turns turns counted"
 
 # Stop: every role exits on SIGTERM within compose's 10 s (exit 0), then the stack is removed.
 step "docker-compose stop"

@@ -1,9 +1,10 @@
 //! The image and `docker-compose.yml`, started for real (`scripts/compose-smoke.sh`, also
 //! `make compose-smoke`): the image's runtime stage built from the suite's debug binaries, the
 //! stack brought up by Debian's docker-compose v1 under podman with runc, a message through the
-//! API answered, an agent runner SIGKILLed mid-turn and the turn still answered (once, by the
-//! other runner), the turns' spans in the trace backend, every role exiting 0 on SIGTERM, and
-//! nothing left after `down`. `make test` installs podman, runc, mmdebstrap, the dnsname
+//! API and one through a Telegram Bot API fake answered, an agent runner SIGKILLed mid-turn and
+//! the turn still answered (once, by the other runner), the turns' spans in the trace backend,
+//! the `monitoring` profile's Prometheus scraping every role by DNS with its `role` label and
+//! the alert rules loaded, every role exiting 0 on SIGTERM, and nothing left after `down`. `make test` installs podman, runc, mmdebstrap, the dnsname
 //! plugin and catatonit (`scripts/deps.sh containers`); without them the test fails.
 
 use std::process::Command;
@@ -28,10 +29,12 @@ fn the_compose_stack_answers_survives_a_killed_runner_and_stops_cleanly() {
     );
     for line in [
         "reply: smoke-reply: hello from compose 你好 🚀",
+        "telegram reply: smoke-reply: hello from telegram 你好 🤖",
         "reply: smoke-reply: slow turn 慢 🐢",
         "reply: smoke-reply: after the kill 3",
         "reply: smoke-reply: again in the first session",
         "api_completion and turn among them",
+        "Prometheus scrapes the roles up (agent=1 cron=1 gateway=1 memory=1 tools=2",
         "every role exited 0 on SIGTERM",
         "PASSED",
     ] {
