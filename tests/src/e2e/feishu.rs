@@ -263,6 +263,19 @@ async fn groups_need_a_mention_and_senders_outside_allow_from_cost_no_model_call
 }
 
 #[tokio::test]
+async fn an_open_group_policy_answers_group_messages_without_a_mention() {
+    let (fleet, fake) = feishu_fleet(json!({"groupPolicy": "open"})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.push_event(
+        &in_group("ev-o1", "om_o1", ALICE, "没有提到你 🙈", false),
+        1,
+    )
+    .unwrap();
+    let reply = fake.wait_sent(GROUP, |_| true).await.unwrap();
+    assert_eq!(reply.text(), "echo: 没有提到你 🙈");
+}
+
+#[tokio::test]
 async fn a_message_in_a_group_topic_is_answered_inside_the_topic_in_its_own_session() {
     let (fleet, fake) = feishu_fleet(json!({})).await;
     fleet.llm.set_fallback(Reply::echo());
