@@ -233,6 +233,18 @@ async fn a_new_group_member_is_announced_to_the_agent_as_0_3_5_does() {
 }
 
 #[tokio::test]
+async fn with_welcome_new_members_off_a_join_costs_no_model_call() {
+    let (mut fleet, fake) =
+        napcat_fleet(json!({"allowFrom": ["*"], "welcomeNewMembers": false})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    fake.inject_join(QUIET, 10_778);
+    fake.inject(QqMessage::private(ALICE, "barrier"));
+    wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    assert!(fake.sent_to(&group(QUIET)).is_empty(), "{:#?}", fake.sent());
+    assert_eq!(fleet.llm.request_count(), 1);
+}
+
+#[tokio::test]
 async fn after_napcat_drops_the_connection_the_gateway_reconnects_and_answers() {
     let (mut fleet, fake) = napcat_fleet(json!({})).await;
     fleet.llm.set_fallback(Reply::echo());
