@@ -138,6 +138,8 @@ struct Inner {
     duplicates: usize,
     lose: usize,
     hold: bool,
+    refuse: usize,
+    attempts: Vec<Instant>,
     uploads: Vec<(u64, Option<String>)>,
     files: Vec<(u64, String, Vec<u8>)>,
 }
@@ -354,6 +356,16 @@ impl QqFake {
                 let _ = tx.send(format!("{CLOSE}{code}"));
             }
         });
+    }
+
+    /// Answers the next `n` WebSocket upgrades with 503 (QQ's gateway unavailable).
+    pub fn refuse_connections(&self, n: usize) {
+        self.shared.with(|i| i.refuse = n);
+    }
+
+    /// Returns when each gateway connection was attempted.
+    pub fn connection_attempts(&self) -> Vec<Instant> {
+        self.shared.peek(|i| i.attempts.clone())
     }
 
     /// Sends RECONNECT (op 7) on every live gateway connection.
@@ -585,6 +597,15 @@ async fn attachment(State(s): State<Arc<Shared>>, Path((id, _)): Path<(u64, Stri
 }
 
 async fn websocket(State(s): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
+    let refused = s.with(|i| {
+        i.attempts.push(Instant::now());
+        let refused = i.refuse > 0;
+        i.refuse = i.refuse.saturating_sub(1);
+        refused
+    });
+    if refused {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
     ws.on_upgrade(move |socket| session(s, socket))
 }
 

@@ -2,6 +2,8 @@
 //! HTTP and WebSocket (`channels.qq.apiBase`, `tokenUrl` and `gatewayUrl` point at it) and the
 //! scripted LLM.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::harness::Fleet;
@@ -503,4 +505,37 @@ async fn malformed_gateway_frames_and_events_without_ids_are_skipped_and_the_nex
         "only the real message reached the model"
     );
     assert_eq!(fake.sessions().identified, 1, "the connection stayed up");
+}
+
+#[tokio::test]
+async fn an_unavailable_gateway_is_retried_with_doubling_delays_then_the_session_resumes() {
+    let (fleet, fake) = qq_fleet(json!({"ackMessage": ""})).await;
+    fleet.llm.set_fallback(Reply::echo());
+    let before = fake.connection_attempts().len();
+    fake.refuse_connections(2);
+    fake.close_connections(4009);
+    fake.wait_until("a resume after two refusals", DEFAULT_WAIT, |f| {
+        (f.sessions().resumed == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    let attempts = fake.connection_attempts()[before..].to_vec();
+    assert_eq!(attempts.len(), 3, "two refused, one resumed");
+    let gaps: Vec<Duration> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+    // 1 s after the close, then 2 s, then 4 s (lower bounds only: a slow machine only adds).
+    assert!(gaps[0] >= Duration::from_millis(1_900), "{gaps:?}");
+    assert!(gaps[1] >= Duration::from_millis(3_900), "{gaps:?}");
+    fake.inject(QqMessage::c2c(ALICE, "回来了吗"));
+    let sent = wait_replies(&fake, ALICE, 1).await;
+    assert_eq!(sent[0].text, "echo: 回来了吗");
+    // The resumed session started the backoff over: the next close waits 1 s, not 8 s.
+    let closed = std::time::Instant::now();
+    fake.close_connections(4009);
+    fake.wait_until("the second resume", DEFAULT_WAIT, |f| {
+        (f.sessions().resumed == 2).then_some(())
+    })
+    .await
+    .unwrap();
+    let again = *fake.connection_attempts().last().unwrap() - closed;
+    assert!(again < Duration::from_secs(6), "{again:?}");
 }

@@ -82,11 +82,16 @@ pub(super) async fn run(ch: Arc<QqChannel>, inbound: Inbound, cancel: Cancellati
 async fn hold(ch: &QqChannel, inbound: &Inbound, lease: &Lease, cancel: &CancellationToken) {
     let mut delay = Duration::from_secs(1);
     loop {
+        let mut ready = false;
         let ended = tokio::select! {
             _ = cancel.cancelled() => Ended::Stop,
             _ = lease.lost().cancelled() => Ended::Stop,
-            ended = connection(ch, inbound, lease, cancel) => ended.unwrap_or_else(|e| Ended::Failed(format!("{e:#}"))),
+            ended = connection(ch, inbound, lease, cancel, &mut ready) => ended.unwrap_or_else(|e| Ended::Failed(format!("{e:#}"))),
         };
+        if ready {
+            // A session that got going starts the backoff over.
+            delay = Duration::from_secs(1);
+        }
         let wait = match ended {
             Ended::Stop => return,
             Ended::Again => {
@@ -108,12 +113,14 @@ async fn hold(ch: &QqChannel, inbound: &Inbound, lease: &Lease, cancel: &Cancell
     }
 }
 
-/// Runs one WebSocket connection until it ends.
+/// Runs one WebSocket connection until it ends; `ready` is set once QQ answered READY or
+/// RESUMED.
 async fn connection(
     ch: &QqChannel,
     inbound: &Inbound,
     lease: &Lease,
     cancel: &CancellationToken,
+    ready: &mut bool,
 ) -> anyhow::Result<Ended> {
     let token = ch.api.token().await?;
     let url = match ch.cfg.gateway_url.is_empty() {
@@ -185,8 +192,11 @@ async fn connection(
                 ch.sessions.clear().await?;
                 return Ok(Ended::Failed("invalid session".into()));
             }
-            op::DISPATCH if !dispatch(ch, inbound, lease, cancel, &payload, &mut saved).await => {
-                return Ok(Ended::Stop);
+            op::DISPATCH => {
+                *ready |= matches!(payload["t"].as_str(), Some("READY" | "RESUMED"));
+                if !dispatch(ch, inbound, lease, cancel, &payload, &mut saved).await {
+                    return Ok(Ended::Stop);
+                }
             }
             _ => {}
         }

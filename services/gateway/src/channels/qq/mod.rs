@@ -97,7 +97,7 @@ impl QqChannel {
         Ok(Self {
             api: Api::new(&qq.config).context("build the QQ API client")?,
             redis: deps.redis.clone(),
-            leases: Leases::new(deps.redis.clone(), &deps.instance, lease_ttl),
+            leases: deps.leases(lease_ttl),
             sessions: SessionStore::new(deps.redis.clone(), &qq.bot, &qq.config.app_id),
             pairing: PairingStore::new(deps.redis.clone(), &qq.bot),
             media_dir: qq.workspace.join(".nanobot").join("media").join(CHANNEL),
