@@ -33,9 +33,11 @@ mod api;
 mod crypto;
 mod events;
 pub mod frame;
+mod inbound;
 mod outbound;
 mod reaction;
 mod receive;
+mod render;
 mod ws;
 
 use std::path::PathBuf;
@@ -57,7 +59,7 @@ use nanobot_runtime::store::Store;
 use super::stream::Streamer;
 use super::{Channel, ChannelDeps, ChannelSettings, Inbound, Progress, SendError};
 
-pub use self::outbound::split_within_bytes;
+pub use self::render::split_within_bytes;
 
 /// Channel name (subject token, session prefix).
 pub const CHANNEL: &str = "feishu";
@@ -118,7 +120,7 @@ impl FeishuChannel {
             media_dir: bot.workspace.join(".nanobot").join("media").join(CHANNEL),
             caps: crate::channels::media::Caps::from_config(cfg),
             pairing: PairingStore::new(deps.redis.clone(), &bot.bot),
-            leases: Leases::new(deps.redis.clone(), &deps.instance, lease_ttl),
+            leases: deps.leases(lease_ttl),
             redis: deps.redis.clone(),
             bot_id: bot.bot,
             cfg: bot.config,
