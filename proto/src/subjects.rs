@@ -198,6 +198,17 @@ pub fn websocket_notify(bot: &str) -> String {
     format!("nanobot.{}.events.websocket", token(bot))
 }
 
+/// The gateway replicas' presence beacons (core NATS, no stream): every replica announces its
+/// instance name here each second and listens to the others', so the replicas spread the
+/// channels' long connections among themselves. Fleet-wide (`nanobot.fleet.gateways`) unless
+/// the gateway serves one bot (`--bot`, `scope`), then in that bot's subjects.
+pub fn gateway_peers(scope: Option<&str>) -> String {
+    format!(
+        "nanobot.{}.gateways",
+        scope.map_or_else(|| "fleet".to_string(), token)
+    )
+}
+
 /// Stop request for one session of `bot`.
 pub fn stop(bot: &str, session_key: &str) -> String {
     format!("nanobot.{}.control.stop.{}", token(bot), token(session_key))
@@ -438,6 +449,8 @@ pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
             publish.push(area("inbound"));
             publish.push(format!("nanobot.{b}.events.websocket"));
             subscribe.push(format!("nanobot.{b}.events.websocket"));
+            publish.push(gateway_peers(bot));
+            subscribe.push(gateway_peers(bot));
             consume(&mut publish, OUTBOUND_STREAM);
             publish.extend(jetstream::object_get(PAYLOADS_BUCKET));
         }

@@ -27,8 +27,8 @@
 
 pub mod dingtalk_fake;
 pub mod discord_fake;
-pub mod feishu_fake;
 pub mod drip;
+pub mod feishu_fake;
 pub mod harness;
 pub mod mail_servers;
 pub mod onebot_fake;

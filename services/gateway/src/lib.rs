@@ -17,12 +17,14 @@
 //!   routing of each reply to the request waiting for it.
 //! - [`error`]: the split between user-facing text and internal error detail.
 //! - [`render`]: Markdown → chat formats (Telegram HTML, splitting long replies).
+//! - [`peers`]: the live gateway replicas, spreading the channels' long connections among them.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod channels;
 pub mod error;
 pub mod outbound;
+pub mod peers;
 pub mod render;
 
 use std::future::Future;
@@ -66,11 +68,21 @@ pub async fn run(
         let redis = nanobot_runtime::store::connect(&cfg.store, &started.cancel)
             .await
             .context("connect to redis")?;
+        let instance = started.health.instance.clone();
+        let peers = peers::Peers::start(
+            &instance,
+            &started.bus.client,
+            cfg.scope.as_deref(),
+            &channel_cancel,
+        )
+        .await
+        .context("start the gateway beacons")?;
         let deps = channels::ChannelDeps {
             js: started.bus.js.clone(),
             nats: started.bus.client.clone(),
             redis,
-            instance: started.health.instance.clone(),
+            instance,
+            placement: Some(peers),
         };
         let (running, tasks) = channels::start(&cfg, &deps, &channel_cancel)
             .await

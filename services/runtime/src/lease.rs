@@ -10,8 +10,13 @@
 //! even when a Redis failover loses the latest fence write and the counter repeats. A holder renews every third of the TTL; a
 //! holder that dies is replaced once the TTL ends.
 
-use std::sync::LazyLock;
+mod placement;
+
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
+
+pub use self::placement::Placement;
+use self::placement::{HandBack, Placed, Take};
 
 use crate::store::{self, Store};
 use prometheus_client::metrics::gauge::Gauge;
@@ -113,6 +118,7 @@ pub struct Leases {
     holder: String,
     ttl: Duration,
     held: Option<Gauge>,
+    placed: Option<Placed>,
 }
 
 impl std::fmt::Debug for Leases {
@@ -144,7 +150,16 @@ impl Leases {
             holder: holder.to_string(),
             ttl: ttl.max(MIN_TTL),
             held: None,
+            placed: None,
         }
+    }
+
+    /// Spreads the leases this taker competes for as `placement` says ([`placement`]): a lease
+    /// placed elsewhere is taken only after it stayed free for twice the lease time, and a
+    /// lease placed here is handed back when the placement moves it.
+    pub fn placed(mut self, placement: Arc<dyn Placement>) -> Self {
+        self.placed = Some(Placed::new(placement, self.ttl * 2));
+        self
     }
 
     /// Counts the leases this taker holds in `gauge` (up when taken, down when dropped).
@@ -187,6 +202,23 @@ impl Leases {
     ) -> redis::RedisResult<(Option<Lease>, T)> {
         let key = key.into();
         let fence_key = fence_key.into();
+        let mut hand_back = None;
+        if let Some(placed) = &self.placed {
+            if placed.prefers(&key) {
+                hand_back = Some(placed.placement.clone());
+            } else {
+                let mut pipe = redis::pipe();
+                pipe.exists(&key);
+                for cmd in reads.cmd_iter() {
+                    pipe.add_command(cmd.clone());
+                }
+                let mut answers: Vec<Value> = pipe.query_async(&mut self.redis.clone()).await?;
+                let held: bool = store::answer(answers.remove(0))?;
+                if placed.take_unpreferred(&key, held, Instant::now()) == Take::Wait {
+                    return Ok((None, store::answer::<T>(Value::Array(answers))?));
+                }
+            }
+        }
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let mut take = ACQUIRE.prepare_invoke();
         take.key(&key)
@@ -218,10 +250,16 @@ impl Leases {
         self.redis.replicate(&fence_key).await;
         let value = format!("{}|{token}", self.holder);
         let lost = CancellationToken::new();
+        if let Some(placed) = &self.placed {
+            placed.taken(&key);
+        }
         let renewer = tokio::spawn(renew(
             self.redis.clone(),
-            key.clone(),
-            value.clone(),
+            Held {
+                key: key.clone(),
+                value: value.clone(),
+                hand_back,
+            },
             self.ttl,
             lost.clone(),
         ));
@@ -322,7 +360,21 @@ fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn renew(redis: Store, key: String, value: String, ttl: Duration, lost: CancellationToken) {
+/// What the renewer of one lease keeps.
+struct Held {
+    key: String,
+    value: String,
+    /// The placement that preferred this holder when the lease was taken.
+    hand_back: Option<Arc<dyn Placement>>,
+}
+
+async fn renew(redis: Store, held: Held, ttl: Duration, lost: CancellationToken) {
+    let Held {
+        key,
+        value,
+        hand_back,
+    } = held;
+    let mut strikes = HandBack::default();
     let mut last_ok = Instant::now();
     let mut tick = tokio::time::interval(ttl / 3);
     tick.tick().await;
@@ -336,7 +388,17 @@ async fn renew(redis: Store, key: String, value: String, ttl: Duration, lost: Ca
             .invoke_async(&mut conn)
             .await;
         match renewed {
-            Ok(1) => last_ok = Instant::now(),
+            Ok(1) => {
+                last_ok = Instant::now();
+                if let Some(placement) = &hand_back
+                    && strikes.should_hand_back(placement.prefers(&key))
+                {
+                    // The holder stops, then releases it (or it expires): never two at once.
+                    tracing::info!(lease = %key, "lease handed back to the holder it is placed with");
+                    lost.cancel();
+                    return;
+                }
+            }
             Ok(_) => {
                 tracing::warn!(lease = %key, "lease taken over by another holder");
                 lost.cancel();

@@ -25,7 +25,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// name, the model owner in `/v1/models`, the CLI's name, the binary's name, the skill
 /// metadata namespace, the local fleet's NATS user, the metrics' name prefix, the client tag
 /// some web-search APIs ask for.
-const NOT_A_SUBJECT: [&str; 11] = [
+const NOT_A_SUBJECT: [&str; 12] = [
     "(\"nanobot\", \"nanobot@dream\")",
     "bot_name: \"nanobot\"",
     "\"owned_by\": \"nanobot\"",
@@ -37,11 +37,16 @@ const NOT_A_SUBJECT: [&str; 11] = [
     "json!({\"nanobot\": {",
     "(\"X-Keenable-Title\", \"nanobot\")",
     "(\"X-Traffic-Tag\", \"nanobot\")",
+    "\"$browser\": \"nanobot\"",
 ];
 
 /// Span attribute names in the `nanobot.` namespace (OpenTelemetry's convention for a
 /// product's own attributes), which are not subjects.
-const SPAN_ATTRIBUTES: [&str; 1] = ["\"nanobot.role\""];
+const SPAN_ATTRIBUTES: [&str; 3] = [
+    "\"nanobot.role\"",
+    "\"nanobot.bot\"",
+    "\"nanobot.channel\"",
+];
 
 /// Whether a source line spells a subject or key: a literal starting `nanobot.` or `nanobot:`,
 /// or the bare token `"nanobot"` (e.g. a slice pattern over a subject's tokens).

@@ -43,6 +43,7 @@ use std::sync::Arc;
 
 use async_nats::jetstream;
 use async_trait::async_trait;
+use nanobot_runtime::lease::{Leases, Placement};
 use nanobot_runtime::store::Store;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -193,7 +194,7 @@ impl Channels {
 }
 
 /// What the channels need from the gateway.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ChannelDeps {
     /// JetStream.
     pub js: jetstream::Context,
@@ -203,6 +204,29 @@ pub struct ChannelDeps {
     pub redis: Store,
     /// This replica's instance name (lease holder).
     pub instance: String,
+    /// Where the channels' connection leases go among the replicas ([`crate::peers`]);
+    /// `None`: first come, first served.
+    pub placement: Option<Arc<dyn Placement>>,
+}
+
+impl std::fmt::Debug for ChannelDeps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelDeps")
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChannelDeps {
+    /// Returns the lease taker for a channel's long connection (poller, gateway socket): held
+    /// by this replica's name, lasting `ttl`, spread over the replicas by [`Self::placement`].
+    pub fn leases(&self, ttl: std::time::Duration) -> Leases {
+        let leases = Leases::new(self.redis.clone(), &self.instance, ttl);
+        match &self.placement {
+            Some(placement) => leases.placed(placement.clone()),
+            None => leases,
+        }
+    }
 }
 
 /// Builds every configured channel of every bot, starts their receivers and the outbound

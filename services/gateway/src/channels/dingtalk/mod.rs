@@ -99,7 +99,7 @@ impl DingTalkChannel {
             api: api::Api::new(http, c),
             app_id: token_id(&c.client_id),
             redis: deps.redis.clone(),
-            leases: Leases::new(deps.redis.clone(), &deps.instance, lease_ttl),
+            leases: deps.leases(lease_ttl),
             pairing: PairingStore::new(deps.redis.clone(), &b.bot),
             media_dir: b.workspace.join(".nanobot").join("media").join(CHANNEL),
             caps: crate::channels::media::Caps::from_config(cfg),

@@ -133,7 +133,7 @@ impl DiscordChannel {
             media_dir: dc.workspace.join(".nanobot").join("media").join(CHANNEL),
             caps: crate::channels::media::Caps::from_config(cfg),
             pairing: PairingStore::new(deps.redis.clone(), &dc.bot),
-            leases: Leases::new(deps.redis.clone(), &deps.instance, lease_ttl),
+            leases: deps.leases(lease_ttl),
             download: reqwest::Client::builder()
                 .timeout(Duration::from_secs(120))
                 .build()

@@ -130,11 +130,7 @@ impl EmailChannel {
                 .collect(),
             own_addresses,
             mailbox_id: mailbox_id(&cfg),
-            leases: Leases::new(
-                deps.redis.clone(),
-                &deps.instance,
-                Duration::from_secs_f64(cfg.lease_secs),
-            ),
+            leases: deps.leases(Duration::from_secs_f64(cfg.lease_secs)),
             pairing: PairingStore::new(deps.redis.clone(), &email.bot),
             redis: deps.redis.clone(),
             media_dir: email.workspace.join(".nanobot").join("media").join(CHANNEL),

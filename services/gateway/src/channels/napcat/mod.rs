@@ -107,11 +107,7 @@ impl NapcatChannel {
                 .next()
                 .unwrap_or_default()
                 .to_string(),
-            leases: Leases::new(
-                deps.redis.clone(),
-                &deps.instance,
-                Duration::from_secs_f64(nc.config.lease_secs),
-            ),
+            leases: deps.leases(Duration::from_secs_f64(nc.config.lease_secs)),
             pairing: PairingStore::new(deps.redis.clone(), &nc.bot),
             media_dir: nc.workspace.join(".nanobot").join("media").join(CHANNEL),
             caps: super::media::Caps::from_config(cfg),

@@ -141,7 +141,7 @@ impl TelegramChannel {
             media_dir: tg.workspace.join(".nanobot").join("media").join(CHANNEL),
             caps: crate::channels::media::Caps::from_config(cfg),
             pairing: PairingStore::new(deps.redis.clone(), &tg.bot),
-            leases: Leases::new(deps.redis.clone(), &deps.instance, lease_ttl),
+            leases: deps.leases(lease_ttl),
             redis: deps.redis.clone(),
             bot_id: tg.bot,
             cfg: tg.config,

@@ -104,7 +104,7 @@ impl WeComChannel {
         let lease_ttl = Duration::from_secs_f64(wc.config.lease_secs);
         Ok(Self {
             conn_id: token_id(&wc.config.bot_id),
-            leases: Leases::new(deps.redis.clone(), &deps.instance, lease_ttl),
+            leases: deps.leases(lease_ttl),
             redis: deps.redis.clone(),
             pairing: PairingStore::new(deps.redis.clone(), &wc.bot),
             media_dir: wc.workspace.join(".nanobot").join("media").join(CHANNEL),
