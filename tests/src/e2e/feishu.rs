@@ -331,6 +331,7 @@ async fn with_two_gateway_replicas_one_holds_the_long_connection_and_the_other_t
         .position(|p| p.logs().contains(LEASE_TAKEN))
         .expect("a replica holds the long connection");
     assert_eq!(fake.open_connections(), 1);
+    let killed = std::time::Instant::now();
     fleet.service_at("gateway", holder).sigkill().unwrap();
     fake.wait_until(
         "the other replica connected",
@@ -339,6 +340,10 @@ async fn with_two_gateway_replicas_one_holds_the_long_connection_and_the_other_t
     )
     .await
     .unwrap();
+    // Figure: the connection is back within the lease (`leaseSecs` 3 here) plus a retry.
+    let takeover = killed.elapsed();
+    eprintln!("feishu long connection taken over {takeover:?} after the SIGKILL");
+    assert!(takeover < Duration::from_secs(10), "{takeover:?}");
     for i in 0..3 {
         fake.push_event(
             &dm(
