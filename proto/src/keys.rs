@@ -348,6 +348,23 @@ pub fn pairing_approved(bot: &str, channel: &str) -> String {
     format!("nanobot:{}:pairing:approved:{channel}", bot_tag(bot))
 }
 
+/// One day's token usage of `bot` (`day`: `YYYY-MM-DD`, UTC), a hash: `in:<model>` and
+/// `out:<model>` (tokens the providers reported) and `total`. Kept (no expiry).
+pub fn usage_day(bot: &str, day: &str) -> String {
+    format!("nanobot:{}:usage:day:{day}", bot_tag(bot))
+}
+
+/// One month's token usage of `bot` (`month`: `YYYY-MM`, UTC): the same hash as [`usage_day`].
+pub fn usage_month(bot: &str, month: &str) -> String {
+    format!("nanobot:{}:usage:month:{month}", bot_tag(bot))
+}
+
+/// The messages one sender sent `bot` on `channel` in the last minute: a sorted set of message
+/// ids scored by their receipt time in ms (`bots.<id>.limits.maxMessagesPerMinutePerSender`).
+pub fn sender_rate(bot: &str, channel: &str, sender_id: &str) -> String {
+    format!("nanobot:{}:limit:rate:{channel}:{sender_id}", bot_tag(bot))
+}
+
 /// The Redis ACL key patterns (`~…` without the tilde) `role` needs: each key function with
 /// its hash tag and ids turned into `*`. The tools role keeps nothing in Redis; the CLI (the
 /// operator: pairing, status) may read and write every key of the fleet.
@@ -413,7 +430,13 @@ pub fn acl_patterns_of(role: crate::subjects::Role, bot: Option<&str>) -> Vec<St
         ],
         Role::Agent => {
             let mut keys = session();
-            keys.extend([subagents_running(b), subagent_result(b, ID)]);
+            keys.extend([
+                subagents_running(b),
+                subagent_result(b, ID),
+                usage_day(b, ID),
+                usage_month(b, ID),
+                sender_rate(b, ID, ID),
+            ]);
             keys
         }
         Role::Memory => {

@@ -29,6 +29,7 @@ pub mod goal_tools;
 pub mod goal_turn;
 pub mod handlers;
 pub mod lease;
+pub mod limits;
 pub mod mailbox;
 pub mod memory_jobs;
 pub mod message_tool;

@@ -6,8 +6,10 @@
 //! 2. **load**: the session's replayable tail, read once, when the attempt started
 //!    ([`crate::attempts::start`]: in the round trip that checked and counted it);
 //! 3. **recover**: an interrupted turn's rows are restored, or resumed ([`recovery`]);
-//! 4. **run**: the model, with tools, hooks and checkpoints ([`turn::run`]);
-//! 5. **commit** and 6. **publish**: one fenced write, then the reply ([`commit::finish`]).
+//! 4. **limits**: a message over one of the bot's limits is refused without the model
+//!    ([`crate::limits`]);
+//! 5. **run**: the model, with tools, hooks and checkpoints ([`turn::run`]);
+//! 6. **commit** and 7. **publish**: one fenced write, then the reply ([`commit::finish`]).
 
 use nanobot_core::session::Session;
 
@@ -38,6 +40,10 @@ pub async fn run(
     }
     if let Some(reply) = commands::answer(deps, bot, ctx.sessions, input).await? {
         commit::finish(deps, ctx, input, outbox, Reply::text(&reply)).await?;
+        return Ok(None);
+    }
+    if let Some(refusal) = crate::limits::refusal(deps, &bot.spec.id, input).await? {
+        commit::finish(deps, ctx, input, outbox, Reply::text(&refusal)).await?;
         return Ok(None);
     }
     ctx.sessions.note_indexed(&session);

@@ -297,6 +297,11 @@ pub async fn run(
     let hook = CompositeHook::new(vec![
         Arc::new(LoggingHook) as Arc<dyn AgentHook>,
         usage_hook.clone(),
+        Arc::new(crate::limits::UsageRecorder::new(
+            deps.redis.clone(),
+            &bot.spec.id,
+            &model.target.model,
+        )),
         output.clone(),
     ]);
     let deps_run = RunDeps {

@@ -82,6 +82,15 @@ pub enum Command {
         #[command(subcommand)]
         action: crate::pairing::PairingAction,
     },
+    /// Tokens in/out per bot, UTC day and model, as the providers reported them.
+    Usage {
+        /// Bot id (default: every bot).
+        #[arg(long)]
+        bot: Option<String>,
+        /// First UTC day to show, `YYYY-MM-DD` (default: the first day of this month).
+        #[arg(long)]
+        since: Option<String>,
+    },
     /// Sessions of a bot: `import` upstream nanobot's JSONL sessions into Redis.
     Sessions {
         /// Bot id (default: the first bot).
@@ -256,6 +265,10 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Pairing { bot, action } => {
             let cfg = load(&cli)?;
             crate::pairing::run(&cfg, bot.as_deref(), action).await
+        }
+        Command::Usage { bot, since } => {
+            let cfg = load(&cli)?;
+            crate::usage::run(&cfg, bot.as_deref(), since.as_deref()).await
         }
         Command::Sessions { bot, action } => {
             let cfg = load(&cli)?;

@@ -10,6 +10,7 @@
 //! - `pairing`: `nanobot pairing list|approve|revoke` (chat-channel sender approvals).
 //! - `sessions`: `nanobot sessions import` (upstream's JSONL sessions into Redis).
 //! - `cron`: `nanobot cron list|add|remove|enable|run` (a bot's `cron/jobs.json`).
+//! - `usage`: `nanobot usage [--bot B] [--since D]` (tokens per bot, day and model).
 //! - `deploy`: `nanobot deploy nats-config|redis-acl` (per-role NATS users, Redis ACL).
 #![forbid(unsafe_code)]
 
@@ -22,3 +23,4 @@ pub mod onboard;
 pub mod pairing;
 pub mod sessions;
 pub mod status;
+pub mod usage;

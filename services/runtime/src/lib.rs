@@ -45,6 +45,7 @@ pub mod telemetry;
 #[cfg(feature = "testsuite")]
 pub mod testsuite;
 pub mod utf8;
+pub mod usage;
 
 /// The fleet's version, reported by every service.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -67,6 +67,11 @@ pub fn expand_home(path: &str) -> PathBuf {
 }
 
 impl Config {
+    /// Returns `bot`'s limits (`bots.<id>.limits`; none for a bot without an entry).
+    pub fn bot_limits(&self, bot: &str) -> BotLimits {
+        self.bots.get(bot).map(|b| b.limits).unwrap_or_default()
+    }
+
     /// Returns every bot this fleet serves (`default` when `bots` is empty).
     pub fn bots(&self) -> Vec<BotSpec> {
         let d = &self.agents.defaults;

@@ -709,4 +709,19 @@ pub struct BotConfig {
     pub provider: Option<String>,
     /// Channel settings of this bot (e.g. its own Telegram token), kept as given.
     pub channels: BTreeMap<String, Value>,
+    /// This bot's limits (none by default).
+    pub limits: BotLimits,
+}
+
+/// `bots.<id>.limits`: what one bot may use. Each limit is off when absent; a message over a
+/// limit is answered with a refusal and costs no model call.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct BotLimits {
+    /// Messages one sender may send this bot in any 60 s (the turns over it are refused).
+    pub max_messages_per_minute_per_sender: Option<u32>,
+    /// Tokens (input + output, as the providers report them) this bot may spend per UTC day.
+    pub daily_token_budget: Option<u64>,
+    /// Tokens this bot may spend per UTC calendar month.
+    pub monthly_token_budget: Option<u64>,
 }

@@ -84,6 +84,15 @@ pub struct BotLabels {
     pub bot: String,
 }
 
+/// One bot's limit (`sender_rate`, `daily_tokens`, `monthly_tokens`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// Bot id.
+    pub bot: String,
+    /// The limit that refused.
+    pub limit: &'static str,
+}
+
 /// One LLM provider and model of a bot (the config's provider name: `custom`, `anthropic`, …;
 /// the requested model).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

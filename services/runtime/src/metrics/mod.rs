@@ -26,8 +26,9 @@ use std::sync::OnceLock;
 
 use self::labels::Bounded;
 pub use self::labels::{
-    BotLabels, ChannelLabels, ConsumerLabels, DeliveryLabels, LlmErrorLabels, ProviderLabels,
-    TokenLabels, ToolLabels, ToolNameLabels, ToolOutcomeLabels, TurnLabels, UNKNOWN,
+    BotLabels, ChannelLabels, ConsumerLabels, DeliveryLabels, LimitLabels, LlmErrorLabels,
+    ProviderLabels, TokenLabels, ToolLabels, ToolNameLabels, ToolOutcomeLabels, TurnLabels,
+    UNKNOWN,
 };
 pub use self::scope::{Scope, current as scope, scoped};
 
@@ -100,6 +101,8 @@ pub struct Metrics {
     pub lease_takeovers: Family<BotLabels, Counter>,
     /// `nanobot_deliveries_total{bot,channel,outcome}`.
     pub deliveries: Family<DeliveryLabels, Counter>,
+    /// `nanobot_limit_refusals_total{bot,limit}`.
+    pub limit_refusals: Family<LimitLabels, Counter>,
     bots: Bounded,
     channels: Bounded,
     models: Bounded,
@@ -130,6 +133,7 @@ impl Metrics {
             queue_pending: Family::default(),
             queue_ack_pending: Family::default(),
             deliveries: Family::default(),
+            limit_refusals: Family::default(),
             bots: Bounded::new(MAX_BOT_LABELS),
             channels: Bounded::new(MAX_CHANNEL_LABELS),
             models: Bounded::new(MAX_MODEL_LABELS),
@@ -195,6 +199,8 @@ impl Metrics {
         r.register("queue_ack_pending", help, self.queue_ack_pending.clone());
         let help = "Replies handed to a channel, by bot, channel and outcome";
         r.register("deliveries", help, self.deliveries.clone());
+        let help = "Messages refused by a bot's limit (no model call), by bot and limit";
+        r.register("limit_refusals", help, self.limit_refusals.clone());
         registry
     }
 
@@ -317,6 +323,14 @@ impl Metrics {
     pub fn session_lease(&self, bot: &str) {
         let bot = self.bots.label(bot);
         self.session_leases.get_or_create(&BotLabels { bot }).inc();
+    }
+
+    /// Counts one message of `bot` refused by `limit`.
+    pub fn limit_refusal(&self, bot: &str, limit: &'static str) {
+        let bot = self.bots.label(bot);
+        self.limit_refusals
+            .get_or_create(&LimitLabels { bot, limit })
+            .inc();
     }
 
     /// Counts one turn of `bot` picked up unfinished.

@@ -1,0 +1,144 @@
+//! Token usage per bot, model and UTC day (and month), kept in Redis hashes
+//! ([`keys::usage_day`], [`keys::usage_month`]): `in:<model>`, `out:<model>` and `total`,
+//! added to with `HINCRBY` in one transaction per model call and never expired, so they
+//! last as long as Redis' data (its AOF across restarts, its replica across a failover).
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, NaiveDate, Utc};
+use redis::AsyncCommands as _;
+
+use nanobot_proto::keys;
+
+use crate::store::Store;
+
+/// Tokens of one model: (input, output).
+pub type Tokens = (u64, u64);
+
+/// `at`'s UTC day (`YYYY-MM-DD`) and month (`YYYY-MM`).
+pub fn day_and_month(at: DateTime<Utc>) -> (String, String) {
+    (
+        at.format("%Y-%m-%d").to_string(),
+        at.format("%Y-%m").to_string(),
+    )
+}
+
+/// Adds `input`/`output` tokens of `model` to `bot`'s usage of today and this month, in one
+/// transaction.
+pub async fn record(
+    redis: &Store,
+    bot: &str,
+    model: &str,
+    input: u64,
+    output: u64,
+) -> redis::RedisResult<()> {
+    let (day, month) = day_and_month(Utc::now());
+    let mut conn = redis.clone();
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for key in [keys::usage_day(bot, &day), keys::usage_month(bot, &month)] {
+        pipe.hincr(&key, format!("in:{model}"), input)
+            .ignore()
+            .hincr(&key, format!("out:{model}"), output)
+            .ignore()
+            .hincr(&key, "total", input + output)
+            .ignore();
+    }
+    pipe.query_async::<()>(&mut conn).await
+}
+
+/// `bot`'s total tokens today and this month.
+pub async fn spent(redis: &Store, bot: &str) -> redis::RedisResult<(u64, u64)> {
+    let (day, month) = day_and_month(Utc::now());
+    let mut conn = redis.clone();
+    let (d, m): (Option<u64>, Option<u64>) = redis::pipe()
+        .hget(keys::usage_day(bot, &day), "total")
+        .hget(keys::usage_month(bot, &month), "total")
+        .query_async(&mut conn)
+        .await?;
+    Ok((d.unwrap_or(0), m.unwrap_or(0)))
+}
+
+/// `bot`'s usage of `day`: model → tokens.
+pub async fn read_day(
+    redis: &Store,
+    bot: &str,
+    day: NaiveDate,
+) -> redis::RedisResult<BTreeMap<String, Tokens>> {
+    let mut conn = redis.clone();
+    let key = keys::usage_day(bot, &day.format("%Y-%m-%d").to_string());
+    let fields: HashMap<String, u64> = conn.hgetall(key).await?;
+    Ok(fold(fields))
+}
+
+/// One row of a usage report.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Row {
+    /// Bot id.
+    pub bot: String,
+    /// UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    /// Model name.
+    pub model: String,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+}
+
+/// The usage of each of `bots` on each day from `since` to `until` (inclusive), one row per
+/// bot, day and model that used tokens.
+pub async fn report(
+    redis: &Store,
+    bots: &[String],
+    since: NaiveDate,
+    until: NaiveDate,
+) -> redis::RedisResult<Vec<Row>> {
+    let mut rows = Vec::new();
+    for bot in bots {
+        for day in since.iter_days().take_while(|d| *d <= until) {
+            for (model, (input, output)) in read_day(redis, bot, day).await? {
+                rows.push(Row {
+                    bot: bot.clone(),
+                    day: day.format("%Y-%m-%d").to_string(),
+                    model,
+                    input_tokens: input,
+                    output_tokens: output,
+                });
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Folds a usage hash's `in:<model>`/`out:<model>` fields into model → tokens.
+pub fn fold(fields: impl IntoIterator<Item = (String, u64)>) -> BTreeMap<String, Tokens> {
+    let mut out = BTreeMap::<String, Tokens>::new();
+    for (field, n) in fields {
+        if let Some(model) = field.strip_prefix("in:") {
+            out.entry(model.to_string()).or_default().0 += n;
+        } else if let Some(model) = field.strip_prefix("out:") {
+            out.entry(model.to_string()).or_default().1 += n;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fold_splits_input_and_output_per_model_with_colons_in_names() {
+        let fields = [
+            ("in:openai/gpt-4o:mini".to_string(), 7),
+            ("out:openai/gpt-4o:mini".to_string(), 3),
+            ("in:模型🤖".to_string(), 2),
+            ("total".to_string(), 12),
+        ];
+        let folded = fold(fields);
+        assert_eq!(folded["openai/gpt-4o:mini"], (7, 3));
+        assert_eq!(folded["模型🤖"], (2, 0));
+        assert_eq!(folded.len(), 2);
+    }
+}
