@@ -27,6 +27,7 @@ mod hardening;
 mod k8s;
 mod k8s_policy;
 mod memory;
+mod limits;
 mod monitoring;
 mod napcat;
 mod observability;
