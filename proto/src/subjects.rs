@@ -42,6 +42,11 @@ pub const SUBAGENT_ALL: &str = "nanobot.*.jobs.subagent";
 /// limit (a 5 MB reply), referenced by `OutboundMessage.content_ref`.
 pub const PAYLOADS_BUCKET: &str = "nanobot-payloads";
 
+/// The JetStream key-value bucket of the bot registry: one key per bot id, its value the
+/// bot's `bots.<id>` entry as JSON with secrets as `${VAR}` references. The CLI writes it;
+/// the gateway and the agent runners watch it.
+pub const BOTS_BUCKET: &str = "nanobot-bots";
+
 /// Events that need no durability (consolidation results, stream deltas mirrors).
 pub const EVENTS_ALL: &str = "nanobot.*.events.>";
 
@@ -405,6 +410,25 @@ pub mod jetstream {
         out
     }
 
+    /// The stream behind a key-value bucket.
+    pub fn kv_stream(bucket: &str) -> String {
+        format!("KV_{bucket}")
+    }
+
+    /// Reading and watching a key-value bucket (bucket info, direct gets, the watch's ordered
+    /// consumer); no writes.
+    pub fn kv_watch(bucket: &str) -> Vec<String> {
+        let stream = kv_stream(bucket);
+        let mut out = vec![
+            stream_info(&stream),
+            format!("$JS.API.STREAM.MSG.GET.{stream}"),
+        ];
+        out.extend(direct_get(&stream));
+        out.extend(consumer_create(&stream));
+        out.extend(consumer_manage(&stream));
+        out
+    }
+
     /// Every JetStream API call (stream creation and changes: the operator's `bus init`).
     pub const API_ALL: &str = "$JS.API.>";
 }
@@ -453,6 +477,7 @@ pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
             subscribe.push(gateway_peers(bot));
             consume(&mut publish, OUTBOUND_STREAM);
             publish.extend(jetstream::object_get(PAYLOADS_BUCKET));
+            publish.extend(jetstream::kv_watch(BOTS_BUCKET));
         }
         Role::Agent => {
             publish.extend([area("inbound"), area("outbound"), area("jobs")]);
@@ -466,6 +491,7 @@ pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
             publish.extend(jetstream::object_get(PAYLOADS_BUCKET));
             subscribe.push(format!("nanobot.{b}.control.stop.*"));
             subscribe.push(area("events"));
+            publish.extend(jetstream::kv_watch(BOTS_BUCKET));
         }
         Role::Tools => {
             subscribe.extend(tools.clone());
@@ -490,6 +516,8 @@ pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
             publish.push(STATUS.into());
             publish.push(jetstream::API_ALL.into());
             publish.push(jetstream::ack(OUTBOUND_STREAM));
+            // `nanobot bots add|update|remove` writes the registry.
+            publish.push(format!("$KV.{BOTS_BUCKET}.>"));
         }
     }
     let dedup = |mut v: Vec<String>| {

@@ -32,43 +32,54 @@ pub struct Bot {
 
 pub use nanobot_runtime::skills_dir::builtin_skills_dir;
 
+/// The bots of a runner by id, changed live by the registry watcher ([`crate::registry`]).
+pub type Bots = std::sync::RwLock<HashMap<String, Arc<Bot>>>;
+
 /// Builds the per-bot state of every configured bot, by id.
 pub fn build(cfg: &Config, nats: &async_nats::Client, redis: &Store) -> HashMap<String, Arc<Bot>> {
-    let skills = builtin_skills_dir();
-    let tool_timeout = Duration::from_secs(cfg.bus.tool_timeout_secs.max(1));
     // One reply subscription for every tool call of this runner, whatever the bot.
     let replies = Replies::new(nats.clone());
     cfg.bots()
         .into_iter()
         .map(|spec| {
-            let models = resolve::Models::build(cfg, &spec);
-            let target = &models.configured().target;
-            tracing::info!(bot = %spec.id, provider = %target.provider, model = %target.model, presets = models.names().len() - 1, "bot ready");
-            let bot = Bot {
-                sessions: SessionStore::new(redis.clone(), &spec.id),
-                // The runner serves `message`, `spawn` and the goal tools itself.
-                tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout)
-                    .with_replies(replies.clone())
-                    .with_local(
-                        [
-                            crate::message_tool::spec(),
-                            nanobot_core::subagent::spec(),
-                        ]
-                        .into_iter()
-                        .chain(crate::goal_tools::specs())
-                        .collect(),
-                    ),
-                models,
-                context: ContextBuilder::new(
-                    spec.workspace.clone(),
-                    skills.clone(),
-                    cfg.agents.defaults.timezone.clone(),
-                    nanobot_core::skills::disabled_skills(cfg),
-                ),
-                chat_channels: cfg.chat_channels(&spec.id),
-                spec,
-            };
+            let bot = build_one(cfg, spec, nats, redis, &replies);
             (bot.spec.id.clone(), Arc::new(bot))
         })
         .collect()
+}
+
+/// Builds the per-bot state of bot `spec` of `cfg`.
+pub fn build_one(
+    cfg: &Config,
+    spec: BotSpec,
+    nats: &async_nats::Client,
+    redis: &Store,
+    replies: &Replies,
+) -> Bot {
+    let skills = builtin_skills_dir();
+    let tool_timeout = Duration::from_secs(cfg.bus.tool_timeout_secs.max(1));
+    let models = resolve::Models::build(cfg, &spec);
+    let target = &models.configured().target;
+    tracing::info!(bot = %spec.id, provider = %target.provider, model = %target.model, presets = models.names().len() - 1, "bot ready");
+    Bot {
+        sessions: SessionStore::new(redis.clone(), &spec.id),
+        // The runner serves `message`, `spawn` and the goal tools itself.
+        tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout)
+            .with_replies(replies.clone())
+            .with_local(
+                [crate::message_tool::spec(), nanobot_core::subagent::spec()]
+                    .into_iter()
+                    .chain(crate::goal_tools::specs())
+                    .collect(),
+            ),
+        models,
+        context: ContextBuilder::new(
+            spec.workspace.clone(),
+            skills,
+            cfg.agents.defaults.timezone.clone(),
+            nanobot_core::skills::disabled_skills(cfg),
+        ),
+        chat_channels: cfg.chat_channels(&spec.id),
+        spec,
+    }
 }

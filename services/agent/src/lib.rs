@@ -37,6 +37,7 @@ pub mod outbox;
 pub mod outcomes;
 pub mod pipeline;
 pub mod recovery;
+pub mod registry;
 pub mod restart;
 pub mod stop;
 pub mod subagent;
@@ -74,7 +75,7 @@ pub async fn run(
     let redis = store::connect(&cfg.store, &cancel)
         .await
         .context("connect to redis")?;
-    let bots = bots::build(&cfg, &started.bus.client, &redis);
+    let bots = bots::Bots::new(bots::build(&cfg, &started.bus.client, &redis));
     // Messages held here at once: running or waiting for a session another runner holds.
     let permits = Arc::new(Semaphore::new(cfg.runner.max_waiting_messages as usize));
     let deps = Arc::new(Deps {
@@ -102,6 +103,7 @@ pub async fn run(
             "messagesWaiting": gauges.waiting.load(std::sync::atomic::Ordering::Relaxed),
         })
     }));
+    let registry = tokio::spawn(registry::follow(deps.clone()));
     let stop_server = tokio::spawn(stop::serve(
         deps.nats.clone(),
         subjects::scoped(subjects::STOP_ALL, deps.cfg.scope.as_deref()),
@@ -171,6 +173,7 @@ pub async fn run(
         let _ = l.await;
     }
     let _ = stop_server.await;
+    let _ = registry.await;
     tracker.close();
     let in_flight = tracker.len();
     shutdown::drain("agent turns", tracker.wait()).await;

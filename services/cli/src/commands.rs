@@ -91,6 +91,12 @@ pub enum Command {
         #[arg(long)]
         since: Option<String>,
     },
+    /// The bot registry: add, change and remove bots while the fleet runs.
+    Bots {
+        /// What to do.
+        #[command(subcommand)]
+        action: crate::bots::BotsAction,
+    },
     /// Sessions of a bot: `import` upstream nanobot's JSONL sessions into Redis.
     Sessions {
         /// Bot id (default: the first bot).
@@ -269,6 +275,13 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Usage { bot, since } => {
             let cfg = load(&cli)?;
             crate::usage::run(&cfg, bot.as_deref(), since.as_deref()).await
+        }
+        Command::Bots { action } => {
+            let cfg = load(&cli)?;
+            let env: HashMap<String, String> = std::env::vars().collect();
+            let path = config::resolve_path(cli.config.as_deref(), &env);
+            let bus = connect(&cfg).await?;
+            crate::bots::run(&bus.js, cfg.bus.stream_replicas, &path, action).await
         }
         Command::Sessions { bot, action } => {
             let cfg = load(&cli)?;

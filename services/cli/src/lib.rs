@@ -14,6 +14,7 @@
 //! - `deploy`: `nanobot deploy nats-config|redis-acl` (per-role NATS users, Redis ACL).
 #![forbid(unsafe_code)]
 
+pub mod bots;
 pub mod chat;
 pub mod commands;
 pub mod cron;

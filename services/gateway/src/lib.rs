@@ -25,6 +25,7 @@ pub mod channels;
 pub mod error;
 pub mod outbound;
 pub mod peers;
+pub mod registry;
 pub mod render;
 
 use std::future::Future;
@@ -62,7 +63,7 @@ pub async fn run(
     .context("start the api outbound consumer")?;
 
     let channel_cancel = CancellationToken::new();
-    let mut channel_tasks = if !cfg.has_chat_channels() {
+    let mut channel_tasks = if !cfg.has_chat_channels() && cfg.bots.is_empty() {
         tokio::task::JoinSet::new()
     } else {
         let redis = nanobot_runtime::store::connect(&cfg.store, &started.cancel)
@@ -88,6 +89,13 @@ pub async fn run(
             .await
             .context("start the chat channels")?;
         tracing::info!(channels = ?running, "chat channels started");
+        let mut tasks = tasks;
+        tasks.spawn(registry::follow(
+            cfg.clone(),
+            running,
+            deps,
+            channel_cancel.clone(),
+        ));
         tasks
     };
 

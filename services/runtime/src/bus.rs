@@ -295,6 +295,12 @@ pub async fn init_streams(js: &jetstream::Context, replicas: usize) -> Result<()
                 cause: e.to_string(),
             })?;
     }
+    crate::bot_registry::init(js, replicas)
+        .await
+        .map_err(|e| BusError::JetStream {
+            op: "create the bot registry",
+            cause: format!("{e:#}"),
+        })?;
     Ok(())
 }
 

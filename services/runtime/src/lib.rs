@@ -24,6 +24,7 @@
 //!   as processes for tests and benchmarks.
 #![forbid(unsafe_code)]
 
+pub mod bot_registry;
 pub mod bus;
 pub mod cli;
 pub mod config;
@@ -44,8 +45,8 @@ pub mod store;
 pub mod telemetry;
 #[cfg(feature = "testsuite")]
 pub mod testsuite;
-pub mod utf8;
 pub mod usage;
+pub mod utf8;
 
 /// The fleet's version, reported by every service.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

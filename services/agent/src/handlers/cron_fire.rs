@@ -39,7 +39,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         Ok(f) => f,
         Err(e) => return terminate(&msg, &format!("undecodable cron fire: {e}")).await,
     };
-    let Some(bot) = super::bot(deps, &fire.bot).cloned() else {
+    let Some(bot) = super::bot(deps, &fire.bot) else {
         return terminate(&msg, &format!("unknown bot {:?}", fire.bot)).await;
     };
     if fire.kind() == CronFireKind::Heartbeat {

@@ -22,7 +22,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         Err(e) => return terminate(&msg, &format!("undecodable inbound message: {e}")).await,
     };
     let inbound = &incoming.message;
-    let Some(bot) = super::bot(deps, &inbound.bot).cloned() else {
+    let Some(bot) = super::bot(deps, &inbound.bot) else {
         return terminate(&msg, &format!("unknown bot {:?}", inbound.bot)).await;
     };
     let subject = inbound.subject();

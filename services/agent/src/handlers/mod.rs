@@ -8,7 +8,6 @@ pub mod inbound;
 pub mod session;
 pub mod subagent;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
@@ -39,8 +38,8 @@ pub struct Deps {
     pub js: jetstream::Context,
     /// Redis.
     pub redis: Store,
-    /// Bots by id.
-    pub bots: HashMap<String, Arc<Bot>>,
+    /// Bots by id (the registry watcher adds, changes and removes them).
+    pub bots: crate::bots::Bots,
     /// Session leases.
     pub leases: Leases,
     /// Sessions' mailboxes (the inbound stream).
@@ -106,8 +105,12 @@ pub async fn terminate(msg: &jetstream::Message, why: &str) {
 }
 
 /// Returns the bot for a bot id, if this fleet serves it.
-pub fn bot<'a>(deps: &'a Deps, id: &str) -> Option<&'a Arc<Bot>> {
-    deps.bots.get(id)
+pub fn bot(deps: &Deps, id: &str) -> Option<Arc<Bot>> {
+    deps.bots
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(id)
+        .cloned()
 }
 
 /// Acknowledges `msg` after `outcome`: acked when answered, otherwise redelivered soon (on

@@ -21,7 +21,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         Ok(t) => t,
         Err(e) => return terminate(&msg, &format!("undecodable subagent task: {e}")).await,
     };
-    let Some(bot) = super::bot(deps, &task.bot).cloned() else {
+    let Some(bot) = super::bot(deps, &task.bot) else {
         return terminate(&msg, &format!("unknown bot {:?}", task.bot)).await;
     };
     let span = tracing::info_span!("subagent", task_id = %task.id, session_id = %task.origin_session_key, label = %task.label);

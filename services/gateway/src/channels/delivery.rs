@@ -13,9 +13,7 @@
 //! Each replica also runs an ordered, non-durable consumer on the same subjects that shows every
 //! message to [`Channel::observe`] (stream deltas, the end of a turn's typing indicator).
 
-use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
@@ -32,7 +30,7 @@ use tracing::Instrument as _;
 
 use nanobot_proto::{OutboundKind, OutboundMessage, keys, subjects};
 
-use super::{Channel, ChannelDeps};
+use super::ChannelDeps;
 
 /// How long a delivery record is kept (longer than the outbound stream keeps messages).
 const RECORD_TTL_SECS: u64 = 2 * 24 * 3600;
@@ -89,7 +87,7 @@ impl Progress {
 /// observer into `tasks`.
 pub(super) async fn start(
     name: &'static str,
-    bots: BTreeMap<String, Arc<dyn Channel>>,
+    bots: super::LiveBots,
     deps: &ChannelDeps,
     cancel: CancellationToken,
     tasks: &mut JoinSet<()>,
@@ -111,7 +109,6 @@ pub(super) async fn start(
         .await?;
     nanobot_runtime::metrics::watch_consumer(consumer.clone(), cancel.clone());
     let mut messages = consumer.messages().await?;
-    let bots = Arc::new(bots);
     let mut lanes = Vec::with_capacity(LANES);
     for _ in 0..LANES {
         let (tx, rx) = mpsc::channel::<Message>(16);
@@ -170,7 +167,8 @@ pub(super) async fn start(
             let Ok(out) = OutboundMessage::decode(msg.payload.clone()) else {
                 continue;
             };
-            if let Some(channel) = bots.get(&out.bot) {
+            let channel = super::live_get(&bots, &out.bot);
+            if let Some(channel) = channel {
                 channel.observe(&out).await;
             }
         }
@@ -186,11 +184,7 @@ struct Lane {
     channel: &'static str,
 }
 
-async fn lane(
-    mut rx: mpsc::Receiver<Message>,
-    bots: Arc<BTreeMap<String, Arc<dyn Channel>>>,
-    deps: Lane,
-) {
+async fn lane(mut rx: mpsc::Receiver<Message>, bots: super::LiveBots, deps: Lane) {
     while let Some(msg) = rx.recv().await {
         let outcome = deliver(&msg, &bots, &deps)
             .instrument(delivery_span(&msg, deps.channel))
@@ -230,7 +224,7 @@ fn delivery_span(msg: &Message, channel: &'static str) -> tracing::Span {
     span
 }
 
-async fn deliver(msg: &Message, bots: &BTreeMap<String, Arc<dyn Channel>>, deps: &Lane) -> Outcome {
+async fn deliver(msg: &Message, bots: &super::LiveBots, deps: &Lane) -> Outcome {
     let redis = &deps.redis;
     let mut out = match OutboundMessage::decode(msg.payload.clone()) {
         Ok(out) => out,
@@ -240,7 +234,7 @@ async fn deliver(msg: &Message, bots: &BTreeMap<String, Arc<dyn Channel>>, deps:
         }
     };
     tracing::Span::current().record("delivery_id", out.id.as_str());
-    let Some(channel) = bots.get(&out.bot) else {
+    let Some(channel) = super::live_get(bots, &out.bot) else {
         tracing::warn!(bot = %out.bot, subject = %msg.subject, "outbound message for a bot this gateway does not serve dropped");
         return Outcome::Drop;
     };

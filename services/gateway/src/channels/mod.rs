@@ -162,10 +162,24 @@ fn is_receive_span(span: &tracing::Span) -> bool {
     span.metadata().is_some_and(|m| m.name() == RECEIVE_SPAN)
 }
 
-/// The channels of one gateway replica, by channel name and bot.
+/// The live channels of one name, by bot: the delivery loops read it per message, so a bot
+/// added or removed while the gateway runs is served (or not) at once.
+pub type LiveBots = Arc<std::sync::RwLock<BTreeMap<String, Arc<dyn Channel>>>>;
+
+/// Returns bot `bot`'s channel in `bots`.
+fn live_get(bots: &LiveBots, bot: &str) -> Option<Arc<dyn Channel>> {
+    bots.read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(bot)
+        .cloned()
+}
+
+/// The channels of one gateway replica, by channel name and bot, with each bot's
+/// cancellation token (stopping a bot stops its receivers only).
 #[derive(Default, Clone)]
 pub struct Channels {
-    by_name: BTreeMap<&'static str, BTreeMap<String, Arc<dyn Channel>>>,
+    by_name: BTreeMap<&'static str, LiveBots>,
+    receivers: BTreeMap<String, CancellationToken>,
 }
 
 impl std::fmt::Debug for Channels {
@@ -173,7 +187,10 @@ impl std::fmt::Debug for Channels {
         let names: Vec<_> = self
             .by_name
             .iter()
-            .map(|(n, bots)| format!("{n}: {:?}", bots.keys().collect::<Vec<_>>()))
+            .map(|(n, bots)| {
+                let bots = bots.read().unwrap_or_else(|e| e.into_inner());
+                format!("{n}: {:?}", bots.keys().collect::<Vec<_>>())
+            })
             .collect();
         f.debug_list().entries(names).finish()
     }
@@ -184,13 +201,81 @@ impl Channels {
         self.by_name
             .entry(channel.name())
             .or_default()
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
             .insert(channel.bot().to_string(), channel);
     }
 
     /// Returns whether no channel is configured.
     pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
+        self.by_name
+            .values()
+            .all(|b| b.read().unwrap_or_else(|e| e.into_inner()).is_empty())
     }
+
+    /// Stops bot `bot`'s receivers and takes its channels out of delivery (its replies still
+    /// queued are dropped; its data is kept).
+    pub fn stop_bot(&mut self, bot: &str) {
+        if let Some(token) = self.receivers.remove(bot) {
+            token.cancel();
+        }
+        for bots in self.by_name.values() {
+            bots.write().unwrap_or_else(|e| e.into_inner()).remove(bot);
+        }
+    }
+
+    /// (Re)starts bot `bot` from `cfg` (a config serving that bot alone, [`nanobot_runtime::bot_registry::only`]):
+    /// stops its old receivers, builds its channels, starts their receivers under a token of
+    /// their own and, for a channel name new to this replica, its delivery loops. Other bots'
+    /// channels and deliveries are untouched.
+    pub async fn start_bot(
+        &mut self,
+        cfg: &Config,
+        bot: &str,
+        deps: &ChannelDeps,
+        cancel: &CancellationToken,
+        tasks: &mut JoinSet<()>,
+    ) -> anyhow::Result<()> {
+        let mut built = Channels::default();
+        build(cfg, deps, &mut built)?;
+        self.stop_bot(bot);
+        let token = cancel.child_token();
+        for (name, bots) in built.by_name {
+            let channels: Vec<_> = bots
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .cloned()
+                .collect();
+            let is_new = !self.by_name.contains_key(name);
+            for channel in channels.into_iter().filter(|c| c.bot() == bot) {
+                spawn_receiver(channel.clone(), deps, &token, tasks);
+                self.add(channel);
+            }
+            if is_new && let Some(live) = self.by_name.get(name) {
+                delivery::start(name, live.clone(), deps, cancel.clone(), tasks).await?;
+            }
+        }
+        self.receivers.insert(bot.to_string(), token);
+        Ok(())
+    }
+}
+
+fn spawn_receiver(
+    channel: Arc<dyn Channel>,
+    deps: &ChannelDeps,
+    cancel: &CancellationToken,
+    tasks: &mut JoinSet<()>,
+) {
+    let inbound = Inbound::new(deps.js.clone());
+    let cancel = cancel.clone();
+    tasks.spawn(async move {
+        let bot = channel.bot().to_string();
+        let name = channel.name();
+        if let Err(e) = channel.run(inbound, cancel).await {
+            tracing::error!(channel = name, %bot, error = format!("{e:#}"), "channel receiver failed");
+        }
+    });
 }
 
 /// What the channels need from the gateway.
@@ -229,14 +314,13 @@ impl ChannelDeps {
     }
 }
 
-/// Builds every configured channel of every bot, starts their receivers and the outbound
-/// delivery loops, and returns the running tasks (they stop on `cancel`).
-pub async fn start(
+/// Builds every configured channel of every bot into `channels`.
+/// Returns the Telegram ones again (the webhook listener serves them).
+fn build(
     cfg: &Config,
     deps: &ChannelDeps,
-    cancel: &CancellationToken,
-) -> anyhow::Result<(Channels, JoinSet<()>)> {
-    let mut channels = Channels::default();
+    channels: &mut Channels,
+) -> anyhow::Result<Vec<Arc<telegram::TelegramChannel>>> {
     let mut telegram = Vec::new();
     for tg in cfg.telegram_bots() {
         let channel = Arc::new(telegram::TelegramChannel::new(cfg, tg, deps)?);
@@ -264,21 +348,36 @@ pub async fn start(
     {
         channels.add(channel);
     }
+    Ok(telegram)
+}
+
+/// Builds every configured channel of every bot, starts their receivers (each bot under a
+/// token of its own, a child of `cancel`) and the outbound delivery loops, and returns the
+/// running tasks (they stop on `cancel`).
+pub async fn start(
+    cfg: &Config,
+    deps: &ChannelDeps,
+    cancel: &CancellationToken,
+) -> anyhow::Result<(Channels, JoinSet<()>)> {
+    let mut channels = Channels::default();
+    let telegram = build(cfg, deps, &mut channels)?;
     let mut tasks = JoinSet::new();
     let inbound = Inbound::new(deps.js.clone());
     telegram::webhook::listen(&telegram, &inbound, cancel, &mut tasks).await?;
-    for (name, bots) in &channels.by_name {
-        for channel in bots.values() {
-            let inbound = Inbound::new(deps.js.clone());
-            let channel = channel.clone();
-            let cancel = cancel.clone();
-            tasks.spawn(async move {
-                let bot = channel.bot().to_string();
-                let name = channel.name();
-                if let Err(e) = channel.run(inbound, cancel).await {
-                    tracing::error!(channel = name, %bot, error = format!("{e:#}"), "channel receiver failed");
-                }
-            });
+    for (name, bots) in &channels.by_name.clone() {
+        let all: Vec<_> = bots
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for channel in all {
+            let token = channels
+                .receivers
+                .entry(channel.bot().to_string())
+                .or_insert_with(|| cancel.child_token())
+                .clone();
+            spawn_receiver(channel, deps, &token, &mut tasks);
         }
         delivery::start(name, bots.clone(), deps, cancel.clone(), &mut tasks).await?;
     }

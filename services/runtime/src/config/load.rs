@@ -128,7 +128,7 @@ fn host_zone() -> String {
 }
 
 /// Replaces `${VAR}` in every string with the variable's value; a missing one is a problem.
-fn interpolate(
+pub(crate) fn interpolate(
     value: &mut Value,
     at: &str,
     env: &HashMap<String, String>,

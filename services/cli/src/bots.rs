@@ -1,0 +1,165 @@
+//! `nanobot bots add|update|remove|list|show`: the bot registry
+//! ([`nanobot_runtime::bot_registry`]) the running roles watch. Secrets are given as `${VAR}`
+//! references, resolved by each role from its own environment.
+//!
+//! SIGKILL: each change is one atomic KV write of one bot (`update` a compare-and-set on the
+//! revision it read); a CLI killed mid-way changed that bot or nothing.
+
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+use async_nats::jetstream::{self, kv};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use nanobot_runtime::bot_registry;
+
+/// What `nanobot bots` does.
+#[derive(Debug, Subcommand)]
+pub enum BotsAction {
+    /// Add a bot; the gateway starts its channels and the runners serve it within seconds.
+    Add(BotArgs),
+    /// Change a bot: the given fields are laid over its entry.
+    Update(BotArgs),
+    /// Remove a bot: its channels stop and its messages are refused; its data is kept.
+    Remove {
+        /// Bot id.
+        id: String,
+    },
+    /// List the bots.
+    List,
+    /// Show one bot's entry (secrets as references).
+    Show {
+        /// Bot id.
+        id: String,
+    },
+}
+
+/// A bot's fields on the command line.
+#[derive(Debug, Args)]
+pub struct BotArgs {
+    /// Bot id (letters, digits, `-`, `_`).
+    pub id: String,
+    /// The `bots.<id>` entry as JSON, e.g. `{"channels":{"telegram":{"enabled":true,"token":"${TG_TOKEN}"}}}`.
+    #[arg(long)]
+    pub json: Option<String>,
+    /// Model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Provider.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Workspace directory.
+    #[arg(long)]
+    pub workspace: Option<String>,
+    /// Telegram bot token as a reference to the roles' environment, e.g. `${TG_TOKEN}`
+    /// (enables the bot's Telegram channel).
+    #[arg(long)]
+    pub telegram_token: Option<String>,
+}
+
+impl BotArgs {
+    /// Returns the fields given, as a JSON object to lay over an entry.
+    fn overlay(&self) -> anyhow::Result<Value> {
+        let mut out = match &self.json {
+            Some(text) => serde_json::from_str(text).context("--json is not valid JSON")?,
+            None => json!({}),
+        };
+        let Some(map) = out.as_object_mut() else {
+            bail!("--json must be a JSON object");
+        };
+        for (key, value) in [
+            ("model", &self.model),
+            ("provider", &self.provider),
+            ("workspace", &self.workspace),
+        ] {
+            if let Some(v) = value {
+                map.insert(key.into(), json!(v));
+            }
+        }
+        if let Some(token) = &self.telegram_token {
+            let tg = json!({"channels": {"telegram": {"enabled": true, "token": token}}});
+            merge(&mut out, tg);
+        }
+        Ok(out)
+    }
+}
+
+/// Lays `over` onto `base`, objects key by key.
+fn merge(base: &mut Value, over: Value) {
+    match (base, over) {
+        (Value::Object(base), Value::Object(over)) => {
+            for (k, v) in over {
+                merge(base.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (base, over) => *base = over,
+    }
+}
+
+/// Runs `action` against the registry over `js`, seeding it first from the config file at
+/// `config_path` (create-if-absent). Returns the exit code.
+pub async fn run(
+    js: &jetstream::Context,
+    replicas: usize,
+    config_path: &Path,
+    action: &BotsAction,
+) -> anyhow::Result<i32> {
+    let store = bot_registry::init(js, replicas).await?;
+    bot_registry::seed(&store, &bot_registry::raw_bots(config_path)?).await?;
+    match action {
+        BotsAction::Add(args) => {
+            let raw = args.overlay()?;
+            let bytes = bot_registry::entry(&args.id, &raw).map_err(anyhow::Error::msg)?;
+            match store.create(&args.id, bytes.into()).await {
+                Ok(_) => println!("bot {} added", args.id),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                    bail!("bot {} exists; use `nanobot bots update`", args.id)
+                }
+                Err(e) => return Err(e).context("write the bot"),
+            }
+        }
+        BotsAction::Update(args) => {
+            let Some(current) = store.entry(&args.id).await.context("read the bot")? else {
+                bail!("no bot {}", args.id);
+            };
+            if current.operation != kv::Operation::Put {
+                bail!("no bot {}", args.id);
+            }
+            let mut raw: Value = serde_json::from_slice(&current.value).unwrap_or(json!({}));
+            merge(&mut raw, args.overlay()?);
+            let bytes = bot_registry::entry(&args.id, &raw).map_err(anyhow::Error::msg)?;
+            store
+                .update(&args.id, bytes.into(), current.revision)
+                .await
+                .context("write the bot (changed meanwhile? run it again)")?;
+            println!("bot {} updated", args.id);
+        }
+        BotsAction::Remove { id } => {
+            if store.get(id).await.context("read the bot")?.is_none() {
+                bail!("no bot {id}");
+            }
+            store.delete(id).await.context("remove the bot")?;
+            println!("bot {id} removed (its sessions and workspace are kept)");
+        }
+        BotsAction::List => {
+            for (id, raw) in bot_registry::list(&store).await? {
+                let channels: Vec<&String> = raw
+                    .get("channels")
+                    .and_then(Value::as_object)
+                    .map(|m| m.keys().collect())
+                    .unwrap_or_default();
+                let model = raw.get("model").and_then(Value::as_str).unwrap_or("-");
+                println!("{id}\tmodel={model}\tchannels={channels:?}");
+            }
+        }
+        BotsAction::Show { id } => match store.get(id).await.context("read the bot")? {
+            Some(bytes) => {
+                let raw: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                println!("{}", serde_json::to_string_pretty(&raw)?);
+            }
+            None => bail!("no bot {id}"),
+        },
+    }
+    Ok(0)
+}

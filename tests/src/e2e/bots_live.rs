@@ -1,0 +1,165 @@
+//! The bot registry live: `nanobot bots add|remove` against a running fleet — the added bot
+//! answers on Telegram within 10 s and stops within 10 s of its removal, with no role
+//! restarting and the first bot answering throughout; the registry's seeding never
+//! overwrites a live change.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::e2e::telegram::{ALICE, TOKEN, TOKEN_B};
+use crate::harness::Fleet;
+use crate::scripted_llm::Reply;
+use crate::telegram_fake::{FakeBot, Incoming, TelegramFake, TgUser};
+use nanobot_runtime::bot_registry;
+
+/// How soon a registry change must show on the platform.
+const LIVE: Duration = Duration::from_secs(10);
+
+async fn wait_echo(fake: &TelegramFake, bot: &FakeBot, text: &str) {
+    let want = format!("echo: {text}");
+    fake.wait_until(&want, LIVE, |_| {
+        bot.bot_messages(ALICE)
+            .iter()
+            .any(|m| m.text.as_deref() == Some(want.as_str()))
+            .then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; shown: {:#?}", bot.bot_messages(ALICE)));
+}
+
+fn pids(fleet: &mut Fleet) -> Vec<Option<u32>> {
+    ["gateway", "agent", "tools"]
+        .iter()
+        .flat_map(|r| {
+            fleet
+                .replicas(r)
+                .into_iter()
+                .map(|p| p.pid())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_bot_added_with_the_cli_answers_within_10s_and_stops_within_10s_of_its_removal() {
+    let fake = TelegramFake::start().await.unwrap();
+    let first = fake.add_bot(TOKEN, "first_bot");
+    let second = fake.add_bot(TOKEN_B, "second_bot");
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .env("TG_TOKEN_LIVE", TOKEN_B)
+        .config(json!({
+            "channels": {"telegram": {"apiBase": fake.api_url(), "leaseSecs": 2}},
+            "bots": {"alpha": {"channels": {"telegram": {
+                "enabled": true, "token": TOKEN, "allowFrom": ["*"], "streaming": false,
+            }}}},
+        }))
+        .start()
+        .await
+        .unwrap();
+    first.wait_polling().await.unwrap();
+    fleet.llm.set_fallback(Reply::echo());
+    let before = pids(&mut fleet);
+    let alice = TgUser::new(ALICE, "alice");
+
+    let entry = r#"{"channels":{"telegram":{"enabled":true,"token":"${TG_TOKEN_LIVE}","allowFrom":["*"],"streaming":false}}}"#;
+    let added = Instant::now();
+    let out = fleet
+        .cli(&["bots", "add", "beta", "--json", entry])
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    second.inject(Incoming::text_from(&alice, "你好 beta 🤖"));
+    wait_echo(&fake, &second, "你好 beta 🤖").await;
+    let answered_in = added.elapsed();
+    first.inject(Incoming::text_from(&alice, "still alpha"));
+    wait_echo(&fake, &first, "still alpha").await;
+
+    let listed = fleet.cli(&["bots", "list"]).await.unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+    assert!(
+        listed.contains("alpha") && listed.contains("beta"),
+        "{listed}"
+    );
+    let shown = fleet.cli(&["bots", "show", "beta"]).await.unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+    assert!(
+        shown.contains("${TG_TOKEN_LIVE}") && !shown.contains(TOKEN_B),
+        "{shown}"
+    );
+
+    let removed = Instant::now();
+    let out = fleet.cli(&["bots", "remove", "beta"]).await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fake.wait_until("beta's poller stopped", LIVE, |_| {
+        (second.poll_stats().in_flight == 0).then_some(())
+    })
+    .await
+    .unwrap();
+    let stopped_in = removed.elapsed();
+    // A message to the removed bot stays unread while the first bot answers a later one.
+    second.inject(Incoming::text_from(&alice, "anyone there?"));
+    first.inject(Incoming::text_from(&alice, "alpha after removal"));
+    wait_echo(&fake, &first, "alpha after removal").await;
+    assert_eq!(
+        second.pending_updates(),
+        1,
+        "the removed bot read its update"
+    );
+    assert_eq!(
+        second.bot_messages(ALICE).len(),
+        1,
+        "{:#?}",
+        second.bot_messages(ALICE)
+    );
+    assert_eq!(pids(&mut fleet), before, "no role restarted");
+    eprintln!(
+        "added bot answered in {answered_in:?}; removed bot's poller stopped in {stopped_in:?}"
+    );
+}
+
+#[tokio::test]
+async fn seeding_writes_the_config_bots_once_and_never_overwrites_a_changed_bot() {
+    let nats = nanobot_runtime::testsuite::Nats::start().await.unwrap();
+    let js = async_nats::jetstream::new(nats.client().await.unwrap());
+    let store = bot_registry::init(&js, 1).await.unwrap();
+    let config: BTreeMap<_, _> = [
+        ("a".to_string(), json!({"model": "config-模型"})),
+        ("b".to_string(), json!({"model": "config-b"})),
+    ]
+    .into();
+    let first = bot_registry::seed(&store, &config).await.unwrap();
+    assert_eq!(first, ["a", "b"]);
+    store
+        .put(
+            "a",
+            serde_json::to_vec(&json!({"model": "live-🤖"}))
+                .unwrap()
+                .into(),
+        )
+        .await
+        .unwrap();
+    store.delete("b").await.unwrap();
+    let again = bot_registry::seed(&store, &config).await.unwrap();
+    let bots = bot_registry::list(&store).await.unwrap();
+    assert_eq!(
+        bots["a"],
+        json!({"model": "live-🤖"}),
+        "the live change was kept"
+    );
+    assert!(again.is_empty(), "{again:?}");
+    assert!(
+        !bots.contains_key("b"),
+        "a removed config bot stays removed: {bots:?}"
+    );
+}
