@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::e2e::telegram::{ALICE, TOKEN, TOKEN_B};
-use crate::harness::Fleet;
+use crate::harness::{Fleet, FleetBuilder};
 use crate::scripted_llm::Reply;
 use crate::telegram_fake::{FakeBot, Incoming, TelegramFake, TgUser};
 use nanobot_runtime::bot_registry;
@@ -44,10 +44,23 @@ fn pids(fleet: &mut Fleet) -> Vec<Option<u32>> {
 
 #[tokio::test]
 async fn a_bot_added_with_the_cli_answers_within_10s_and_stops_within_10s_of_its_removal() {
+    add_answer_remove(Fleet::builder()).await;
+}
+
+#[tokio::test]
+async fn with_every_role_confined_to_its_own_rights_the_roles_follow_the_registry_the_cli_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let secured = crate::e2e::security::secured(dir.path()).await;
+    add_answer_remove(Fleet::builder().secured(secured)).await;
+}
+
+/// Starts a fleet with bot `alpha`, adds `beta` with the CLI, sees it answer, removes it,
+/// sees its poller stop while `alpha` keeps answering, and no role restart.
+async fn add_answer_remove(builder: FleetBuilder) {
     let fake = TelegramFake::start().await.unwrap();
     let first = fake.add_bot(TOKEN, "first_bot");
     let second = fake.add_bot(TOKEN_B, "second_bot");
-    let mut fleet = Fleet::builder()
+    let mut fleet = builder
         .roles(&["gateway", "agent", "tools"])
         .env("TG_TOKEN_LIVE", TOKEN_B)
         .config(json!({

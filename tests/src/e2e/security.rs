@@ -41,7 +41,7 @@ pub(super) async fn deploy(
         .collect()
 }
 
-async fn secured(dir: &Path) -> Secured {
+pub(super) async fn secured(dir: &Path) -> Secured {
     Secured {
         nats: deploy(dir, "nats-config", "nats.conf", "nats").await,
         redis: deploy(dir, "redis-acl", "users.acl", "redis").await,
