@@ -357,6 +357,12 @@ pub async fn run(
     let mut next = None;
     let streamed = output.finish().await;
     let (usage, iterations) = usage_hook.totals();
+    // The turn's tokens on its `turn` span (each model call's are on its own span too).
+    let (span, int) = (tracing::Span::current(), |n: u64| {
+        i64::try_from(n).unwrap_or(i64::MAX)
+    });
+    span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
+    span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
     tracing::info!(
         stop_reason = %result.stop_reason,
         llm_calls = result.llm_calls,

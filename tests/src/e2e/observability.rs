@@ -146,6 +146,14 @@ async fn an_api_turn_with_two_tool_calls_is_one_trace_with_genai_attributes_and_
         has("gen_ai.usage.input_tokens", &format!("IntValue({input})"));
         has("gen_ai.usage.output_tokens", &format!("IntValue({output})"));
     }
+    // The turn carries its calls' sum (issue 33).
+    for (key, sum) in [
+        ("gen_ai.usage.input_tokens", "IntValue(280)"),
+        ("gen_ai.usage.output_tokens", "IntValue(19)"),
+    ] {
+        let value = attr(turn, key).unwrap_or_else(|| panic!("{key} missing on the turn"));
+        assert!(value.contains(sum), "turn {key} = {value}, want {sum}");
+    }
 
     // Each tool call: a runner-side span under the turn, the executor's span under it, both
     // naming the tool and the call id.

@@ -248,7 +248,14 @@ pub async fn drain(
                 // Each message is its own trace, whichever runner's receipt drains it: the
                 // turn continues the trace of the message's publisher.
                 let m = &incoming.message;
-                let span = tracing::info_span!("turn", session_id = %session_key, channel = %m.origin().0, message_id = %m.id);
+                let span = tracing::info_span!(
+                    "turn",
+                    session_id = %session_key,
+                    channel = %m.origin().0,
+                    message_id = %m.id,
+                    "gen_ai.usage.input_tokens" = tracing::field::Empty,
+                    "gen_ai.usage.output_tokens" = tracing::field::Empty,
+                );
                 telemetry::set_parent_in_conversation(&span, entry.headers.as_ref(), session_key);
                 // Its metrics' labels, resolved once for the whole turn.
                 let scope = metrics::Scope::new(&bot.spec.id, &m.origin().0);
