@@ -51,8 +51,16 @@ fn section(fake: &OneBotFake, extra: Value) -> Value {
 /// Starts the fake and a fleet (gateway, agent, tools) whose `channels.napcat` points at it,
 /// and waits until the gateway has logged in.
 async fn napcat_fleet(extra: Value) -> (Fleet, OneBotFake) {
+    napcat_fleet_from(Fleet::builder(), extra).await
+}
+
+/// [`napcat_fleet`] from a builder with more settings (telemetry, ...).
+async fn napcat_fleet_from(
+    builder: crate::harness::FleetBuilder,
+    extra: Value,
+) -> (Fleet, OneBotFake) {
     let fake = OneBotFake::start(TOKEN).await.expect("onebot fake");
-    let mut fleet = Fleet::builder()
+    let mut fleet = builder
         .roles(&["gateway", "agent", "tools"])
         .config(json!({"channels": {"napcat": section(&fake, extra)}}))
         .start()
@@ -554,4 +562,21 @@ async fn malformed_frames_and_a_two_megabyte_message_never_wedge_the_bot() {
         !names[0].contains(['/', '\\']) && names[0].ends_with("逃逸.png"),
         "{names:?}"
     );
+}
+
+/// Issue 32: a NapCat turn is one trace from the gateway's receive span to its delivery, and
+/// a stranger's message the ACL refuses (a pairing code) is a receive span of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_napcat_turn_is_one_trace_and_a_refused_message_a_receive_span_of_its_own() {
+    use super::trace_store::{assert_stored_turn_and_refusal, traced};
+    let store = crate::trace_store::TraceStore::shared()
+        .await
+        .expect("the trace store runs");
+    let (mut fleet, fake) = napcat_fleet_from(traced(store), json!({})).await;
+    fake.inject(QqMessage::private(MALLORY, "让我进去 🚪"));
+    wait_sent(&mut fleet, &fake, &private(MALLORY), 1).await;
+    fleet.llm.push(Reply::text("回声 🔊"));
+    fake.inject(QqMessage::private(ALICE, "追踪 🔍"));
+    wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
+    assert_stored_turn_and_refusal(store, &mut fleet, "napcat").await;
 }

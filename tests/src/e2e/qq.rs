@@ -43,8 +43,13 @@ fn section(fake: &QqFake, extra: Value) -> Value {
 
 /// Starts the fake and a fleet whose `channels.qq` points at it, and waits for a session.
 async fn qq_fleet(extra: Value) -> (Fleet, QqFake) {
+    qq_fleet_from(Fleet::builder(), extra).await
+}
+
+/// [`qq_fleet`] from a builder with more settings (telemetry, ...).
+async fn qq_fleet_from(builder: crate::harness::FleetBuilder, extra: Value) -> (Fleet, QqFake) {
     let fake = QqFake::start(APP_ID, SECRET).await.expect("qq fake");
-    let mut fleet = Fleet::builder()
+    let mut fleet = builder
         .roles(&["gateway", "agent", "tools"])
         .config(json!({"channels": {"qq": section(&fake, extra)}}))
         .start()
@@ -538,4 +543,21 @@ async fn an_unavailable_gateway_is_retried_with_doubling_delays_then_the_session
     .unwrap();
     let again = *fake.connection_attempts().last().unwrap() - closed;
     assert!(again < Duration::from_secs(6), "{again:?}");
+}
+
+/// Issue 32: a QQ turn is one trace from the gateway's receive span to its delivery, and a
+/// stranger's message the ACL refuses (a pairing code) is a receive span of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_qq_turn_is_one_trace_and_a_refused_message_a_receive_span_of_its_own() {
+    use super::trace_store::{assert_stored_turn_and_refusal, traced};
+    let store = crate::trace_store::TraceStore::shared()
+        .await
+        .expect("the trace store runs");
+    let (mut fleet, fake) = qq_fleet_from(traced(store), json!({})).await;
+    fake.inject(QqMessage::c2c(MALLORY, "让我进去 🚪"));
+    wait_replies(&fake, MALLORY, 1).await;
+    fleet.llm.push(Reply::text("回声 🔊"));
+    fake.inject(QqMessage::c2c(ALICE, "追踪 🔍"));
+    wait_replies(&fake, ALICE, 1).await;
+    assert_stored_turn_and_refusal(store, &mut fleet, "qq").await;
 }

@@ -436,12 +436,38 @@ async fn a_telegram_turn_is_one_trace_from_the_gateways_receive_span_to_its_deli
 }
 
 /// The fleet config exporting to `store`.
-fn traced(store: &TraceStore) -> crate::harness::FleetBuilder {
+pub(crate) fn traced(store: &TraceStore) -> crate::harness::FleetBuilder {
     Fleet::builder().config(json!({"telemetry": {"otlpEndpoint": store.otlp_endpoint()}}))
 }
 
+/// Stops the fleet's roles and asserts the stored trace rooted at `receive {channel}`, and
+/// that the one message the ACL refused before the turn is a `receive {channel}` span rooting
+/// a trace of its own (tagged with the bot and channel, no turn): the channel opened the
+/// receive span when the platform's event arrived, before its ACL check.
+pub(crate) async fn assert_stored_turn_and_refusal(
+    store: &TraceStore,
+    fleet: &mut Fleet,
+    channel: &str,
+) {
+    let trace = assert_stored_turn(store, fleet, channel).await;
+    let receive = format!("receive {channel}");
+    let receives = store.spans(&[("name", receive.as_str())]).await.unwrap();
+    assert_eq!(receives.len(), 2, "{receives:?}\n{}", trace.outline());
+    let refused = receives.iter().find(|r| r.trace_id != trace.0[0].trace_id);
+    let refused = refused.expect("the refused message's receive span");
+    let alone = store.spans_of_trace(&refused.trace_id).await.unwrap();
+    // Its trace is the receive span and what ran inside it (a pairing reply's HTTP call): one
+    // root, no turn.
+    let roots: Vec<&StoredSpan> = alone.iter().filter(|s| s.parent_id.is_none()).collect();
+    assert_eq!(roots.len(), 1, "{alone:?}");
+    assert_eq!(roots[0].span_id, refused.span_id, "{alone:?}");
+    assert!(!alone.iter().any(|s| s.name == "turn"), "{alone:?}");
+    assert_eq!(refused.attr("nanobot.bot"), Some(&json!("default")));
+    assert_eq!(refused.attr("nanobot.channel"), Some(&json!(channel)));
+}
+
 /// Stops the fleet's roles and asserts the stored trace rooted at `receive {channel}`.
-async fn assert_stored_turn(store: &TraceStore, fleet: &mut Fleet, channel: &str) {
+async fn assert_stored_turn(store: &TraceStore, fleet: &mut Fleet, channel: &str) -> Trace {
     stop(fleet, &["gateway", "agent", "tools"]).await;
     let (receive, deliver) = (format!("receive {channel}"), format!("deliver {channel}"));
     let names = [
@@ -452,6 +478,7 @@ async fn assert_stored_turn(store: &TraceStore, fleet: &mut Fleet, channel: &str
     ];
     let trace = Trace::rooted_at(store, &receive, &names).await;
     assert_channel_turn(&trace, channel, "default");
+    trace
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -463,7 +490,11 @@ async fn a_websocket_turn_is_one_trace_from_the_gateways_receive_span_to_its_del
     let mut client = WsClient::connect(port, "tracer").await;
     client.say("c1", "m1", "追踪 🔍").await;
     assert_eq!(client.final_for("m1").await["text"], "回声 🔊");
-    assert_stored_turn(store, &mut fleet, "websocket").await;
+    // Another client's message to the tracer's chat: refused, in a receive span of its own.
+    let mut intruder = WsClient::connect(port, "闯入者").await;
+    intruder.say("c1", "m2", "让我进去 🚪").await;
+    intruder.until(|f| f["event"] == "error").await;
+    assert_stored_turn_and_refusal(store, &mut fleet, "websocket").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -471,10 +502,16 @@ async fn a_slack_turn_is_one_trace_from_the_gateways_receive_span_to_its_deliver
     use super::slack::{dm, slack_fleet_from};
     let store = TraceStore::shared().await.expect("the trace store runs");
     let (mut fleet, fake) = slack_fleet_from(traced(store), json!({})).await;
+    // A stranger's DM first: the ACL refuses it (a pairing code), in a receive span of its own.
+    let mut stranger = dm("1700000000.000100", "让我进去 🚪");
+    stranger["user"] = json!("U0STRANGER");
+    stranger["channel"] = json!("D0STRANGER");
+    fake.send_event(stranger).unwrap();
+    fake.wait_posted("D0STRANGER", |_| true).await.unwrap();
     fleet.llm.push(Reply::text("回声 🔊"));
     fake.send_event(dm("1700000001.000100", "追踪 🔍")).unwrap();
     fake.wait_posted("D0ALICE", |_| true).await.unwrap();
-    assert_stored_turn(store, &mut fleet, "slack").await;
+    assert_stored_turn_and_refusal(store, &mut fleet, "slack").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -483,6 +520,15 @@ async fn a_discord_turn_is_one_trace_from_the_gateways_receive_span_to_its_deliv
     use crate::discord_fake::{DEFAULT_WAIT, DcMessage};
     let store = TraceStore::shared().await.expect("the trace store runs");
     let (mut fleet, fake) = discord_fleet_from(traced(store), json!({})).await;
+    // A stranger's DM first: the ACL refuses it (a pairing code), in a receive span of its own.
+    const STRANGER: u64 = 410_000_000_000_000_777;
+    const STRANGER_DM: u64 = 500_000_000_000_000_777;
+    fake.inject(DcMessage::dm(STRANGER, STRANGER_DM, "让我进去 🚪"));
+    fake.wait_until("the pairing code", DEFAULT_WAIT, |f| {
+        (!f.sent_in(STRANGER_DM).is_empty()).then_some(())
+    })
+    .await
+    .unwrap();
     fleet.llm.push(Reply::text("回声 🔊"));
     fake.inject(DcMessage::dm(ALICE, ALICE_DM, "追踪 🔍"));
     fake.wait_until("the reply", DEFAULT_WAIT, |f| {
@@ -490,7 +536,7 @@ async fn a_discord_turn_is_one_trace_from_the_gateways_receive_span_to_its_deliv
     })
     .await
     .unwrap();
-    assert_stored_turn(store, &mut fleet, "discord").await;
+    assert_stored_turn_and_refusal(store, &mut fleet, "discord").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -503,6 +549,18 @@ async fn an_email_turn_is_one_trace_from_the_gateways_receive_span_to_its_delive
     let (bot, alice) = (bot_address("tracer"), person("alice"));
     let allow = json!({"allowFrom": [alice]});
     let mut fleet = email_fleet_from(traced(store), servers, &bot, allow).await;
+    // A stranger's mail first: the ACL ignores it, in a receive span of its own (the poller
+    // reads mail in order, so it is handled before Alice's is answered).
+    let stranger = person("mallory");
+    let refused = mail(
+        &stranger,
+        &bot,
+        "<trace-0@example.test>",
+        "让我进去 🚪",
+        "",
+        "开门",
+    );
+    servers.deliver(&bot, &refused).await.unwrap();
     fleet.llm.push(Reply::text("回声 🔊"));
     let asked = mail(
         &alice,
@@ -514,7 +572,7 @@ async fn an_email_turn_is_one_trace_from_the_gateways_receive_span_to_its_delive
     );
     servers.deliver(&bot, &asked).await.unwrap();
     wait_sent(servers, &alice, 1).await;
-    assert_stored_turn(store, &mut fleet, "email").await;
+    assert_stored_turn_and_refusal(store, &mut fleet, "email").await;
 }
 
 /// Issue 32: a cron job's turn is one trace rooted at the cron leader's `cron_fire` span, every

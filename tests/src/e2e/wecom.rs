@@ -39,8 +39,16 @@ fn section(fake: &WeComFake, extra: Value) -> Value {
 /// Starts the fake and a fleet whose `channels.wecom` points at it, and waits until the
 /// gateway holds the connection.
 async fn wecom_fleet(extra: Value) -> (Fleet, WeComFake) {
+    wecom_fleet_from(Fleet::builder(), extra).await
+}
+
+/// [`wecom_fleet`] from a builder with more settings (telemetry, ...).
+async fn wecom_fleet_from(
+    builder: crate::harness::FleetBuilder,
+    extra: Value,
+) -> (Fleet, WeComFake) {
     let fake = WeComFake::start(BOT_ID, SECRET).await.expect("wecom fake");
-    let mut fleet = Fleet::builder()
+    let mut fleet = builder
         .roles(&["gateway", "agent", "tools"])
         .config(json!({"channels": {"wecom": section(&fake, extra)}}))
         .start()
@@ -520,4 +528,21 @@ async fn a_rejected_secret_is_a_clear_error_and_the_other_channels_keep_working(
     );
     assert_eq!(wecom.sessions().refused, 1, "one attempt, then a pause");
     assert_eq!(wecom.sessions().subscribed, 0);
+}
+
+/// Issue 32: a WeCom turn is one trace from the gateway's receive span to its delivery, and a
+/// stranger's message the ACL refuses (a pairing code) is a receive span of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wecom_turn_is_one_trace_and_a_refused_message_a_receive_span_of_its_own() {
+    use super::trace_store::{assert_stored_turn_and_refusal, traced};
+    let store = crate::trace_store::TraceStore::shared()
+        .await
+        .expect("the trace store runs");
+    let (mut fleet, fake) = wecom_fleet_from(traced(store), json!({})).await;
+    fake.text(MALLORY, None, "让我进去 🚪");
+    wait_shown(&fake, MALLORY, 1).await;
+    fleet.llm.push(Reply::text("回声 🔊"));
+    fake.text(ALICE, None, "追踪 🔍");
+    wait_shown(&fake, ALICE, 1).await;
+    assert_stored_turn_and_refusal(store, &mut fleet, "wecom").await;
 }

@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use serde_json::json;
+use tracing::Instrument as _;
 use twilight_http::request::channel::reaction::RequestReactionType;
 use twilight_model::channel::message::MessageType;
 use twilight_model::channel::{Attachment, Message};
@@ -67,6 +68,26 @@ pub(super) async fn handle(
         return Ok(());
     }
     let is_dm = msg.guild_id.is_none();
+    if !is_dm && ch.cfg.group_policy != "open" && !addressed(msg, me) {
+        tracing::debug!(bot = %ch.bot_id, chat = %msg.channel_id, "guild message not addressed to the bot ignored");
+        return Ok(());
+    }
+    // The turn's trace starts here: the ACL check, a pairing reply and the attachment
+    // downloads are in the gateway's receive span (guild chatter not addressed to the bot
+    // opens none).
+    let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
+    accept(ch, inbound, msg, me).instrument(span).await
+}
+
+/// Handles a message for the bot: the ACL (pairing for DM senders), `allowChannels`, then the
+/// inbound message.
+async fn accept(
+    ch: &DiscordChannel,
+    inbound: &Inbound,
+    msg: &Message,
+    me: Id<UserMarker>,
+) -> anyhow::Result<()> {
+    let is_dm = msg.guild_id.is_none();
     let sender = msg.author.id.to_string();
     let chat = msg.channel_id.to_string();
     let allowed = acl::allowed_by_list(&ch.settings.allow_from, &sender)
@@ -81,10 +102,6 @@ pub(super) async fn handle(
     }
     if !ch.cfg.allow_channels.is_empty() && !ch.cfg.allow_channels.contains(&chat) {
         tracing::debug!(bot = %ch.bot_id, chat = %chat, "message outside allowChannels ignored");
-        return Ok(());
-    }
-    if !is_dm && ch.cfg.group_policy != "open" && !addressed(msg, me) {
-        tracing::debug!(bot = %ch.bot_id, chat = %chat, "guild message not addressed to the bot ignored");
         return Ok(());
     }
     if !allowed {

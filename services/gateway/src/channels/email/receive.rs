@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use serde_json::json;
+use tracing::Instrument as _;
 
 use nanobot_proto::InboundMessage;
 
@@ -43,6 +44,21 @@ pub(super) fn inbound_id(mailbox_id: &str, validity: u32, uid: u32, message_id: 
 /// was over [`EmailChannel::max_mail_bytes`]); an error means nothing was published and the
 /// mail must be handled again.
 pub(super) async fn handle(
+    ch: &EmailChannel,
+    inbound: &Inbound,
+    validity: u32,
+    uid: u32,
+    fetched: &Fetched,
+) -> anyhow::Result<Handled> {
+    // The turn's trace starts here: parsing, the sender checks, the ACL and the attachments
+    // saved are in the gateway's receive span.
+    let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
+    handle_mail(ch, inbound, validity, uid, fetched)
+        .instrument(span)
+        .await
+}
+
+async fn handle_mail(
     ch: &EmailChannel,
     inbound: &Inbound,
     validity: u32,

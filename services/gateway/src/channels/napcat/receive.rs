@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use nanobot_proto::InboundMessage;
 use nanobot_runtime::config::napcat::GroupPolicy;
@@ -59,7 +60,10 @@ pub(super) async fn handle(
         Some("notice")
             if event["notice_type"] == "group_increase" && ch.cfg.welcome_new_members =>
         {
-            on_join(ch, inbound, conn, &me, event).await
+            let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
+            on_join(ch, inbound, conn, &me, event)
+                .instrument(span)
+                .await
         }
         _ => Ok(()),
     }
@@ -97,36 +101,43 @@ async fn on_message(
     } else {
         format!("private:{sender}")
     };
-    if !allowed(ch, &sender).await? {
-        if is_group {
-            tracing::warn!(bot = %ch.bot_id, sender = %sender, chat = %chat, "napcat group message from a sender not in allowFrom ignored");
-        } else {
-            pair(ch, conn, &sender).await?;
+    // The turn's trace starts here: the ACL check, a pairing reply and the image downloads
+    // are in the gateway's receive span (group chatter not addressed to the bot opens none).
+    let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
+    async {
+        if !allowed(ch, &sender).await? {
+            if is_group {
+                tracing::warn!(bot = %ch.bot_id, sender = %sender, chat = %chat, "napcat group message from a sender not in allowFrom ignored");
+            } else {
+                pair(ch, conn, &sender).await?;
+            }
+            return Ok(());
         }
-        return Ok(());
+        let media = save_images(ch, &message_id, &parsed.images).await;
+        let nickname = ev["sender"]["card"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .or(ev["sender"]["nickname"].as_str())
+            .filter(|s| !s.is_empty());
+        let content = if is_group {
+            format!("{}: {}", nickname.unwrap_or(&sender), parsed.text)
+        } else {
+            parsed.text.clone()
+        };
+        if content.is_empty() && media.is_empty() {
+            return Ok(());
+        }
+        let metadata = json!({
+            "message_id": message_id,
+            "is_group": is_group,
+            "nickname": nickname,
+            "reply_to": parsed.reply_to,
+        });
+        let id = format!("{CHANNEL}:{me}:{message_id}");
+        publish(ch, inbound, id, sender, chat, content, media, metadata).await
     }
-    let media = save_images(ch, &message_id, &parsed.images).await;
-    let nickname = ev["sender"]["card"]
-        .as_str()
-        .filter(|s| !s.is_empty())
-        .or(ev["sender"]["nickname"].as_str())
-        .filter(|s| !s.is_empty());
-    let content = if is_group {
-        format!("{}: {}", nickname.unwrap_or(&sender), parsed.text)
-    } else {
-        parsed.text.clone()
-    };
-    if content.is_empty() && media.is_empty() {
-        return Ok(());
-    }
-    let metadata = json!({
-        "message_id": message_id,
-        "is_group": is_group,
-        "nickname": nickname,
-        "reply_to": parsed.reply_to,
-    });
-    let id = format!("{CHANNEL}:{me}:{message_id}");
-    publish(ch, inbound, id, sender, chat, content, media, metadata).await
+    .instrument(span)
+    .await
 }
 
 /// A member joined a group: 0.3.5's `[group event]` line, through the same `allowFrom`.

@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use redis::AsyncCommands as _;
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use nanobot_proto::{InboundMessage, keys};
 
@@ -88,6 +89,27 @@ pub(super) async fn handle(
         tracing::debug!(bot = %ch.bot_id, message_id = %from.message_id, "qq message already handled");
         return Ok(());
     }
+    // The turn's trace starts here: the ACL check, a pairing reply and the attachment
+    // downloads are in the gateway's receive span.
+    let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
+    admit(ch, inbound, event, &from, group)
+        .instrument(span)
+        .await?;
+    let _: () = conn
+        .set_ex(&record, "done", EVENT_TTL_SECS)
+        .await
+        .context("write the event record")?;
+    Ok(())
+}
+
+/// The ACL: an allowed sender's message is accepted, any other refused.
+async fn admit(
+    ch: &QqChannel,
+    inbound: &Inbound,
+    event: &Value,
+    from: &Origin,
+    group: bool,
+) -> anyhow::Result<()> {
     let allowed = acl::allowed_by_list(&ch.settings.allow_from, &from.sender)
         || ch
             .pairing
@@ -95,15 +117,10 @@ pub(super) async fn handle(
             .await
             .context("read pairing approvals")?;
     if !allowed {
-        refuse(ch, &from, group).await?;
+        refuse(ch, from, group).await
     } else {
-        accept(ch, inbound, event, &from, group).await?;
+        accept(ch, inbound, event, from, group).await
     }
-    let _: () = conn
-        .set_ex(&record, "done", EVENT_TTL_SECS)
-        .await
-        .context("write the event record")?;
-    Ok(())
 }
 
 /// A sender outside `allowFrom`: a pairing code in C2C, nothing in a group.

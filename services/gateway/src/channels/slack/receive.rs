@@ -15,6 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use redis::AsyncCommands as _;
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use nanobot_proto::{InboundMessage, keys};
 
@@ -65,6 +66,14 @@ async fn handle_message(ch: &SlackChannel, inbound: &Inbound, msg: &Parsed) -> a
         tracing::debug!(bot = %ch.bot_id, chat = %msg.chat_id, "slack channel message not addressed to the bot ignored");
         return Ok(());
     }
+    // The turn's trace starts here: the ACL check, a pairing reply and the file downloads are
+    // in the gateway's receive span (channel chatter not addressed to the bot opens none).
+    let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
+    accept(ch, inbound, msg).instrument(span).await
+}
+
+/// Handles a message for the bot: the ACL (pairing for DM senders), then the inbound message.
+async fn accept(ch: &SlackChannel, inbound: &Inbound, msg: &Parsed) -> anyhow::Result<()> {
     if !allowed(ch, msg).await? {
         if msg.is_dm {
             let code = ch

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use nanobot_proto::InboundMessage;
 
@@ -139,7 +140,12 @@ impl Conn {
             Ok(Envelope::Message { chat_id, text, id }) => {
                 let chat = chat_id.unwrap_or_else(|| self.default_chat.clone());
                 let id = id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
-                self.message(socket, &chat, &text, &id).await
+                // The turn's trace starts here: the chat's ownership, the size and daily caps
+                // and the log append are in the gateway's receive span.
+                let span = crate::channels::receive_span(&self.ch.bot_id, CHANNEL);
+                self.message(socket, &chat, &text, &id)
+                    .instrument(span)
+                    .await
             }
         }
     }

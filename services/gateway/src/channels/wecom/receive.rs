@@ -17,6 +17,7 @@ use redis::AsyncCommands as _;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use nanobot_proto::{InboundMessage, keys};
 
@@ -47,9 +48,13 @@ pub(super) async fn handle_all(
             }
             continue;
         }
+        // The turn's trace starts here: the ACL check, a pairing reply and the media download
+        // (every attempt) are in the gateway's receive span.
+        let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
         let mut delay = Duration::from_millis(200);
         loop {
-            match poison::guard(handle(&ch, &inbound, &link, &f)).await {
+            let attempt = handle(&ch, &inbound, &link, &f).instrument(span.clone());
+            match poison::guard(attempt).await {
                 Ok(()) => break,
                 Err(Failure::Poison(why)) => {
                     tracing::error!(bot = %ch.bot_id, error = %why, "wecom message cannot be handled; skipped");
