@@ -1,7 +1,8 @@
 //! A tiny OTLP collector on loopback, owned by the suite: it accepts `POST /v1/traces`
 //! (OTLP/HTTP, protobuf) and the gRPC `TraceService/Export` on the same port, and records
 //! each request's headers (gRPC metadata), resource attributes and span names. [`OtlpCollector::start_tls`] serves it behind TLS with a server certificate
-//! from a CA made in the test ([`TestPki`], rcgen), for `OTEL_EXPORTER_OTLP_CERTIFICATE`.
+//! from a CA made in the test ([`TestPki`], rcgen), for `OTEL_EXPORTER_OTLP_CERTIFICATE`;
+//! [`OtlpCollector::start_mtls`] also requires a client certificate that CA signed.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -68,6 +69,26 @@ impl OtlpCollector {
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
+            .with_single_cert(vec![pki.server_cert_der.clone()], pki.server_key_der())?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Self::start(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    /// Starts the collector behind mutual TLS: as [`Self::start_tls`], and it accepts only
+    /// clients presenting a certificate `pki`'s CA signed (a handshake without one, or with
+    /// another CA's, fails and nothing is recorded).
+    pub async fn start_mtls(pki: &TestPki) -> anyhow::Result<Self> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(pki.ca_cert_der.clone())?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(verifier)
             .with_single_cert(vec![pki.server_cert_der.clone()], pki.server_key_der())?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Self::start(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
@@ -207,12 +228,18 @@ fn push(sink: &Mutex<Vec<Export>>, headers: &HeaderMap, request: ExportTraceServ
 }
 
 /// A CA and a server certificate for `127.0.0.1` it signed, made for one test; the CA's PEM
-/// is written to [`TestPki::ca_path`].
+/// is written to [`TestPki::ca_path`], and a client certificate it signed (for mutual TLS)
+/// to [`TestPki::client_cert_path`] and [`TestPki::client_key_path`].
 pub struct TestPki {
-    /// Directory holding `ca.pem`.
+    /// Directory holding `ca.pem`, `client.pem` and `client-key.pem`.
     pub dir: tempfile::TempDir,
     /// The CA certificate's file.
     pub ca_path: PathBuf,
+    /// The client certificate's file (PEM), signed by the CA.
+    pub client_cert_path: PathBuf,
+    /// The client certificate's private key (PEM, PKCS#8).
+    pub client_key_path: PathBuf,
+    ca_cert_der: rustls::pki_types::CertificateDer<'static>,
     server_cert_der: rustls::pki_types::CertificateDer<'static>,
     server_key: Vec<u8>,
 }
@@ -230,12 +257,26 @@ impl TestPki {
         let server_key = KeyPair::generate()?;
         let server = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])?
             .signed_by(&server_key, &ca)?;
+        let client_key = KeyPair::generate()?;
+        let mut client_params = CertificateParams::new(Vec::<String>::new())?;
+        client_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "nanobot 客户端 🔐");
+        client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let client = client_params.signed_by(&client_key, &ca)?;
         let dir = tempfile::tempdir()?;
         let ca_path = dir.path().join("ca.pem");
         std::fs::write(&ca_path, ca.pem()).context("write ca.pem")?;
+        let client_cert_path = dir.path().join("client.pem");
+        std::fs::write(&client_cert_path, client.pem()).context("write client.pem")?;
+        let client_key_path = dir.path().join("client-key.pem");
+        std::fs::write(&client_key_path, client_key.serialize_pem()).context("write the key")?;
         Ok(Self {
             dir,
             ca_path,
+            client_cert_path,
+            client_key_path,
+            ca_cert_der: ca.der().clone(),
             server_cert_der: server.der().clone(),
             server_key: server_key.serialize_der(),
         })
