@@ -132,6 +132,10 @@ impl Placement for Peers {
         let live = self.live(Instant::now());
         Self::owner(key, &live) == Some(self.me.as_str())
     }
+
+    fn forgets_within(&self) -> Duration {
+        EXPIRY
+    }
 }
 
 /// The rendezvous score of `key` on replica `name`.

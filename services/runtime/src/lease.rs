@@ -155,10 +155,11 @@ impl Leases {
     }
 
     /// Spreads the leases this taker competes for as `placement` says ([`placement`]): a lease
-    /// placed elsewhere is taken only after it stayed free for twice the lease time, and a
+    /// placed elsewhere is taken only after it stayed free for twice the lease time (and at
+    /// least until the placement forgot a dead holder, [`Placement::forgets_within`]), and a
     /// lease placed here is handed back when the placement moves it.
     pub fn placed(mut self, placement: Arc<dyn Placement>) -> Self {
-        self.placed = Some(Placed::new(placement, self.ttl * 2));
+        self.placed = Some(Placed::new(placement, self.ttl));
         self
     }
 

@@ -40,6 +40,7 @@ mod runner;
 mod security;
 mod sessions;
 mod slack;
+mod spread;
 mod streams;
 mod subagents;
 mod telegram;

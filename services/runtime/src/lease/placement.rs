@@ -22,6 +22,14 @@ use std::time::{Duration, Instant};
 pub trait Placement: Send + Sync + 'static {
     /// Whether this holder is the one `key` should go to now.
     fn prefers(&self, key: &str) -> bool;
+
+    /// How long after a holder dies the placement may still prefer it. The grace an
+    /// unpreferred holder waits is at least this plus the lease time, so a dead holder's lease
+    /// goes to the holder placed next (which may later hand it back) rather than to whoever
+    /// saw it free first (which would keep it: a replica joining later would not get it).
+    fn forgets_within(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// A placement and the free-since times it waits on.
@@ -42,7 +50,10 @@ pub(super) enum Take {
 }
 
 impl Placed {
-    pub(super) fn new(placement: Arc<dyn Placement>, grace: Duration) -> Self {
+    /// Follows `placement` for leases lasting `ttl`: an unpreferred holder waits twice the
+    /// lease time, and at least until the placement forgot a dead holder plus a lease time.
+    pub(super) fn new(placement: Arc<dyn Placement>, ttl: Duration) -> Self {
+        let grace = (ttl * 2).max(placement.forgets_within() + ttl);
         Self {
             placement,
             grace,
@@ -108,9 +119,20 @@ mod tests {
         }
     }
 
+    /// Prefers another holder, and may go on preferring a dead one for 4 s.
+    struct ForgetsSlowly;
+    impl Placement for ForgetsSlowly {
+        fn prefers(&self, _key: &str) -> bool {
+            false
+        }
+        fn forgets_within(&self) -> Duration {
+            Duration::from_secs(4)
+        }
+    }
+
     #[test]
-    fn an_unpreferred_holder_waits_out_the_grace_of_a_free_lease_then_takes_it() {
-        let placed = Placed::new(Arc::new(Never), Duration::from_secs(5));
+    fn an_unpreferred_holder_waits_out_twice_the_lease_time_of_a_free_lease_then_takes_it() {
+        let placed = Placed::new(Arc::new(Never), Duration::from_millis(2_500));
         let t0 = Instant::now();
         assert_eq!(placed.take_unpreferred("k", false, t0), Take::Wait);
         let almost = t0 + Duration::from_millis(4_900);
@@ -120,8 +142,22 @@ mod tests {
     }
 
     #[test]
+    fn with_a_short_lease_an_unpreferred_holder_waits_until_the_placement_forgot_a_dead_holder() {
+        let placed = Placed::new(Arc::new(ForgetsSlowly), Duration::from_secs(1));
+        let t0 = Instant::now();
+        assert_eq!(placed.take_unpreferred("k", false, t0), Take::Wait);
+        let twice_the_lease = t0 + Duration::from_millis(4_900);
+        assert_eq!(
+            placed.take_unpreferred("k", false, twice_the_lease),
+            Take::Wait
+        );
+        let forgotten = t0 + Duration::from_secs(5);
+        assert_eq!(placed.take_unpreferred("k", false, forgotten), Take::Orphan);
+    }
+
+    #[test]
     fn a_lease_seen_held_restarts_the_grace() {
-        let placed = Placed::new(Arc::new(Never), Duration::from_secs(5));
+        let placed = Placed::new(Arc::new(Never), Duration::from_millis(2_500));
         let t0 = Instant::now();
         assert_eq!(placed.take_unpreferred("k", false, t0), Take::Wait);
         let later = t0 + Duration::from_secs(6);
