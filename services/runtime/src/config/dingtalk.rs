@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::load::norm;
+use super::channel_rules::Rules;
 use super::schema::Config;
 
 /// DingTalk's OpenAPI root (`/v1.0/oauth2/accessToken`, `/v1.0/gateway/connections/open`,
@@ -126,46 +126,37 @@ fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<DingTalkBot> {
 /// Reports every problem of the DingTalk sections and lists their unknown keys in `unknown`.
 pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
     let bots = resolve(config, problems);
-    if let Some(global) = &config.channels.dingtalk {
-        check_extras("channels.dingtalk", global, unknown);
-    }
-    let mut apps: BTreeMap<&str, &str> = BTreeMap::new();
+    let global = config.channels.dingtalk.as_ref().map(|g| &g.extra);
+    let mut rules = Rules::new(
+        config,
+        "dingtalk",
+        DINGTALK_EXTRAS,
+        global,
+        problems,
+        unknown,
+    );
+    let mut apps = BTreeMap::new();
     for b in &bots {
-        let at = super::sections::path(config, "dingtalk", &b.bot);
         let c = &b.config;
-        if !config.bots.is_empty() {
-            check_extras(&at, c, unknown);
+        rules.bot(&b.bot, &c.extra);
+        if rules.required("clientId", &c.client_id) {
+            let what = "app (messages would cross bots)";
+            rules.unique(&mut apps, "clientId", (&c.client_id, &b.bot), what);
         }
-        if c.client_id.trim().is_empty() {
-            problems.push(format!(
-                "{at}.clientId: required when the channel is enabled"
-            ));
-        } else if let Some(other) = apps.insert(c.client_id.as_str(), b.bot.as_str()) {
-            problems.push(format!(
-                "{at}.clientId: bot {other} uses the same app (messages would cross bots)"
-            ));
-        }
-        if c.client_secret.trim().is_empty() {
-            problems.push(format!(
-                "{at}.clientSecret: required when the channel is enabled"
-            ));
-        }
-        if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
-            problems.push(format!("{at}.leaseSecs: must be at least 1"));
-        }
+        rules.required("clientSecret", &c.client_secret);
+        rules.lease_secs(c.lease_secs);
         for (key, url) in [("apiBase", &c.api_base), ("oapiBase", &c.oapi_base)] {
             if !is_http_url(url) {
                 // Not repeated: it may carry credentials.
-                problems.push(format!(
-                    "{at}.{key}: not an http(s) URL without credentials"
-                ));
+                rules.problem(key, "not an http(s) URL without credentials");
             }
         }
         for host in &c.remote_media_redirect_allowed_hosts {
             if host.trim().is_empty() || host.contains(['/', ':', ' ']) {
-                problems.push(format!(
-                    "{at}.remoteMediaRedirectAllowedHosts: {host:?} is not a host name"
-                ));
+                rules.problem(
+                    "remoteMediaRedirectAllowedHosts",
+                    format_args!("{host:?} is not a host name"),
+                );
             }
         }
     }
@@ -181,14 +172,6 @@ fn is_http_url(url: &str) -> bool {
         let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
         !authority.is_empty() && !authority.contains('@')
     })
-}
-
-fn check_extras(at: &str, c: &DingTalkConfig, unknown: &mut Vec<String>) {
-    for key in c.extra.keys() {
-        if !DINGTALK_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
-            unknown.push(format!("{at}.{key}"));
-        }
-    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::channel_rules::{Rules, has_scheme};
 use super::load::norm;
 use super::schema::Config;
 
@@ -138,76 +139,41 @@ fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<DiscordBot> {
 /// Reports every problem of the Discord sections and lists their unknown keys in `unknown`.
 pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
     let bots = resolve(config, problems);
-    if let Some(global) = &config.channels.discord {
-        check_extras("channels.discord", global, unknown);
-    }
-    let mut tokens: BTreeMap<&str, &str> = BTreeMap::new();
+    let global = config.channels.discord.as_ref().map(|g| &g.extra);
+    let mut rules = Rules::new(config, "discord", DISCORD_EXTRAS, global, problems, unknown);
+    let mut tokens = BTreeMap::new();
     for dc in &bots {
-        let at = super::sections::path(config, "discord", &dc.bot);
         let c = &dc.config;
-        if !config.bots.is_empty() {
-            check_extras(&at, c, unknown);
+        rules.bot(&dc.bot, &c.extra);
+        if rules.required("token", &c.token) {
+            let what = "token (messages would cross bots)";
+            rules.unique(&mut tokens, "token", (&c.token, &dc.bot), what);
         }
-        if c.token.trim().is_empty() {
-            problems.push(format!("{at}.token: required when the channel is enabled"));
-        } else if !super::scope::is_withheld(&c.token)
-            && let Some(other) = tokens.insert(c.token.as_str(), dc.bot.as_str())
-        {
-            problems.push(format!(
-                "{at}.token: bot {other} uses the same token (messages would cross bots)"
-            ));
-        }
-        if !matches!(c.group_policy.as_str(), "mention" | "open") {
-            problems.push(format!("{at}.groupPolicy: must be \"mention\" or \"open\""));
-        }
+        rules.one_of("groupPolicy", &c.group_policy, &["mention", "open"]);
         if !(c.working_emoji_delay >= 0.0 && c.working_emoji_delay <= 3600.0) {
-            problems.push(format!(
-                "{at}.workingEmojiDelay: must be between 0 and 3600 seconds"
-            ));
+            rules.problem("workingEmojiDelay", "must be between 0 and 3600 seconds");
         }
-        if c.stream_edit_interval.is_nan() || c.stream_edit_interval < 0.1 {
-            problems.push(format!("{at}.streamEditInterval: must be at least 0.1"));
-        }
-        if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
-            problems.push(format!("{at}.leaseSecs: must be at least 1"));
-        }
+        rules.stream_edit_interval(c.stream_edit_interval);
+        rules.lease_secs(c.lease_secs);
         if !has_scheme(&c.api_base, &["http", "https"])
             || !c.api_base.trim_end_matches('/').ends_with("/api")
         {
-            problems.push(format!(
-                "{at}.apiBase: {:?} is not an http(s) URL ending in /api",
-                c.api_base
-            ));
+            let base = &c.api_base;
+            rules.problem(
+                "apiBase",
+                format_args!("{base:?} is not an http(s) URL ending in /api"),
+            );
         }
-        if !c.gateway_url.is_empty() && !has_scheme(&c.gateway_url, &["ws", "wss"]) {
-            problems.push(format!(
-                "{at}.gatewayUrl: {:?} is not a ws(s) URL",
-                c.gateway_url
-            ));
+        if !c.gateway_url.is_empty() {
+            rules.url("gatewayUrl", &c.gateway_url, &["ws", "wss"], "ws(s)");
         }
         let proxy = c.extra.iter().find(|(k, _)| norm(k) == "proxy");
         if proxy.is_some_and(|(_, v)| v.as_str().is_some_and(|p| !p.trim().is_empty())) {
             // The URL may carry credentials: it is not repeated.
-            problems.push(format!(
-                "{at}.proxy: not supported by the fleet's Discord client; point apiBase and gatewayUrl at a relay instead"
-            ));
-        }
-    }
-}
-
-/// Returns whether `url` is `scheme://host...` with one of `schemes`.
-fn has_scheme(url: &str, schemes: &[&str]) -> bool {
-    schemes.iter().any(|s| {
-        url.strip_prefix(s)
-            .and_then(|rest| rest.strip_prefix("://"))
-            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'))
-    })
-}
-
-fn check_extras(at: &str, c: &DiscordConfig, unknown: &mut Vec<String>) {
-    for key in c.extra.keys() {
-        if !DISCORD_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
-            unknown.push(format!("{at}.{key}"));
+            rules.problem(
+                "proxy",
+                "not supported by the fleet's Discord client; point apiBase and gatewayUrl at a relay instead",
+            );
         }
     }
 }

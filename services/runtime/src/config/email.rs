@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::load::norm;
+use super::channel_rules::Rules;
 use super::schema::Config;
 
 /// `channels.email`: upstream's keys and defaults plus `leaseSecs`.
@@ -192,16 +192,12 @@ fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<EmailBot> {
 /// Reports every problem of the email sections and lists their unknown keys in `unknown`.
 pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
     let bots = resolve(config, problems);
-    if let Some(global) = &config.channels.email {
-        check_extras("channels.email", global, unknown);
-    }
+    let global = config.channels.email.as_ref().map(|g| &g.extra);
+    let mut rules = Rules::new(config, "email", EMAIL_EXTRAS, global, problems, unknown);
     let mut mailboxes: BTreeMap<String, &str> = BTreeMap::new();
     for email in &bots {
-        let at = super::sections::path(config, "email", &email.bot);
         let c = &email.config;
-        if !config.bots.is_empty() {
-            check_extras(&at, c, unknown);
-        }
+        rules.bot(&email.bot, &c.extra);
         // Upstream's required keys; without consent nothing connects, so nothing is needed.
         let required = [
             ("imapHost", &c.imap_host),
@@ -212,24 +208,18 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
             ("smtpPassword", &c.smtp_password),
         ];
         for (key, value) in required {
-            if c.consent_granted && value.trim().is_empty() {
-                problems.push(format!("{at}.{key}: required when the channel is enabled"));
+            if c.consent_granted {
+                rules.required(key, value);
             }
         }
         for (key, port) in [("imapPort", c.imap_port), ("smtpPort", c.smtp_port)] {
             if port == 0 {
-                problems.push(format!("{at}.{key}: must be between 1 and 65535"));
+                rules.problem(key, "must be between 1 and 65535");
             }
         }
-        if c.poll_interval_seconds == 0 {
-            problems.push(format!("{at}.pollIntervalSeconds: must be at least 1"));
-        }
-        if c.max_body_chars == 0 {
-            problems.push(format!("{at}.maxBodyChars: must be at least 1"));
-        }
-        if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
-            problems.push(format!("{at}.leaseSecs: must be at least 1"));
-        }
+        rules.at_least("pollIntervalSeconds", c.poll_interval_seconds as f64, 1.0);
+        rules.at_least("maxBodyChars", c.max_body_chars as f64, 1.0);
+        rules.lease_secs(c.lease_secs);
         let mailbox = format!(
             "{}:{}/{}",
             c.imap_host.to_lowercase(),
@@ -239,17 +229,10 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
         if c.consent_granted
             && let Some(other) = mailboxes.insert(mailbox, email.bot.as_str())
         {
-            problems.push(format!(
-                "{at}.imapMailbox: bot {other} polls the same mailbox (mail would cross bots)"
-            ));
-        }
-    }
-}
-
-fn check_extras(at: &str, c: &EmailConfig, unknown: &mut Vec<String>) {
-    for key in c.extra.keys() {
-        if !EMAIL_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
-            unknown.push(format!("{at}.{key}"));
+            rules.problem(
+                "imapMailbox",
+                format_args!("bot {other} polls the same mailbox (mail would cross bots)"),
+            );
         }
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::load::norm;
+use super::channel_rules::Rules;
 use super::schema::Config;
 
 /// Feishu's open platform (`domain: "feishu"`).
@@ -178,58 +178,50 @@ fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<FeishuBot> {
 /// Reports every problem of the Feishu / Lark sections and lists their unknown keys.
 pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
     let bots = resolve(config, problems);
-    if let Some(global) = &config.channels.feishu {
-        check_extras("channels.feishu", global, unknown);
-    }
-    let mut apps: BTreeMap<&str, &str> = BTreeMap::new();
+    let global = config.channels.feishu.as_ref().map(|g| &g.extra);
+    let mut rules = Rules::new(config, "feishu", FEISHU_EXTRAS, global, problems, unknown);
+    let mut apps = BTreeMap::new();
     for s in &bots {
-        let at = super::sections::path(config, "feishu", &s.bot);
         let c = &s.config;
-        if !config.bots.is_empty() {
-            check_extras(&at, c, unknown);
-        }
-        check_one(&at, c, problems);
-        if !c.app_id.trim().is_empty()
-            && let Some(other) = apps.insert(c.app_id.as_str(), s.bot.as_str())
-        {
-            problems.push(format!(
-                "{at}.appId: bot {other} uses the same app (messages would cross bots)"
-            ));
+        rules.bot(&s.bot, &c.extra);
+        check_one(&mut rules, c);
+        if !c.app_id.trim().is_empty() {
+            let what = "app (messages would cross bots)";
+            rules.unique(&mut apps, "appId", (&c.app_id, &s.bot), what);
         }
     }
 }
 
-fn check_one(at: &str, c: &FeishuConfig, problems: &mut Vec<String>) {
+fn check_one(rules: &mut Rules<'_>, c: &FeishuConfig) {
     let withheld = super::scope::is_withheld;
     if c.app_id.trim().is_empty() {
-        problems.push(format!(
-            "{at}.appId: the app's App ID (cli_…) is required when the channel is enabled"
-        ));
+        rules.problem(
+            "appId",
+            "the app's App ID (cli_…) is required when the channel is enabled",
+        );
     }
     if c.app_secret.trim().is_empty() && !withheld(&c.app_secret) {
-        problems.push(format!(
-            "{at}.appSecret: the app's App Secret is required when the channel is enabled"
-        ));
+        rules.problem(
+            "appSecret",
+            "the app's App Secret is required when the channel is enabled",
+        );
     }
-    if !matches!(c.domain.as_str(), "feishu" | "lark") {
-        problems.push(format!("{at}.domain: must be \"feishu\" or \"lark\""));
-    }
-    if !matches!(c.group_policy.as_str(), "mention" | "open") {
-        problems.push(format!("{at}.groupPolicy: must be \"mention\" or \"open\""));
-    }
+    rules.one_of("domain", &c.domain, &["feishu", "lark"]);
+    rules.one_of("groupPolicy", &c.group_policy, &["mention", "open"]);
     match c.mode.as_str() {
         "websocket" => {}
         "webhook" => {
             if c.encrypt_key.is_empty() && c.verification_token.is_empty() {
-                problems.push(format!(
-                    "{at}.verificationToken: webhook mode needs verificationToken or encryptKey (callbacks are checked with them)"
-                ));
+                rules.problem(
+                    "verificationToken",
+                    "webhook mode needs verificationToken or encryptKey (callbacks are checked with them)",
+                );
             }
             if !c.webhook_path.starts_with('/') {
-                problems.push(format!("{at}.webhookPath: must start with /"));
+                rules.problem("webhookPath", "must start with /");
             }
         }
-        _ => problems.push(format!("{at}.mode: must be \"websocket\" or \"webhook\"")),
+        _ => rules.problem("mode", "must be \"websocket\" or \"webhook\""),
     }
     if !c.api_base.trim().is_empty() {
         let base = c.api_base.trim();
@@ -237,23 +229,11 @@ fn check_one(at: &str, c: &FeishuConfig, problems: &mut Vec<String>) {
             .iter()
             .any(|s| base.strip_prefix(s).is_some_and(|rest| !rest.is_empty()));
         if !http || base.contains(char::is_whitespace) {
-            problems.push(format!("{at}.apiBase: {base:?} is not an http(s) URL"));
+            rules.problem("apiBase", format_args!("{base:?} is not an http(s) URL"));
         }
     }
-    if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
-        problems.push(format!("{at}.leaseSecs: must be at least 1"));
-    }
-    if c.stream_edit_interval.is_nan() || c.stream_edit_interval < 0.1 {
-        problems.push(format!("{at}.streamEditInterval: must be at least 0.1"));
-    }
-}
-
-fn check_extras(at: &str, c: &FeishuConfig, unknown: &mut Vec<String>) {
-    for key in c.extra.keys() {
-        if !FEISHU_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
-            unknown.push(format!("{at}.{key}"));
-        }
-    }
+    rules.lease_secs(c.lease_secs);
+    rules.stream_edit_interval(c.stream_edit_interval);
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! - [`load`]: file, `${VAR}` interpolation, `NANOBOT_…__…` env overrides, per-section parsing.
 //! - `validate`: semantic checks; every problem is reported at once.
 
+mod channel_rules;
 pub mod dingtalk;
 pub mod discord;
 pub mod email;

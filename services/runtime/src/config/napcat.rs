@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use super::load::norm;
+use super::channel_rules::Rules;
 use super::schema::Config;
 
 /// 0.3.5's default `wsUrl`: NapCat's forward WebSocket on the same host.
@@ -169,34 +169,24 @@ fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<NapcatBot> {
 /// Reports every problem of the NapCat / OneBot v11 sections and lists their unknown keys.
 pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
     let bots = resolve(config, problems);
-    if let Some(global) = &config.channels.napcat {
-        check_extras("channels.napcat", global, unknown);
-    }
+    let global = config.channels.napcat.as_ref().map(|g| &g.extra);
+    let mut rules = Rules::new(config, "napcat", NAPCAT_EXTRAS, global, problems, unknown);
     // Two bots on one NapCat would each receive the other's messages.
-    let mut urls: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut urls = BTreeMap::new();
     for nc in &bots {
-        let at = super::sections::path(config, "napcat", &nc.bot);
         let c = &nc.config;
-        if !config.bots.is_empty() {
-            check_extras(&at, c, unknown);
-        }
+        rules.bot(&nc.bot, &c.extra);
         if !is_ws_url(c.ws_url.trim()) {
-            problems.push(format!(
-                "{at}.wsUrl: required, a ws:// or wss:// URL (got {:?})",
-                super::redact_url(c.ws_url.split('?').next().unwrap_or_default())
-            ));
+            let shown = super::redact_url(c.ws_url.split('?').next().unwrap_or_default());
+            rules.problem(
+                "wsUrl",
+                format_args!("required, a ws:// or wss:// URL (got {shown:?})"),
+            );
         }
-        if let Some(other) = urls.insert(c.ws_url.trim(), nc.bot.as_str()) {
-            problems.push(format!(
-                "{at}.wsUrl: bot {other} uses the same NapCat (messages would cross bots)"
-            ));
-        }
-        if c.max_image_bytes == 0 {
-            problems.push(format!("{at}.maxImageBytes: must be at least 1"));
-        }
-        if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
-            problems.push(format!("{at}.leaseSecs: must be at least 1"));
-        }
+        let what = "NapCat (messages would cross bots)";
+        rules.unique(&mut urls, "wsUrl", (c.ws_url.trim(), &nc.bot), what);
+        rules.at_least("maxImageBytes", c.max_image_bytes as f64, 1.0);
+        rules.lease_secs(c.lease_secs);
     }
 }
 
@@ -211,14 +201,6 @@ fn is_ws_url(url: &str) -> bool {
                     && !rest.contains(char::is_whitespace)
             })
     })
-}
-
-fn check_extras(at: &str, c: &NapcatConfig, unknown: &mut Vec<String>) {
-    for key in c.extra.keys() {
-        if !NAPCAT_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
-            unknown.push(format!("{at}.{key}"));
-        }
-    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::load::norm;
+use super::channel_rules::Rules;
 use super::schema::Config;
 
 /// QQ's OpenAPI root.
@@ -143,62 +143,23 @@ fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<QqBot> {
 /// Reports every problem of the QQ official bot sections and lists their unknown keys.
 pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
     let bots = resolve(config, problems);
-    if let Some(global) = &config.channels.qq {
-        check_extras("channels.qq", global, unknown);
-    }
-    let mut apps: BTreeMap<&str, &str> = BTreeMap::new();
+    let global = config.channels.qq.as_ref().map(|g| &g.extra);
+    let mut rules = Rules::new(config, "qq", QQ_EXTRAS, global, problems, unknown);
+    let mut apps = BTreeMap::new();
     for qq in &bots {
-        let at = super::sections::path(config, "qq", &qq.bot);
         let c = &qq.config;
-        if !config.bots.is_empty() {
-            check_extras(&at, c, unknown);
+        rules.bot(&qq.bot, &c.extra);
+        if rules.required("appId", &c.app_id) {
+            let what = "app (one gateway session per app; messages would cross bots)";
+            rules.unique(&mut apps, "appId", (&c.app_id, &qq.bot), what);
         }
-        if c.app_id.trim().is_empty() {
-            problems.push(format!("{at}.appId: required when the channel is enabled"));
-        } else if let Some(other) = apps.insert(c.app_id.as_str(), qq.bot.as_str()) {
-            problems.push(format!(
-                "{at}.appId: bot {other} uses the same app (one gateway session per app; messages would cross bots)"
-            ));
-        }
-        if c.secret.trim().is_empty() {
-            problems.push(format!("{at}.secret: required when the channel is enabled"));
-        }
-        if !matches!(c.msg_format.as_str(), "plain" | "markdown") {
-            problems.push(format!("{at}.msgFormat: must be \"plain\" or \"markdown\""));
-        }
-        if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
-            problems.push(format!("{at}.leaseSecs: must be at least 1"));
-        }
-        for (key, url, schemes) in [
-            ("apiBase", &c.api_base, &["http", "https"][..]),
-            ("tokenUrl", &c.token_url, &["http", "https"][..]),
-        ] {
-            if !has_scheme(url, schemes) {
-                problems.push(format!("{at}.{key}: {url:?} is not an http(s) URL"));
-            }
-        }
-        if !c.gateway_url.is_empty() && !has_scheme(&c.gateway_url, &["ws", "wss"]) {
-            problems.push(format!(
-                "{at}.gatewayUrl: {:?} is not a ws(s) URL",
-                c.gateway_url
-            ));
-        }
-    }
-}
-
-/// Returns whether `url` is `scheme://host...` with one of `schemes`.
-fn has_scheme(url: &str, schemes: &[&str]) -> bool {
-    schemes.iter().any(|s| {
-        url.strip_prefix(s)
-            .and_then(|rest| rest.strip_prefix("://"))
-            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'))
-    })
-}
-
-fn check_extras(at: &str, c: &QqConfig, unknown: &mut Vec<String>) {
-    for key in c.extra.keys() {
-        if !QQ_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
-            unknown.push(format!("{at}.{key}"));
+        rules.required("secret", &c.secret);
+        rules.one_of("msgFormat", &c.msg_format, &["plain", "markdown"]);
+        rules.lease_secs(c.lease_secs);
+        rules.url("apiBase", &c.api_base, &["http", "https"], "http(s)");
+        rules.url("tokenUrl", &c.token_url, &["http", "https"], "http(s)");
+        if !c.gateway_url.is_empty() {
+            rules.url("gatewayUrl", &c.gateway_url, &["ws", "wss"], "ws(s)");
         }
     }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::load::norm;
+use super::channel_rules::Rules;
 use super::schema::Config;
 
 /// Slack's public Web API root.
@@ -184,69 +184,53 @@ fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<SlackBot> {
 /// Reports every problem of the Slack sections and lists their unknown keys in `unknown`.
 pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
     let bots = resolve(config, problems);
-    if let Some(global) = &config.channels.slack {
-        check_extras("channels.slack", global, unknown);
-    }
-    let mut tokens: BTreeMap<&str, &str> = BTreeMap::new();
+    let global = config.channels.slack.as_ref().map(|g| &g.extra);
+    let mut rules = Rules::new(config, "slack", SLACK_EXTRAS, global, problems, unknown);
+    let mut tokens = BTreeMap::new();
     for s in &bots {
-        let at = super::sections::path(config, "slack", &s.bot);
         let c = &s.config;
-        if !config.bots.is_empty() {
-            check_extras(&at, c, unknown);
-        }
+        rules.bot(&s.bot, &c.extra);
         let withheld = super::scope::is_withheld;
-        if withheld(&c.bot_token) {
-            // Another role's secret: nothing to check here.
-        } else if !c.bot_token.starts_with("xoxb-") {
-            problems.push(format!(
-                "{at}.botToken: a bot token (xoxb-…) is required when the channel is enabled"
-            ));
-        } else if let Some(other) = tokens.insert(c.bot_token.as_str(), s.bot.as_str()) {
-            problems.push(format!(
-                "{at}.botToken: bot {other} uses the same token (messages would cross bots)"
-            ));
+        if !withheld(&c.bot_token) && !c.bot_token.starts_with("xoxb-") {
+            rules.problem(
+                "botToken",
+                "a bot token (xoxb-…) is required when the channel is enabled",
+            );
+        } else {
+            let what = "token (messages would cross bots)";
+            rules.unique(&mut tokens, "botToken", (&c.bot_token, &s.bot), what);
         }
         match c.mode.as_str() {
-            "socket" if !c.app_token.starts_with("xapp-") && !withheld(&c.app_token) => problems
-                .push(format!(
-                    "{at}.appToken: an app-level token (xapp-…) is required in socket mode"
-                )),
-            "http" if c.signing_secret.trim().is_empty() => problems.push(format!(
-                "{at}.signingSecret: required in http mode (requests are verified with it)"
-            )),
+            "socket" if !c.app_token.starts_with("xapp-") && !withheld(&c.app_token) => rules
+                .problem(
+                    "appToken",
+                    "an app-level token (xapp-…) is required in socket mode",
+                ),
+            "http" if c.signing_secret.trim().is_empty() => rules.problem(
+                "signingSecret",
+                "required in http mode (requests are verified with it)",
+            ),
             "http" => {
                 if !c.webhook_path.starts_with('/') {
-                    problems.push(format!("{at}.webhookPath: must start with /"));
+                    rules.problem("webhookPath", "must start with /");
                 }
             }
             "socket" => {}
-            _ => problems.push(format!("{at}.mode: must be \"socket\" or \"http\"")),
+            _ => rules.problem("mode", "must be \"socket\" or \"http\""),
         }
-        if !matches!(c.group_policy.as_str(), "mention" | "open" | "allowlist") {
-            problems.push(format!(
-                "{at}.groupPolicy: must be \"mention\", \"open\" or \"allowlist\""
-            ));
-        }
-        if c.stream_edit_interval.is_nan() || c.stream_edit_interval < 0.1 {
-            problems.push(format!("{at}.streamEditInterval: must be at least 0.1"));
-        }
-        if !matches!(c.dm.policy.as_str(), "open" | "allowlist") {
-            problems.push(format!("{at}.dm.policy: must be \"open\" or \"allowlist\""));
-        }
+        rules.one_of(
+            "groupPolicy",
+            &c.group_policy,
+            &["mention", "open", "allowlist"],
+        );
+        rules.stream_edit_interval(c.stream_edit_interval);
+        rules.one_of("dm.policy", &c.dm.policy, &["open", "allowlist"]);
         let base = c.api_base.trim_end_matches('/');
         let http = ["http://", "https://"]
             .iter()
             .any(|s| base.strip_prefix(s).is_some_and(|rest| !rest.is_empty()));
         if !http {
-            problems.push(format!("{at}.apiBase: {base:?} is not an http(s) URL"));
-        }
-    }
-}
-
-fn check_extras(at: &str, c: &SlackConfig, unknown: &mut Vec<String>) {
-    for key in c.extra.keys() {
-        if !SLACK_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
-            unknown.push(format!("{at}.{key}"));
+            rules.problem("apiBase", format_args!("{base:?} is not an http(s) URL"));
         }
     }
 }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::channel_rules::Rules;
 use super::load::norm;
 use super::schema::Config;
 
@@ -174,81 +175,68 @@ fn is_secret_token(secret: &str) -> bool {
 /// their unknown keys (typos) in `unknown`.
 pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
     let bots = resolve(config, problems);
-    if let Some(global) = &config.channels.telegram {
-        check_extras("channels.telegram", global, unknown);
-    }
-    let mut tokens: BTreeMap<&str, &str> = BTreeMap::new();
+    let global = config.channels.telegram.as_ref().map(|g| &g.extra);
+    let mut rules = Rules::new(
+        config,
+        "telegram",
+        TELEGRAM_EXTRAS,
+        global,
+        problems,
+        unknown,
+    );
+    let mut tokens = BTreeMap::new();
     for tg in &bots {
-        let at = super::sections::path(config, "telegram", &tg.bot);
         let c = &tg.config;
-        if !config.bots.is_empty() {
-            check_extras(&at, c, unknown);
+        rules.bot(&tg.bot, &c.extra);
+        if rules.required("token", &c.token) {
+            let what = "token (messages would cross bots)";
+            rules.unique(&mut tokens, "token", (&c.token, &tg.bot), what);
         }
-        if c.token.trim().is_empty() {
-            problems.push(format!("{at}.token: required when the channel is enabled"));
-        } else if !super::scope::is_withheld(&c.token)
-            && let Some(other) = tokens.insert(c.token.as_str(), tg.bot.as_str())
-        {
-            problems.push(format!(
-                "{at}.token: bot {other} uses the same token (messages would cross bots)"
-            ));
-        }
-        if !matches!(c.mode.as_str(), "polling" | "webhook") {
-            problems.push(format!("{at}.mode: must be \"polling\" or \"webhook\""));
-        }
-        if !matches!(c.group_policy.as_str(), "mention" | "open") {
-            problems.push(format!("{at}.groupPolicy: must be \"mention\" or \"open\""));
-        }
-        if c.stream_edit_interval.is_nan() || c.stream_edit_interval < 0.1 {
-            problems.push(format!("{at}.streamEditInterval: must be at least 0.1"));
-        }
-        if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
-            problems.push(format!("{at}.leaseSecs: must be at least 1"));
-        }
+        rules.one_of("mode", &c.mode, &["polling", "webhook"]);
+        rules.one_of("groupPolicy", &c.group_policy, &["mention", "open"]);
+        rules.stream_edit_interval(c.stream_edit_interval);
+        rules.lease_secs(c.lease_secs);
         let base = c.api_base.trim_end_matches('/');
         if url_of(base, &["http", "https"]).is_none() {
-            problems.push(format!("{at}.apiBase: {base:?} is not an http(s) URL"));
+            rules.problem("apiBase", format_args!("{base:?} is not an http(s) URL"));
         }
         if let Some(proxy) = c.proxy.as_deref().map(str::trim).filter(|p| !p.is_empty())
             && url_of(proxy, &["http", "https", "socks5", "socks5h"]).is_none()
         {
             // The URL may carry credentials: it is not repeated.
-            problems.push(format!(
-                "{at}.proxy: must be an http, https, socks5 or socks5h URL"
-            ));
+            rules.problem("proxy", "must be an http, https, socks5 or socks5h URL");
         }
         if c.mode == "webhook" {
-            // Telegram posts only to https; a self-hosted Bot API server (`apiBase`) to http too.
-            let public = base == TELEGRAM_API.trim_end_matches('/');
-            let schemes: &[&str] = if public {
-                &["https"]
-            } else {
-                &["http", "https"]
-            };
-            if url_of(&c.webhook_url, schemes).is_none() {
-                problems.push(format!(
-                    "{at}.webhookUrl: an https URL is required in webhook mode (http only with a self-hosted apiBase)"
-                ));
-            }
-            if !is_secret_token(&c.webhook_secret_token)
-                && !super::scope::is_withheld(&c.webhook_secret_token)
-            {
-                problems.push(format!(
-                    "{at}.webhookSecretToken: 1-256 characters of A-Z, a-z, 0-9, _ and - are required in webhook mode"
-                ));
-            }
-            if !c.webhook_path.starts_with('/') {
-                problems.push(format!("{at}.webhookPath: must start with /"));
-            }
+            validate_webhook(&mut rules, c, base);
         }
     }
 }
 
-fn check_extras(at: &str, c: &TelegramConfig, unknown: &mut Vec<String>) {
-    for key in c.extra.keys() {
-        if !TELEGRAM_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
-            unknown.push(format!("{at}.{key}"));
-        }
+/// Reports the problems of webhook mode's keys.
+fn validate_webhook(rules: &mut Rules<'_>, c: &TelegramConfig, base: &str) {
+    // Telegram posts only to https; a self-hosted Bot API server (`apiBase`) to http too.
+    let public = base == TELEGRAM_API.trim_end_matches('/');
+    let schemes: &[&str] = if public {
+        &["https"]
+    } else {
+        &["http", "https"]
+    };
+    if url_of(&c.webhook_url, schemes).is_none() {
+        rules.problem(
+            "webhookUrl",
+            "an https URL is required in webhook mode (http only with a self-hosted apiBase)",
+        );
+    }
+    if !is_secret_token(&c.webhook_secret_token)
+        && !super::scope::is_withheld(&c.webhook_secret_token)
+    {
+        rules.problem(
+            "webhookSecretToken",
+            "1-256 characters of A-Z, a-z, 0-9, _ and - are required in webhook mode",
+        );
+    }
+    if !c.webhook_path.starts_with('/') {
+        rules.problem("webhookPath", "must start with /");
     }
 }
 

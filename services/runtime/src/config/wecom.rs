@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::load::norm;
+use super::channel_rules::Rules;
 use super::schema::Config;
 
 /// WeCom's long-connection endpoint for intelligent bots (the one 0.3.5's SDK uses).
@@ -105,38 +105,24 @@ fn resolve(config: &Config, problems: &mut Vec<String>) -> Vec<WeComBot> {
 /// unknown keys in `unknown`.
 pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
     let bots = resolve(config, problems);
-    if let Some(global) = &config.channels.wecom {
-        check_extras("channels.wecom", global, unknown);
-    }
-    let mut ids: BTreeMap<&str, &str> = BTreeMap::new();
-    let mut secrets: BTreeMap<&str, &str> = BTreeMap::new();
+    let global = config.channels.wecom.as_ref().map(|g| &g.extra);
+    let mut rules = Rules::new(config, "wecom", WECOM_EXTRAS, global, problems, unknown);
+    let (mut ids, mut secrets) = (BTreeMap::new(), BTreeMap::new());
     for wc in &bots {
-        let at = super::sections::path(config, "wecom", &wc.bot);
         let c = &wc.config;
-        if !config.bots.is_empty() {
-            check_extras(&at, c, unknown);
+        rules.bot(&wc.bot, &c.extra);
+        if rules.required("botId", &c.bot_id) {
+            let what = "WeCom bot (one connection per bot: they would kick each other)";
+            rules.unique(&mut ids, "botId", (&c.bot_id, &wc.bot), what);
         }
-        if c.bot_id.trim().is_empty() {
-            problems.push(format!("{at}.botId: required when the channel is enabled"));
-        } else if let Some(other) = ids.insert(c.bot_id.as_str(), wc.bot.as_str()) {
-            problems.push(format!(
-                "{at}.botId: bot {other} uses the same WeCom bot (one connection per bot: they would kick each other)"
-            ));
+        if rules.required("secret", &c.secret) {
+            let what = "secret (messages would cross bots)";
+            rules.unique(&mut secrets, "secret", (&c.secret, &wc.bot), what);
         }
-        if c.secret.trim().is_empty() {
-            problems.push(format!("{at}.secret: required when the channel is enabled"));
-        } else if !super::scope::is_withheld(&c.secret)
-            && let Some(other) = secrets.insert(c.secret.as_str(), wc.bot.as_str())
-        {
-            problems.push(format!(
-                "{at}.secret: bot {other} uses the same secret (messages would cross bots)"
-            ));
-        }
-        if c.lease_secs.is_nan() || c.lease_secs < 1.0 {
-            problems.push(format!("{at}.leaseSecs: must be at least 1"));
-        }
+        rules.lease_secs(c.lease_secs);
         if !is_ws_url(&c.ws_url) {
-            problems.push(format!("{at}.wsUrl: {:?} is not a ws(s) URL", c.ws_url));
+            let url = &c.ws_url;
+            rules.problem("wsUrl", format_args!("{url:?} is not a ws(s) URL"));
         }
     }
 }
@@ -148,14 +134,6 @@ fn is_ws_url(url: &str) -> bool {
             .and_then(|rest| rest.strip_prefix("://"))
             .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/') && !rest.contains(' '))
     })
-}
-
-fn check_extras(at: &str, c: &WeComConfig, unknown: &mut Vec<String>) {
-    for key in c.extra.keys() {
-        if !WECOM_EXTRAS.iter().any(|k| norm(k) == norm(key)) {
-            unknown.push(format!("{at}.{key}"));
-        }
-    }
 }
 
 #[cfg(test)]
