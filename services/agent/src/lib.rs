@@ -95,6 +95,7 @@ pub async fn run(
         active: Arc::new(stop::ActiveTurns::default()),
         started: std::time::Instant::now(),
         cancel: cancel.clone(),
+        removed: Default::default(),
     });
     let gauges = deps.clone();
     started.health.set_detail(Box::new(move || {

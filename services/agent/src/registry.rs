@@ -6,16 +6,41 @@
 //! SIGKILL: nothing is kept here; a restarted runner builds the config's bots and replays
 //! the latest revision of every registry key.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt as _;
 use nanobot_core::tools::Replies;
+use nanobot_proto::{InboundMessage, OutboundKind};
 
 use nanobot_runtime::bot_registry::{self, Change};
 
 use crate::bots;
 use crate::handlers::Deps;
+use crate::outbox::Outbox;
+
+/// The reply to a message for a bot removed from the registry.
+pub const REMOVED_REPLY: &str = "This bot has been removed and no longer takes messages.";
+
+/// The bots removed from the registry while this runner ran (their messages get
+/// [`REMOVED_REPLY`]; a bot never configured gets no reply).
+pub type Removed = std::sync::RwLock<HashSet<String>>;
+
+/// Returns whether `bot` was removed from the registry.
+pub fn is_removed(deps: &Deps, bot: &str) -> bool {
+    deps.removed
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(bot)
+}
+
+/// Answers `msg`, addressed to a removed bot, with [`REMOVED_REPLY`].
+pub async fn refuse(deps: &Deps, msg: &InboundMessage) {
+    let outbox = Outbox::for_message(&deps.js, msg);
+    if let Err(e) = outbox.send(OutboundKind::Error, REMOVED_REPLY, 0).await {
+        tracing::warn!(bot = %msg.bot, error = %e, "removed-bot reply not sent");
+    }
+}
 
 /// Follows the registry until shutdown, changing `deps.bots`. Without the registry bucket
 /// the runner serves its config's bots only (logged).
@@ -65,19 +90,29 @@ pub async fn follow(deps: Arc<Deps>) {
                 continue;
             }
         };
+        if let Change::Removed(_) = &change {
+            // Also a bot added and removed before this runner started.
+            deps.removed
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id.clone());
+        }
         if next_cfg.bots.get(&id) == cfg.bots.get(&id) {
             continue;
         }
         cfg = next_cfg;
         let mut live = deps.bots.write().unwrap_or_else(|e| e.into_inner());
+        let mut removed = deps.removed.write().unwrap_or_else(|e| e.into_inner());
         match (&change, cfg.bot(&id)) {
             (Change::Put(..), Some(spec)) => {
                 let bot = bots::build_one(&cfg, spec, &deps.nats, &deps.redis, &replies);
                 live.insert(id.clone(), Arc::new(bot));
+                removed.remove(&id);
                 tracing::info!(bot = %id, "bot added or changed from the registry");
             }
             _ => {
                 live.remove(&id);
+                removed.insert(id.clone());
                 tracing::info!(bot = %id, "bot removed from the registry: its messages are refused");
             }
         }

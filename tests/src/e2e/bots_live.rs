@@ -176,3 +176,58 @@ async fn seeding_writes_the_config_bots_once_and_never_overwrites_a_changed_bot(
         "a removed config bot stays removed: {bots:?}"
     );
 }
+
+#[tokio::test]
+async fn a_message_to_a_removed_bot_gets_a_clear_refusal_and_the_other_bot_answers() {
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({"bots": {"alpha": {}, "beta": {}}}))
+        .start()
+        .await
+        .unwrap();
+    fleet.llm.set_fallback(Reply::echo());
+    let ask = |bot: &'static str, text: &'static str| {
+        let url = format!("{}/v1/chat/completions", fleet.api_base());
+        async move {
+            let body = json!({"session_id": "s1", "messages": [{"role": "user", "content": text}]});
+            let response: serde_json::Value = reqwest::Client::new()
+                .post(url)
+                .header("x-nanobot-bot", bot)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            // The answer's text, or the error's message.
+            response["choices"][0]["message"]["content"]
+                .as_str()
+                .or(response["error"]["message"].as_str())
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    assert_eq!(ask("beta", "早 ☀️").await, "echo: 早 ☀️");
+    let out = fleet.cli(&["bots", "remove", "beta"]).await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let removed = Instant::now();
+    loop {
+        let reply = ask("beta", "还在吗 🤖").await;
+        if reply == "This bot has been removed and no longer takes messages." {
+            break;
+        }
+        assert_eq!(
+            reply, "echo: 还在吗 🤖",
+            "before the removal applies it answers"
+        );
+        assert!(removed.elapsed() < LIVE, "no refusal within {LIVE:?}");
+    }
+    assert_eq!(ask("alpha", "alpha 🌏").await, "echo: alpha 🌏");
+    let rows = crate::e2e::session_rows(&fleet, "beta", "api:s1").await;
+    assert!(!rows.is_empty(), "the removed bot's data is kept");
+}

@@ -23,6 +23,9 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     };
     let inbound = &incoming.message;
     let Some(bot) = super::bot(deps, &inbound.bot) else {
+        if crate::registry::is_removed(deps, &inbound.bot) {
+            crate::registry::refuse(deps, inbound).await;
+        }
         return terminate(&msg, &format!("unknown bot {:?}", inbound.bot)).await;
     };
     let subject = inbound.subject();

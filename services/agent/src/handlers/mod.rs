@@ -40,6 +40,8 @@ pub struct Deps {
     pub redis: Store,
     /// Bots by id (the registry watcher adds, changes and removes them).
     pub bots: crate::bots::Bots,
+    /// Bots removed from the registry while this runner ran.
+    pub removed: crate::registry::Removed,
     /// Session leases.
     pub leases: Leases,
     /// Sessions' mailboxes (the inbound stream).
