@@ -66,6 +66,23 @@ pub struct ChannelSettings {
     pub send_tool_hints: bool,
 }
 
+impl ChannelSettings {
+    /// Returns a section's settings: its `allowFrom`, and its `sendProgress`/`sendToolHints`
+    /// overrides, else `channels.sendProgress`/`channels.sendToolHints`.
+    pub fn from_overrides(
+        cfg: &Config,
+        allow_from: &[String],
+        send_progress: Option<bool>,
+        send_tool_hints: Option<bool>,
+    ) -> Self {
+        Self {
+            allow_from: allow_from.to_vec(),
+            send_progress: send_progress.unwrap_or(cfg.channels.send_progress),
+            send_tool_hints: send_tool_hints.unwrap_or(cfg.channels.send_tool_hints),
+        }
+    }
+}
+
 /// One chat channel serving one bot.
 #[async_trait]
 pub trait Channel: Send + Sync + 'static {

@@ -89,11 +89,8 @@ impl DingTalkChannel {
             .build()
             .context("build the DingTalk HTTP client")?;
         let c = &b.config;
-        let settings = ChannelSettings {
-            allow_from: c.allow_from.clone(),
-            send_progress: c.send_progress.unwrap_or(cfg.channels.send_progress),
-            send_tool_hints: c.send_tool_hints.unwrap_or(cfg.channels.send_tool_hints),
-        };
+        let settings =
+            ChannelSettings::from_overrides(cfg, &c.allow_from, c.send_progress, c.send_tool_hints);
         let lease_ttl = Duration::from_secs_f64(c.lease_secs);
         Ok(Self {
             api: api::Api::new(http, c),

@@ -114,17 +114,12 @@ impl DiscordChannel {
                 .timeout(REST_TIMEOUT)
                 .build(),
         );
-        let settings = ChannelSettings {
-            allow_from: dc.config.allow_from.clone(),
-            send_progress: dc
-                .config
-                .send_progress
-                .unwrap_or(cfg.channels.send_progress),
-            send_tool_hints: dc
-                .config
-                .send_tool_hints
-                .unwrap_or(cfg.channels.send_tool_hints),
-        };
+        let settings = ChannelSettings::from_overrides(
+            cfg,
+            &dc.config.allow_from,
+            dc.config.send_progress,
+            dc.config.send_tool_hints,
+        );
         let lease_ttl = Duration::from_secs_f64(dc.config.lease_secs);
         let interval = Duration::from_secs_f64(dc.config.stream_edit_interval);
         Ok(Self {

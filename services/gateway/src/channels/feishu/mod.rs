@@ -107,11 +107,8 @@ impl FeishuChannel {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .context("build the Feishu HTTP client")?;
-        let settings = ChannelSettings {
-            allow_from: c.allow_from.clone(),
-            send_progress: c.send_progress.unwrap_or(cfg.channels.send_progress),
-            send_tool_hints: c.send_tool_hints.unwrap_or(cfg.channels.send_tool_hints),
-        };
+        let settings =
+            ChannelSettings::from_overrides(cfg, &c.allow_from, c.send_progress, c.send_tool_hints);
         let interval = Duration::from_secs_f64(c.stream_edit_interval);
         let lease_ttl = Duration::from_secs_f64(c.lease_secs);
         Ok(Self {

@@ -88,17 +88,12 @@ impl std::fmt::Debug for NapcatChannel {
 impl NapcatChannel {
     /// Builds the channel of one bot (no network yet).
     pub fn new(cfg: &Config, nc: NapcatBot, deps: &ChannelDeps) -> anyhow::Result<Self> {
-        let settings = ChannelSettings {
-            allow_from: nc.config.allow_from.clone(),
-            send_progress: nc
-                .config
-                .send_progress
-                .unwrap_or(cfg.channels.send_progress),
-            send_tool_hints: nc
-                .config
-                .send_tool_hints
-                .unwrap_or(cfg.channels.send_tool_hints),
-        };
+        let settings = ChannelSettings::from_overrides(
+            cfg,
+            &nc.config.allow_from,
+            nc.config.send_progress,
+            nc.config.send_tool_hints,
+        );
         let ws_url = nc.config.ws_url.trim().to_string();
         Ok(Self {
             conn_id: token_id(&ws_url),

@@ -82,17 +82,12 @@ impl std::fmt::Debug for QqChannel {
 impl QqChannel {
     /// Builds the channel of one bot (no network yet).
     pub fn new(cfg: &Config, qq: QqBot, deps: &ChannelDeps) -> anyhow::Result<Self> {
-        let settings = ChannelSettings {
-            allow_from: qq.config.allow_from.clone(),
-            send_progress: qq
-                .config
-                .send_progress
-                .unwrap_or(cfg.channels.send_progress),
-            send_tool_hints: qq
-                .config
-                .send_tool_hints
-                .unwrap_or(cfg.channels.send_tool_hints),
-        };
+        let settings = ChannelSettings::from_overrides(
+            cfg,
+            &qq.config.allow_from,
+            qq.config.send_progress,
+            qq.config.send_tool_hints,
+        );
         let lease_ttl = Duration::from_secs_f64(qq.config.lease_secs);
         Ok(Self {
             api: Api::new(&qq.config).context("build the QQ API client")?,

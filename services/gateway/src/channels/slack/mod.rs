@@ -96,11 +96,8 @@ impl SlackChannel {
             .build()
             .context("build the Slack HTTP client")?;
         let c = &slack.config;
-        let settings = ChannelSettings {
-            allow_from: c.allow_from.clone(),
-            send_progress: c.send_progress.unwrap_or(cfg.channels.send_progress),
-            send_tool_hints: c.send_tool_hints.unwrap_or(cfg.channels.send_tool_hints),
-        };
+        let settings =
+            ChannelSettings::from_overrides(cfg, &c.allow_from, c.send_progress, c.send_tool_hints);
         let interval = Duration::from_secs_f64(c.stream_edit_interval);
         Ok(Self {
             streams: Streamer::new(CHANNEL, &slack.bot, deps.redis.clone(), interval),

@@ -124,17 +124,12 @@ impl TelegramChannel {
         let api =
             Bot::with_client(tg.config.token.clone(), http_client(&tg.config)?).set_api_url(url);
         let lease_ttl = Duration::from_secs_f64(tg.config.lease_secs);
-        let settings = ChannelSettings {
-            allow_from: tg.config.allow_from.clone(),
-            send_progress: tg
-                .config
-                .send_progress
-                .unwrap_or(cfg.channels.send_progress),
-            send_tool_hints: tg
-                .config
-                .send_tool_hints
-                .unwrap_or(cfg.channels.send_tool_hints),
-        };
+        let settings = ChannelSettings::from_overrides(
+            cfg,
+            &tg.config.allow_from,
+            tg.config.send_progress,
+            tg.config.send_tool_hints,
+        );
         Ok(Self {
             token_id: token_id(&tg.config.token),
             transcriber: media::Transcriber::from_config(cfg),

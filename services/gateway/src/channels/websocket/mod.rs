@@ -75,11 +75,12 @@ impl WebSocketChannel {
         listener
             .set_nonblocking(true)
             .context("set the websocket listener non-blocking")?;
-        let settings = ChannelSettings {
-            allow_from: ws.allow_from.clone(),
-            send_progress: ws.send_progress.unwrap_or(cfg.channels.send_progress),
-            send_tool_hints: ws.send_tool_hints.unwrap_or(cfg.channels.send_tool_hints),
-        };
+        let settings = ChannelSettings::from_overrides(
+            cfg,
+            &ws.allow_from,
+            ws.send_progress,
+            ws.send_tool_hints,
+        );
         Ok(Self {
             bot_id: DEFAULT_BOT.into(),
             cfg: ws.clone(),

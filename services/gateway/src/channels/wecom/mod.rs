@@ -90,17 +90,12 @@ impl std::fmt::Debug for WeComChannel {
 impl WeComChannel {
     /// Builds the channel of one bot (no network yet).
     pub fn new(cfg: &Config, wc: WeComBot, deps: &ChannelDeps) -> anyhow::Result<Self> {
-        let settings = ChannelSettings {
-            allow_from: wc.config.allow_from.clone(),
-            send_progress: wc
-                .config
-                .send_progress
-                .unwrap_or(cfg.channels.send_progress),
-            send_tool_hints: wc
-                .config
-                .send_tool_hints
-                .unwrap_or(cfg.channels.send_tool_hints),
-        };
+        let settings = ChannelSettings::from_overrides(
+            cfg,
+            &wc.config.allow_from,
+            wc.config.send_progress,
+            wc.config.send_tool_hints,
+        );
         let lease_ttl = Duration::from_secs_f64(wc.config.lease_secs);
         Ok(Self {
             conn_id: token_id(&wc.config.bot_id),
