@@ -365,6 +365,12 @@ pub fn sender_rate(bot: &str, channel: &str, sender_id: &str) -> String {
     format!("nanobot:{}:limit:rate:{channel}:{sender_id}", bot_tag(bot))
 }
 
+/// The turns of `bot` running now, across runners: a sorted set of turn tokens scored by their
+/// lease's expiry in ms (`bots.<id>.limits.maxConcurrentTurns`).
+pub fn bot_turns(bot: &str) -> String {
+    format!("nanobot:{}:limit:turns", bot_tag(bot))
+}
+
 /// The Redis ACL key patterns (`~…` without the tilde) `role` needs: each key function with
 /// its hash tag and ids turned into `*`. The tools role keeps nothing in Redis; the CLI (the
 /// operator: pairing, status) may read and write every key of the fleet.
@@ -436,6 +442,7 @@ pub fn acl_patterns_of(role: crate::subjects::Role, bot: Option<&str>) -> Vec<St
                 usage_day(b, ID),
                 usage_month(b, ID),
                 sender_rate(b, ID, ID),
+                bot_turns(b),
             ]);
             keys
         }

@@ -15,6 +15,10 @@ pub enum Error {
     /// A session write carried a fencing token that is no longer current.
     #[error("session {0} is held by another runner (lease lost); write refused")]
     Fenced(String),
+    /// The bot runs as many turns as `bots.<id>.limits.maxConcurrentTurns` allows: the
+    /// message waits (redelivered later), taking no runner's turn slot meanwhile.
+    #[error("bot {0} is at its limit of concurrent turns")]
+    BotBusy(String),
     /// This runner is shutting down.
     #[error("runner shutting down")]
     Shutdown,
@@ -36,7 +40,10 @@ impl Error {
     /// Whether the work was only interrupted (another runner holds the session, or this one
     /// stops): not the message's fault.
     pub fn is_interruption(&self) -> bool {
-        matches!(self, Self::LeaseLost | Self::Fenced(_) | Self::Shutdown)
+        matches!(
+            self,
+            Self::LeaseLost | Self::Fenced(_) | Self::Shutdown | Self::BotBusy(_)
+        )
     }
 }
 

@@ -10,6 +10,8 @@
 //! once each); its sender-window entry is keyed by message id, so the retried turn is not
 //! counted twice.
 
+use redis::AsyncCommands as _;
+
 use nanobot_core::hooks::{AgentHook, HookResult, IterationContext};
 use nanobot_proto::keys;
 use nanobot_runtime::config::BotLimits;
@@ -17,6 +19,7 @@ use nanobot_runtime::metrics;
 use nanobot_runtime::store::Store;
 use nanobot_runtime::usage;
 
+use crate::error::Error;
 use crate::handlers::Deps;
 use crate::turn::TurnInput;
 
@@ -37,6 +40,116 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 ";
+
+/// Takes a turn slot `ARGV[1]` of `KEYS[1]` (expiring `ARGV[3]` ms from now, Redis' clock)
+/// unless `ARGV[2]` unexpired slots are taken; 1 = taken. Expired slots (a dead runner's) are
+/// dropped first.
+const TAKE_SLOT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
+/// Extends slot `ARGV[1]` to `ARGV[2]` ms from now, if it is still there.
+const RENEW_SLOT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+/// One of a bot's `maxConcurrentTurns` slots, held by this runner for one turn: a Redis entry
+/// that expires after the session lease time unless renewed (every third of it while held),
+/// so a SIGKILLed runner's slot frees itself; dropping it frees it at once.
+#[derive(Debug)]
+pub struct TurnSlot {
+    renew: tokio::task::JoinHandle<()>,
+    redis: Store,
+    key: String,
+    token: String,
+}
+
+impl TurnSlot {
+    /// Takes a slot of `bot` (`None` when it has no concurrency limit); fails with
+    /// [`Error::BotBusy`] while every slot is taken.
+    pub async fn take(deps: &Deps, bot: &str) -> Result<Option<Self>, Error> {
+        let Some(max) = of(deps, bot).max_concurrent_turns else {
+            return Ok(None);
+        };
+        let ttl = std::time::Duration::from_secs_f64(deps.cfg.runner.session_lease_secs.max(1.0));
+        let ttl_ms = ttl.as_millis() as u64;
+        let key = keys::bot_turns(bot);
+        let token = uuid::Uuid::new_v4().to_string();
+        let mut conn = deps.redis.clone();
+        let taken: i64 = redis::Script::new(TAKE_SLOT)
+            .key(&key)
+            .arg(&token)
+            .arg(max)
+            .arg(ttl_ms)
+            .invoke_async(&mut conn)
+            .await?;
+        if taken == 0 {
+            metrics::get().limit_refusal(bot, "concurrent_turns");
+            return Err(Error::BotBusy(bot.to_string()));
+        }
+        let (k, t) = (key.clone(), token.clone());
+        let renew = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(ttl / 3);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let renewed = redis::Script::new(RENEW_SLOT)
+                    .key(&k)
+                    .arg(&t)
+                    .arg(ttl_ms)
+                    .invoke_async::<i64>(&mut conn)
+                    .await;
+                if let Err(e) = renewed {
+                    tracing::warn!(error = %e, "failed to renew a turn slot");
+                }
+            }
+        });
+        Ok(Some(Self {
+            renew,
+            redis: deps.redis.clone(),
+            key,
+            token,
+        }))
+    }
+}
+
+impl TurnSlot {
+    /// Frees the slot now (the next turn may take it at once).
+    pub async fn release(mut self) {
+        self.renew.abort();
+        let mut conn = self.redis.clone();
+        if let Err(e) = conn.zrem::<_, _, ()>(&self.key, &self.token).await {
+            tracing::warn!(error = %e, "failed to free a turn slot (it expires)");
+        }
+        self.token.clear();
+    }
+}
+
+impl Drop for TurnSlot {
+    fn drop(&mut self) {
+        self.renew.abort();
+        if self.token.is_empty() {
+            return;
+        }
+        let (mut conn, key, token) = (self.redis.clone(), self.key.clone(), self.token.clone());
+        tokio::spawn(async move {
+            if let Err(e) = conn.zrem::<_, _, ()>(&key, &token).await {
+                tracing::warn!(error = %e, "failed to free a turn slot (it expires)");
+            }
+        });
+    }
+}
 
 /// `bot`'s limits: the one place the runner reads them from its config.
 pub fn of(deps: &Deps, bot: &str) -> BotLimits {

@@ -39,9 +39,8 @@ async fn spent_today(fleet: &Fleet, bot: &str) -> u64 {
         .0
 }
 
-/// The value of `nanobot_limit_refusals_total{bot,limit}` on the agent.
-async fn refusals(fleet: &mut Fleet, bot: &str, limit: &str) -> Option<f64> {
-    let base = fleet.health_base("agent").unwrap();
+/// The value of `nanobot_limit_refusals_total{bot,limit}` on the agent at `base`.
+async fn refusals(base: &str, bot: &str, limit: &str) -> Option<f64> {
     let text = reqwest::get(format!("{base}/metrics"))
         .await
         .unwrap()
@@ -101,7 +100,12 @@ async fn a_bot_over_its_daily_token_budget_is_refused_while_another_keeps_answer
         "beta 在此 🐝"
     );
     assert_eq!(
-        refusals(&mut fleet, "alpha", "daily_tokens").await,
+        refusals(
+            &fleet.health_base("agent").unwrap(),
+            "alpha",
+            "daily_tokens"
+        )
+        .await,
         Some(1.0)
     );
     wait_until(|| async { spent_today(&fleet, "beta").await == 12 }, TURN)
@@ -155,18 +159,22 @@ async fn a_sender_over_the_per_minute_limit_is_refused_without_a_model_call() {
         "a refusal costs no model call"
     );
     assert_eq!(
-        refusals(&mut fleet, "alpha", "sender_rate").await,
+        refusals(&fleet.health_base("agent").unwrap(), "alpha", "sender_rate").await,
         Some(1.0)
     );
 }
 
 /// A runner SIGKILLed while its model call is in flight: the call that never returned is not
-/// counted, the retried turn's call is counted once.
+/// counted, the retried turn's call is counted once, and the dead runner's slot of the bot's
+/// one concurrent turn expires (the retried turn gets it).
 #[tokio::test]
-async fn a_runner_sigkilled_mid_turn_does_not_double_count_usage() {
+async fn a_runner_sigkilled_mid_turn_does_not_double_count_usage_nor_leak_its_turn_slot() {
     let mut fleet = Fleet::builder()
         .roles(&["gateway", "agent", "tools"])
-        .config(json!({"bots": {"alpha": {}}}))
+        .config(json!({
+            "bots": {"alpha": {"limits": {"maxConcurrentTurns": 1}}},
+            "runner": {"sessionLeaseSecs": 2},
+        }))
         .start()
         .await
         .unwrap();
@@ -210,4 +218,70 @@ async fn a_runner_sigkilled_mid_turn_does_not_double_count_usage() {
         42,
         "each returned call counted once"
     );
+}
+
+/// A bot at `maxConcurrentTurns` runs no further turn (its message waits, redelivered later)
+/// and does not delay another bot's turn.
+#[tokio::test]
+async fn a_bot_at_its_concurrency_limit_does_not_delay_another_bot() {
+    let mut fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .config(json!({"bots": {"alpha": {"limits": {"maxConcurrentTurns": 1}}, "beta": {}}}))
+        .start()
+        .await
+        .unwrap();
+    let slow = Duration::from_secs(6);
+    fleet
+        .llm
+        .when_last_user_contains("慢", Reply::text("alpha 完成 ✅").with_delay(slow));
+    fleet
+        .llm
+        .when_last_user_contains("快", Reply::text("beta 🐝"));
+    let spawn_ask = |session: &'static str| {
+        let base = fleet.api_base();
+        tokio::spawn(async move {
+            let response: Value = reqwest::Client::new()
+                .post(format!("{base}/v1/chat/completions"))
+                .header("x-nanobot-bot", "alpha")
+                .json(&json!({"session_id": session, "messages": [{"role": "user", "content": "慢慢来 🐢"}]}))
+                .timeout(TURN * 4)
+                .send()
+                .await
+                .expect("send")
+                .json()
+                .await
+                .expect("json");
+            response["choices"][0]["message"]["content"].clone()
+        })
+    };
+    let first = spawn_ask("甲-🧪");
+    fleet.llm.wait_for_requests(1, TURN).await.unwrap();
+    let second = spawn_ask("乙-🧪");
+    let agent = fleet.health_base("agent").unwrap();
+    wait_until(
+        || async {
+            refusals(&agent, "alpha", "concurrent_turns")
+                .await
+                .is_some()
+        },
+        TURN,
+    )
+    .await
+    .expect("alpha's second turn waits for the first");
+    let started = std::time::Instant::now();
+    assert_eq!(ask_bot(&fleet, "beta", "丙-🧪", "快 ⚡").await, "beta 🐝");
+    assert!(
+        started.elapsed() < slow,
+        "beta waited {:?}",
+        started.elapsed()
+    );
+    assert!(!first.is_finished(), "alpha's first turn is still running");
+    assert_eq!(
+        fleet.llm.request_count(),
+        2,
+        "alpha's second turn has not called the model while its first runs"
+    );
+    assert_eq!(first.await.unwrap(), "alpha 完成 ✅");
+    assert_eq!(second.await.unwrap(), "alpha 完成 ✅");
+    assert_eq!(fleet.llm.request_count(), 3);
 }

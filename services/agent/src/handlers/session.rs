@@ -239,12 +239,18 @@ pub async fn drain(
                 ..
             })
             | None => None,
-            Some(incoming) => attempts::start(deps, bot, session_key, &incoming.message.id)
-                .await?
-                .map(|started| (incoming, started)),
+            Some(incoming) => {
+                // A bot at its limit of concurrent turns: this drain stops, the lease and the
+                // turn permit go back, and the message is redelivered later (other bots'
+                // messages go on meanwhile).
+                let slot = crate::limits::TurnSlot::take(deps, &bot.spec.id).await?;
+                attempts::start(deps, bot, session_key, &incoming.message.id)
+                    .await?
+                    .map(|started| (incoming, started, slot))
+            }
         };
         match turn {
-            Some((incoming, started)) => {
+            Some((incoming, started, slot)) => {
                 // Each message is its own trace, whichever runner's receipt drains it: the
                 // turn continues the trace of the message's publisher.
                 let m = &incoming.message;
@@ -267,6 +273,9 @@ pub async fn drain(
                     run_one(deps, bot, &sessions, lease, entry.seq, &incoming, started).await
                 };
                 cursor = metrics::scoped(scope, last.instrument(span)).await?;
+                if let Some(slot) = slot {
+                    slot.release().await;
+                }
             }
             None => {
                 let skip = Commit {

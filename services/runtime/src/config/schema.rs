@@ -718,6 +718,9 @@ pub struct BotConfig {
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct BotLimits {
+    /// Turns of this bot running at once across every runner (its other messages wait in
+    /// JetStream, other bots' turns are not held up).
+    pub max_concurrent_turns: Option<u32>,
     /// Messages one sender may send this bot in any 60 s (the turns over it are refused).
     pub max_messages_per_minute_per_sender: Option<u32>,
     /// Tokens (input + output, as the providers report them) this bot may spend per UTC day.
