@@ -63,7 +63,7 @@ pub async fn run(
     .context("start the api outbound consumer")?;
 
     let channel_cancel = CancellationToken::new();
-    let mut channel_tasks = if !cfg.has_chat_channels() && cfg.bots.is_empty() {
+    let mut channel_tasks = if !cfg.has_chat_channels() {
         tokio::task::JoinSet::new()
     } else {
         let redis = nanobot_runtime::store::connect(&cfg.store, &started.cancel)
