@@ -383,6 +383,14 @@ impl Fleet {
         Ok(format!("http://{addr}"))
     }
 
+    /// Returns the index of the first instance of `role` whose log contains `line` (the lease
+    /// holder, say), for [`Fleet::service_at`].
+    pub fn replica_logging(&mut self, role: &str, line: &str) -> Option<usize> {
+        self.replicas(role)
+            .iter()
+            .position(|p| p.logs().contains(line))
+    }
+
     /// Returns every instance of `role`.
     pub fn replicas(&mut self, role: &str) -> Vec<&mut ServiceProc> {
         self.services
