@@ -226,6 +226,32 @@ async fn wait_until_returns_when_true_and_fails_after_the_timeout() {
     assert!(start.elapsed() >= Duration::from_millis(140));
 }
 
+#[tokio::test]
+async fn wait_for_change_wakes_on_a_change_and_gives_up_after_the_timeout() {
+    let (changed, _) = tokio::sync::watch::channel(0u64);
+    let value = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (writer, signal) = (value.clone(), changed.clone());
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        writer.store(7, std::sync::atomic::Ordering::SeqCst);
+        signal.send_modify(|n| *n += 1);
+    });
+    let started = tokio::time::Instant::now();
+    let seen = wait_for_change(&changed, Duration::from_secs(5), || {
+        let v = value.load(std::sync::atomic::Ordering::SeqCst);
+        (v != 0).then_some(v)
+    })
+    .await;
+    assert_eq!(seen, Some(7));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "woken by the change"
+    );
+    let never = wait_for_change(&changed, Duration::from_millis(80), || None::<()>).await;
+    assert_eq!(never, None);
+    assert!(started.elapsed() >= Duration::from_millis(130));
+}
+
 #[test]
 fn merge_is_deep_for_objects_and_replaces_other_values() {
     let mut base = json!({"a": {"b": 1, "c": [1]}, "d": 1});
