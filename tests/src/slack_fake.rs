@@ -310,23 +310,12 @@ impl SlackFake {
         timeout: Duration,
         mut check: impl FnMut(&SlackFake) -> Option<T>,
     ) -> anyhow::Result<T> {
-        let mut changed = self.shared.changed.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            changed.borrow_and_update();
-            if let Some(found) = check(self) {
-                return Ok(found);
-            }
-            if tokio::time::timeout_at(deadline, changed.changed())
-                .await
-                .is_err()
-            {
-                let seen: Vec<String> = self.calls().iter().map(|c| c.method.clone()).collect();
-                anyhow::bail!(
-                    "slack fake: timed out after {timeout:?} waiting for {what}; calls: {seen:?}"
-                );
-            }
+        let found = crate::harness::wait_for_change(&self.shared.changed, timeout, || check(self));
+        if let Some(found) = found.await {
+            return Ok(found);
         }
+        let seen: Vec<String> = self.calls().iter().map(|c| c.method.clone()).collect();
+        anyhow::bail!("slack fake: timed out after {timeout:?} waiting for {what}; calls: {seen:?}")
     }
 
     /// Waits until `n` Socket Mode connections are open.
