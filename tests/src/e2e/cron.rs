@@ -114,18 +114,14 @@ async fn a_cron_job_made_in_a_chat_fires_into_that_chat_once_per_run_while_the_l
         .await
         .expect("the standby replica fires after the leader died");
     // The surviving replica is the one that fired since (the leader is dead).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !fleet
-        .replicas("cron")
-        .into_iter()
-        .any(|r| r.is_running() && r.logs().contains("cron job fired"))
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the standby replica took over and fired"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let survivor_fired = || {
+        let fired = (fleet.replicas("cron").into_iter())
+            .any(|r| r.is_running() && r.logs().contains("cron job fired"));
+        async move { fired }
+    };
+    wait_until(survivor_fired, Duration::from_secs(60))
+        .await
+        .expect("the standby replica took over and fired");
     for replica in fleet.replicas("cron") {
         replica.sigkill().unwrap();
     }
