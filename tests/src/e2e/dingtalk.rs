@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::dingtalk_fake::{DEFAULT_WAIT, DingTalkFake, RobotMsg};
-use crate::harness::Fleet;
+use crate::harness::{Fleet, overlay};
 use crate::scripted_llm::Reply;
 use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
 
@@ -25,28 +25,35 @@ const LEASE_TAKEN: &str = "dingtalk stream lease taken";
 
 /// The `channels.dingtalk` section for `fake`, with `extra` laid over it.
 fn section(fake: &DingTalkFake, extra: Value) -> Value {
-    let mut section = json!({
-        "enabled": true,
-        "clientId": CLIENT_ID,
-        "clientSecret": CLIENT_SECRET,
-        "apiBase": fake.api_base(),
-        "oapiBase": fake.api_base(),
-        "allowFrom": [ALICE],
-        "leaseSecs": 2,
-    });
-    if let (Value::Object(base), Value::Object(extra)) = (&mut section, extra) {
-        base.extend(extra);
-    }
-    section
+    overlay(
+        json!({
+            "enabled": true,
+            "clientId": CLIENT_ID,
+            "clientSecret": CLIENT_SECRET,
+            "apiBase": fake.api_base(),
+            "oapiBase": fake.api_base(),
+            "allowFrom": [ALICE],
+            "leaseSecs": 2,
+        }),
+        extra,
+    )
 }
 
 /// Starts the fake and a fleet (gateway, agent, tools) whose `channels.dingtalk` points at it,
 /// and waits until the gateway holds the Stream connection.
 async fn dingtalk_fleet(extra: Value) -> (Fleet, DingTalkFake) {
+    dingtalk_fleet_from(Fleet::builder(), extra).await
+}
+
+/// [`dingtalk_fleet`] from a builder with more settings (telemetry, ...).
+async fn dingtalk_fleet_from(
+    builder: crate::harness::FleetBuilder,
+    extra: Value,
+) -> (Fleet, DingTalkFake) {
     let fake = DingTalkFake::start(CLIENT_ID, CLIENT_SECRET)
         .await
         .expect("dingtalk fake");
-    let mut fleet = Fleet::builder()
+    let mut fleet = builder
         .roles(&["gateway", "agent", "tools"])
         .config(json!({"channels": {"dingtalk": section(&fake, extra)}}))
         .start()
@@ -231,9 +238,7 @@ async fn with_two_gateway_replicas_one_holds_the_stream_and_the_other_takes_over
         wait_sent(&fake, u, 1).await;
     }
     let holder = fleet
-        .replicas("gateway")
-        .iter()
-        .position(|p| p.logs().contains(LEASE_TAKEN))
+        .replica_logging("gateway", LEASE_TAKEN)
         .expect("a replica holds the stream lease");
     assert_eq!(fake.conns().now, 1);
     let opened = fake.conns().opened;
@@ -415,9 +420,7 @@ async fn a_message_whose_holder_is_sigkilled_mid_handling_is_delivered_again_and
     .await
     .unwrap();
     let holder = fleet
-        .replicas("gateway")
-        .iter()
-        .position(|p| p.logs().contains(LEASE_TAKEN))
+        .replica_logging("gateway", LEASE_TAKEN)
         .expect("a replica holds the stream lease");
     let opened = fake.conns().opened;
     fleet.service_at("gateway", holder).sigkill().unwrap();
@@ -597,4 +600,21 @@ async fn a_revoked_access_token_is_fetched_again_and_the_reply_arrives_once() {
     fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "barrier"));
     let sent = wait_sent(&fake, ALICE, 3).await;
     assert_eq!(sent.len(), 3, "{sent:#?}");
+}
+
+/// Issue 32: a DingTalk turn is one trace from the gateway's receive span to its delivery, and
+/// a stranger's message the ACL refuses (a pairing code) is a receive span of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dingtalk_turn_is_one_trace_and_a_refused_message_a_receive_span_of_its_own() {
+    use super::trace_store::{assert_stored_turn_and_refusal, traced};
+    let store = crate::trace_store::TraceStore::shared()
+        .await
+        .expect("the trace store runs");
+    let (mut fleet, fake) = dingtalk_fleet_from(traced(store), json!({})).await;
+    fake.inject(&RobotMsg::dm(MALLORY, "陌生人", "让我进去 🚪"));
+    wait_sent(&fake, MALLORY, 1).await;
+    fleet.llm.push(Reply::text("回声 🔊"));
+    fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "追踪 🔍"));
+    wait_sent(&fake, ALICE, 1).await;
+    assert_stored_turn_and_refusal(store, &mut fleet, "dingtalk").await;
 }
