@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::discord_fake::{DEFAULT_WAIT, DcMessage, DiscordFake, Sent};
-use crate::harness::Fleet;
+use crate::harness::{Fleet, overlay};
 use crate::scripted_llm::{Gate, Reply};
 use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
 
@@ -26,19 +26,18 @@ const LEASE_TAKEN: &str = "discord gateway lease taken";
 
 /// The `channels.discord` section for `fake`, with `extra` laid over it.
 fn section(fake: &DiscordFake, extra: Value) -> Value {
-    let mut section = json!({
-        "enabled": true,
-        "token": TOKEN,
-        "apiBase": fake.api_base(),
-        "gatewayUrl": fake.gateway_url(),
-        "allowFrom": [ALICE.to_string()],
-        "leaseSecs": 2,
-        "streaming": false,
-    });
-    if let (Value::Object(base), Value::Object(extra)) = (&mut section, extra) {
-        base.extend(extra);
-    }
-    section
+    overlay(
+        json!({
+            "enabled": true,
+            "token": TOKEN,
+            "apiBase": fake.api_base(),
+            "gatewayUrl": fake.gateway_url(),
+            "allowFrom": [ALICE.to_string()],
+            "leaseSecs": 2,
+            "streaming": false,
+        }),
+        extra,
+    )
 }
 
 /// Starts the fake and a fleet (gateway, agent, tools) whose `channels.discord` points at it,
@@ -377,9 +376,7 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_the_other_takes_
         wait_sent(&fake, dm(*u), 1).await;
     }
     let holder = fleet
-        .replicas("gateway")
-        .iter()
-        .position(|p| p.logs().contains(LEASE_TAKEN))
+        .replica_logging("gateway", LEASE_TAKEN)
         .expect("a replica holds the gateway lease");
     assert_eq!(fake.sessions().now, 1);
 
