@@ -13,7 +13,7 @@ use crate::e2e::session_rows;
 use crate::feishu_fake::{
     BOT_OPEN_ID, CARD_MAX_BYTES, DEFAULT_WAIT, FeishuFake, message_event, text_message,
 };
-use crate::harness::Fleet;
+use crate::harness::{Fleet, overlay};
 use crate::scripted_llm::Reply;
 use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
 
@@ -29,19 +29,27 @@ const LEASE_TAKEN: &str = "feishu long connection lease taken";
 /// Starts the fake and a fleet (gateway, agent, tools) whose `channels.feishu` points at it,
 /// with `extra` laid over that section; in websocket mode, waits for the long connection.
 async fn feishu_fleet(extra: Value) -> (Fleet, FeishuFake) {
+    feishu_fleet_from(Fleet::builder(), extra).await
+}
+
+/// [`feishu_fleet`] from a builder with more settings (telemetry, ...).
+async fn feishu_fleet_from(
+    builder: crate::harness::FleetBuilder,
+    extra: Value,
+) -> (Fleet, FeishuFake) {
     let fake = FeishuFake::start(APP_ID, APP_SECRET)
         .await
         .expect("feishu fake");
-    let mut section = json!({
-        "enabled": true, "appId": APP_ID, "appSecret": APP_SECRET,
-        "verificationToken": VTOKEN, "apiBase": fake.api_url(), "allowFrom": [ALICE],
-        "streaming": false, "leaseSecs": 3,
-    });
-    if let (Value::Object(base), Value::Object(extra)) = (&mut section, extra) {
-        base.extend(extra);
-    }
+    let section = overlay(
+        json!({
+            "enabled": true, "appId": APP_ID, "appSecret": APP_SECRET,
+            "verificationToken": VTOKEN, "apiBase": fake.api_url(), "allowFrom": [ALICE],
+            "streaming": false, "leaseSecs": 3,
+        }),
+        extra,
+    );
     let websocket = section["mode"] != "webhook";
-    let fleet = Fleet::builder()
+    let fleet = builder
         .roles(&["gateway", "agent", "tools"])
         .config(json!({"channels": {"feishu": section}}))
         .start()
@@ -326,9 +334,7 @@ async fn with_two_gateway_replicas_one_holds_the_long_connection_and_the_other_t
             .unwrap();
     }
     let holder = fleet
-        .replicas("gateway")
-        .iter()
-        .position(|p| p.logs().contains(LEASE_TAKEN))
+        .replica_logging("gateway", LEASE_TAKEN)
         .expect("a replica holds the long connection");
     assert_eq!(fake.open_connections(), 1);
     let killed = std::time::Instant::now();
@@ -648,4 +654,21 @@ async fn an_image_is_downloaded_for_the_model_and_a_file_from_the_agent_is_uploa
         [("om_img1".to_string(), "THUMBSUP".to_string())],
         "the receipt reaction was swapped for the done one"
     );
+}
+
+/// Issue 32: a Feishu turn is one trace from the gateway's receive span to its delivery, and
+/// a stranger's message the ACL refuses (a pairing code) is a receive span of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_feishu_turn_is_one_trace_and_a_refused_message_a_receive_span_of_its_own() {
+    use super::trace_store::{assert_stored_turn_and_refusal, traced};
+    let store = crate::trace_store::TraceStore::shared()
+        .await
+        .expect("the trace store runs");
+    let (mut fleet, fake) = feishu_fleet_from(traced(store), json!({})).await;
+    fake.push_event(&dm("ev-t0", "om_t0", MALLORY, "让我进去 🚪"), 1).unwrap();
+    fake.wait_sent(MALLORY, |_| true).await.unwrap();
+    fleet.llm.push(Reply::text("回声 🔊"));
+    fake.push_event(&dm("ev-t1", "om_t1", ALICE, "追踪 🔍"), 1).unwrap();
+    fake.wait_sent(ALICE, |_| true).await.unwrap();
+    assert_stored_turn_and_refusal(store, &mut fleet, "feishu").await;
 }
