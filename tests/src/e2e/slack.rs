@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::e2e::session_rows;
-use crate::harness::Fleet;
+use crate::harness::{Fleet, overlay};
 use crate::scripted_llm::Reply;
 use crate::slack_fake::{BOT_USER, DEFAULT_WAIT, SlackFake, callback, signed_post};
 use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
@@ -31,16 +31,16 @@ pub(crate) async fn slack_fleet_from(
     let fake = SlackFake::start(BOT_TOKEN, APP_TOKEN)
         .await
         .expect("slack fake");
-    let mut section = json!({
-        "enabled": true,
-        "botToken": BOT_TOKEN,
-        "appToken": APP_TOKEN,
-        "apiBase": fake.api_url(),
-        "allowFrom": [ALICE],
-    });
-    if let (Value::Object(base), Value::Object(extra)) = (&mut section, extra) {
-        base.extend(extra);
-    }
+    let section = overlay(
+        json!({
+            "enabled": true,
+            "botToken": BOT_TOKEN,
+            "appToken": APP_TOKEN,
+            "apiBase": fake.api_url(),
+            "allowFrom": [ALICE],
+        }),
+        extra,
+    );
     let socket = section["mode"] != "http";
     let fleet = builder
         .roles(&["gateway", "agent", "tools"])
