@@ -665,10 +665,12 @@ async fn a_feishu_turn_is_one_trace_and_a_refused_message_a_receive_span_of_its_
         .await
         .expect("the trace store runs");
     let (mut fleet, fake) = feishu_fleet_from(traced(store), json!({})).await;
-    fake.push_event(&dm("ev-t0", "om_t0", MALLORY, "让我进去 🚪"), 1).unwrap();
+    fake.push_event(&dm("ev-t0", "om_t0", MALLORY, "让我进去 🚪"), 1)
+        .unwrap();
     fake.wait_sent(MALLORY, |_| true).await.unwrap();
     fleet.llm.push(Reply::text("回声 🔊"));
-    fake.push_event(&dm("ev-t1", "om_t1", ALICE, "追踪 🔍"), 1).unwrap();
+    fake.push_event(&dm("ev-t1", "om_t1", ALICE, "追踪 🔍"), 1)
+        .unwrap();
     fake.wait_sent(ALICE, |_| true).await.unwrap();
     assert_stored_turn_and_refusal(store, &mut fleet, "feishu").await;
 }

@@ -17,6 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use redis::AsyncCommands as _;
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use nanobot_proto::{InboundMessage, keys};
 
@@ -143,7 +144,10 @@ pub(super) async fn handle(
         tracing::info!(bot = %ch.bot_id, msg_id = %msg.msg_id, "dingtalk message already handled; acknowledged again");
         return Ok(());
     }
-    admit(ch, inbound, &msg).await?;
+    // The turn's trace starts here: the private-chat switch, the ACL check, a pairing reply
+    // and the file downloads are in the gateway's receive span.
+    let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
+    admit(ch, inbound, &msg).instrument(span).await?;
     let _: () = conn
         .set_ex(&key, "done", DONE_TTL_SECS)
         .await

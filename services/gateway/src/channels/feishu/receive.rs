@@ -17,6 +17,7 @@ use anyhow::Context as _;
 use redis::AsyncCommands as _;
 use reqwest::Method;
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use nanobot_proto::{InboundMessage, keys};
 
@@ -86,6 +87,14 @@ async fn handle_message(ch: &FeishuChannel, inbound: &Inbound, msg: &Parsed) -> 
         tracing::debug!(bot = %ch.bot_id, chat = %msg.chat_id, "feishu group message not addressed to the bot ignored");
         return Ok(());
     }
+    // The turn's trace starts here: the ACL check, a pairing reply and the resource downloads
+    // are in the gateway's receive span (group chatter not addressed to the bot opens none).
+    let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
+    accept(ch, inbound, msg).instrument(span).await
+}
+
+/// Handles a message for the bot: the ACL (pairing for DM senders), then the inbound message.
+async fn accept(ch: &FeishuChannel, inbound: &Inbound, msg: &Parsed) -> anyhow::Result<()> {
     if !allowed(ch, msg).await? {
         if !msg.is_group {
             pair(ch, msg).await?;
