@@ -324,24 +324,15 @@ impl WeComFake {
         timeout: Duration,
         mut check: impl FnMut(&WeComFake) -> Option<T>,
     ) -> anyhow::Result<T> {
-        let mut changed = self.shared.changed.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            changed.borrow_and_update();
-            if let Some(found) = check(self) {
-                return Ok(found);
-            }
-            if tokio::time::timeout_at(deadline, changed.changed())
-                .await
-                .is_err()
-            {
-                anyhow::bail!(
-                    "wecom fake: timed out after {timeout:?} waiting for {what}; shown: {:#?}, sessions: {:?}",
-                    self.messages(),
-                    self.sessions()
-                );
-            }
+        let found = crate::harness::wait_for_change(&self.shared.changed, timeout, || check(self));
+        if let Some(found) = found.await {
+            return Ok(found);
         }
+        anyhow::bail!(
+            "wecom fake: timed out after {timeout:?} waiting for {what}; shown: {:#?}, sessions: {:?}",
+            self.messages(),
+            self.sessions()
+        )
     }
 
     fn next_id(&self, prefix: &str) -> String {
