@@ -323,24 +323,17 @@ impl TelegramFake {
         timeout: Duration,
         mut check: impl FnMut(&TelegramFake) -> Option<T>,
     ) -> anyhow::Result<T> {
-        let mut changed = self.shared.changed.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            changed.borrow_and_update();
-            if let Some(found) = check(self) {
-                return Ok(found);
-            }
-            let woke = tokio::time::timeout_at(deadline, changed.changed()).await;
-            if woke.is_err() {
-                let seen: Vec<String> = self
-                    .calls()
-                    .iter()
-                    .map(|c| format!("{}({})", c.method, if c.is_ok() { "ok" } else { "err" }))
-                    .collect();
-                anyhow::bail!(
-                    "telegram fake: timed out after {timeout:?} waiting for {what}; calls: {seen:?}"
-                );
-            }
+        let found = crate::harness::wait_for_change(&self.shared.changed, timeout, || check(self));
+        if let Some(found) = found.await {
+            return Ok(found);
         }
+        let seen: Vec<String> = self
+            .calls()
+            .iter()
+            .map(|c| format!("{}({})", c.method, if c.is_ok() { "ok" } else { "err" }))
+            .collect();
+        anyhow::bail!(
+            "telegram fake: timed out after {timeout:?} waiting for {what}; calls: {seen:?}"
+        )
     }
 }
