@@ -41,10 +41,7 @@ async fn wait_answered(fake: &TelegramFake, bot: &FakeBot, users: &[TgUser], tex
 
 /// Returns the index of the gateway replica whose log says it took the poller lease.
 fn poller_index(fleet: &mut Fleet) -> Option<usize> {
-    fleet
-        .replicas("gateway")
-        .iter()
-        .position(|p| p.logs().contains(LEASE_TAKEN))
+    fleet.replica_logging("gateway", LEASE_TAKEN)
 }
 
 #[tokio::test]
