@@ -42,11 +42,7 @@ const NOT_A_SUBJECT: [&str; 12] = [
 
 /// Span attribute names in the `nanobot.` namespace (OpenTelemetry's convention for a
 /// product's own attributes), which are not subjects.
-const SPAN_ATTRIBUTES: [&str; 3] = [
-    "\"nanobot.role\"",
-    "\"nanobot.bot\"",
-    "\"nanobot.channel\"",
-];
+const SPAN_ATTRIBUTES: [&str; 3] = ["\"nanobot.role\"", "\"nanobot.bot\"", "\"nanobot.channel\""];
 
 /// Whether a source line spells a subject or key: a literal starting `nanobot.` or `nanobot:`,
 /// or the bare token `"nanobot"` (e.g. a slice pattern over a subject's tokens).
