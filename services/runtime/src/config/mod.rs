@@ -4,6 +4,8 @@
 //! - [`schema`]: the typed tree and upstream defaults.
 //! - [`load`]: file, `${VAR}` interpolation, `NANOBOT_…__…` env overrides, per-section parsing.
 //! - `validate`: semantic checks; every problem is reported at once.
+//! - `sections`: a channel's per-bot sections; `channel_rules`: the checks every channel's
+//!   sections share (unknown keys, required keys, one bot per token or app, `leaseSecs`, URLs).
 
 mod channel_rules;
 pub mod dingtalk;
