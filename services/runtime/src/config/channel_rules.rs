@@ -150,6 +150,14 @@ fn check_extras(
     }
 }
 
+/// Loads `json` with unknown keys refused, as the channels' tests do.
+#[cfg(test)]
+pub(crate) fn parse_strict(json: &str) -> Result<Config, super::ConfigError> {
+    let strict =
+        std::collections::HashMap::from([("NANOBOT_STRICT_CONFIG".to_string(), "1".to_string())]);
+    super::load_str(Some(json), std::path::Path::new("config.json"), &strict)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

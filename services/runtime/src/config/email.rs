@@ -239,16 +239,7 @@ pub(crate) fn validate(config: &Config, problems: &mut Vec<String>, unknown: &mu
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-    use std::path::Path;
-
-    use super::super::load_str;
-    use super::*;
-
-    fn parse(json: &str) -> Result<Config, super::super::ConfigError> {
-        let strict = HashMap::from([("NANOBOT_STRICT_CONFIG".to_string(), "1".to_string())]);
-        load_str(Some(json), Path::new("config.json"), &strict)
-    }
+    use super::super::channel_rules::parse_strict as parse;
 
     #[test]
     fn upstream_email_keys_load_with_upstream_defaults_and_passwords_stay_secret() {

@@ -238,16 +238,8 @@ fn check_one(rules: &mut Rules<'_>, c: &FeishuConfig) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-    use std::path::Path;
-
-    use super::super::load_str;
+    use super::super::channel_rules::parse_strict as parse;
     use super::*;
-
-    fn parse(json: &str) -> Result<Config, super::super::ConfigError> {
-        let strict = HashMap::from([("NANOBOT_STRICT_CONFIG".to_string(), "1".to_string())]);
-        load_str(Some(json), Path::new("config.json"), &strict)
-    }
 
     #[test]
     fn feishu_keys_of_035_load_with_its_defaults_and_secrets_are_redacted() {

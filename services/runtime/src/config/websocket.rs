@@ -276,16 +276,7 @@ fn validate_issuance(ws: &WebSocketConfig, problems: &mut Vec<String>) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-    use std::path::Path;
-
-    use super::super::load_str;
-    use super::*;
-
-    fn parse(json: &str) -> Result<Config, super::super::ConfigError> {
-        let strict = HashMap::from([("NANOBOT_STRICT_CONFIG".to_string(), "1".to_string())]);
-        load_str(Some(json), Path::new("config.json"), &strict)
-    }
+    use super::super::channel_rules::parse_strict as parse;
 
     #[test]
     fn an_upstream_websocket_section_is_enabled_with_upstream_defaults() {
