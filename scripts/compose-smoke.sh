@@ -195,13 +195,18 @@ req = u.Request("http://127.0.0.1:8082" + sys.argv[1], data=body, headers={"Cont
 print(u.urlopen(req).read().decode())' "$@"
 }
 tg /inject '{"text": "hello from telegram 你好 🤖"}' >/dev/null
+# The reply streams (a preview edited in place): wait for its whole text, emoji included.
+tg_has() { # text -> whether the fake was sent (or edited a message to) exactly that text
+  tg /sent | python3 -c 'import json, sys; sys.exit(0 if any(m["text"] == sys.argv[1] for m in json.load(sys.stdin)) else 1)' "$1"
+}
+tg_reply='smoke-reply: hello from telegram 你好 🤖'
 for _ in $(seq 60); do
-  tg /sent | grep -qF 'smoke-reply: hello from telegram' && break
+  tg_has "$tg_reply" && break
   sleep 1
 done
-tg /sent | grep -qF 'smoke-reply: hello from telegram' \
+tg_has "$tg_reply" \
   || { compose logs --tail 30 nanobot-gateway >&2 || true; fail "no Telegram reply: $(tg /sent)"; }
-step "telegram reply: $(tg /sent | python3 -c 'import json,sys; print(json.load(sys.stdin)[-1]["text"])')"
+step "telegram reply: $tg_reply"
 
 agents=$(podman ps -q --filter "label=com.docker.compose.project=$project" \
   --filter "label=com.docker.compose.service=nanobot-agent")

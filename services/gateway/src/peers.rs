@@ -11,7 +11,7 @@
 //!
 //! Beacons are core NATS: a lost beacon only delays the spread, never correctness.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,8 @@ pub const EXPIRY: Duration = Duration::from_secs(4);
 pub struct Peers {
     me: String,
     heard: Mutex<BTreeMap<String, (Instant, Instant)>>,
+    /// Every lease key this replica competes for, and the ones it holds now.
+    leases: Mutex<(BTreeSet<String>, BTreeSet<String>)>,
 }
 
 impl Peers {
@@ -42,6 +44,7 @@ impl Peers {
         Self {
             me: me.to_string(),
             heard: Mutex::default(),
+            leases: Mutex::default(),
         }
     }
 
@@ -127,10 +130,43 @@ impl Peers {
     }
 }
 
+impl Peers {
+    /// Whether this replica holds more than its share: the leases it competes for divided by
+    /// the live replicas, rounded up.
+    fn over_share(&self, live: usize) -> bool {
+        let leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        let (known, held) = (leases.0.len(), leases.1.len());
+        held > known.div_ceil(live.max(1))
+    }
+}
+
 impl Placement for Peers {
     fn prefers(&self, key: &str) -> bool {
+        {
+            let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+            if !leases.0.contains(key) {
+                leases.0.insert(key.to_string());
+            }
+        }
         let live = self.live(Instant::now());
         Self::owner(key, &live) == Some(self.me.as_str())
+    }
+
+    /// A lease placed on another replica moves there only while this one holds more than its
+    /// share, so a lone connection (or a fleet already balanced) never moves for nothing.
+    fn moves(&self, key: &str) -> bool {
+        let live = self.live(Instant::now());
+        Self::owner(key, &live) != Some(self.me.as_str()) && self.over_share(live.len())
+    }
+
+    fn holds(&self, key: &str, held: bool) {
+        let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        if held {
+            leases.0.insert(key.to_string());
+            leases.1.insert(key.to_string());
+        } else {
+            leases.1.remove(key);
+        }
     }
 
     fn forgets_within(&self) -> Duration {
@@ -194,6 +230,42 @@ mod tests {
         peers.heard("gw-b", t0 + SETTLE);
         assert_eq!(peers.live(t0 + SETTLE), vec!["gw-b", "gw-a"]);
         assert_eq!(peers.live(t0 + SETTLE + EXPIRY), vec!["gw-a"]);
+    }
+
+    #[test]
+    fn a_replica_holding_its_only_lease_keeps_it_when_a_newcomer_is_placed_for_it() {
+        let t0 = Instant::now() - SETTLE * 2;
+        let key = keys(200)
+            .into_iter()
+            .find(|k| Peers::owner(k, &["gw-a".into(), "gw-b".into()]) == Some("gw-b"))
+            .unwrap();
+        let peers = Peers::new("gw-a");
+        peers.holds(&key, true);
+        peers.heard("gw-b", t0);
+        peers.heard("gw-b", Instant::now());
+        assert!(!peers.prefers(&key), "gw-b is placed for it");
+        assert!(!peers.moves(&key), "one lease of one is within the share");
+    }
+
+    #[test]
+    fn a_replica_over_its_share_moves_the_leases_placed_on_a_newcomer() {
+        let t0 = Instant::now() - SETTLE * 2;
+        let peers = Peers::new("gw-a");
+        let all = keys(200);
+        all.iter().for_each(|k| peers.holds(k, true));
+        peers.heard("gw-b", t0);
+        peers.heard("gw-b", Instant::now());
+        let moving = all.iter().filter(|k| peers.moves(k)).count();
+        let placed_on_b = all.iter().filter(|k| !peers.prefers(k)).count();
+        assert_eq!(moving, placed_on_b);
+        assert!((80..=120).contains(&moving), "{moving} move to gw-b");
+        all.iter()
+            .filter(|k| !peers.prefers(k))
+            .for_each(|k| peers.holds(k, false));
+        assert!(
+            all.iter().all(|k| !peers.moves(k)),
+            "at its share, nothing moves"
+        );
     }
 
     #[test]

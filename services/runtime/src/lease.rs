@@ -140,6 +140,7 @@ pub struct Lease {
     renewer: tokio::task::JoinHandle<()>,
     redis: Store,
     held: Option<Gauge>,
+    placement: Option<Arc<dyn Placement>>,
 }
 
 impl Leases {
@@ -253,6 +254,7 @@ impl Leases {
         let lost = CancellationToken::new();
         if let Some(placed) = &self.placed {
             placed.taken(&key);
+            placed.placement.holds(&key, true);
         }
         let renewer = tokio::spawn(renew(
             self.redis.clone(),
@@ -277,6 +279,7 @@ impl Leases {
             held: self.held.clone().inspect(|g| {
                 g.inc();
             }),
+            placement: self.placed.as_ref().map(|p| p.placement.clone()),
         };
         match read {
             Ok(read) => Ok((Some(lease), read)),
@@ -354,6 +357,9 @@ impl Drop for Lease {
         if let Some(held) = &self.held {
             held.dec();
         }
+        if let Some(placement) = &self.placement {
+            placement.holds(&self.key, false);
+        }
     }
 }
 
@@ -392,7 +398,7 @@ async fn renew(redis: Store, held: Held, ttl: Duration, lost: CancellationToken)
             Ok(1) => {
                 last_ok = Instant::now();
                 if let Some(placement) = &hand_back
-                    && strikes.should_hand_back(placement.prefers(&key))
+                    && strikes.should_hand_back(!placement.moves(&key))
                 {
                     // The holder stops, then releases it (or it expires): never two at once.
                     tracing::info!(lease = %key, "lease handed back to the holder it is placed with");

@@ -91,7 +91,7 @@ pub async fn acquire(
         };
         match held {
             Wait::Done => return Ok(None),
-            Wait::Held(held) => return Ok(Some(held)),
+            Wait::Held(held) => return Ok(Some(*held)),
             Wait::Busy => {}
         }
         let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 2);
@@ -108,7 +108,7 @@ enum Wait {
     /// What was waited for holds.
     Done,
     /// The lease is this runner's.
-    Held(Held),
+    Held(Box<Held>),
     /// Another runner holds the lease.
     Busy,
 }
@@ -147,11 +147,11 @@ async fn for_cursor(
         .await?;
     let answered = progress.cursor >= seq;
     Ok(match lease {
-        Some(lease) if !answered => Wait::Held(Held {
+        Some(lease) if !answered => Wait::Held(Box::new(Held {
             lease,
             permit,
             progress: Some(progress),
-        }),
+        })),
         Some(lease) => {
             // Answered meanwhile: only a reply left in the outbox is still to go.
             let flushed = match progress.outbox {
@@ -183,11 +183,11 @@ async fn for_marker(deps: &Deps, bot: &Bot, session_key: &str, marker: &str) -> 
         return Ok(Wait::Busy);
     };
     if !unpublished {
-        return Ok(Wait::Held(Held {
+        return Ok(Wait::Held(Box::new(Held {
             lease,
             permit,
             progress: None,
-        }));
+        })));
     }
     let sessions = bot.sessions.fenced(lease.fence());
     let flushed = outbox::flush(&deps.js, &sessions, session_key).await;

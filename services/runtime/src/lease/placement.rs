@@ -30,6 +30,21 @@ pub trait Placement: Send + Sync + 'static {
     fn forgets_within(&self) -> Duration {
         Duration::ZERO
     }
+
+    /// Whether a lease this holder took as preferred should now go to another holder (it is
+    /// handed back after two renewals saying so). Default: once it is no longer preferred.
+    fn moves(&self, key: &str) -> bool {
+        !self.prefers(key)
+    }
+
+    /// Told when this holder took (`true`) or dropped (`false`) the lease `key`.
+    fn holds(&self, _key: &str, _held: bool) {}
+}
+
+impl std::fmt::Debug for dyn Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Placement")
+    }
 }
 
 /// A placement and the free-since times it waits on.
