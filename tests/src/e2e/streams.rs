@@ -23,6 +23,7 @@ async fn a_role_refuses_to_start_without_the_streams_and_bus_init_creates_them_i
     js.delete_object_store(subjects::PAYLOADS_BUCKET)
         .await
         .unwrap();
+    js.delete_key_value(subjects::BOTS_BUCKET).await.unwrap();
 
     fleet.spawn_role("cron").unwrap();
     let cron = fleet.service("cron");
@@ -60,6 +61,8 @@ async fn a_role_refuses_to_start_without_the_streams_and_bus_init_creates_them_i
     assert_eq!(
         names,
         [
+            // The bot registry (a KV bucket).
+            &format!("KV_{}", subjects::BOTS_BUCKET),
             subjects::INBOUND_STREAM,
             subjects::JOBS_STREAM,
             subjects::OUTBOUND_STREAM,
