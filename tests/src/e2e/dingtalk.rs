@@ -445,13 +445,20 @@ async fn a_message_whose_holder_is_sigkilled_mid_handling_is_delivered_again_and
 
 /// Returns the inode of the loopback TCP socket whose local port is `port` (Linux
 /// `/proc/net/tcp`: `sl local_address rem_address st … inode`, ports in hex).
-fn socket_inode(port: u16) -> Option<String> {
-    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+fn socket_inodes(port: u16) -> Vec<String> {
+    // One local port may serve several connections (to different peers), and a closed one
+    // lingers in TIME_WAIT with inode 0: every live socket on the port is a candidate.
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
     let wanted = format!(":{port:04X}");
-    table.lines().skip(1).find_map(|line| {
-        let cols: Vec<&str> = line.split_whitespace().collect();
-        (cols.get(1)?.ends_with(&wanted)).then(|| cols.get(9).map(|s| s.to_string()))?
-    })
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let inode = cols.get(9)?;
+            (cols.get(1)?.ends_with(&wanted) && *inode != "0").then(|| inode.to_string())
+        })
+        .collect()
 }
 
 /// Returns whether process `pid` holds socket `inode`.
@@ -483,11 +490,15 @@ async fn a_gateway_sigkilled_mid_delivery_leaves_the_rest_of_the_reply_to_anothe
         .wait_until("the second chunk sent", DEFAULT_WAIT, |f| f.held_peer())
         .await
         .unwrap();
-    let inode = socket_inode(peer.port()).expect("the held connection's socket");
+    let inodes = socket_inodes(peer.port());
+    assert!(!inodes.is_empty(), "the held connection's socket");
     let delivering = fleet
         .replicas("gateway")
         .iter()
-        .position(|r| r.pid().is_some_and(|pid| holds_socket(pid, &inode)))
+        .position(|r| {
+            r.pid()
+                .is_some_and(|pid| inodes.iter().any(|i| holds_socket(pid, i)))
+        })
         .expect("a replica holds the held connection");
     fleet.service_at("gateway", delivering).sigkill().unwrap();
     let sent = fake
