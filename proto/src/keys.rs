@@ -371,6 +371,21 @@ pub fn bot_turns(bot: &str) -> String {
     format!("nanobot:{}:limit:turns", bot_tag(bot))
 }
 
+/// The SCAN MATCH patterns of every key of `bot` (a plain id: letters, digits, `-`, `_`, so
+/// that no pattern matches another bot's keys): its per-bot keys `{<bot>}` and its sessions'
+/// keys `{<bot>:…}`, what `nanobot bots remove --purge` deletes.
+pub fn bot_key_patterns(bot: &str) -> [String; 2] {
+    [
+        format!("nanobot:{}:*", bot_tag(bot)),
+        format!("nanobot:{{{bot}:*"),
+    ]
+}
+
+/// The prefix of `bot`'s token usage keys ([`usage_day`], [`usage_month`]).
+pub fn usage_prefix(bot: &str) -> String {
+    format!("nanobot:{}:usage:", bot_tag(bot))
+}
+
 /// The Redis ACL key patterns (`~…` without the tilde) `role` needs: each key function with
 /// its hash tag and ids turned into `*`. The tools role keeps nothing in Redis; the CLI (the
 /// operator: pairing, status) may read and write every key of the fleet.
@@ -473,6 +488,16 @@ pub fn acl_patterns_of(role: crate::subjects::Role, bot: Option<&str>) -> Vec<St
             Some(bot) => bot_tagged(k, bot),
         })
         .collect()
+}
+
+/// The keys `role` may read but never write (Redis ACL `%R~<pattern>`), for every bot: the
+/// gateway's HTTP API reads the day usage hashes (`GET /v1/usage`), which the runners write.
+/// A per-bot gateway offers no admin endpoints, so none for one bot.
+pub fn acl_read_patterns_of(role: crate::subjects::Role, bot: Option<&str>) -> Vec<String> {
+    match (role, bot) {
+        (crate::subjects::Role::Gateway, None) => vec![any_tag(&usage_day("b", "*"))],
+        _ => Vec::new(),
+    }
 }
 
 /// `key` (built with bot `b` and session `s`) with its hash tag made `bot`'s: `{<bot>}` for a
@@ -687,5 +712,30 @@ mod tests {
         assert!(!of(Role::Cron, "alpha", CRON_LEADER));
         assert!(of(Role::Cli, "alpha", &cron_leader(Some("alpha"))));
         assert!(acl_patterns_of(Role::Tools, Some("alpha")).is_empty());
+    }
+
+    #[test]
+    fn a_bots_purge_patterns_match_its_keys_and_no_other_bots() {
+        let matches = |bot: &str, key: &str| {
+            bot_key_patterns(bot)
+                .iter()
+                .any(|p| key.starts_with(p.trim_end_matches('*')))
+        };
+        for (bot, other) in [("a", "ab"), ("a", "a-b"), ("bot_1", "bot_10")] {
+            let mut mine = session_keys(bot, "telegram:42:话题 🤖");
+            mine.extend(session_keys(bot, "{brace}"));
+            mine.extend([
+                sessions(bot),
+                memory_lock(bot),
+                usage_day(bot, "2026-11-27"),
+                pairing_index(bot),
+            ]);
+            for key in &mine {
+                assert!(matches(bot, key), "{key} is {bot}'s");
+                assert!(!matches(other, key), "{key} is not {other}'s");
+            }
+        }
+        assert!(usage_day("a", "2026-11-27").starts_with(&usage_prefix("a")));
+        assert!(!matches("a", CRON_LEADER));
     }
 }
