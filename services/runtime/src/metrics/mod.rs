@@ -32,6 +32,9 @@ pub use self::labels::{
 };
 pub use self::scope::{Scope, current as scope, scoped};
 
+/// The Prometheus data model (`io.prometheus.client`) [`Metrics::snapshot`] returns.
+pub use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model as data_model;
+
 /// `Content-Type` of [`render`]'s text.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
@@ -115,7 +118,8 @@ fn seconds_histogram() -> Histogram {
 }
 
 impl Metrics {
-    fn new() -> Self {
+    /// A registry of its own (the process's is [`get`]).
+    pub(crate) fn new() -> Self {
         let m = Self {
             turns: Family::default(),
             turn_duration: Family::new_with_constructor(seconds_histogram),
@@ -356,6 +360,13 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// Returns every family as data, named as in [`Self::render`]: what the OTLP metrics
+    /// export sends, read from the registry `/metrics` renders (one source for both).
+    pub fn snapshot(&self) -> Vec<data_model::MetricFamily> {
+        // Encoding into memory fails on no family of ours: nothing to send then.
+        prometheus_client::encoding::prometheus_protobuf::encode(&self.registry).unwrap_or_default()
     }
 }
 

@@ -2,10 +2,12 @@
 //! always (so every NATS message carries a W3C `traceparent`), exporting over OTLP (gRPC or
 //! HTTP/protobuf, TLS, headers: [`otlp`]) only when `telemetry.otlpEndpoint` or
 //! `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT` is set. The resource and sampler follow
-//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_TRACES_SAMPLER[_ARG]`.
+//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_TRACES_SAMPLER[_ARG]`. Metrics
+//! go the same way, beside `/metrics`, with an endpoint set ([`otlp_metrics`]).
 
 pub mod otlp;
 pub mod otlp_export;
+pub mod otlp_metrics;
 pub mod tags;
 
 pub use self::tags::root;
@@ -24,23 +26,32 @@ use tracing_subscriber::{EnvFilter, Layer as _};
 
 use crate::config::TelemetryConfig;
 
-/// Flushes exported spans on shutdown.
+/// Flushes exported spans, and sends the last metrics, on shutdown.
 #[must_use = "call shutdown() before exiting to flush spans"]
 pub struct TelemetryGuard {
     provider: SdkTracerProvider,
+    metrics: Option<otlp_metrics::MetricsTask>,
 }
 
 impl TelemetryGuard {
-    /// Flushes and stops the exporter, waiting at most [`FLUSH_LIMIT`] so a dead collector
+    /// Flushes and stops the exporters, waiting at most [`FLUSH_LIMIT`] so a dead collector
     /// never delays exit past the shutdown budget.
     pub async fn shutdown(self) {
         let provider = self.provider;
-        let flush = tokio::task::spawn_blocking(move || provider.shutdown());
-        match tokio::time::timeout(FLUSH_LIMIT, flush).await {
-            Ok(Ok(Err(e))) => eprintln!("failed to flush traces: {e}"),
-            Err(_) => eprintln!("gave up flushing traces after {FLUSH_LIMIT:?}"),
-            _ => {}
-        }
+        let spans = async {
+            let flush = tokio::task::spawn_blocking(move || provider.shutdown());
+            match tokio::time::timeout(FLUSH_LIMIT, flush).await {
+                Ok(Ok(Err(e))) => eprintln!("failed to flush traces: {e}"),
+                Err(_) => eprintln!("gave up flushing traces after {FLUSH_LIMIT:?}"),
+                _ => {}
+            }
+        };
+        let metrics = async {
+            if let Some(task) = self.metrics {
+                task.shutdown(FLUSH_LIMIT).await;
+            }
+        };
+        tokio::join!(spans, metrics);
     }
 }
 
@@ -76,6 +87,9 @@ pub fn resource(
 pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
     install_propagator();
     let resource = resource(service, |name| std::env::var(name).ok());
+    let metrics = otlp_metrics::MetricsSettings::resolve(cfg, |name| std::env::var(name).ok())
+        .context("telemetry: otlp metrics settings")?;
+    let metrics_resource = resource.clone();
     // The default config reads OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG. The tags go on
     // a span before any exporter sees it.
     let mut builder = SdkTracerProvider::builder()
@@ -120,7 +134,17 @@ pub fn init(service: &'static str, cfg: &TelemetryConfig) -> anyhow::Result<Tele
         // Header names only: their values are API keys.
         tracing::info!(endpoint = %s.endpoint, protocol, ?headers, ca = ?s.ca_file, "exporting traces over otlp");
     }
-    Ok(TelemetryGuard { provider })
+    let metrics = match metrics {
+        Some(m) => {
+            let task = otlp_metrics::start(&m, metrics_resource)?;
+            let (s, headers) = (&m.otlp, m.otlp.headers.keys().collect::<Vec<_>>());
+            let protocol = s.protocol.name();
+            tracing::info!(endpoint = %s.endpoint, protocol, ?headers, ca = ?s.ca_file, interval = ?m.interval, "exporting metrics over otlp");
+            Some(task)
+        }
+        None => None,
+    };
+    Ok(TelemetryGuard { provider, metrics })
 }
 
 /// Sends and reads `traceparent`, and `baggage` for the bot and channel tags ([`tags`]).

@@ -1,10 +1,11 @@
-//! Where and how spans leave the process: the OTLP exporter's settings, from the `telemetry`
-//! config keys and the standard `OTEL_EXPORTER_OTLP_*` variables.
+//! Where and how spans and metrics leave the process: the OTLP exporters' settings, from the
+//! `telemetry` config keys and the standard `OTEL_EXPORTER_OTLP_*` variables.
 //!
 //! Each setting is taken from, first to last: the config key (programmatic configuration
 //! overrides the environment, as the OpenTelemetry SDKs and `opentelemetry-otlp` do), the
-//! traces variable (`OTEL_EXPORTER_OTLP_TRACES_*`), the generic one (`OTEL_EXPORTER_OTLP_*`).
-//! Headers merge key by key in the same order. Nothing is exported unless an endpoint is set.
+//! signal's variable (`OTEL_EXPORTER_OTLP_TRACES_*`, `OTEL_EXPORTER_OTLP_METRICS_*`), the
+//! generic one (`OTEL_EXPORTER_OTLP_*`). Headers merge key by key in the same order. Nothing
+//! is exported unless an endpoint is set.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -45,7 +46,7 @@ impl Protocol {
 /// The resolved exporter settings. `Debug` prints header names only: values are API keys.
 #[derive(Clone, PartialEq, Eq)]
 pub struct OtlpSettings {
-    /// Full URL: for HTTP it ends in `/v1/traces`.
+    /// Full URL: for HTTP it ends in `/v1/traces` (`/v1/metrics`).
     pub endpoint: String,
     /// gRPC or HTTP/protobuf.
     pub protocol: Protocol,
@@ -69,45 +70,77 @@ impl std::fmt::Debug for OtlpSettings {
     }
 }
 
-/// The traces path OTLP/HTTP appends to a base endpoint.
-const TRACES_PATH: &str = "/v1/traces";
+/// What an exporter sends: it names the signal's variables and its OTLP/HTTP path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// Spans: `OTEL_EXPORTER_OTLP_TRACES_*`, `/v1/traces`.
+    Traces,
+    /// Metrics: `OTEL_EXPORTER_OTLP_METRICS_*`, `/v1/metrics`.
+    Metrics,
+}
+
+impl Signal {
+    /// The signal's word in variable names (`TRACES`).
+    fn var(self) -> &'static str {
+        match self {
+            Self::Traces => "TRACES",
+            Self::Metrics => "METRICS",
+        }
+    }
+
+    /// The path OTLP/HTTP appends to a base endpoint.
+    fn path(self) -> &'static str {
+        match self {
+            Self::Traces => "/v1/traces",
+            Self::Metrics => "/v1/metrics",
+        }
+    }
+}
 
 impl OtlpSettings {
-    /// Resolves the settings from `cfg` and the variables `env` returns (`std::env::var` in a
-    /// role; empty values count as unset, as the spec says). `Ok(None)`: no endpoint, no export.
+    /// Resolves the span exporter's settings from `cfg` and the variables `env` returns
+    /// (`std::env::var` in a role; empty values count as unset, as the spec says). `Ok(None)`:
+    /// no endpoint, no export.
     pub fn resolve(
         cfg: &TelemetryConfig,
         env: impl Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Option<Self>> {
+        Self::resolve_signal(Signal::Traces, cfg, env)
+    }
+
+    /// As [`Self::resolve`], for `signal`'s exporter.
+    pub fn resolve_signal(
+        signal: Signal,
+        cfg: &TelemetryConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Option<Self>> {
         let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        let own = |suffix: &str| format!("OTEL_EXPORTER_OTLP_{}_{suffix}", signal.var());
         let pick = |key: &Option<String>, suffix: &str| {
             key.clone()
                 .filter(|v| !v.trim().is_empty())
-                .or_else(|| var(&format!("OTEL_EXPORTER_OTLP_TRACES_{suffix}")))
+                .or_else(|| var(&own(suffix)))
                 .or_else(|| var(&format!("OTEL_EXPORTER_OTLP_{suffix}")))
         };
         let protocol = match pick(&cfg.otlp_protocol, "PROTOCOL") {
             Some(p) => Protocol::parse(&p)?,
             None => Protocol::Grpc,
         };
-        // A traces endpoint is the full URL; a base one (config or generic) gets the path.
+        // A signal's endpoint is the full URL; a base one (config or generic) gets the path.
         let endpoint = match (
             cfg.otlp_endpoint.clone().filter(|e| !e.trim().is_empty()),
-            var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+            var(&own("ENDPOINT")),
         ) {
-            (Some(base), _) => with_traces_path(&base, protocol),
+            (Some(base), _) => with_path(&base, protocol, signal),
             (None, Some(full)) => full,
             (None, None) => match var("OTEL_EXPORTER_OTLP_ENDPOINT") {
-                Some(base) => with_traces_path(&base, protocol),
+                Some(base) => with_path(&base, protocol, signal),
                 None => return Ok(None),
             },
         };
         let mut headers = BTreeMap::new();
-        for name in [
-            "OTEL_EXPORTER_OTLP_HEADERS",
-            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-        ] {
-            if let Some(list) = var(name) {
+        for name in ["OTEL_EXPORTER_OTLP_HEADERS".to_string(), own("HEADERS")] {
+            if let Some(list) = var(&name) {
                 headers.extend(parse_headers(&list).map_err(|e| anyhow::anyhow!("{name}: {e}"))?);
             }
         }
@@ -160,13 +193,14 @@ pub struct TlsFiles {
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
-/// `base` with `/v1/traces` for HTTP (unless it already ends so); gRPC endpoints have no path.
-fn with_traces_path(base: &str, protocol: Protocol) -> String {
-    let base = base.trim();
-    if protocol == Protocol::Grpc || base.ends_with(TRACES_PATH) {
+/// `base` with the signal's path (`/v1/traces`) for HTTP (unless it already ends so); gRPC
+/// endpoints have no path.
+fn with_path(base: &str, protocol: Protocol, signal: Signal) -> String {
+    let (base, path) = (base.trim(), signal.path());
+    if protocol == Protocol::Grpc || base.ends_with(path) {
         return base.to_string();
     }
-    format!("{}{TRACES_PATH}", base.trim_end_matches('/'))
+    format!("{}{path}", base.trim_end_matches('/'))
 }
 
 /// Parses `OTEL_EXPORTER_OTLP_HEADERS`: `key=value` pairs separated by commas, each part

@@ -44,7 +44,7 @@ pub fn build(settings: &OtlpSettings) -> anyhow::Result<LoggedExporter> {
 }
 
 /// The settings' headers, checked; errors name the header, never its value (an API key).
-fn header_map(settings: &OtlpSettings) -> anyhow::Result<http::HeaderMap> {
+pub(super) fn header_map(settings: &OtlpSettings) -> anyhow::Result<http::HeaderMap> {
     let mut headers = http::HeaderMap::new();
     for (name, value) in &settings.headers {
         let name = http::HeaderName::try_from(name.as_str())
@@ -56,11 +56,14 @@ fn header_map(settings: &OtlpSettings) -> anyhow::Result<http::HeaderMap> {
     Ok(headers)
 }
 
-fn grpc(
-    settings: &OtlpSettings,
-    TlsFiles { ca, identity }: TlsFiles,
-) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
-    use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
+/// gRPC metadata pairs.
+pub(super) type Metadata = Vec<(
+    tonic::metadata::AsciiMetadataKey,
+    tonic::metadata::AsciiMetadataValue,
+)>;
+
+/// The settings' headers as gRPC metadata; errors name the header, never its value.
+pub(super) fn grpc_metadata(settings: &OtlpSettings) -> anyhow::Result<Metadata> {
     use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
     let mut metadata = Vec::new();
     for (name, value) in &settings.headers {
@@ -71,6 +74,34 @@ fn grpc(
         })?;
         metadata.push((key, value));
     }
+    Ok(metadata)
+}
+
+/// The gRPC channel's TLS: for an `https://` endpoint, a CA file or a client identity; only
+/// `ca` as the trust anchor when given, else the system roots.
+pub(super) fn grpc_tls(
+    settings: &OtlpSettings,
+    TlsFiles { ca, identity }: TlsFiles,
+) -> Option<opentelemetry_otlp::tonic_types::transport::ClientTlsConfig> {
+    use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
+    if !settings.endpoint.starts_with("https://") && ca.is_none() && identity.is_none() {
+        return None;
+    }
+    let mut tls = match ca {
+        Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
+        None => ClientTlsConfig::new().with_native_roots(),
+    };
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    Some(tls)
+}
+
+fn grpc(
+    settings: &OtlpSettings,
+    tls: TlsFiles,
+) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
+    let metadata = grpc_metadata(settings)?;
     let set_metadata = move |mut request: tonic::Request<()>| {
         for (key, value) in &metadata {
             request.metadata_mut().insert(key.clone(), value.clone());
@@ -82,25 +113,26 @@ fn grpc(
         .with_endpoint(settings.endpoint.clone())
         .with_timeout(EXPORT_TIMEOUT)
         .with_interceptor(set_metadata);
-    if settings.endpoint.starts_with("https://") || ca.is_some() || identity.is_some() {
-        let mut tls = match ca {
-            Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
-            None => ClientTlsConfig::new().with_native_roots(),
-        };
-        if let Some((cert, key)) = identity {
-            tls = tls.identity(Identity::from_pem(cert, key));
-        }
+    if let Some(tls) = grpc_tls(settings, tls) {
         builder = builder.with_tls_config(tls);
     }
     builder.build().context("build the otlp/grpc exporter")
 }
 
+/// A reqwest client for OTLP/HTTP sending `headers` on every request, on the role's runtime.
+fn http_client(tls: TlsFiles, headers: http::HeaderMap) -> anyhow::Result<TokioHttpClient> {
+    Ok(TokioHttpClient {
+        client: reqwest_client(tls)?,
+        headers,
+        runtime: tokio::runtime::Handle::current(),
+    })
+}
+
 /// A reqwest client for OTLP/HTTP: only `ca` as the trust anchor when given, else the system
 /// roots; `identity` (cert, key PEM) for mutual TLS.
-fn http_client(
+pub(super) fn reqwest_client(
     TlsFiles { ca, identity }: TlsFiles,
-    headers: http::HeaderMap,
-) -> anyhow::Result<TokioHttpClient> {
+) -> anyhow::Result<reqwest::Client> {
     let mut builder = reqwest::Client::builder().timeout(EXPORT_TIMEOUT);
     if let Some(pem) = ca {
         let certs =
@@ -114,11 +146,7 @@ fn http_client(
             .context("parse the otlp client certificate and key")?;
         builder = builder.identity(identity);
     }
-    Ok(TokioHttpClient {
-        client: builder.build().context("build the otlp http client")?,
-        headers,
-        runtime: tokio::runtime::Handle::current(),
-    })
+    builder.build().context("build the otlp http client")
 }
 
 /// Sends each request on the role's tokio runtime: the SDK's batch processor exports from a
