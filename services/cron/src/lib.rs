@@ -9,11 +9,13 @@
 //! - `schedule`: next runs (`at`, `every`, cron expressions in IANA zones) and validation.
 //! - `tool`: the `cron` tool, served by the tool executors.
 //! - `leader`: the Redis leader lease.
+//! - `registry`: the bots as the registry has them now.
 #![forbid(unsafe_code)]
 
 pub mod leader;
 pub mod limits;
 pub mod owner;
+pub mod registry;
 pub mod schedule;
 pub mod store;
 pub mod tool;
@@ -45,6 +47,7 @@ pub async fn run(
     let redis = nanobot_runtime::store::connect(&cfg.store, &cancel)
         .await
         .context("connect to redis")?;
+    let live = registry::Live::start(&started.bus.js, cfg.clone(), &cancel).await;
     started.health.set_ready(true);
     let instance = started.health.instance.clone();
     tracing::info!(%instance, "cron scheduler ready");
@@ -56,7 +59,7 @@ pub async fn run(
         tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
-            _ = tick.tick() => leading = on_tick(&cfg, &started.bus, &mut leadership, leading).await,
+            _ = tick.tick() => leading = on_tick(&live.now(), &started.bus, &mut leadership, leading).await,
         }
     }
     leadership.resign().await;

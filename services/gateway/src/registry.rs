@@ -5,13 +5,10 @@
 //! SIGKILL: nothing is kept here; a restarted gateway starts from the config's bots and
 //! replays the latest revision of every registry key before serving changes.
 
-use std::collections::HashMap;
-
-use futures::StreamExt as _;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use nanobot_runtime::bot_registry::{self, Change};
+use nanobot_runtime::bot_registry::{self, Change, Follower};
 use nanobot_runtime::config::Config;
 
 use crate::channels::{ChannelDeps, Channels};
@@ -20,62 +17,32 @@ use crate::channels::{ChannelDeps, Channels};
 /// the receivers and deliveries it started. A fleet without the registry bucket serves its
 /// config's bots only (logged).
 pub async fn follow(
-    mut cfg: Config,
+    cfg: Config,
     mut channels: Channels,
     deps: ChannelDeps,
     cancel: CancellationToken,
 ) {
     let mut tasks = JoinSet::new();
-    let store = match bot_registry::open(&deps.js).await {
-        Ok(store) => store,
-        Err(e) => {
-            tracing::warn!(
-                error = format!("{e:#}"),
-                "no bot registry; serving the config's bots only"
-            );
-            return;
-        }
+    let Some(mut follower) = Follower::open(&deps.js, cfg).await else {
+        return;
     };
-    let mut watch = match bot_registry::watch(&store).await {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::error!(
-                error = format!("{e:#}"),
-                "bot registry watch failed; serving the config's bots only"
-            );
-            return;
-        }
-    };
-    let env: HashMap<String, String> = std::env::vars().collect();
     loop {
         let next = tokio::select! {
             _ = cancel.cancelled() => break,
-            next = watch.next() => next,
+            next = follower.next() => next,
         };
-        let Some(entry) = next else { break };
-        let Ok(entry) = entry else { continue };
-        let Some(change) = bot_registry::change(&entry) else {
-            continue;
-        };
-        let next_cfg = match bot_registry::apply(&cfg, &change, &env) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(bot = %change.bot(), error = %e, "bot registry entry not applied");
-                continue;
-            }
-        };
-        let id = change.bot().to_string();
-        if next_cfg.bots.get(&id) == cfg.bots.get(&id) {
+        let Some(applied) = next else { break };
+        if !applied.changed {
             continue;
         }
-        cfg = next_cfg;
-        match change {
+        let id = applied.change.bot().to_string();
+        match applied.change {
             Change::Removed(_) => {
                 channels.stop_bot(&id);
                 tracing::info!(bot = %id, "bot removed: its channels stopped");
             }
             Change::Put(..) => {
-                let one = bot_registry::only(&cfg, &id);
+                let one = bot_registry::only(follower.config(), &id);
                 match channels
                     .start_bot(&one, &id, &deps, &cancel, &mut tasks)
                     .await

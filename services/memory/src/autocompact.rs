@@ -40,7 +40,7 @@ pub async fn run(deps: &Deps, js: &jetstream::Context, cancel: &CancellationToke
 /// Asks for an `Idle` job for every idle session of every bot.
 async fn scan(deps: &Deps, js: &jetstream::Context, after: Duration) -> anyhow::Result<()> {
     let now = chrono::Local::now().naive_local();
-    for bot in deps.bots.values() {
+    for bot in deps.all_bots() {
         for key in bot.sessions.list().await? {
             let activity = bot.sessions.activity(&key).await?;
             if !idle::is_idle(&key, &activity, now, after) {

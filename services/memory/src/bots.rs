@@ -52,25 +52,32 @@ pub fn build(
     nats: &async_nats::Client,
     redis: &Store,
 ) -> HashMap<String, Arc<MemoryBot>> {
-    let tool_timeout = Duration::from_secs(cfg.bus.tool_timeout_secs.max(1));
     cfg.bots()
         .into_iter()
-        .map(|spec| {
-            let (target, provider) = resolve::provider_for(cfg, &spec);
-            let bot = MemoryBot {
-                sessions: SessionStore::new(redis.clone(), &spec.id),
-                provider,
-                target,
-                context: ContextBuilder::new(
-                    spec.workspace.clone(),
-                    None,
-                    cfg.agents.defaults.timezone.clone(),
-                    nanobot_core::skills::disabled_skills(cfg),
-                ),
-                tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout),
-                spec,
-            };
-            (bot.spec.id.clone(), Arc::new(bot))
-        })
+        .map(|spec| (spec.id.clone(), Arc::new(build_one(cfg, spec, nats, redis))))
         .collect()
+}
+
+/// Builds the state of bot `spec` of `cfg`.
+pub fn build_one(
+    cfg: &Config,
+    spec: BotSpec,
+    nats: &async_nats::Client,
+    redis: &Store,
+) -> MemoryBot {
+    let tool_timeout = Duration::from_secs(cfg.bus.tool_timeout_secs.max(1));
+    let (target, provider) = resolve::provider_for(cfg, &spec);
+    MemoryBot {
+        sessions: SessionStore::new(redis.clone(), &spec.id),
+        provider,
+        target,
+        context: ContextBuilder::new(
+            spec.workspace.clone(),
+            None,
+            cfg.agents.defaults.timezone.clone(),
+            nanobot_core::skills::disabled_skills(cfg),
+        ),
+        tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout),
+        spec,
+    }
 }

@@ -3,7 +3,7 @@
 //! loses it stops writing, see `writer`), dispatched by kind, marked done with its result.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use nanobot_runtime::store::Store;
@@ -36,8 +36,8 @@ pub struct Deps {
     pub redis: Store,
     /// Core NATS (tool lists, results).
     pub nats: async_nats::Client,
-    /// Bots by id.
-    pub bots: HashMap<String, Arc<MemoryBot>>,
+    /// Bots by id, as the registry has them now ([`crate::registry`]).
+    pub bots: RwLock<HashMap<String, Arc<MemoryBot>>>,
     /// Per-bot memory leases.
     pub memory_leases: Leases,
     /// Session leases (the agent's keys; fences `last_consolidated`).
@@ -49,7 +49,7 @@ impl Deps {
     pub fn new(cfg: Config, redis: Store, nats: async_nats::Client, instance: &str) -> Self {
         let session_ttl = Duration::from_secs_f64(cfg.runner.session_lease_secs.max(1.0));
         Self {
-            bots: bots::build(&cfg, &nats, &redis),
+            bots: RwLock::new(bots::build(&cfg, &nats, &redis)),
             memory_leases: Leases::new(
                 redis.clone(),
                 instance,
@@ -60,6 +60,23 @@ impl Deps {
             redis,
             nats,
         }
+    }
+}
+
+impl Deps {
+    /// Returns bot `id`'s state (a job holds it to the end, whatever the registry does).
+    pub fn bot(&self, id: &str) -> Option<Arc<MemoryBot>> {
+        self.bots
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// Returns every bot's state.
+    pub fn all_bots(&self) -> Vec<Arc<MemoryBot>> {
+        let bots = self.bots.read().unwrap_or_else(|e| e.into_inner());
+        bots.values().cloned().collect()
     }
 }
 

@@ -12,6 +12,7 @@
 //! - `consolidate`: the Consolidator.
 //! - `dream`: Dream runs and the Dream commands; `git`: the memory files' git history.
 //! - `writer`: the memory lease check before every write.
+//! - `registry`: bots added, changed and removed live.
 #![forbid(unsafe_code)]
 
 pub mod autocompact;
@@ -20,6 +21,7 @@ pub mod consolidate;
 pub mod dream;
 pub mod git;
 pub mod jobs;
+pub mod registry;
 pub mod writer;
 
 use std::future::Future;
@@ -70,6 +72,7 @@ pub async fn run(
         .await
         .context("create memory job consumer")?;
     nanobot_runtime::metrics::watch_consumer(consumer.clone(), cancel.clone());
+    let (cfg, follower) = registry::open(&started.bus.js, cfg).await;
     let deps = std::sync::Arc::new(Deps::new(
         cfg,
         redis,
@@ -80,6 +83,8 @@ pub async fn run(
         let (deps, js, cancel) = (deps.clone(), started.bus.js.clone(), cancel.clone());
         tokio::spawn(async move { autocompact::run(&deps, &js, &cancel).await })
     };
+    let follower =
+        follower.map(|f| tokio::spawn(registry::follow(deps.clone(), f, cancel.clone())));
     started.health.set_ready(true);
     tracing::info!(instance = %started.health.instance, "memory worker ready");
     let mut handled = 0u64;
@@ -117,6 +122,9 @@ pub async fn run(
         }
     }
     let _ = scanner.await;
+    if let Some(follower) = follower {
+        let _ = follower.await;
+    }
     shutdown::drain("memory worker", async {}).await;
     tracing::info!(handled, "memory worker stopped");
     Ok(())
@@ -152,7 +160,7 @@ async fn handle(deps: &Deps, msg: jetstream::Message) {
             return;
         }
     };
-    let Some(bot) = deps.bots.get(&request.bot).cloned() else {
+    let Some(bot) = deps.bot(&request.bot) else {
         tracing::warn!(bot = %request.bot, "dropping memory job for unknown bot");
         let _ = msg.ack_with(AckKind::Term).await;
         return;

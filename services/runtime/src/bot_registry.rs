@@ -28,6 +28,9 @@ use nanobot_proto::subjects;
 
 use crate::config::{BotConfig, Config};
 
+mod follow;
+pub use follow::{Applied, Follower};
+
 /// One change of the registry, as a role applies it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
