@@ -8,7 +8,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::session::{meta, now_iso};
+use crate::clock::now_iso;
+use crate::session::meta;
 
 /// Synthetic result for a tool call that never finished.
 pub const TOOL_INTERRUPTED: &str = "Error: Task interrupted before this tool finished.";

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
-use crate::session::now_iso;
+use crate::clock::now_iso;
 
 mod govern;
 
@@ -399,7 +399,7 @@ pub fn truncate_text(text: &str, max: usize) -> String {
 /// Prepares a turn's new messages for saving, as upstream `_save_turn`: empty assistant rows
 /// skipped, tool results truncated to `max_tool_result_chars`, image blocks replaced by
 /// placeholders, timestamps added, an injected subagent announcement stored as upstream's
-/// assistant row ([`crate::subagent::store_shape`]).
+/// assistant row ([`crate::subagent::rows::store_shape`]).
 pub fn rows_to_save(new_messages: &[Value], max_tool_result_chars: usize) -> Vec<Value> {
     let mut out = Vec::new();
     for m in new_messages {
@@ -430,7 +430,7 @@ pub fn rows_to_save(new_messages: &[Value], max_tool_result_chars: usize) -> Vec
             };
             row["content"] = saved;
         }
-        crate::subagent::store_shape(&mut row);
+        crate::subagent::rows::store_shape(&mut row);
         if row.get("timestamp").is_none() {
             row["timestamp"] = Value::String(now_iso());
         }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::provider::{ChatResponse, ToolCall, Usage};
-use crate::runner::StopReason;
+use crate::runner::stop::StopReason;
 use crate::tools::ToolOutcome;
 
 /// What a hook method returns; an error is logged and ignored.

@@ -17,12 +17,14 @@
 //! - [`memory`]: `memory/history.jsonl` and the raw archive format.
 //! - [`heartbeat`]: the heartbeat's rules (active tasks, target chat, prompt, notification gate).
 //! - [`subagent`]: the `spawn` tool's rules (task ids, texts, a subagent's prompt and tools).
+//! - [`clock`]: the rows' timestamp.
 //! - [`pairing`]: pairing codes and approvals of chat-channel senders (Redis, per bot).
 #![forbid(unsafe_code)]
 
 pub mod args;
 pub mod attachment;
 pub mod checkpoint;
+pub mod clock;
 pub mod context;
 pub mod goal;
 pub mod heartbeat;

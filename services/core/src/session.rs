@@ -126,12 +126,7 @@ impl Session {
     }
 }
 
-/// Returns the local time in nanobot's ISO row format.
-pub fn now_iso() -> String {
-    chrono::Local::now()
-        .format("%Y-%m-%dT%H:%M:%S%.6f")
-        .to_string()
-}
+pub use crate::clock::now_iso;
 
 /// Reads sessions of one bot. It cannot write: writes go through a [`SessionWriter`], which
 /// only a lease holder can make ([`SessionStore::fenced`]).

@@ -234,7 +234,7 @@ fn text_of(content: Option<&Value>) -> String {
 pub fn remember_summary(metadata: &mut Map<String, Value>, text: &str) {
     metadata.insert(
         meta::LAST_SUMMARY.into(),
-        json!({"text": text, "last_active": crate::session::now_iso()}),
+        json!({"text": text, "last_active": crate::clock::now_iso()}),
     );
 }
 
@@ -271,7 +271,7 @@ pub fn summary_section(metadata: &Map<String, Value>) -> Option<String> {
         .get("last_active")
         .and_then(Value::as_str)
         .filter(|t| is_iso_time(t))
-        .map_or_else(crate::session::now_iso, str::to_string);
+        .map_or_else(crate::clock::now_iso, str::to_string);
     Some(format!(
         "{SUMMARY_HEADER}\n\nPrevious conversation summary (last active {last_active}):\n{text}"
     ))

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{ChatRequest, ChatResponse, DeltaFn, Endpoint, LlmError, ToolCall, Usage};
+use super::anthropic_stream::{arguments_text, finish_reason, parse_usage};
+use super::{ChatRequest, ChatResponse, DeltaFn, Endpoint, LlmError, ToolCall};
 
 /// Default `apiBase` of `providers.anthropic`.
 pub const DEFAULT_API_BASE: &str = "https://api.anthropic.com";
@@ -208,42 +209,6 @@ pub fn request_body(req: &ChatRequest<'_>, stream: bool) -> Value {
         body["stream"] = json!(true);
     }
     body
-}
-
-/// Maps Anthropic `stop_reason` to the OpenAI `finish_reason` the runner reads.
-pub fn finish_reason(stop_reason: &str) -> String {
-    match stop_reason {
-        "end_turn" | "stop_sequence" | "pause_turn" => "stop",
-        "tool_use" => "tool_calls",
-        "max_tokens" => "length",
-        "refusal" => "refusal",
-        other => other,
-    }
-    .to_string()
-}
-
-/// Reads Anthropic usage (cache reads and writes count as prompt tokens).
-pub fn parse_usage(usage: &Value, into: &mut Usage) {
-    let get = |k: &str| usage.get(k).and_then(Value::as_u64);
-    if let Some(input) = get("input_tokens") {
-        let read = get("cache_read_input_tokens").unwrap_or(0);
-        let write = get("cache_creation_input_tokens").unwrap_or(0);
-        into.prompt_tokens = input + read + write;
-        into.cached_tokens = read;
-    }
-    if let Some(output) = get("output_tokens") {
-        into.completion_tokens = output;
-    }
-}
-
-/// Turns a tool_use `input` into argument text (a string input is kept raw: it is what a
-/// model sends when its JSON did not parse).
-pub fn arguments_text(input: &Value) -> String {
-    match input {
-        Value::String(s) => s.clone(),
-        Value::Null => "{}".into(),
-        other => other.to_string(),
-    }
 }
 
 /// Parses a non-streamed `message` response.

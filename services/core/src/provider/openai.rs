@@ -21,8 +21,8 @@ pub struct OpenAiProvider {
 /// Keys of a stored message the wire never carries.
 const NOT_SENT: [&str; 3] = [
     "thinking_blocks",
-    crate::subagent::INJECTED_EVENT_KEY,
-    crate::subagent::TASK_ID_KEY,
+    crate::subagent::rows::INJECTED_EVENT_KEY,
+    crate::subagent::rows::TASK_ID_KEY,
 ];
 
 /// The messages as sent: without [`NOT_SENT`] keys and content blocks' `_meta`, serialised
@@ -517,7 +517,7 @@ mod tests {
                 {"type": "image_url", "image_url": {"url": "data:x"}, "_meta": {"path": "a.png"}},
                 {"type": "text", "text": "look"}]}),
             json!({"role": "assistant", "content": "ok", "thinking_blocks": [{"thinking": "hm"}],
-                crate::subagent::INJECTED_EVENT_KEY: true, crate::subagent::TASK_ID_KEY: "t1",
+                crate::subagent::rows::INJECTED_EVENT_KEY: true, crate::subagent::rows::TASK_ID_KEY: "t1",
                 "tool_calls": [{"id": "c1", "function": {"name": "exec", "arguments": "{}"}}]}),
         ];
         let tools = [json!({"type": "function", "function": {"name": "exec"}})];

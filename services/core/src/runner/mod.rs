@@ -21,6 +21,7 @@ mod execute;
 pub mod prompts;
 mod request;
 pub mod snip;
+pub mod stop;
 #[cfg(test)]
 mod tests;
 
@@ -36,6 +37,7 @@ use crate::tools::{Offered, ToolExecutor, ToolScope};
 pub use prompts::{EMPTY_FINAL_RESPONSE_MESSAGE, LLM_ERROR_MESSAGE, max_iterations_message};
 pub use request::traced_chat;
 use request::{Cost, Requester};
+pub use stop::StopReason;
 
 /// Blank replies before the finalization retry (upstream `_MAX_EMPTY_RETRIES`).
 pub const MAX_EMPTY_RETRIES: u32 = 2;
@@ -149,38 +151,6 @@ pub struct RunDeps<'a> {
     pub checkpoints: Option<&'a dyn CheckpointSink>,
     /// Where follow-up messages come from.
     pub injections: Option<&'a dyn Injections>,
-}
-
-/// Why a run ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum StopReason {
-    /// The model gave its final answer.
-    #[default]
-    Completed,
-    /// The tool-iteration budget ran out.
-    MaxIterations,
-    /// The model call failed.
-    Error,
-    /// The model answered with nothing (upstream's placeholder was used).
-    EmptyFinalResponse,
-}
-
-impl StopReason {
-    /// Upstream's name of the reason.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Completed => "completed",
-            Self::MaxIterations => "max_iterations",
-            Self::Error => "error",
-            Self::EmptyFinalResponse => "empty_final_response",
-        }
-    }
-}
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// What a run produced.
