@@ -2,47 +2,28 @@
 //! (`subjects::CRON_FIRE_ALL`) and subagent tasks (`subjects::SUBAGENT_ALL`) from JetStream, run each as a turn (session from Redis, LLM,
 //! tool calls as NATS requests to `nanobot-tools`), save the session, and publish replies on
 //! `subjects::outbound`. Any number of runners share the durable consumers; a session's
-//! turns run one at a time, in arrival order, under its lease (see `handlers::session`).
+//! turns run one at a time, in arrival order, under its lease (see [`session`]).
 //!
-//! # Layout
-//! - `bots`: per-bot session store, tool client, provider and context builder.
-//! - `handlers`: one handler per message type; waiting for leases, draining mailboxes, acks.
-//! - `lease`: per-session leases with fencing tokens; `mailbox`: a session's messages in
-//!   stream order, and follow-ups injected into a running turn.
-//! - `turn`: one turn end to end; `commands`: slash commands; `stop`: `/stop` across runners.
-//! - `memory_jobs`: consolidation requests, `/new` archives and the Dream commands, answered
-//!   by the memory workers.
-//! - `turn_hook`: stream deltas, progress and tool hints; `checkpoints`: turn state in Redis.
-//! - `outbox`: publishing replies, and replies committed but not yet published.
-//! - `outcomes`: how watched turns ended (a cron fire records its run's status).
-//! - `message_tool`: the `message` tool, served by the runner (it acts on the turn's delivery).
-//! - `subagent`: the `spawn` tool, subagent slots, runs and announcements.
+//! # Layout: three layers and a ground floor, each importing only downward
+//! - [`handlers`]: receive a bus message (inbound, cron fire, heartbeat, subagent task, the bot
+//!   registry), keep its ack deadline extended, settle it.
+//! - [`session`]: who runs a message, when and how often: taking the session's lease, draining
+//!   its mailbox in stream order, attempts. States the exactly-once invariant.
+//! - [`turn`]: what one attempt does, top to bottom ([`turn::Turn::run`]): command, recovery,
+//!   model, commit-then-publish; checkpoints, follow-ups, the runner's own tools, the hook.
+//! - [`base`]: the ground floor: [`base::deps::Deps`], incoming messages, commands and turn
+//!   inputs, bots, leases and mailboxes, the outbox, outcomes, errors. Imports nothing above.
+//!
+//! This file starts the consumer loops; the modules re-exported below keep their old paths.
 #![forbid(unsafe_code)]
 
-pub mod attempts;
-pub mod bots;
-pub mod checkpoints;
-pub mod commands;
-pub mod commit;
-pub mod error;
-pub mod goal_tools;
-pub mod goal_turn;
+pub mod base;
 pub mod handlers;
-pub mod lease;
-pub mod limits;
-pub mod mailbox;
-pub mod memory_jobs;
-pub mod message_tool;
-pub mod outbox;
-pub mod outcomes;
-pub mod pipeline;
-pub mod recovery;
-pub mod registry;
-pub mod restart;
-pub mod stop;
-pub mod subagent;
+pub mod session;
 pub mod turn;
-pub mod turn_hook;
+
+pub use base::{bots, error, lease, restart, stop};
+pub use turn::{checkpoints, commands, goal_tools};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -60,9 +41,9 @@ use nanobot_proto::subjects;
 use nanobot_runtime::config::Config;
 use nanobot_runtime::{service, shutdown, store};
 
-use crate::handlers::Deps;
-use crate::lease::Leases;
-use crate::mailbox::Mailbox;
+use crate::base::deps::Deps;
+use crate::base::lease::Leases;
+use crate::base::mailbox::Mailbox;
 
 /// Runs an agent runner until `shutdown` completes, then drains in-flight turns.
 pub async fn run(
@@ -104,7 +85,7 @@ pub async fn run(
             "messagesWaiting": gauges.waiting.load(std::sync::atomic::Ordering::Relaxed),
         })
     }));
-    let registry = tokio::spawn(registry::follow(deps.clone()));
+    let registry = tokio::spawn(handlers::registry::follow(deps.clone()));
     let stop_server = tokio::spawn(stop::serve(
         deps.nats.clone(),
         subjects::scoped(subjects::STOP_ALL, deps.cfg.scope.as_deref()),

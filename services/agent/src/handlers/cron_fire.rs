@@ -20,18 +20,16 @@ use async_nats::jetstream;
 use prost::Message as _;
 use tracing::Instrument as _;
 
-use nanobot_core::session::SessionWriter;
 use nanobot_cron::store::{self as cron_store, Run};
-use nanobot_proto::{CronFire, CronFireKind, keys};
+use nanobot_proto::{CronFire, CronFireKind};
 use nanobot_runtime::telemetry;
 
-use super::session::{self, Until};
-use super::{Deps, keep_alive, terminate};
-use crate::attempts;
-use crate::bots::Bot;
-use crate::outbox::{self, Outbox};
-use crate::outcomes::{Outcome, Watch};
-use crate::turn::{TurnCtx, TurnInput};
+use super::{keep_alive, terminate};
+use crate::base::bots::Bot;
+use crate::base::deps::Deps;
+use crate::base::input::TurnInput;
+use crate::base::outbox::Outbox;
+use crate::base::outcomes::{Outcome, Watch};
 
 /// Handles one cron fire.
 pub async fn handle(deps: &Deps, msg: jetstream::Message) {
@@ -39,7 +37,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         Ok(f) => f,
         Err(e) => return terminate(&msg, &format!("undecodable cron fire: {e}")).await,
     };
-    let Some(bot) = super::bot(deps, &fire.bot) else {
+    let Some(bot) = deps.bot(&fire.bot) else {
         return terminate(&msg, &format!("unknown bot {:?}", fire.bot)).await;
     };
     if fire.kind() == CronFireKind::Heartbeat {
@@ -76,7 +74,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         let alive = keep_alive(&msg, deps.ack_wait());
         let watch = Watch::new(&fire.id);
         let started = Instant::now();
-        let outcome = run_once(deps, &bot, &input, &outbox, None).await;
+        let outcome = crate::session::once::run_once(deps, &bot, &input, &outbox, None).await;
         if let (Ok(true), Some(ran)) = (&outcome, watch.outcome()) {
             record_run(&bot, &fire, ran, started.elapsed().as_millis()).await;
         }
@@ -131,58 +129,6 @@ async fn record_run(bot: &Bot, fire: &CronFire, outcome: Outcome, elapsed_ms: u1
         Ok(Err(e)) => tracing::warn!(error = %e, "failed to record cron run"),
         Err(e) => tracing::warn!(error = %e, "failed to record cron run"),
     }
-}
-
-/// Runs `input` as a turn of its session under the session's lease, unless a turn with its id
-/// was already answered there; with `keep`, first trims the session to its last `keep` rows
-/// (from a user row). Returns whether the turn ran here.
-pub(super) async fn run_once(
-    deps: &Deps,
-    bot: &Bot,
-    input: &TurnInput,
-    outbox: &Outbox,
-    keep: Option<usize>,
-) -> anyhow::Result<bool> {
-    let session_key = &input.session_key;
-    let marker = keys::inbound_seen(&bot.spec.id, session_key, &input.id);
-    let mut ran_here = false;
-    while let Some(session::Held { lease, permit, .. }) =
-        session::acquire(deps, bot, session_key, Until::Seen(&marker)).await?
-    {
-        let sessions = bot.sessions.fenced(lease.fence());
-        let ran = async {
-            outbox::flush(&deps.js, &sessions, session_key).await?;
-            if let Some(keep) = keep {
-                trim(&sessions, session_key, keep).await?;
-            }
-            let ctx = TurnCtx {
-                sessions: &sessions,
-                seq: None,
-                follow_ups: None,
-            };
-            let Some(started) = attempts::start(deps, bot, session_key, &input.id).await? else {
-                return Ok(false);
-            };
-            attempts::guarded(deps, bot, ctx, &lease, input, outbox, started).await?;
-            anyhow::Ok(true)
-        }
-        .await;
-        lease.release().await;
-        drop(permit);
-        ran_here |= ran?;
-    }
-    Ok(ran_here)
-}
-
-/// Keeps the last `keep` rows of a session (starting at a user row).
-async fn trim(sessions: &SessionWriter, key: &str, keep: usize) -> anyhow::Result<()> {
-    let session = sessions.load(key).await?;
-    let from = nanobot_core::heartbeat::retain_from(&session.messages, keep);
-    if from > 0 {
-        sessions.clear(key).await?;
-        sessions.append(key, &session.messages[from..]).await?;
-    }
-    Ok(())
 }
 
 /// Where a fire's turn runs, and its reply goes.

@@ -21,11 +21,12 @@ use nanobot_core::session::{Commit, now_iso};
 use nanobot_proto::{CronFire, OutboundKind, keys};
 use nanobot_runtime::telemetry::tags;
 
-use super::session::{self, Until};
-use super::{Deps, keep_alive};
-use crate::bots::Bot;
-use crate::outbox::Outbox;
-use crate::turn::TurnInput;
+use super::keep_alive;
+use crate::base::bots::Bot;
+use crate::base::deps::Deps;
+use crate::base::input::TurnInput;
+use crate::base::outbox::Outbox;
+use crate::session::acquire::{self, Until};
 
 /// Completion cap of the gate call (upstream's evaluator, `max_tokens=4096`).
 const GATE_MAX_TOKENS: u32 = 4096;
@@ -74,7 +75,7 @@ async fn beat(deps: &Deps, bot: &Bot, fire: &CronFire) -> anyhow::Result<()> {
         session_key: SESSION.into(),
     };
     let keep = deps.cfg.gateway.heartbeat.keep_recent_messages;
-    super::cron_fire::run_once(deps, bot, &input, &nowhere, Some(keep)).await?;
+    crate::session::once::run_once(deps, bot, &input, &nowhere, Some(keep)).await?;
 
     let Some(response) = last_answer(&bot.sessions.load(SESSION).await?.messages) else {
         return Ok(());
@@ -89,8 +90,8 @@ async fn beat(deps: &Deps, bot: &Bot, fire: &CronFire) -> anyhow::Result<()> {
     let recorded = keys::inbound_seen(&bot.spec.id, &target_key, &delivery);
     // The row goes into the chat's session under its lease, like a turn's rows, and in one
     // write with its marker.
-    if let Some(session::Held { lease, permit, .. }) =
-        session::acquire(deps, bot, &target_key, Until::Seen(&recorded)).await?
+    if let Some(acquire::Held { lease, permit, .. }) =
+        acquire::acquire(deps, bot, &target_key, Until::Seen(&recorded)).await?
     {
         let row = json!({"role": "assistant", "content": response, "timestamp": now_iso(), "_channel_delivery": true});
         let commit = Commit {
@@ -158,7 +159,7 @@ fn last_answer(rows: &[Value]) -> Option<String> {
 async fn gate(bot: &Bot, task: &str, response: &str) -> bool {
     let runtime = bot.models.configured();
     let mut messages = heartbeat::gate_messages(task, response);
-    if let Some(custom) = crate::commands::evaluator_override(&bot.spec.workspace) {
+    if let Some(custom) = crate::turn::commands::evaluator_override(&bot.spec.workspace) {
         messages[0]["content"] = custom.into();
     }
     let request = ChatRequest {

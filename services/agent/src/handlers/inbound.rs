@@ -9,11 +9,14 @@ use tracing::Instrument as _;
 use nanobot_proto::{OutboundKind, keys};
 use nanobot_runtime::telemetry;
 
-use super::session::{self, Until};
-use super::{Deps, keep_alive, terminate};
-use crate::commands::{self, Kind};
-use crate::mailbox::Incoming;
-use crate::outbox::Outbox;
+use super::{keep_alive, terminate};
+use crate::base::command::Kind;
+use crate::base::deps::Deps;
+use crate::base::input::Incoming;
+use crate::base::outbox::Outbox;
+use crate::session::acquire::{self, Until};
+use crate::session::drain;
+use crate::turn::commands;
 
 /// Handles one inbound message.
 pub async fn handle(deps: &Deps, msg: jetstream::Message) {
@@ -22,9 +25,9 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         Err(e) => return terminate(&msg, &format!("undecodable inbound message: {e}")).await,
     };
     let inbound = &incoming.message;
-    let Some(bot) = super::bot(deps, &inbound.bot) else {
-        if crate::registry::is_removed(deps, &inbound.bot) {
-            crate::registry::refuse(deps, inbound).await;
+    let Some(bot) = deps.bot(&inbound.bot) else {
+        if crate::handlers::registry::is_removed(deps, &inbound.bot) {
+            crate::handlers::registry::refuse(deps, inbound).await;
         }
         return terminate(&msg, &format!("unknown bot {:?}", inbound.bot)).await;
     };
@@ -75,14 +78,14 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
 /// its lease is free.
 async fn answer(
     deps: &Deps,
-    bot: &crate::bots::Bot,
+    bot: &crate::base::bots::Bot,
     session_key: &str,
     subject: &str,
     seq: u64,
 ) -> anyhow::Result<()> {
-    while let Some(held) = session::acquire(deps, bot, session_key, Until::Cursor(seq)).await? {
+    while let Some(held) = acquire::acquire(deps, bot, session_key, Until::Cursor(seq)).await? {
         let drained =
-            session::drain(deps, bot, session_key, subject, &held.lease, held.progress).await;
+            drain::drain(deps, bot, session_key, subject, &held.lease, held.progress).await;
         held.lease.release().await;
         drop(held.permit);
         let (entries, cursor) = drained?;

@@ -1,87 +1,25 @@
-//! One handler per message type, dispatched by the consumer loops in `lib.rs`; `session`
-//! holds what they share: waiting for a session's lease and draining its mailbox. A handled
-//! message is acknowledged by [`settle`].
+//! The top layer: receiving bus messages. One handler per message type (a chat message, a
+//! cron fire, the heartbeat, a subagent task), dispatched by the consumer loops in `lib.rs`,
+//! and the registry watcher; while a message is worked on its ack deadline is kept extended
+//! ([`keep_alive`]), and when it is done it is acknowledged or redelivered ([`settle`]).
+//!
+//! May import: `crate::session` (who runs a message, and when), `crate::turn` (the subagent
+//! runs, the priority commands' answers), `crate::base`. Nothing below imports this layer.
 
 pub mod cron_fire;
 pub mod heartbeat;
 pub mod inbound;
-pub mod session;
+pub mod registry;
 pub mod subagent;
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
-use nanobot_runtime::store::Store;
-use redis::AsyncCommands as _;
-use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
 
-use nanobot_core::session::SEEN_TTL_SECS;
-use nanobot_runtime::config::Config;
-
-use crate::bots::Bot;
-use crate::lease::Leases;
-use crate::mailbox::Mailbox;
-use crate::stop::ActiveTurns;
+use crate::base::deps::Deps;
 
 /// How often an in-progress message extends its JetStream ack deadline, as a fraction of it.
 const PROGRESS_FRACTION: u32 = 3;
-
-/// What handlers share.
-#[derive(Debug)]
-pub struct Deps {
-    /// Config.
-    pub cfg: Config,
-    /// JetStream.
-    pub js: jetstream::Context,
-    /// Redis.
-    pub redis: Store,
-    /// Bots by id (the registry watcher adds, changes and removes them).
-    pub bots: crate::bots::Bots,
-    /// Bots removed from the registry while this runner ran.
-    pub removed: crate::registry::Removed,
-    /// Session leases.
-    pub leases: Leases,
-    /// Sessions' mailboxes (the inbound stream).
-    pub mailbox: Mailbox,
-    /// Turns running here (`runner.maxConcurrentTurns` permits).
-    pub turns: Arc<Semaphore>,
-    /// Messages waiting here for a session another runner holds.
-    pub waiting: AtomicUsize,
-    /// Core NATS (stop requests).
-    pub nats: async_nats::Client,
-    /// Turns running here, for `/stop` and `/status`.
-    pub active: Arc<ActiveTurns>,
-    /// When this runner started (`/status` uptime).
-    pub started: Instant,
-    /// Cancelled at shutdown: waiting stops, running turns finish.
-    pub cancel: CancellationToken,
-}
-
-impl Deps {
-    /// Returns whether `marker` was already recorded. A Redis error is an error, never "not
-    /// seen": during a failover that would run an answered message a second time.
-    pub async fn seen(&self, marker: &str) -> redis::RedisResult<bool> {
-        let mut conn = self.redis.clone();
-        conn.exists(marker).await
-    }
-
-    /// Records `marker` as processed.
-    pub async fn mark_seen(&self, marker: &str) {
-        let mut conn = self.redis.clone();
-        match conn.set_ex::<_, _, ()>(marker, 1, SEEN_TTL_SECS).await {
-            Ok(()) => self.redis.replicate(marker).await,
-            Err(e) => tracing::warn!(error = %e, "failed to record processed marker"),
-        }
-    }
-
-    /// How long JetStream waits for an ack before redelivering to another runner.
-    pub fn ack_wait(&self) -> Duration {
-        Duration::from_secs_f64(self.cfg.runner.redeliver_after_secs)
-    }
-}
 
 /// Keeps a JetStream message's ack deadline extended until dropped.
 pub fn keep_alive(msg: &jetstream::Message, ack_wait: Duration) -> tokio::task::JoinHandle<()> {
@@ -104,15 +42,6 @@ pub async fn terminate(msg: &jetstream::Message, why: &str) {
     if let Err(e) = msg.ack_with(AckKind::Term).await {
         tracing::warn!(error = %e, "failed to terminate message");
     }
-}
-
-/// Returns the bot for a bot id, if this fleet serves it.
-pub fn bot(deps: &Deps, id: &str) -> Option<Arc<Bot>> {
-    deps.bots
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(id)
-        .cloned()
 }
 
 /// Acknowledges `msg` after `outcome`: acked when answered, otherwise redelivered soon (on

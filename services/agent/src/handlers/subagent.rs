@@ -11,9 +11,10 @@ use tracing::Instrument as _;
 use nanobot_proto::SubagentTask;
 use nanobot_runtime::telemetry;
 
-use super::{Deps, keep_alive, terminate};
-use crate::bots::Bot;
-use crate::subagent::{self, Slot};
+use super::{keep_alive, terminate};
+use crate::base::bots::Bot;
+use crate::base::deps::Deps;
+use crate::turn::subagent::{self, Slot};
 
 /// Handles one subagent task.
 pub async fn handle(deps: &Deps, msg: jetstream::Message) {
@@ -21,7 +22,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
         Ok(t) => t,
         Err(e) => return terminate(&msg, &format!("undecodable subagent task: {e}")).await,
     };
-    let Some(bot) = super::bot(deps, &task.bot) else {
+    let Some(bot) = deps.bot(&task.bot) else {
         return terminate(&msg, &format!("unknown bot {:?}", task.bot)).await;
     };
     let span = tracing::info_span!("subagent", task_id = %task.id, session_id = %task.origin_session_key, label = %task.label);

@@ -32,7 +32,7 @@ pub struct Bot {
 
 pub use nanobot_runtime::skills_dir::builtin_skills_dir;
 
-/// The bots of a runner by id, changed live by the registry watcher ([`crate::registry`]).
+/// The bots of a runner by id, changed live by the registry watcher (`crate::handlers::registry`).
 pub type Bots = std::sync::RwLock<HashMap<String, Arc<Bot>>>;
 
 /// Builds the per-bot state of every configured bot, by id.
@@ -66,12 +66,7 @@ pub fn build_one(
         // The runner serves `message`, `spawn` and the goal tools itself.
         tools: ToolClient::new(nats.clone(), &spec.id, tool_timeout)
             .with_replies(replies.clone())
-            .with_local(
-                [crate::message_tool::spec(), nanobot_core::subagent::spec()]
-                    .into_iter()
-                    .chain(crate::goal_tools::specs())
-                    .collect(),
-            ),
+            .with_local(super::served_tools::all()),
         models,
         context: ContextBuilder::new(
             spec.workspace.clone(),

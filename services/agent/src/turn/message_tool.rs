@@ -10,41 +10,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use nanobot_core::attachment::{self, Refused};
 use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
-use nanobot_proto::{OutboundKind, OutboundMessage, ToolSpec};
+use nanobot_proto::{OutboundKind, OutboundMessage};
 
-use crate::goal_tools::GoalTools;
-use crate::outbox::{self, Outbox};
-use crate::subagent::Spawner;
-
-/// The tool's name.
-pub const NAME: &str = "message";
-
-/// Returns the tool's spec.
-pub fn spec() -> ToolSpec {
-    let parameters = json!({
-        "type": "object",
-        "properties": {
-            "content": {"type": "string", "description": "The message content to send"},
-            "channel": {"type": "string", "description": "Optional: target channel (telegram, discord, etc.)"},
-            "chat_id": {"type": "string", "description": "Optional: target chat/user ID"},
-            "media": {"type": "array", "items": {"type": "string"}, "description": "Optional: list of file paths to attach (images, audio, documents)"}
-        },
-        "required": ["content"]
-    });
-    ToolSpec {
-        name: NAME.into(),
-        description: "Send a message to the user, optionally with file attachments. Use this \
-                      when you want to communicate something."
-            .into(),
-        parameters_json: parameters.to_string(),
-        read_only: false,
-        exclusive: false,
-    }
-}
+use crate::base::outbox::{self, Outbox};
+use crate::base::served_tools::MESSAGE as NAME;
+use crate::turn::goal_tools::GoalTools;
+use crate::turn::subagent::Spawner;
 
 /// The executors plus the `message` tool for one turn.
 pub struct TurnTools<'a> {
@@ -277,6 +252,8 @@ impl ToolExecutor for TurnTools<'_> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

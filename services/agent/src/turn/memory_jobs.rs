@@ -16,10 +16,10 @@ use nanobot_core::session::Session;
 use nanobot_proto::{ConsolidationRequest, ConsolidationResult, MemoryJobKind, subjects};
 use nanobot_runtime::bus;
 
-use crate::bots::Bot;
-use crate::commands::Command;
-use crate::handlers::Deps;
-use crate::turn::Measured;
+use crate::base::bots::Bot;
+use crate::base::command::Command;
+use crate::base::deps::Deps;
+use crate::turn::parts::Measured;
 
 /// How long a `/dream` run is waited for before its report says it goes on.
 pub const DREAM_WAIT: Duration = Duration::from_secs(600);

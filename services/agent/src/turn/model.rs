@@ -1,6 +1,6 @@
 //! The model's part of a turn: the user message persisted before the first LLM call
 //! (`pending_user_turn`), the prompt, the run with hooks and checkpoints, and what is left to
-//! commit. [`crate::pipeline`] shows the whole turn.
+//! commit. [`crate::turn`] shows the whole turn.
 
 use std::sync::Arc;
 
@@ -14,143 +14,26 @@ use nanobot_core::resolve;
 use nanobot_core::runner::{
     self, Injections, OnBudgetExhausted, RunDeps, RunOptions, RunSpec, StopReason,
 };
-use nanobot_core::session::{Commit, Session, SessionWriter, meta, now_iso};
+use nanobot_core::session::{Commit, Session, meta, now_iso};
 use nanobot_core::subagent;
 use nanobot_core::tool_results::Offload;
-use nanobot_core::tools::{FileReads, Offered, ToolScope};
+use nanobot_core::tools::{FileReads, ToolScope};
 
-use crate::goal_tools::GoalTools;
-use crate::goal_turn::{self, GoalInjections};
-use crate::message_tool::TurnTools;
-
-use crate::bots::Bot;
-use crate::checkpoints::SessionCheckpoints;
-use crate::commands::{self, Kind};
-use crate::commit::Reply;
-use crate::handlers::Deps;
-use crate::mailbox::{FollowUps, Incoming};
-use crate::outbox::Outbox;
-use crate::subagent::Spawner;
-use crate::turn_hook::{Gates, TurnHook};
-
-/// Where a turn writes, and where its follow-ups come from.
-#[derive(Debug, Clone, Copy)]
-pub struct TurnCtx<'a> {
-    /// The session store, fenced with the session's lease.
-    pub sessions: &'a SessionWriter,
-    /// Stream sequence of the turn's message (chat turns; the mailbox cursor moves past it).
-    pub seq: Option<u64>,
-    /// Follow-up messages read from the session's mailbox.
-    pub follow_ups: Option<&'a FollowUps>,
-}
-
-/// The input of a turn, from a chat message or a cron fire.
-#[derive(Debug, Clone)]
-pub struct TurnInput {
-    /// Idempotency id (inbound message id or cron fire id).
-    pub id: String,
-    /// Channel the message came from.
-    pub channel: String,
-    /// Chat it came from.
-    pub chat_id: String,
-    /// Text.
-    pub content: String,
-    /// Attachments.
-    pub media: Vec<String>,
-    /// Session key.
-    pub session_key: String,
-    /// Stream deltas back.
-    pub stream: bool,
-    /// The turn runs a cron job.
-    pub in_cron: bool,
-    /// The task whose result the message announces (a subagent's `system` message): stored
-    /// as upstream's assistant row instead of a user row.
-    pub announced: Option<String>,
-    /// What the message is (classified when it was decoded).
-    pub kind: Kind,
-    /// A user's `/goal <task>` started the turn: the goal guidance is in the model's input
-    /// and `create_goal` may run.
-    pub goal_requested: bool,
-    /// An internal goal continuation ([`goal_turn::continuation`]): its text is not stored.
-    pub continuation: bool,
-    /// The chat message (goal continuations are made from it).
-    pub message: Option<nanobot_proto::InboundMessage>,
-}
-
-impl TurnInput {
-    /// The turn of a chat message; a `system` message's turn is its origin chat's (upstream:
-    /// channel and chat from its `chat_id`), so the prompt and tools never see `system`.
-    pub fn chat(incoming: &Incoming) -> Self {
-        let m = &incoming.message;
-        let (channel, chat_id) = m.origin();
-        let announced = (m.channel == nanobot_proto::SYSTEM_CHANNEL)
-            .then(|| subagent::announced_task(&m.metadata_json))
-            .flatten();
-        Self {
-            id: m.id.clone(),
-            channel,
-            chat_id,
-            announced,
-            content: m.content.clone(),
-            media: m.media.clone(),
-            session_key: m.effective_session_key(),
-            stream: m.stream,
-            in_cron: false,
-            kind: incoming.kind.clone(),
-            goal_requested: matches!(
-                &incoming.kind,
-                Kind::Command(commands::Command::Goal(Some(task))) if !task.trim().is_empty()
-            ),
-            continuation: goal_turn::is_continuation(m),
-            message: Some(m.clone()),
-        }
-    }
-
-    /// An automation turn (a cron fire, the heartbeat) with id `id` in session `session_key`,
-    /// on behalf of `channel`/`chat_id`.
-    pub fn automation(
-        id: &str,
-        channel: &str,
-        chat_id: &str,
-        content: String,
-        session_key: &str,
-    ) -> Self {
-        Self {
-            id: id.to_string(),
-            channel: channel.to_string(),
-            chat_id: chat_id.to_string(),
-            kind: commands::classify(&content),
-            content,
-            media: Vec::new(),
-            session_key: session_key.to_string(),
-            stream: false,
-            in_cron: true,
-            announced: None,
-            goal_requested: false,
-            continuation: false,
-            message: None,
-        }
-    }
-}
-
-/// What a turn measured of its session's prompt, for [`crate::memory_jobs::maybe_consolidate`]:
-/// the history the next turn replays and the prompt's fixed part, so the check neither
-/// reloads the session nor rebuilds the prompt.
-#[derive(Debug)]
-pub struct Measured {
-    /// The replayable history after the turn.
-    pub replay: Vec<Value>,
-    /// The system prompt the turn sent.
-    pub system: String,
-    /// The tools the turn offered.
-    pub tools: Arc<Offered>,
-    /// Stored rows of the session after the turn.
-    pub stored: usize,
-}
+use crate::base::bots::Bot;
+use crate::base::deps::Deps;
+use crate::base::input::TurnInput;
+use crate::base::outbox::Outbox;
+use crate::turn::checkpoints::SessionCheckpoints;
+use crate::turn::goal::{self as goal_turn, GoalInjections};
+use crate::turn::goal_tools::GoalTools;
+use crate::turn::hook::{Gates, TurnHook};
+use crate::turn::message_tool::TurnTools;
+use crate::turn::parts::{Measured, Reply, TurnCtx};
+use crate::turn::subagent::Spawner;
 
 /// Runs the model over `session` (loaded and recovered) and `input`: the user message is
 /// persisted first (with its pending markers), checkpoints are saved as the run goes, and the
-/// rest of the turn is returned as a [`Reply`] for [`crate::commit::finish`], with what the
+/// rest of the turn is returned as a [`Reply`] for [`crate::turn::commit::finish`], with what the
 /// turn measured of the prompt. `resume`: the message's own interrupted turn continues.
 pub async fn run(
     deps: &Deps,
@@ -297,7 +180,7 @@ pub async fn run(
     let hook = CompositeHook::new(vec![
         Arc::new(LoggingHook) as Arc<dyn AgentHook>,
         usage_hook.clone(),
-        Arc::new(crate::limits::UsageRecorder::new(
+        Arc::new(crate::turn::limits::UsageRecorder::new(
             deps.redis.clone(),
             &bot.spec.id,
             &model.target.model,

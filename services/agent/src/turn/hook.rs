@@ -11,8 +11,8 @@ use nanobot_core::hooks::{AgentHook, HookResult, RunSummary};
 use nanobot_core::provider::{ChatResponse, ToolCall};
 use nanobot_proto::OutboundKind;
 
-use crate::outbox::Outbox;
-use crate::outcomes::{self, Outcome};
+use crate::base::outbox::Outbox;
+use crate::base::outcomes::{self, Outcome};
 
 /// What the turn publishes while it runs.
 #[derive(Debug, Clone, Copy, Default)]

@@ -29,10 +29,10 @@ use nanobot_proto::{InboundMessage, SubagentTask, keys, subjects};
 use nanobot_runtime::bus;
 use nanobot_runtime::store::Store;
 
-use crate::bots::Bot;
-use crate::handlers::Deps;
-use crate::outbox::Outbox;
-use crate::turn::TurnInput;
+use crate::base::bots::Bot;
+use crate::base::deps::Deps;
+use crate::base::input::TurnInput;
+use crate::base::outbox::Outbox;
 
 /// Shortest time a slot is held without being refreshed (a queued task waits for a runner).
 const MIN_SLOT_TTL: Duration = Duration::from_secs(120);

@@ -14,8 +14,8 @@ use nanobot_core::session::meta;
 use nanobot_proto::keys;
 use nanobot_runtime::config::SearchConfig;
 
-use crate::bots::Bot;
-use crate::handlers::Deps;
+use crate::base::bots::Bot;
+use crate::base::deps::Deps;
 
 /// Upstream's safety margin of the input budget, in tokens.
 const SAFETY_BUFFER: u64 = 1024;

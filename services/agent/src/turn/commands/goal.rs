@@ -2,10 +2,10 @@
 //!
 //! `/goal <task>` from a user goes to the model as a turn whose message is the command's own
 //! text, as upstream (`msg.content = ctx.raw`), in goal mode: the turn is marked
-//! `goal_requested` ([`crate::turn::TurnInput::goal_requested`]), so its user message carries
+//! `goal_requested` ([`crate::base::input::TurnInput::goal_requested`]), so its user message carries
 //! upstream's goal guidance (`nanobot_core::goal::runtime_block`) and `create_goal` may run
-//! ([`crate::goal_tools`]); the goal then lives in the session's `goal_state` and is continued
-//! as upstream does ([`crate::goal_turn`]). 0.3.5 has no `/goal` status or cancel form (the
+//! ([`crate::turn::goal_tools`]); the goal then lives in the session's `goal_state` and is continued
+//! as upstream does ([`crate::turn::goal`]). 0.3.5 has no `/goal` status or cancel form (the
 //! model cancels with `update_goal`, `action='cancel'`) and its `/status` does not show the
 //! goal; neither does the fleet's. A `/goal` sent while a turn runs waits for it, as every
 //! command does in the fleet (0.3.5 answers that a task is already running).

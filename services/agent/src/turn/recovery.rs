@@ -9,10 +9,11 @@ use nanobot_core::checkpoint::{self, Restore};
 use nanobot_core::session::{Commit, Session, SessionWriter, meta};
 use nanobot_proto::keys;
 
-use crate::bots::Bot;
-use crate::checkpoints;
-use crate::handlers::Deps;
-use crate::turn::{TurnCtx, TurnInput};
+use crate::base::bots::Bot;
+use crate::base::deps::Deps;
+use crate::base::input::TurnInput;
+use crate::turn::checkpoints;
+use crate::turn::parts::TurnCtx;
 
 /// Restores what an interrupted turn left in `session` before the turn of `input`; returns
 /// whether the turn resumes (`input` is the interrupted turn's own message, redelivered).

@@ -6,7 +6,7 @@
 //! SIGKILL: nothing is kept here; a restarted runner builds the config's bots and replays
 //! the latest revision of every registry key.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
@@ -15,16 +15,12 @@ use nanobot_proto::{InboundMessage, OutboundKind};
 
 use nanobot_runtime::bot_registry::{self, Change};
 
-use crate::bots;
-use crate::handlers::Deps;
-use crate::outbox::Outbox;
+use crate::base::bots;
+use crate::base::deps::Deps;
+use crate::base::outbox::Outbox;
 
 /// The reply to a message for a bot removed from the registry.
 pub const REMOVED_REPLY: &str = "This bot has been removed and no longer takes messages.";
-
-/// The bots removed from the registry while this runner ran (their messages get
-/// [`REMOVED_REPLY`]; a bot never configured gets no reply).
-pub type Removed = std::sync::RwLock<HashSet<String>>;
 
 /// Returns whether `bot` was removed from the registry.
 pub fn is_removed(deps: &Deps, bot: &str) -> bool {

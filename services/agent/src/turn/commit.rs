@@ -1,45 +1,17 @@
 //! The end of a turn: commit, then publish. One fenced write saves the turn (rows, metadata,
 //! the mailbox cursor, "seen" markers, the reply kept in the session's outbox); only then is
 //! the reply published and the outbox cleared, so a runner dying in between leaves the reply
-//! for the next lease holder ([`crate::outbox::flush`]).
-
-use serde_json::Value;
+//! for the next lease holder ([`crate::base::outbox::flush`]).
 
 use nanobot_core::session::Commit;
 use nanobot_proto::OutboundKind;
 
-use crate::error::Result;
-use crate::handlers::Deps;
-use crate::mailbox::FollowUps;
-use crate::outbox::{self, Outbox};
-use crate::turn::{TurnCtx, TurnInput};
-
-/// How a turn ends.
-#[derive(Debug, Default)]
-pub struct Reply {
-    /// Rows still to save.
-    pub rows: Vec<Value>,
-    /// The session metadata to write.
-    pub metadata: Option<serde_json::Map<String, Value>>,
-    /// The reply text and its kind; `None` sends nothing (a stopped turn).
-    pub text: Option<(OutboundKind, String)>,
-    /// Stream deltas sent (a stream end follows them).
-    pub streamed: u32,
-    /// The turn's token usage, carried on its final reply.
-    pub usage: Option<nanobot_proto::Usage>,
-    /// The model that answered (a fallback's when the primary failed); empty for commands.
-    pub model: String,
-}
-
-impl Reply {
-    /// A final reply with nothing else to save.
-    pub fn text(text: &str) -> Self {
-        Self {
-            text: Some((OutboundKind::Final, text.to_string())),
-            ..Default::default()
-        }
-    }
-}
+use crate::base::deps::Deps;
+use crate::base::error::Result;
+use crate::base::input::TurnInput;
+use crate::base::outbox::{self, Outbox};
+use crate::turn::follow_ups::FollowUps;
+use crate::turn::parts::{Reply, TurnCtx};
 
 /// Ends a turn: one fenced commit of its rows, metadata, the mailbox cursor past the message
 /// and the follow-ups it took, their "seen" markers and the reply (kept in the session's
@@ -55,7 +27,7 @@ pub async fn finish(
     let mut answers = vec![input.id.clone()];
     if input.continuation {
         // A goal continuation's reply is the reply its user's message waits for.
-        answers.push(crate::goal_turn::root_id(&input.id).to_string());
+        answers.push(crate::turn::goal::root_id(&input.id).to_string());
     }
     answers.extend(taken.ids.iter().cloned());
     let message = reply.text.as_ref().map(|(kind, text)| {

@@ -19,9 +19,9 @@ use nanobot_runtime::metrics;
 use nanobot_runtime::store::Store;
 use nanobot_runtime::usage;
 
-use crate::error::Error;
-use crate::handlers::Deps;
-use crate::turn::TurnInput;
+use crate::base::deps::Deps;
+use crate::base::error::Error;
+use crate::base::input::TurnInput;
 
 /// The sliding window of the per-sender limit, in ms.
 const WINDOW_MS: u64 = 60_000;

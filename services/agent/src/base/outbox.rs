@@ -12,7 +12,7 @@ use nanobot_proto::{InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_runtime::bus::BusError;
 use nanobot_runtime::payloads;
 
-use crate::outcomes::{self, Outcome};
+use crate::base::outcomes::{self, Outcome};
 
 /// Where a turn's replies go.
 #[derive(Debug, Clone)]

@@ -20,7 +20,7 @@ use nanobot_core::checkpoint::{Checkpoint, CheckpointSink, Phase};
 use nanobot_core::history;
 use nanobot_core::session::{Commit, SessionWriter, meta};
 
-use crate::mailbox::{FollowUps, Taken};
+use crate::turn::follow_ups::{FollowUps, Taken};
 
 /// Restores what a resumed turn had taken from its mailbox, from the session `metadata`.
 pub fn taken_from(metadata: &Map<String, Value>) -> Option<Taken> {

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use nanobot_proto::{ConsolidationResult, MemoryJobKind, OutboundKind};
 
-use crate::bots::Bot;
-use crate::handlers::Deps;
-use crate::memory_jobs::{self, Pending};
-use crate::outbox::{self, Outbox};
-use crate::turn::TurnInput;
+use crate::base::bots::Bot;
+use crate::base::deps::Deps;
+use crate::base::input::TurnInput;
+use crate::base::outbox::{self, Outbox};
+use crate::turn::memory_jobs::{self, Pending};
 
 /// Upstream's acknowledgement of `/dream`.
 pub const DREAMING: &str = "Dreaming...";

@@ -18,8 +18,8 @@ use nanobot_core::runner::Injections;
 use nanobot_proto::InboundMessage;
 use nanobot_runtime::bus;
 
-use crate::checkpoints::SessionCheckpoints;
-use crate::mailbox::FollowUps;
+use crate::turn::checkpoints::SessionCheckpoints;
+use crate::turn::follow_ups::FollowUps;
 
 /// What a continuation's id adds to its root message's id, before its round.
 const CONTINUATION_ID: &str = ":goal-continuation:";
@@ -52,13 +52,6 @@ impl Injections for GoalInjections<'_> {
         let text = self.sink.edit(|m| goal::answer_continuation(m)).await?;
         Some(json!({"role": "user", "content": text}))
     }
-}
-
-/// Whether `msg` is an internal goal continuation (its flag and its sender).
-pub fn is_continuation(msg: &InboundMessage) -> bool {
-    msg.sender_id == goal::CONTINUATION_SENDER
-        && serde_json::from_str::<Value>(&msg.metadata_json)
-            .is_ok_and(|m| m[CONTINUATION_META] == json!(true))
 }
 
 /// Whether a continuation arrived after its goal ended (it is dropped without a turn).
@@ -134,6 +127,7 @@ pub async fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::input::is_continuation;
 
     #[test]
     fn a_continuation_is_upstreams_internal_message_in_the_same_session() {

@@ -46,7 +46,7 @@ fn create_needs_a_users_goal_turn_and_validates_as_upstream() {
         run(
             &mut m,
             &mut denied,
-            CREATE,
+            CREATE_GOAL,
             json!({"objective": "写一本书 📚"})
         ),
         format!(
@@ -59,40 +59,50 @@ fn create_needs_a_users_goal_turn_and_validates_as_upstream() {
     let invalid =
         |why: &str, tool: &str| format!("Error: Invalid parameters for tool '{tool}': {why}{HINT}");
     assert_eq!(
-        run(&mut m, &mut allowed, CREATE, json!({})),
-        invalid("missing required objective", CREATE)
+        run(&mut m, &mut allowed, CREATE_GOAL, json!({})),
+        invalid("missing required objective", CREATE_GOAL)
     );
     assert_eq!(
         run(
             &mut m,
             &mut allowed,
-            CREATE,
+            CREATE_GOAL,
             json!({"objective": "书".repeat(4001)})
         ),
-        invalid("objective must be at most 4000 chars", CREATE)
+        invalid("objective must be at most 4000 chars", CREATE_GOAL)
     );
     assert_eq!(
         run(
             &mut m,
             &mut allowed,
-            CREATE,
+            CREATE_GOAL,
             json!({"objective": "a", "笔记": 1})
         ),
-        invalid("unexpected parameter 笔记", CREATE)
+        invalid("unexpected parameter 笔记", CREATE_GOAL)
     );
     assert_eq!(
-        run(&mut m, &mut allowed, UPDATE, json!({"action": "完成"})),
+        run(&mut m, &mut allowed, UPDATE_GOAL, json!({"action": "完成"})),
         invalid(
             "action must be one of ['complete', 'cancel', 'block', 'replace']",
-            UPDATE
+            UPDATE_GOAL
         )
     );
     assert_eq!(
-        run(&mut m, &mut allowed, CREATE, json!({"objective": "  "})),
+        run(
+            &mut m,
+            &mut allowed,
+            CREATE_GOAL,
+            json!({"objective": "  "})
+        ),
         format!("Error: objective must not be empty.{HINT}")
     );
     assert_eq!(
-        run(&mut m, &mut allowed, UPDATE, json!({"action": "complete"})),
+        run(
+            &mut m,
+            &mut allowed,
+            UPDATE_GOAL,
+            json!({"action": "complete"})
+        ),
         "No active goal to update."
     );
     assert!(m.is_empty());
@@ -108,7 +118,7 @@ fn a_goal_is_recorded_then_completed_with_upstreams_texts_and_metadata() {
         run(
             &mut m,
             &mut allowed,
-            CREATE,
+            CREATE_GOAL,
             json!({"objective": " 写一本书 📚 ", "ui_summary": "书 📚"})
         ),
         "Goal recorded. Keep working toward the objective using ordinary tools. When fully \
@@ -121,20 +131,30 @@ fn a_goal_is_recorded_then_completed_with_upstreams_texts_and_metadata() {
     assert_eq!(state["objective"], "写一本书 📚");
     assert_eq!(state["ui_summary"], "书 📚");
     assert_eq!(
-        run(&mut m, &mut allowed, CREATE, json!({"objective": "again"})),
+        run(
+            &mut m,
+            &mut allowed,
+            CREATE_GOAL,
+            json!({"objective": "again"})
+        ),
         format!(
             "Error: a sustained goal is already active. Use update_goal with action='replace' \
              only if the user explicitly changes the objective.{HINT}"
         )
     );
     assert_eq!(
-        run(&mut m, &mut allowed, UPDATE, json!({"action": "replace"})),
+        run(
+            &mut m,
+            &mut allowed,
+            UPDATE_GOAL,
+            json!({"action": "replace"})
+        ),
         format!("Error: update_goal action='replace' requires a replacement objective.{HINT}")
     );
     let done = run(
         &mut m,
         &mut allowed,
-        UPDATE,
+        UPDATE_GOAL,
         json!({"action": "complete", "recap": "写完了 ✅"}),
     );
     let state = m[goal::GOAL_STATE_KEY].clone();
@@ -149,7 +169,7 @@ fn a_goal_is_recorded_then_completed_with_upstreams_texts_and_metadata() {
     assert_eq!(state["objective"], "写一本书 📚");
     assert!(!allowed, "ending the goal revokes the turn's permission");
     assert!(
-        run(&mut m, &mut allowed, CREATE, json!({"objective": "b"}))
+        run(&mut m, &mut allowed, CREATE_GOAL, json!({"objective": "b"}))
             .starts_with("Error: create_goal is unavailable for this turn.")
     );
 }
@@ -161,7 +181,7 @@ fn replace_needs_permission_and_cancel_and_block_do_not() {
     run(
         &mut m,
         &mut allowed,
-        CREATE,
+        CREATE_GOAL,
         json!({"objective": "写一本书 📚"}),
     );
     let mut later_turn = false;
@@ -169,7 +189,7 @@ fn replace_needs_permission_and_cancel_and_block_do_not() {
         run(
             &mut m,
             &mut later_turn,
-            UPDATE,
+            UPDATE_GOAL,
             json!({"action": "replace", "objective": "画一幅画 🎨"})
         ),
         format!(
@@ -181,7 +201,7 @@ fn replace_needs_permission_and_cancel_and_block_do_not() {
         run(
             &mut m,
             &mut allowed,
-            UPDATE,
+            UPDATE_GOAL,
             json!({"action": "replace", "objective": "画一幅画 🎨", "recap": "换 🔁"})
         ),
         "Goal replaced. Continue toward the new objective using ordinary tools."
@@ -190,7 +210,12 @@ fn replace_needs_permission_and_cancel_and_block_do_not() {
     assert_eq!(state["previous_objective"], "写一本书 📚");
     assert_eq!(state["objective"], "画一幅画 🎨");
     assert_eq!(state["recap"], "换 🔁");
-    let blocked = run(&mut m, &mut later_turn, UPDATE, json!({"action": "block"}));
+    let blocked = run(
+        &mut m,
+        &mut later_turn,
+        UPDATE_GOAL,
+        json!({"action": "block"}),
+    );
     let ended = m[goal::GOAL_STATE_KEY]["ended_at"]
         .as_str()
         .unwrap()

@@ -18,14 +18,11 @@ use serde_json::{Map, Value, json};
 use nanobot_core::goal::{self, MAX_OBJECTIVE_CHARS, MAX_SUMMARY_CHARS};
 use nanobot_core::session::now_iso;
 use nanobot_core::tools::ToolOutcome;
-use nanobot_proto::ToolSpec;
 
-use crate::checkpoints::SessionCheckpoints;
+use crate::base::served_tools::{CREATE_GOAL, UPDATE_GOAL, create_goal_schema, update_goal_schema};
+use crate::turn::checkpoints::SessionCheckpoints;
 
-/// The name of the tool recording a goal.
-pub const CREATE: &str = "create_goal";
-/// The name of the tool ending or replacing it.
-pub const UPDATE: &str = "update_goal";
+pub use crate::base::served_tools::goal_specs as specs;
 
 const CREATE_UNAVAILABLE: &str = "Error: create_goal is unavailable for this turn. Ask the user \
      to submit the complete objective as `/goal <task>`.";
@@ -34,64 +31,6 @@ const REPLACE_UNAVAILABLE: &str = "Error: replacing the goal is unavailable for 
 const ALREADY_ACTIVE: &str = "Error: a sustained goal is already active. Use update_goal with \
      action='replace' only if the user explicitly changes the objective.";
 const NO_ACTIVE_GOAL: &str = "No active goal to update.";
-
-fn create_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "objective": {"type": "string", "description": "The sustained objective for this session. It may consolidate a plan from earlier discussion, but must be self-contained, bounded, safe under repetition, and explicit about done-ness.", "minLength": 1, "maxLength": MAX_OBJECTIVE_CHARS},
-            "ui_summary": {"type": ["string", "null"], "description": "Optional one-line display label for session lists and logs. It is not load-bearing.", "maxLength": MAX_SUMMARY_CHARS}
-        },
-        "required": ["objective"],
-        "additionalProperties": false
-    })
-}
-
-fn update_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "action": {"type": "string", "description": "How to update the active goal.", "enum": ["complete", "cancel", "block", "replace"]},
-            "recap": {"type": ["string", "null"], "description": "Brief honest recap for the user. Required in practice for complete, cancel, and block.", "maxLength": 8000},
-            "objective": {"type": ["string", "null"], "description": "Replacement objective. Required only when action is 'replace'; make it durable, self-contained, bounded, and explicit about done-ness.", "maxLength": MAX_OBJECTIVE_CHARS},
-            "ui_summary": {"type": ["string", "null"], "description": "Optional one-line display label for a replacement goal.", "maxLength": MAX_SUMMARY_CHARS}
-        },
-        "required": ["action"],
-        "additionalProperties": false
-    })
-}
-
-fn spec(name: &str, description: &str, parameters: Value) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: description.into(),
-        parameters_json: parameters.to_string(),
-        read_only: false,
-        exclusive: false,
-    }
-}
-
-/// The two tools' specs, as upstream describes them.
-pub fn specs() -> [ToolSpec; 2] {
-    [
-        spec(
-            CREATE,
-            "Create one sustained goal for the current session when Goal Runtime Guidance asks \
-             you to record it. Consolidate relevant prior discussion into a durable objective \
-             that is self-contained, bounded, safe under repetition, and explicit about \
-             completion criteria. Do not retry after a successful creation.",
-            create_schema(),
-        ),
-        spec(
-            UPDATE,
-            "Update the active sustained goal. Use action='complete' only after the objective \
-             is actually achieved and verified. Use action='cancel' when the user cancels, \
-             action='block' when progress is genuinely blocked, and action='replace' only when \
-             the requested objective changes.",
-            update_schema(),
-        ),
-    ]
-}
 
 /// The goal tools of one turn.
 pub struct GoalTools<'a> {
@@ -145,7 +84,7 @@ impl<'a> GoalTools<'a> {
 
     /// Whether `name` is one of these tools.
     pub fn serves(name: &str) -> bool {
-        name == CREATE || name == UPDATE
+        name == CREATE_GOAL || name == UPDATE_GOAL
     }
 
     /// Runs a call of `name` with `arguments` (JSON text) on the turn's metadata.
@@ -168,15 +107,15 @@ pub fn call(
     name: &str,
     arguments: &str,
 ) -> ToolOutcome {
-    let schema = if name == CREATE {
-        create_schema()
+    let schema = if name == CREATE_GOAL {
+        create_goal_schema()
     } else {
-        update_schema()
+        update_goal_schema()
     };
     let outcome =
         match nanobot_tools::params::prepare_params(name, arguments, &schema, |_| Vec::new()) {
             Err(e) => Err(e),
-            Ok(args) if name == CREATE => create(metadata, *allowed, &args),
+            Ok(args) if name == CREATE_GOAL => create(metadata, *allowed, &args),
             Ok(args) => update(metadata, allowed, &args),
         };
     ToolOutcome::of(outcome)

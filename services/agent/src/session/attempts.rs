@@ -15,15 +15,17 @@ use nanobot_core::session::Session;
 use nanobot_proto::{OutboundKind, keys};
 use nanobot_runtime::{metrics, store};
 
-use crate::bots::Bot;
-use crate::commit::{self, Reply};
-use crate::error::{Error, Result};
-use crate::handlers::Deps;
-use crate::lease::Lease;
-use crate::memory_jobs;
-use crate::outbox::Outbox;
-use crate::turn::{TurnCtx, TurnInput};
-use crate::{pipeline, recovery};
+use crate::base::bots::Bot;
+use crate::base::deps::Deps;
+use crate::base::error::{Error, Result};
+use crate::base::input::TurnInput;
+use crate::base::lease::Lease;
+use crate::base::outbox::Outbox;
+use crate::turn::commit;
+use crate::turn::memory_jobs;
+use crate::turn::parts::Reply;
+use crate::turn::parts::TurnCtx;
+use crate::turn::{self, recovery};
 
 /// Upstream's reply when a turn fails.
 pub const ERROR_REPLY: &str = nanobot_core::runner::prompts::TURN_ERROR_MESSAGE;
@@ -122,7 +124,7 @@ pub async fn guarded(
     let started = Instant::now();
     let registration = deps.active.register(&bot.spec.id, &input.session_key);
     let outcome = tokio::select! {
-        r = pipeline::run(deps, bot, ctx, input, outbox, session) => Some(r.map_err(Error::from)),
+        r = turn::run(deps, bot, ctx, input, outbox, session) => Some(r.map_err(Error::from)),
         _ = registration.token.cancelled() => None,
         _ = lease.lost().cancelled() => Some(Err(Error::LeaseLost)),
     };

@@ -1,0 +1,79 @@
+//! The lower layer: what one attempt at a turn does, top to bottom. The message was decoded
+//! and classified when it was read ([`crate::base::input::Incoming`]); the caller holds the
+//! session's lease and counted the attempt ([`crate::session`]). Then:
+//!
+//! 1. **classify**: a command is answered without the model ([`commands::answer`]);
+//! 2. **load**: the session's replayable tail, read once, when the attempt started
+//!    ([`crate::session::attempts::start`]: in the round trip that checked and counted it);
+//! 3. **recover**: an interrupted turn's rows are restored, or resumed ([`recovery`]);
+//! 4. **limits**: a message over one of the bot's limits is refused without the model
+//!    ([`limits`]);
+//! 5. **run**: the model, with tools, hooks and checkpoints ([`model`]);
+//! 6. **commit** and 7. **publish**: one fenced write, then the reply ([`commit`]).
+//!
+//! May import: `crate::base` only. Imported by `crate::session` and `crate::handlers`.
+//!
+//! # Layout
+//! - `parts`: the values the steps share; `model`: the model's part of a turn;
+//!   `commit`: commit, then publish; `recovery`: interrupted turns.
+//! - `checkpoints`: turn state in Redis; `follow_ups`: messages injected into a running turn.
+//! - `commands`: commands' answers; `limits`: per-bot limits and usage; `memory_jobs`:
+//!   consolidation, `/new` archives and the Dream commands, answered by the memory workers.
+//! - `message_tool`: the tools the runner serves itself (`message`, and in front of
+//!   `subagent`'s `spawn` and `goal_tools`' goal tools); `goal`: goal mode around a turn.
+//! - `hook`: stream deltas, progress and tool hints.
+//! - `subagent`: the `spawn` tool, subagent slots, runs and announcements.
+
+pub mod checkpoints;
+pub mod commands;
+pub mod commit;
+pub mod follow_ups;
+pub mod goal;
+pub mod goal_tools;
+pub mod hook;
+pub mod limits;
+pub mod memory_jobs;
+pub mod message_tool;
+pub mod model;
+pub mod parts;
+pub mod recovery;
+pub mod subagent;
+
+use nanobot_core::session::Session;
+
+use crate::base::bots::Bot;
+use crate::base::deps::Deps;
+use crate::base::input::TurnInput;
+use crate::base::outbox::Outbox;
+use parts::{Measured, Reply, TurnCtx};
+
+/// Runs the turn of `input` and publishes its reply to `outbox`; returns what it measured of
+/// the session's prompt (`None` for a command).
+pub async fn run(
+    deps: &Deps,
+    bot: &Bot,
+    ctx: TurnCtx<'_>,
+    input: &TurnInput,
+    outbox: &Outbox,
+    mut session: Session,
+) -> anyhow::Result<Option<Measured>> {
+    if goal::stale(input.continuation, &session.metadata) {
+        // Its goal ended (or its turn was redone to the end) after it was published.
+        tracing::info!(session_id = %input.session_key, "dropped a goal continuation: no active goal");
+        commit::finish(deps, ctx, input, outbox, Reply::default()).await?;
+        return Ok(None);
+    }
+    if let Some(reply) = commands::answer(deps, bot, ctx.sessions, input).await? {
+        commit::finish(deps, ctx, input, outbox, Reply::text(&reply)).await?;
+        return Ok(None);
+    }
+    if let Some(refusal) = crate::turn::limits::refusal(deps, &bot.spec.id, input).await? {
+        commit::finish(deps, ctx, input, outbox, Reply::text(&refusal)).await?;
+        return Ok(None);
+    }
+    ctx.sessions.note_indexed(&session);
+    let resume = recovery::prepare(deps, bot, ctx, input, &mut session).await?;
+    let (reply, measured) = model::run(deps, bot, ctx, input, outbox, session, resume).await?;
+    commit::finish(deps, ctx, input, outbox, reply).await?;
+    Ok(Some(measured))
+}
