@@ -478,6 +478,10 @@ pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
             consume(&mut publish, OUTBOUND_STREAM);
             publish.extend(jetstream::object_get(PAYLOADS_BUCKET));
             publish.extend(jetstream::kv_watch(BOTS_BUCKET));
+            // The HTTP API's `/v1/bots` writes the registry (a fleet-wide gateway only).
+            if bot.is_none() {
+                publish.push(format!("$KV.{BOTS_BUCKET}.>"));
+            }
         }
         Role::Agent => {
             publish.extend([area("inbound"), area("outbound"), area("jobs")]);
@@ -547,6 +551,18 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn only_a_fleet_wide_gateway_writes_the_bot_registry_and_it_reads_usage_read_only() {
+        let write = format!("$KV.{BOTS_BUCKET}.>");
+        assert!(permissions(Role::Gateway, None).publish.contains(&write));
+        assert!(!permissions(Role::Gateway, Some("alpha")).publish.contains(&write));
+        assert!(!permissions(Role::Agent, None).publish.contains(&write));
+        let read = crate::keys::acl_read_patterns_of(Role::Gateway, None);
+        assert_eq!(read, ["nanobot:{*}:usage:day:*"]);
+        assert!(crate::keys::acl_read_patterns_of(Role::Gateway, Some("alpha")).is_empty());
+        assert!(crate::keys::acl_read_patterns_of(Role::Agent, None).is_empty());
     }
 
     #[test]

@@ -421,9 +421,15 @@ fn redis_acl(passwords: &BTreeMap<Login, String>) -> String {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
-        let patterns: Vec<String> = keys::acl_patterns_of(login.role, login.bot.as_deref())
+        let bot = login.bot.as_deref();
+        let patterns: Vec<String> = keys::acl_patterns_of(login.role, bot)
             .iter()
             .map(|p| format!("~{p}"))
+            .chain(
+                keys::acl_read_patterns_of(login.role, bot)
+                    .iter()
+                    .map(|p| format!("%R~{p}")),
+            )
             .collect();
         let _ = writeln!(
             text,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use chrono::{Datelike as _, NaiveDate, Utc};
+use chrono::NaiveDate;
 use tokio_util::sync::CancellationToken;
 
 use nanobot_runtime::config::{self, Config};
@@ -13,14 +13,7 @@ use nanobot_runtime::usage::{self, Row};
 
 /// Parses `--since`: a UTC day `YYYY-MM-DD` (default: the first day of this month).
 pub fn since(arg: Option<&str>) -> anyhow::Result<NaiveDate> {
-    match arg {
-        Some(s) => NaiveDate::parse_from_str(s, "%Y-%m-%d")
-            .with_context(|| format!("--since {s:?} is not a day like 2026-01-31")),
-        None => {
-            let today = Utc::now().date_naive();
-            Ok(today.with_day(1).unwrap_or(today))
-        }
-    }
+    usage::since(arg).map_err(|e| anyhow::anyhow!("--since {e}"))
 }
 
 /// The report as lines: one per bot, day and model, then each bot's total.
@@ -64,7 +57,7 @@ pub async fn run(cfg: &Config, bot: Option<&str>, since_arg: Option<&str>) -> an
         Some(b) => vec![b.to_string()],
         None => cfg.bots().into_iter().map(|b| b.id).collect(),
     };
-    let rows = usage::report(&redis, &bots, since, Utc::now().date_naive()).await?;
+    let rows = usage::report_since(&redis, &bots, since).await?;
     for line in render(&rows) {
         println!("{line}");
     }

@@ -28,6 +28,7 @@ pub mod peers;
 pub mod registry;
 pub mod render;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,6 +47,17 @@ pub const API_CHANNEL: &str = "api";
 /// lets in-flight requests finish within [`shutdown::GRACE`] and returns.
 pub async fn run(
     cfg: Config,
+    health_addr: Option<SocketAddr>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    run_seeding(cfg, BTreeMap::new(), health_addr, shutdown).await
+}
+
+/// [`run`], seeding the bot registry with `seed` (the config file's `bots` as written,
+/// references unresolved) before the API's first `/v1/bots` request.
+pub async fn run_seeding(
+    cfg: Config,
+    seed: BTreeMap<String, serde_json::Value>,
     health_addr: Option<SocketAddr>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -111,7 +123,8 @@ pub async fn run(
         started.bus.js.clone(),
         pending,
         started.health.clone(),
-    );
+    )
+    .seeding(seed);
     let server = tokio::spawn(api::serve(
         listener,
         api::router(state),

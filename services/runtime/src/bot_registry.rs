@@ -28,6 +28,8 @@ use nanobot_proto::subjects;
 
 use crate::config::{BotConfig, Config};
 
+pub mod admin;
+
 mod follow;
 pub use follow::{Applied, Follower};
 
@@ -107,9 +109,8 @@ fn plain_secrets(value: &Value, at: &str, out: &mut Vec<String>) {
     }
 }
 
-/// Checks a bot's raw entry for the registry: a JSON object that is a valid `bots.<id>`
-/// entry once its references are resolved, with every secret a `${VAR}` reference.
-pub fn entry(id: &str, raw: &Value) -> Result<Vec<u8>, String> {
+/// Checks a bot id: letters, digits, `-` and `_` (a KV key and a subject token).
+pub fn check_id(id: &str) -> Result<(), String> {
     if id.is_empty()
         || !id
             .chars()
@@ -119,6 +120,13 @@ pub fn entry(id: &str, raw: &Value) -> Result<Vec<u8>, String> {
             "bot id {id:?}: use letters, digits, '-' and '_' only"
         ));
     }
+    Ok(())
+}
+
+/// Checks a bot's raw entry for the registry: a JSON object that is a valid `bots.<id>`
+/// entry once its references are resolved, with every secret a `${VAR}` reference.
+pub fn entry(id: &str, raw: &Value) -> Result<Vec<u8>, String> {
+    check_id(id)?;
     if !raw.is_object() {
         return Err(format!("bot {id}: the entry must be a JSON object"));
     }

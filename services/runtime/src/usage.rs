@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Datelike as _, NaiveDate, Utc};
 use redis::AsyncCommands as _;
 
 use nanobot_proto::keys;
@@ -71,6 +71,19 @@ pub async fn read_day(
     Ok(fold(fields))
 }
 
+/// Parses a report's first day, `YYYY-MM-DD` (default: the first day of this UTC month), as
+/// `nanobot usage --since` and `GET /v1/usage?since=` take it.
+pub fn since(arg: Option<&str>) -> Result<NaiveDate, String> {
+    match arg {
+        Some(s) => NaiveDate::parse_from_str(s, "%Y-%m-%d")
+            .map_err(|_| format!("{s:?} is not a day like 2026-01-31")),
+        None => {
+            let today = Utc::now().date_naive();
+            Ok(today.with_day(1).unwrap_or(today))
+        }
+    }
+}
+
 /// One row of a usage report.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Row {
@@ -109,6 +122,16 @@ pub async fn report(
         }
     }
     Ok(rows)
+}
+
+/// The usage of each of `bots` from `since` to today (UTC): what `nanobot usage` prints and
+/// `GET /v1/usage` returns.
+pub async fn report_since(
+    redis: &Store,
+    bots: &[String],
+    since: NaiveDate,
+) -> redis::RedisResult<Vec<Row>> {
+    report(redis, bots, since, Utc::now().date_naive()).await
 }
 
 /// Folds a usage hash's `in:<model>`/`out:<model>` fields into model → tokens.

@@ -130,7 +130,7 @@ async fn publish(
 
 /// Reads the whole body (at most [`super::MAX_BODY_BYTES`]) within `deadline`, so a client
 /// trickling its body cannot hold the request open.
-async fn read_body(request: Request, deadline: Duration) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(request: Request, deadline: Duration) -> Result<Bytes, ApiError> {
     match tokio::time::timeout(deadline, Bytes::from_request(request, &())).await {
         Ok(body) => body.map_err(body_error),
         Err(_) => Err(ApiError::BodyTimeout {

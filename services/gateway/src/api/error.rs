@@ -24,6 +24,16 @@ pub enum ApiError {
     /// `X-Nanobot-Bot` names no configured bot (404).
     #[error("unknown bot {0:?}")]
     UnknownBot(String),
+    /// An admin endpoint this gateway does not offer (no API key configured, or a per-bot
+    /// gateway); the text says why (403).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// The change conflicts with the registry's state (the bot exists, or changed meanwhile) (409).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A store the endpoint reads is not available (no bot registry, Redis down) (503).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// The body or an attachment is too large (413).
     #[error("too large: {0}")]
     TooLarge(String),
@@ -68,6 +78,9 @@ impl ApiError {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::MissingAuth | Self::InvalidKey => StatusCode::UNAUTHORIZED,
             Self::UnknownBot(_) => StatusCode::NOT_FOUND,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -79,7 +92,7 @@ impl ApiError {
     /// failures its default `invalid_request_error` too.
     pub fn error_type(&self) -> &'static str {
         match self {
-            Self::Agent(_) | Self::Internal { .. } => "server_error",
+            Self::Agent(_) | Self::Internal { .. } | Self::Unavailable(_) => "server_error",
             _ => "invalid_request_error",
         }
     }
@@ -99,7 +112,11 @@ impl ApiError {
 impl UserFacingError for ApiError {
     fn to_user_message(&self) -> String {
         match self {
-            Self::BadRequest(text) | Self::TooLarge(text) => text.clone(),
+            Self::BadRequest(text)
+            | Self::TooLarge(text)
+            | Self::Forbidden(text)
+            | Self::Conflict(text)
+            | Self::Unavailable(text) => text.clone(),
             Self::MissingAuth => "Missing Authorization header. Use: Bearer <api_key>".into(),
             Self::InvalidKey => "Invalid API key".into(),
             Self::UnknownBot(bot) => format!("Unknown bot '{bot}'"),
@@ -112,8 +129,9 @@ impl UserFacingError for ApiError {
 
     fn kind(&self) -> ErrorKind {
         match self {
-            Self::BadRequest(_) => ErrorKind::Request,
-            Self::MissingAuth | Self::InvalidKey => ErrorKind::Auth,
+            Self::BadRequest(_) | Self::Conflict(_) => ErrorKind::Request,
+            Self::MissingAuth | Self::InvalidKey | Self::Forbidden(_) => ErrorKind::Auth,
+            Self::Unavailable(_) => ErrorKind::Internal,
             Self::UnknownBot(_) => ErrorKind::NotFound,
             Self::TooLarge(_) => ErrorKind::TooLarge,
             Self::Timeout { .. } | Self::BodyTimeout { .. } => ErrorKind::Timeout,

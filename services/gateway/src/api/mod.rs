@@ -1,19 +1,24 @@
 //! The OpenAI-compatible HTTP API, the same contract as upstream `nanobot serve`:
 //! `POST /v1/chat/completions` (one user message, `session_id` → session `api:<id>`, SSE when
-//! `stream: true`), `GET /v1/models`, `GET /health`.
+//! `stream: true`), `GET /v1/models`, `GET /health`; and the fleet's admin endpoints, which
+//! need the API key and are refused without one: `/v1/bots` (the bot registry, [`bots`]) and
+//! `GET /v1/usage` (token usage, [`usage`]).
 //!
 //! A completion becomes an [`InboundMessage`](nanobot_proto::InboundMessage) on
 //! [`subjects::inbound`](nanobot_proto::subjects::inbound)`(bot, "api")`; its reply comes
 //! back through [`crate::outbound`]. The bot is the first configured one, or the one named by
 //! the `X-Nanobot-Bot` header.
 
+mod admin;
 mod auth;
+mod bots;
 mod completions;
 mod error;
 mod request;
 mod serve;
 mod session_lock;
 mod sse;
+mod usage;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +28,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use serde_json::Value;
 
 use nanobot_runtime::config::{BotSpec, Config};
 use nanobot_runtime::health::Health;
@@ -58,6 +64,7 @@ struct Inner {
     pending: Arc<Pending>,
     locks: Arc<SessionLocks>,
     health: Arc<Health>,
+    admin: admin::Admin,
 }
 
 impl AppState {
@@ -82,10 +89,21 @@ impl AppState {
             pending,
             locks: Arc::default(),
             health,
+            admin: admin::Admin::new(cfg),
         };
         Self {
             inner: Arc::new(inner),
         }
+    }
+
+    /// Seeds the bot registry with `bots` (the config's `bots` as written, `${VAR}`
+    /// references unresolved) before the first admin request, create-if-absent as
+    /// `nanobot bots` does. Call before the state is shared.
+    pub fn seeding(mut self, bots: std::collections::BTreeMap<String, Value>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.admin.set_seed(bots);
+        }
+        self
     }
 
     /// Returns the bot named by [`BOT_HEADER`], or the first configured bot.
@@ -115,6 +133,15 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(completions::handle))
         .route("/v1/models", get(models))
+        .route("/v1/bots", get(bots::list).post(bots::add))
+        .route(
+            "/v1/bots/{id}",
+            get(bots::show)
+                .put(bots::replace)
+                .patch(bots::patch)
+                .delete(bots::remove),
+        )
+        .route("/v1/usage", get(usage::handle))
         .route("/health", get(health))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
