@@ -18,14 +18,9 @@ use nanobot_runtime::{metrics, store};
 use crate::base::bots::Bot;
 use crate::base::deps::Deps;
 use crate::base::error::{Error, Result};
-use crate::base::input::TurnInput;
 use crate::base::lease::Lease;
-use crate::base::outbox::Outbox;
-use crate::turn::commit;
 use crate::turn::memory_jobs;
-use crate::turn::parts::Reply;
-use crate::turn::parts::TurnCtx;
-use crate::turn::{self, recovery};
+use crate::turn::parts::{Reply, Turn};
 
 /// Upstream's reply when a turn fails.
 pub const ERROR_REPLY: &str = nanobot_core::runner::prompts::TURN_ERROR_MESSAGE;
@@ -97,18 +92,11 @@ pub async fn start(deps: &Deps, bot: &Bot, session_key: &str, id: &str) -> Resul
     Ok(Some(Started { attempt, session }))
 }
 
-/// Runs a turn under `/stop` and the lease (see the module docs); `started` counted it.
-pub async fn guarded(
-    deps: &Deps,
-    bot: &Bot,
-    ctx: TurnCtx<'_>,
-    lease: &Lease,
-    input: &TurnInput,
-    outbox: &Outbox,
-    started: Started,
-) -> Result<()> {
-    let attempts_key = keys::inbound_attempts(&bot.spec.id, &input.session_key, &input.id);
-    let mut conn = deps.redis.clone();
+/// Runs `turn` under `/stop` and the lease (see the module docs); `started` counted it.
+pub async fn guarded(turn: &Turn<'_>, lease: &Lease, started: Started) -> Result<()> {
+    let Turn {
+        deps, bot, input, ..
+    } = *turn;
     let Started {
         attempt: attempts,
         session,
@@ -119,12 +107,12 @@ pub async fn guarded(
             "turn started too often without finishing (its runners died), answering with an error"
         );
         metrics::get().turn("error_reply", Duration::ZERO);
-        return commit::finish(deps, ctx, input, outbox, error_reply()).await;
+        return turn.commit(error_reply()).await;
     }
     let started = Instant::now();
     let registration = deps.active.register(&bot.spec.id, &input.session_key);
     let outcome = tokio::select! {
-        r = turn::run(deps, bot, ctx, input, outbox, session) => Some(r.map_err(Error::from)),
+        r = turn.run(session) => Some(r.map_err(Error::from)),
         _ = registration.token.cancelled() => None,
         _ = lease.lost().cancelled() => Some(Err(Error::LeaseLost)),
     };
@@ -144,50 +132,62 @@ pub async fn guarded(
             }
             Ok(())
         }
-        None => {
-            tracing::info!("turn stopped by /stop");
-            let mut session = ctx
-                .sessions
-                .load_recent(&input.session_key, MAX_REPLAY_MESSAGES)
-                .await?;
-            recovery::recover(deps, bot, ctx.sessions, &mut session, Restore::Close).await?;
-            let stopped = Reply {
-                text: None,
-                ..Default::default()
-            };
-            commit::finish(deps, ctx, input, outbox, stopped).await
+        None => stopped(turn).await,
+        Some(Err(e)) => failed(turn, attempts, e).await,
+    }
+}
+
+/// Ends a turn stopped by `/stop`: what it saved is restored into the history, and it is
+/// committed without a reply.
+async fn stopped(turn: &Turn<'_>) -> Result<()> {
+    tracing::info!("turn stopped by /stop");
+    let mut session = turn
+        .sessions
+        .load_recent(&turn.input.session_key, MAX_REPLAY_MESSAGES)
+        .await?;
+    turn.restore(&mut session, Restore::Close).await?;
+    let stopped = Reply {
+        text: None,
+        ..Default::default()
+    };
+    turn.commit(stopped).await
+}
+
+/// Follows attempt number `attempts` at `turn`, which failed with `e` ([`after_error`]).
+async fn failed(turn: &Turn<'_>, attempts: i64, e: Error) -> Result<()> {
+    let Turn {
+        deps, bot, input, ..
+    } = *turn;
+    let committed = match turn.seq {
+        Some(seq) => turn.sessions.cursor(&input.session_key).await? >= seq,
+        // Unknown while Redis fails: not counted against the message.
+        None => deps
+            .seen(&keys::inbound_seen(
+                &bot.spec.id,
+                &input.session_key,
+                &input.id,
+            ))
+            .await
+            .unwrap_or(true),
+    };
+    // Committed: the reply waits in the outbox for the next holder. Interrupted:
+    // another runner holds the session now (lease lost, a write fenced), or this runner
+    // is stopping.
+    let interrupted = e.is_interruption() || deps.cancel.is_cancelled();
+    match after_error(attempts, interrupted, committed) {
+        AfterError::TakeBack => {
+            let attempts_key = keys::inbound_attempts(&bot.spec.id, &input.session_key, &input.id);
+            let mut conn = deps.redis.clone();
+            let _: Result<i64, _> = conn.decr(&attempts_key, 1).await;
+            Err(e)
         }
-        Some(Err(e)) => {
-            let committed = match ctx.seq {
-                Some(seq) => ctx.sessions.cursor(&input.session_key).await? >= seq,
-                // Unknown while Redis fails: not counted against the message.
-                None => deps
-                    .seen(&keys::inbound_seen(
-                        &bot.spec.id,
-                        &input.session_key,
-                        &input.id,
-                    ))
-                    .await
-                    .unwrap_or(true),
-            };
-            // Committed: the reply waits in the outbox for the next holder. Interrupted:
-            // another runner holds the session now (lease lost, a write fenced), or this runner
-            // is stopping.
-            let interrupted = e.is_interruption() || deps.cancel.is_cancelled();
-            match after_error(attempts, interrupted, committed) {
-                AfterError::TakeBack => {
-                    let _: Result<i64, _> = conn.decr(&attempts_key, 1).await;
-                    Err(e)
-                }
-                AfterError::Retry => {
-                    tracing::warn!(attempts, "turn failed, will retry: {e:#}");
-                    Err(e)
-                }
-                AfterError::ErrorReply => {
-                    tracing::error!(attempts, "turn failed, answering with an error: {e:#}");
-                    commit::finish(deps, ctx, input, outbox, error_reply()).await
-                }
-            }
+        AfterError::Retry => {
+            tracing::warn!(attempts, "turn failed, will retry: {e:#}");
+            Err(e)
+        }
+        AfterError::ErrorReply => {
+            tracing::error!(attempts, "turn failed, answering with an error: {e:#}");
+            turn.commit(error_reply()).await
         }
     }
 }

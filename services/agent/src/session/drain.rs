@@ -19,7 +19,7 @@ use crate::base::lease::Lease;
 use crate::base::outbox::{self, Outbox};
 use crate::session::attempts::{self, Started};
 use crate::turn::follow_ups::FollowUps;
-use crate::turn::parts::TurnCtx;
+use crate::turn::parts::Turn;
 
 /// Answers the session's waiting messages in order while `lease` holds; returns how many
 /// mailbox entries it went through and the cursor it left. `progress`: the session's, read
@@ -139,11 +139,15 @@ async fn run_one(
         &subject,
         seq,
     );
-    let ctx = TurnCtx {
+    let turn = Turn {
+        deps,
+        bot,
+        input: &input,
+        outbox: &outbox,
         sessions,
         seq: Some(seq),
         follow_ups: Some(&follow_ups),
     };
-    attempts::guarded(deps, bot, ctx, lease, &input, &outbox, started).await?;
+    attempts::guarded(&turn, lease, started).await?;
     Ok(seq.max(follow_ups.taken().last_seq))
 }

@@ -10,7 +10,7 @@ use crate::base::bots::Bot;
 use crate::base::deps::Deps;
 use crate::base::input::TurnInput;
 use crate::base::outbox::{self, Outbox};
-use crate::turn::parts::TurnCtx;
+use crate::turn::parts::Turn;
 
 /// Runs `input` as a turn of its session under the session's lease, unless a turn with its id
 /// was already answered there; with `keep`, first trims the session to its last `keep` rows
@@ -34,7 +34,11 @@ pub async fn run_once(
             if let Some(keep) = keep {
                 trim(&sessions, session_key, keep).await?;
             }
-            let ctx = TurnCtx {
+            let turn = Turn {
+                deps,
+                bot,
+                input,
+                outbox,
                 sessions: &sessions,
                 seq: None,
                 follow_ups: None,
@@ -42,7 +46,7 @@ pub async fn run_once(
             let Some(started) = attempts::start(deps, bot, session_key, &input.id).await? else {
                 return Ok(false);
             };
-            attempts::guarded(deps, bot, ctx, &lease, input, outbox, started).await?;
+            attempts::guarded(&turn, &lease, started).await?;
             anyhow::Ok(true)
         }
         .await;

@@ -2,7 +2,7 @@
 //! and classified when it was read ([`crate::base::input::Incoming`]); the caller holds the
 //! session's lease and counted the attempt ([`crate::session`]). Then:
 //!
-//! 1. **classify**: a command is answered without the model ([`commands::answer`]);
+//! 1. **command**: a command is answered without the model ([`commands`]);
 //! 2. **load**: the session's replayable tail, read once, when the attempt started
 //!    ([`crate::session::attempts::start`]: in the round trip that checked and counted it);
 //! 3. **recover**: an interrupted turn's rows are restored, or resumed ([`recovery`]);
@@ -41,39 +41,32 @@ pub mod subagent;
 
 use nanobot_core::session::Session;
 
-use crate::base::bots::Bot;
-use crate::base::deps::Deps;
-use crate::base::input::TurnInput;
-use crate::base::outbox::Outbox;
-use parts::{Measured, Reply, TurnCtx};
+pub use parts::{Measured, Reply, Turn};
 
-/// Runs the turn of `input` and publishes its reply to `outbox`; returns what it measured of
-/// the session's prompt (`None` for a command).
-pub async fn run(
-    deps: &Deps,
-    bot: &Bot,
-    ctx: TurnCtx<'_>,
-    input: &TurnInput,
-    outbox: &Outbox,
-    mut session: Session,
-) -> anyhow::Result<Option<Measured>> {
-    if goal::stale(input.continuation, &session.metadata) {
-        // Its goal ended (or its turn was redone to the end) after it was published.
-        tracing::info!(session_id = %input.session_key, "dropped a goal continuation: no active goal");
-        commit::finish(deps, ctx, input, outbox, Reply::default()).await?;
-        return Ok(None);
+impl Turn<'_> {
+    /// Runs the turn on `session` (its replayable tail, loaded when the attempt started) and
+    /// publishes its reply; returns what it measured of the session's prompt (`None` for a
+    /// command). Command, recover, model, commit:
+    pub async fn run(&self, mut session: Session) -> anyhow::Result<Option<Measured>> {
+        let input = self.input;
+        if goal::stale(input.continuation, &session.metadata) {
+            // Its goal ended (or its turn was redone to the end) after it was published.
+            tracing::info!(session_id = %input.session_key, "dropped a goal continuation: no active goal");
+            self.commit(Reply::default()).await?;
+            return Ok(None);
+        }
+        if let Some(reply) = self.answer_command().await? {
+            self.commit(Reply::text(&reply)).await?;
+            return Ok(None);
+        }
+        if let Some(refusal) = limits::refusal(self.deps, &self.bot.spec.id, input).await? {
+            self.commit(Reply::text(&refusal)).await?;
+            return Ok(None);
+        }
+        self.sessions.note_indexed(&session);
+        let resume = self.recover(&mut session).await?;
+        let (reply, measured) = self.model(session, resume).await?;
+        self.commit(reply).await?;
+        Ok(Some(measured))
     }
-    if let Some(reply) = commands::answer(deps, bot, ctx.sessions, input).await? {
-        commit::finish(deps, ctx, input, outbox, Reply::text(&reply)).await?;
-        return Ok(None);
-    }
-    if let Some(refusal) = crate::turn::limits::refusal(deps, &bot.spec.id, input).await? {
-        commit::finish(deps, ctx, input, outbox, Reply::text(&refusal)).await?;
-        return Ok(None);
-    }
-    ctx.sessions.note_indexed(&session);
-    let resume = recovery::prepare(deps, bot, ctx, input, &mut session).await?;
-    let (reply, measured) = model::run(deps, bot, ctx, input, outbox, session, resume).await?;
-    commit::finish(deps, ctx, input, outbox, reply).await?;
-    Ok(Some(measured))
 }

@@ -1,5 +1,6 @@
-//! The values a turn's steps share: where it writes ([`TurnCtx`]), how it ends ([`Reply`]) and
-//! what it measured of its session's prompt ([`Measured`]).
+//! The values a turn's steps share: the attempt itself ([`Turn`]: who runs it, where it writes,
+//! what it answers and where its replies go), how it ends ([`Reply`]) and what it measured of
+//! its session's prompt ([`Measured`]).
 
 use std::sync::Arc;
 
@@ -10,10 +11,23 @@ use nanobot_core::tools::Offered;
 use nanobot_proto::OutboundKind;
 
 use super::follow_ups::FollowUps;
+use crate::base::bots::Bot;
+use crate::base::deps::Deps;
+use crate::base::input::TurnInput;
+use crate::base::outbox::Outbox;
 
-/// Where a turn writes, and where its follow-ups come from.
+/// One attempt at a turn, made by the holder of its session's lease. Its methods are the
+/// turn's steps: [`Turn::run`] (in `turn/mod.rs`) calls them in order.
 #[derive(Debug, Clone, Copy)]
-pub struct TurnCtx<'a> {
+pub struct Turn<'a> {
+    /// What the runner shares.
+    pub deps: &'a Deps,
+    /// The bot the turn runs for.
+    pub bot: &'a Bot,
+    /// What the turn answers.
+    pub input: &'a TurnInput,
+    /// Where its replies go.
+    pub outbox: &'a Outbox,
     /// The session store, fenced with the session's lease.
     pub sessions: &'a SessionWriter,
     /// Stream sequence of the turn's message (chat turns; the mailbox cursor moves past it).

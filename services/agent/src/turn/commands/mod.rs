@@ -1,5 +1,5 @@
 //! Slash commands' answers (upstream `command/builtin.py`): the dispatch that answers a command
-//! turn ([`answer`]), the priority commands answered outside the session's lease
+//! turn ([`Turn::answer_command`]), the priority commands answered outside the session's lease
 //! ([`priority_command`]), and the `/history`, `/skill`, `/model`, `/pairing` and `/new`
 //! answers. Parsing lives on the ground floor ([`crate::base::command`]).
 //!
@@ -22,6 +22,7 @@ use crate::base::deps::Deps;
 use crate::base::input::TurnInput;
 use crate::base::stop;
 use crate::turn::memory_jobs;
+use crate::turn::parts::Turn;
 
 pub use crate::base::command::{Command, Kind, classify, help_text, similarity};
 
@@ -34,50 +35,54 @@ pub use status::{SearchUsage, StatusInfo, status_text};
 
 /// Answers `input` when it is a command (or a rejected one); `None` for text, which the model
 /// answers. Priority commands come here too when a drained turn carries one.
-pub async fn answer(
-    deps: &Deps,
-    bot: &Bot,
-    sessions: &SessionWriter,
-    input: &TurnInput,
-) -> anyhow::Result<Option<String>> {
-    Ok(Some(match &input.kind {
-        Kind::Text => return Ok(None),
-        Kind::Rejected(reply) => reply.clone(),
-        Kind::Priority(cmd) => priority_command(deps, bot, cmd, &input.session_key).await?,
-        Kind::Command(Command::New) => new_session(deps, bot, sessions, input).await?,
-        Kind::Command(Command::Compact) => later::compact(deps, bot, input).await?,
-        Kind::Command(Command::Dream) => later::dream(deps, bot, input).await?,
-        Kind::Command(Command::Goal(task)) => {
-            match goal::goal(task.as_deref(), input.in_cron) {
-                Some(reply) => reply,
-                // The model answers the goal, reading the command's own text.
-                None => return Ok(None),
+impl Turn<'_> {
+    pub async fn answer_command(&self) -> anyhow::Result<Option<String>> {
+        let Turn {
+            deps,
+            bot,
+            sessions,
+            input,
+            ..
+        } = *self;
+        Ok(Some(match &input.kind {
+            Kind::Text => return Ok(None),
+            Kind::Rejected(reply) => reply.clone(),
+            Kind::Priority(cmd) => priority_command(deps, bot, cmd, &input.session_key).await?,
+            Kind::Command(Command::New) => new_session(deps, bot, sessions, input).await?,
+            Kind::Command(Command::Compact) => later::compact(deps, bot, input).await?,
+            Kind::Command(Command::Dream) => later::dream(deps, bot, input).await?,
+            Kind::Command(Command::Goal(task)) => {
+                match goal::goal(task.as_deref(), input.in_cron) {
+                    Some(reply) => reply,
+                    // The model answers the goal, reading the command's own text.
+                    None => return Ok(None),
+                }
             }
-        }
-        Kind::Command(Command::Trigger(name)) => goal::trigger(name.as_deref()),
-        Kind::Command(Command::EvaluatorPrompt(arg)) => {
-            prompts::evaluator_prompt_command(&bot.spec.workspace, arg.as_deref())?
-        }
-        Kind::Command(Command::History(arg)) => {
-            let session = sessions.load(&input.session_key).await?;
-            history_text(&session, arg.as_deref())
-        }
-        Kind::Command(Command::Skill) => skill_text(&bot.context.skills()),
-        Kind::Command(Command::Model(arg)) => {
-            model_command(bot, sessions, &input.session_key, arg.as_deref()).await?
-        }
-        Kind::Command(Command::Pairing(arg)) => {
-            let store = PairingStore::new(deps.redis.clone(), &bot.spec.id);
-            pairing_command(&store, &input.channel, arg.as_deref().unwrap_or_default()).await?
-        }
-        Kind::Command(cmd) => match memory_jobs::dream_job(cmd) {
-            Some((kind, arg)) => {
-                memory_jobs::dream_command(deps, bot, &input.id, &input.session_key, kind, arg)
-                    .await?
+            Kind::Command(Command::Trigger(name)) => goal::trigger(name.as_deref()),
+            Kind::Command(Command::EvaluatorPrompt(arg)) => {
+                prompts::evaluator_prompt_command(&bot.spec.workspace, arg.as_deref())?
             }
-            None => help_text(),
-        },
-    }))
+            Kind::Command(Command::History(arg)) => {
+                let session = sessions.load(&input.session_key).await?;
+                history_text(&session, arg.as_deref())
+            }
+            Kind::Command(Command::Skill) => skill_text(&bot.context.skills()),
+            Kind::Command(Command::Model(arg)) => {
+                model_command(bot, sessions, &input.session_key, arg.as_deref()).await?
+            }
+            Kind::Command(Command::Pairing(arg)) => {
+                let store = PairingStore::new(deps.redis.clone(), &bot.spec.id);
+                pairing_command(&store, &input.channel, arg.as_deref().unwrap_or_default()).await?
+            }
+            Kind::Command(cmd) => match memory_jobs::dream_job(cmd) {
+                Some((kind, arg)) => {
+                    memory_jobs::dream_command(deps, bot, &input.id, &input.session_key, kind, arg)
+                        .await?
+                }
+                None => help_text(),
+            },
+        }))
+    }
 }
 
 /// Answers a priority command (`/stop`, `/status`) outside the session lock.
