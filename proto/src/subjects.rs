@@ -439,7 +439,8 @@ pub mod jetstream {
 ///   the origin session) publish inbound messages;
 /// - tool executors take tool calls (from the queue group and on their own subject, for exec
 ///   sessions), hear `/stop` (it ends the session's exec sessions) and publish nothing but
-///   replies and the exec-session listing they ask each other;
+///   replies and the exec-session listing they ask each other (and, as every role, read
+///   the bot registry);
 /// - only the CLI (the operator) creates or changes streams.
 ///
 /// Every role answers [`STATUS`] probes and reads its replies on its own inboxes
@@ -504,15 +505,18 @@ pub fn permissions(role: Role, bot: Option<&str>) -> Permissions {
             // `list_exec_sessions` asks every executor for its sessions of the caller.
             publish.push(format!("nanobot.{b}.tools.sessions"));
             subscribe.push(format!("nanobot.{b}.tools.sessions"));
+            publish.extend(jetstream::kv_watch(BOTS_BUCKET));
         }
         Role::Memory => {
             publish.extend([area("jobs"), area("events"), area("outbound")]);
             publish.extend(tools.clone());
             consume(&mut publish, JOBS_STREAM);
             publish.extend(jetstream::object_put(PAYLOADS_BUCKET));
+            publish.extend(jetstream::kv_watch(BOTS_BUCKET));
         }
         Role::Cron => {
             publish.push(area("jobs"));
+            publish.extend(jetstream::kv_watch(BOTS_BUCKET));
         }
         Role::Cli => {
             publish.extend([area("inbound"), area("jobs")]);
@@ -557,7 +561,11 @@ mod tests {
     fn only_a_fleet_wide_gateway_writes_the_bot_registry_and_it_reads_usage_read_only() {
         let write = format!("$KV.{BOTS_BUCKET}.>");
         assert!(permissions(Role::Gateway, None).publish.contains(&write));
-        assert!(!permissions(Role::Gateway, Some("alpha")).publish.contains(&write));
+        assert!(
+            !permissions(Role::Gateway, Some("alpha"))
+                .publish
+                .contains(&write)
+        );
         assert!(!permissions(Role::Agent, None).publish.contains(&write));
         let read = crate::keys::acl_read_patterns_of(Role::Gateway, None);
         assert_eq!(read, ["nanobot:{*}:usage:day:*"]);
