@@ -37,3 +37,9 @@ mod checkpoint;
 
 #[path = "../conformance/commands.rs"]
 mod commands;
+
+#[path = "../conformance/slack_mrkdwn.rs"]
+mod slack_mrkdwn;
+
+#[path = "../conformance/discord_split.rs"]
+mod discord_split;

@@ -7,6 +7,7 @@
 //!   [`telegram::split_markdown_html`]).
 //! - [`measure`]: message lengths in each platform's unit ([`measure::Limit`]) and cuts
 //!   between grapheme clusters only.
+//! - [`message`]: a final text cut into messages as upstream's `split_message` (Slack, Discord).
 //! - [`split`]: raw Markdown cut into chunks within a [`measure::Limit`], fences balanced.
 //! - [`slack`]: Markdown → Slack mrkdwn ([`slack::markdown_to_mrkdwn`]) and long replies split
 //!   into messages ([`slack::split_mrkdwn`]).
@@ -14,6 +15,7 @@
 #[cfg(test)]
 mod corpus;
 pub mod measure;
+pub mod message;
 pub mod slack;
 pub mod split;
 pub mod telegram;

@@ -1,7 +1,7 @@
 //! Sending, as upstream's `send_outbound`: each file as its own message (at most 20 MB; a file
 //! missing or refused is named in `[attachment: {name} - send failed]` when nothing else is
-//! sent), then the text split at 2,000 characters (at a newline, else a space, never leaving a
-//! ``` fence unbalanced), the first message a reply to the user's (without pinging them).
+//! sent), then the text split at 2,000 characters as upstream's `split_message` (at a newline,
+//! else a space, else between grapheme clusters), the first message a reply to the user's (without pinging them).
 //! Rate limits (429), Discord's 5xx and network failures are retried by redelivery; other
 //! refusals drop the message.
 
@@ -22,7 +22,7 @@ use super::receive::{MAX_ATTACHMENT_BYTES, message_id_of};
 use crate::channels::stream::Editor;
 use crate::channels::{Progress, SendError};
 use crate::render::measure::Limit;
-use crate::render::split::split_markdown;
+use crate::render::message::split_message;
 
 /// Replies mention nobody (the user being answered is not pinged).
 static NO_PING: AllowedMentions = AllowedMentions {
@@ -38,10 +38,12 @@ pub(super) const MAX_MESSAGE_LEN: usize = 2000;
 const LIMIT: Limit = Limit::code_points(MAX_MESSAGE_LEN);
 
 /// Returns the text messages of a reply: `content` in chunks of at most [`MAX_MESSAGE_LEN`]
-/// characters, cut between grapheme clusters; with no text, the names of the files that could
-/// not be sent (as upstream).
+/// characters as upstream's `split_message` cuts them (cut between grapheme clusters); with no
+/// text, the names of the files that could not be sent (as upstream). A blank reply is no
+/// message (upstream sends it, and Discord refuses it).
 pub(super) fn build_chunks(content: &str, failed: &[String], sent_media: bool) -> Vec<String> {
-    let chunks = split_markdown(content, LIMIT);
+    let mut chunks = split(content);
+    chunks.retain(|c| !crate::render::message::is_blank(c));
     if !chunks.is_empty() || failed.is_empty() || sent_media {
         return chunks;
     }
@@ -49,7 +51,11 @@ pub(super) fn build_chunks(content: &str, failed: &[String], sent_media: bool) -
         .iter()
         .map(|name| format!("[attachment: {name} - send failed]"))
         .collect();
-    split_markdown(&fallback.join("\n"), LIMIT)
+    split(&fallback.join("\n"))
+}
+
+fn split(text: &str) -> Vec<String> {
+    split_message(text, LIMIT, |_, cut| cut)
 }
 
 /// Delivers one outbound message.
@@ -316,12 +322,13 @@ mod tests {
         let chunks = build_chunks(&long, &[], false);
         assert_eq!(chunks.len(), 3);
         assert!(chunks.iter().all(|c| c.chars().count() <= MAX_MESSAGE_LEN));
-        let fenced = format!("```\n{}\n```", "line\n".repeat(600));
-        assert!(
-            build_chunks(&fenced, &[], false)
-                .iter()
-                .all(|c| c.chars().count() <= MAX_MESSAGE_LEN && c.matches("```").count() % 2 == 0)
-        );
+        // As upstream: cut at the last line end, a fence left open (no closing added).
+        let fenced = format!("```\n{}```", "第一行\n".repeat(600));
+        let chunks = build_chunks(&fenced, &[], false);
+        assert_eq!(chunks.len(), 2);
+        assert!(chunks.iter().all(|c| c.chars().count() <= MAX_MESSAGE_LEN));
+        assert_eq!(chunks.join("\n"), fenced);
+        assert!(build_chunks(" \n ", &[], false).is_empty());
         assert_eq!(
             build_chunks("", &["a.png".into()], false),
             ["[attachment: a.png - send failed]"]

@@ -32,6 +32,8 @@ pub(super) async fn send(
     let kind = OutboundKind::try_from(msg.kind).unwrap_or(OutboundKind::Final);
     let chunks = match kind {
         OutboundKind::ToolHint => vec![tool_hint(&msg.content)],
+        // Upstream posts " " for an empty reply without files; we post nothing.
+        _ if msg.content.is_empty() => Vec::new(),
         _ => split_mrkdwn(&msg.content, MAX_MESSAGE_LEN),
     };
     let last = matches!(kind, OutboundKind::Final | OutboundKind::Error);
