@@ -53,13 +53,46 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let started = service::start("agent", &cfg, health_addr, shutdown).await?;
     let cancel = started.cancel.clone();
-    let redis = store::connect(&cfg.store, &cancel)
+    let deps = Arc::new(deps(cfg, &started).await?);
+    let gauges = deps.clone();
+    started.health.set_detail(Box::new(move || {
+        serde_json::json!({
+            "turnsRunning": gauges.active.len(),
+            "messagesWaiting": gauges.waiting.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    }));
+    let registry = tokio::spawn(handlers::registry::follow(deps.clone()));
+    let stop_server = tokio::spawn(stop::serve(
+        deps.nats.clone(),
+        subjects::scoped(subjects::STOP_ALL, deps.cfg.scope.as_deref()),
+        deps.active.clone(),
+        cancel.clone(),
+    ));
+    let tracker = TaskTracker::new();
+    let loops = consume_all(&deps, &tracker).await?;
+    started.health.set_ready(true);
+    tracing::info!(instance = %started.health.instance, "agent runner ready");
+    cancel.cancelled().await;
+    started.health.set_ready(false);
+    for l in loops {
+        let _ = l.await;
+    }
+    let _ = stop_server.await;
+    let _ = registry.await;
+    tracker.close();
+    let in_flight = tracker.len();
+    shutdown::drain("agent turns", tracker.wait()).await;
+    tracing::info!(in_flight, "agent runner stopped");
+    Ok(())
+}
+
+/// What the runner's handlers, sessions and turns share.
+async fn deps(cfg: Config, started: &service::Started) -> anyhow::Result<Deps> {
+    let redis = store::connect(&cfg.store, &started.cancel)
         .await
         .context("connect to redis")?;
     let bots = bots::Bots::new(bots::build(&cfg, &started.bus.client, &redis));
-    // Messages held here at once: running or waiting for a session another runner holds.
-    let permits = Arc::new(Semaphore::new(cfg.runner.max_waiting_messages as usize));
-    let deps = Arc::new(Deps {
+    Ok(Deps {
         leases: Leases::new(
             redis.clone(),
             &started.health.instance,
@@ -75,92 +108,58 @@ pub async fn run(
         nats: started.bus.client.clone(),
         active: Arc::new(stop::ActiveTurns::default()),
         started: std::time::Instant::now(),
-        cancel: cancel.clone(),
+        cancel: started.cancel.clone(),
         removed: Default::default(),
-    });
-    let gauges = deps.clone();
-    started.health.set_detail(Box::new(move || {
-        serde_json::json!({
-            "turnsRunning": gauges.active.len(),
-            "messagesWaiting": gauges.waiting.load(std::sync::atomic::Ordering::Relaxed),
-        })
-    }));
-    let registry = tokio::spawn(handlers::registry::follow(deps.clone()));
-    let stop_server = tokio::spawn(stop::serve(
-        deps.nats.clone(),
-        subjects::scoped(subjects::STOP_ALL, deps.cfg.scope.as_deref()),
-        deps.active.clone(),
-        cancel.clone(),
-    ));
+    })
+}
 
-    let inbound = consumer(
-        &deps.js,
-        subjects::INBOUND_STREAM,
-        subjects::INBOUND_CONSUMER,
-        subjects::INBOUND_ALL,
-        deps.ack_wait(),
-    )
-    .await?;
-    let cron = consumer(
-        &deps.js,
-        subjects::JOBS_STREAM,
-        subjects::CRON_FIRE_CONSUMER,
-        subjects::CRON_FIRE_ALL,
-        deps.ack_wait(),
-    )
-    .await?;
-    let subagents = consumer(
-        &deps.js,
-        subjects::JOBS_STREAM,
-        subjects::SUBAGENT_CONSUMER,
-        subjects::SUBAGENT_ALL,
-        deps.ack_wait(),
-    )
-    .await?;
-    for c in [&inbound, &cron, &subagents] {
-        nanobot_runtime::metrics::watch_consumer(c.clone(), cancel.clone());
+/// Starts the consumer loops of chat messages, cron fires and subagent tasks; their handlers
+/// run on `tracker`.
+async fn consume_all(
+    deps: &Arc<Deps>,
+    tracker: &TaskTracker,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    // Messages held here at once: running or waiting for a session another runner holds.
+    let permits = Arc::new(Semaphore::new(
+        deps.cfg.runner.max_waiting_messages as usize,
+    ));
+    let mut loops = Vec::new();
+    // All three are created before any loop pulls.
+    for (stream, name, filter) in [
+        (
+            subjects::INBOUND_STREAM,
+            subjects::INBOUND_CONSUMER,
+            subjects::INBOUND_ALL,
+        ),
+        (
+            subjects::JOBS_STREAM,
+            subjects::CRON_FIRE_CONSUMER,
+            subjects::CRON_FIRE_ALL,
+        ),
+        (
+            subjects::JOBS_STREAM,
+            subjects::SUBAGENT_CONSUMER,
+            subjects::SUBAGENT_ALL,
+        ),
+    ] {
+        let c = consumer(&deps.js, stream, name, filter, deps.ack_wait()).await?;
+        nanobot_runtime::metrics::watch_consumer(c.clone(), deps.cancel.clone());
+        loops.push(c);
     }
-    let tracker = TaskTracker::new();
-    let loops = [
-        tokio::spawn(consume(
-            inbound,
-            Kind::Inbound,
-            deps.clone(),
-            permits.clone(),
-            tracker.clone(),
-            cancel.clone(),
-        )),
-        tokio::spawn(consume(
-            cron,
-            Kind::Cron,
-            deps.clone(),
-            permits.clone(),
-            tracker.clone(),
-            cancel.clone(),
-        )),
-        tokio::spawn(consume(
-            subagents,
-            Kind::Subagent,
-            deps.clone(),
-            permits.clone(),
-            tracker.clone(),
-            cancel.clone(),
-        )),
-    ];
-    started.health.set_ready(true);
-    tracing::info!(instance = %started.health.instance, "agent runner ready");
-    cancel.cancelled().await;
-    started.health.set_ready(false);
-    for l in loops {
-        let _ = l.await;
-    }
-    let _ = stop_server.await;
-    let _ = registry.await;
-    tracker.close();
-    let in_flight = tracker.len();
-    shutdown::drain("agent turns", tracker.wait()).await;
-    tracing::info!(in_flight, "agent runner stopped");
-    Ok(())
+    Ok(loops
+        .into_iter()
+        .zip([Kind::Inbound, Kind::Cron, Kind::Subagent])
+        .map(|(c, kind)| {
+            tokio::spawn(consume(
+                c,
+                kind,
+                deps.clone(),
+                permits.clone(),
+                tracker.clone(),
+                deps.cancel.clone(),
+            ))
+        })
+        .collect())
 }
 
 /// Creates the durable consumer, or updates it to this runner's settings.
