@@ -1,7 +1,9 @@
 //! The agent's errors: what ends a turn, typed, so the code around a turn tells an
 //! interruption (not the message's fault: the attempt is taken back) from a failure (counted,
-//! retried, then answered with upstream's error). `anyhow` stays at the edges (handlers, the
-//! model run's internals).
+//! retried, then answered with upstream's error). The turn's body and the session layer return
+//! this type; a session write's error keeps its kind ([`SessionError::Fenced`] is
+//! [`Error::Fenced`]). `anyhow` stays at the edges (handlers, the memory jobs, the answers of
+//! commands that write no session): such an error is [`Error::Other`], a failure.
 
 use nanobot_core::session::SessionError;
 use nanobot_runtime::bus::BusError;
@@ -56,16 +58,11 @@ impl From<SessionError> for Error {
     }
 }
 
+/// An error from code that returns `anyhow` (a memory job, a command's answer that writes no
+/// session): a failure, never an interruption.
 impl From<anyhow::Error> for Error {
     fn from(e: anyhow::Error) -> Self {
-        let e = match e.downcast::<Self>() {
-            Ok(e) => return e,
-            Err(e) => e,
-        };
-        match e.downcast::<SessionError>() {
-            Ok(e) => e.into(),
-            Err(e) => Self::Other(e),
-        }
+        Self::Other(e)
     }
 }
 
@@ -84,12 +81,12 @@ mod tests {
 
     #[test]
     fn a_fenced_write_inside_a_turn_reads_as_an_interruption_and_a_model_failure_does_not() {
-        let fenced = anyhow::Error::new(SessionError::Fenced {
+        let fenced = Error::from(SessionError::Fenced {
             session: "cli:x".into(),
-        })
-        .context("commit turn");
-        assert!(Error::from(fenced).is_interruption());
-        assert!(Error::from(anyhow::Error::new(Error::LeaseLost)).is_interruption());
+        });
+        assert!(matches!(&fenced, Error::Fenced(s) if s == "cli:x"));
+        assert!(fenced.is_interruption());
+        assert!(Error::LeaseLost.is_interruption());
         assert!(!Error::from(anyhow::anyhow!("provider down")).is_interruption());
     }
 }

@@ -12,7 +12,8 @@ use nanobot_proto::{InboundMessage, OutboundKind, OutboundMessage};
 use nanobot_runtime::bus::BusError;
 use nanobot_runtime::payloads;
 
-use crate::base::outcomes::{self, Outcome};
+use super::error::Result;
+use super::outcomes::{self, Outcome};
 
 /// Where a turn's replies go.
 #[derive(Debug, Clone)]
@@ -94,7 +95,7 @@ pub async fn flush(
     js: &jetstream::Context,
     sessions: &SessionWriter,
     session_key: &str,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     match sessions.outbox(session_key).await? {
         Some(payload) => publish_left(js, sessions, session_key, payload).await,
         None => Ok(()),
@@ -108,7 +109,7 @@ pub async fn publish_left(
     sessions: &SessionWriter,
     session_key: &str,
     payload: Vec<u8>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     match OutboundMessage::decode(payload.as_slice()) {
         Ok(msg) => {
             publish(js, &msg).await?;

@@ -79,7 +79,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             record_run(&bot, &fire, ran, started.elapsed().as_millis()).await;
         }
         alive.abort();
-        super::settle(deps, &msg, outcome.map(|_| ())).await;
+        super::settle(deps, &msg, outcome.map(|_| ()).map_err(Into::into)).await;
     };
     let scope = nanobot_runtime::metrics::Scope::new(&bot.spec.id, "cron");
     nanobot_runtime::metrics::scoped(scope, turn.instrument(span)).await;

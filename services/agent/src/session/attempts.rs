@@ -112,7 +112,7 @@ pub async fn guarded(turn: &Turn<'_>, lease: &Lease, started: Started) -> Result
     let started = Instant::now();
     let registration = deps.active.register(&bot.spec.id, &input.session_key);
     let outcome = tokio::select! {
-        r = turn.run(session) => Some(r.map_err(Error::from)),
+        r = turn.run(session) => Some(r),
         _ = registration.token.cancelled() => None,
         _ = lease.lost().cancelled() => Some(Err(Error::LeaseLost)),
     };

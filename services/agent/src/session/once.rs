@@ -8,6 +8,7 @@ use super::acquire::{self, Held, Until};
 use super::attempts;
 use crate::base::bots::Bot;
 use crate::base::deps::Deps;
+use crate::base::error::{Error, Result};
 use crate::base::input::TurnInput;
 use crate::base::outbox::{self, Outbox};
 use crate::turn::parts::Turn;
@@ -21,7 +22,7 @@ pub async fn run_once(
     input: &TurnInput,
     outbox: &Outbox,
     keep: Option<usize>,
-) -> anyhow::Result<bool> {
+) -> Result<bool> {
     let session_key = &input.session_key;
     let marker = keys::inbound_seen(&bot.spec.id, session_key, &input.id);
     let mut ran_here = false;
@@ -47,7 +48,7 @@ pub async fn run_once(
                 return Ok(false);
             };
             attempts::guarded(&turn, &lease, started).await?;
-            anyhow::Ok(true)
+            Ok::<_, Error>(true)
         }
         .await;
         lease.release().await;
@@ -58,7 +59,7 @@ pub async fn run_once(
 }
 
 /// Keeps the last `keep` rows of a session (starting at a user row).
-async fn trim(sessions: &SessionWriter, key: &str, keep: usize) -> anyhow::Result<()> {
+async fn trim(sessions: &SessionWriter, key: &str, keep: usize) -> Result<()> {
     let session = sessions.load(key).await?;
     let from = nanobot_core::heartbeat::retain_from(&session.messages, keep);
     if from > 0 {

@@ -20,6 +20,7 @@ use nanobot_core::checkpoint::{Checkpoint, CheckpointSink, Phase};
 use nanobot_core::history;
 use nanobot_core::session::{Commit, SessionWriter, meta};
 
+use crate::base::error::{Error, Result};
 use crate::turn::follow_ups::{FollowUps, Taken};
 
 /// Restores what a resumed turn had taken from its mailbox, from the session `metadata`.
@@ -82,7 +83,7 @@ impl<'a> SessionCheckpoints<'a> {
     }
 
     /// Updates the metadata with `f` and writes it.
-    pub async fn update(&self, f: impl FnOnce(&mut Map<String, Value>)) -> anyhow::Result<()> {
+    pub async fn update(&self, f: impl FnOnce(&mut Map<String, Value>)) -> Result<()> {
         let mut state = self.state.lock().await;
         f(&mut state.metadata);
         self.sessions
@@ -98,10 +99,12 @@ impl<'a> SessionCheckpoints<'a> {
         &self,
         turn_messages: &[Value],
         f: impl FnOnce(&mut Map<String, Value>),
-    ) -> anyhow::Result<(Vec<Value>, Map<String, Value>)> {
+    ) -> Result<(Vec<Value>, Map<String, Value>)> {
         let mut state = self.state.lock().await;
         if let Some(why) = &state.unknown {
-            anyhow::bail!("a save of this turn failed ({why}); the turn resumes from the session");
+            return Err(Error::Other(anyhow::anyhow!(
+                "a save of this turn failed ({why}); the turn resumes from the session"
+            )));
         }
         let rest = turn_messages.get(state.persisted..).unwrap_or(&[]);
         let rows = history::rows_to_save(rest, self.max_tool_result_chars);
@@ -117,10 +120,12 @@ impl<'a> SessionCheckpoints<'a> {
         &self,
         turn_messages: &[Value],
         clear_checkpoint: bool,
-    ) -> anyhow::Result<usize> {
+    ) -> Result<usize> {
         let mut state = self.state.lock().await;
         if let Some(why) = &state.unknown {
-            anyhow::bail!("not saved after an earlier save failed ({why})");
+            return Err(Error::Other(anyhow::anyhow!(
+                "not saved after an earlier save failed ({why})"
+            )));
         }
         let rest = turn_messages.get(state.persisted..).unwrap_or(&[]);
         let rows = history::rows_to_save(rest, self.max_tool_result_chars);

@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use nanobot_core::goal::{self, CONTINUATION_KIND, CONTINUATION_KIND_META, CONTINUATION_META};
 use nanobot_core::runner::Injections;
 use nanobot_proto::InboundMessage;
-use nanobot_runtime::bus;
+use nanobot_runtime::bus::{self, BusError};
 
 use crate::turn::checkpoints::SessionCheckpoints;
 use crate::turn::follow_ups::FollowUps;
@@ -118,7 +118,7 @@ pub fn root_id(id: &str) -> &str {
 pub async fn publish(
     js: &async_nats::jetstream::Context,
     msg: &InboundMessage,
-) -> anyhow::Result<()> {
+) -> Result<(), BusError> {
     bus::publish(js, msg.subject(), Some(&msg.id), msg).await?;
     tracing::info!(session_id = %msg.session_key, "turn budget reached; scheduled internal continuation");
     Ok(())

@@ -41,13 +41,15 @@ pub mod subagent;
 
 use nanobot_core::session::Session;
 
+use crate::base::error::Result;
+
 pub use parts::{Measured, Reply, Turn};
 
 impl Turn<'_> {
     /// Runs the turn on `session` (its replayable tail, loaded when the attempt started) and
     /// publishes its reply; returns what it measured of the session's prompt (`None` for a
     /// command). Command, recover, model, commit:
-    pub async fn run(&self, mut session: Session) -> anyhow::Result<Option<Measured>> {
+    pub async fn run(&self, mut session: Session) -> Result<Option<Measured>> {
         let input = self.input;
         if goal::stale(input.continuation, &session.metadata) {
             // Its goal ended (or its turn was redone to the end) after it was published.

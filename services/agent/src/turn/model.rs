@@ -20,6 +20,7 @@ use nanobot_core::subagent;
 use nanobot_core::tool_results::Offload;
 use nanobot_core::tools::{FileReads, Offered, ToolScope};
 
+use crate::base::error::Result;
 use crate::base::input::TurnInput;
 use crate::turn::checkpoints::SessionCheckpoints;
 use crate::turn::goal::{self as goal_turn, GoalInjections};
@@ -79,7 +80,7 @@ impl<'a> Turn<'a> {
     /// first (with its pending markers), checkpoints are saved as the run goes, and the rest
     /// of the turn is returned as a [`Reply`] for [`Turn::commit`], with what the turn measured
     /// of the prompt. `resume`: the message's own interrupted turn continues.
-    pub async fn model(&self, session: Session, resume: bool) -> anyhow::Result<(Reply, Measured)> {
+    pub async fn model(&self, session: Session, resume: bool) -> Result<(Reply, Measured)> {
         let mut draft = self.draft(session, resume);
         self.persist_input(&mut draft).await?;
         let messages = self.prompt(&mut draft);
@@ -158,7 +159,7 @@ impl<'a> Turn<'a> {
     /// Persists the turn's input before the first LLM call (crash recovery), its pending
     /// markers in the same write: a retry after a failure in between would otherwise store the
     /// message twice. A resumed turn writes only the markers.
-    async fn persist_input(&self, draft: &mut Draft<'_>) -> anyhow::Result<()> {
+    async fn persist_input(&self, draft: &mut Draft<'_>) -> Result<()> {
         let key = &self.input.session_key;
         if draft.resume {
             // A redelivered message whose turn was interrupted: continue from its saved rows.
@@ -332,7 +333,7 @@ impl<'a> Turn<'a> {
         draft: Draft<'_>,
         ran: Ran,
         sink: &SessionCheckpoints<'_>,
-    ) -> anyhow::Result<(Reply, Measured)> {
+    ) -> Result<(Reply, Measured)> {
         let Ran {
             result,
             streamed,

@@ -9,13 +9,14 @@ use nanobot_core::checkpoint::{self, Restore};
 use nanobot_core::session::{Commit, Session, meta};
 use nanobot_proto::keys;
 
+use crate::base::error::Result;
 use crate::turn::checkpoints;
 use crate::turn::parts::Turn;
 
 impl Turn<'_> {
     /// Restores what an interrupted turn left in `session` before this turn; returns whether
     /// the turn resumes (its message is the interrupted turn's own, redelivered).
-    pub async fn recover(&self, session: &mut Session) -> anyhow::Result<bool> {
+    pub async fn recover(&self, session: &mut Session) -> Result<bool> {
         let resume = session
             .metadata
             .get(meta::PENDING_TURN_ID)
@@ -38,7 +39,7 @@ impl Turn<'_> {
     /// Restores an interrupted turn of `session` into its history (next turn, or `/stop`), in
     /// the store and in `session`. Closing a turn marks its message as answered, so a
     /// redelivery of it is dropped.
-    pub async fn restore(&self, session: &mut Session, how: Restore) -> anyhow::Result<usize> {
+    pub async fn restore(&self, session: &mut Session, how: Restore) -> Result<usize> {
         let Self {
             deps,
             bot,

@@ -19,6 +19,7 @@ use nanobot_core::session::{SessionWriter, meta};
 
 use crate::base::bots::Bot;
 use crate::base::deps::Deps;
+use crate::base::error::Result;
 use crate::base::input::TurnInput;
 use crate::base::stop;
 use crate::turn::memory_jobs;
@@ -33,10 +34,12 @@ use nanobot_runtime::pyfmt::{py_int, py_strip};
 pub use prompts::evaluator_override;
 pub use status::{SearchUsage, StatusInfo, status_text};
 
-/// Answers `input` when it is a command (or a rejected one); `None` for text, which the model
-/// answers. Priority commands come here too when a drained turn carries one.
 impl Turn<'_> {
-    pub async fn answer_command(&self) -> anyhow::Result<Option<String>> {
+    /// Answers the turn's input when it is a command (or a rejected one); `None` for text,
+    /// which the model answers. Priority commands come here too when a drained turn carries
+    /// one. Answers that write the session return its errors as they are (a fenced write is an
+    /// interruption); the others' are failures.
+    pub async fn answer_command(&self) -> Result<Option<String>> {
         let Turn {
             deps,
             bot,
@@ -60,7 +63,8 @@ impl Turn<'_> {
             }
             Kind::Command(Command::Trigger(name)) => goal::trigger(name.as_deref()),
             Kind::Command(Command::EvaluatorPrompt(arg)) => {
-                prompts::evaluator_prompt_command(&bot.spec.workspace, arg.as_deref())?
+                prompts::evaluator_prompt_command(&bot.spec.workspace, arg.as_deref())
+                    .map_err(anyhow::Error::from)?
             }
             Kind::Command(Command::History(arg)) => {
                 let session = sessions.load(&input.session_key).await?;
@@ -269,7 +273,7 @@ async fn model_command(
     sessions: &SessionWriter,
     session_key: &str,
     arg: Option<&str>,
-) -> anyhow::Result<String> {
+) -> Result<String> {
     let session = sessions.load(session_key).await?;
     let models = &bot.models;
     let names = models
@@ -312,7 +316,7 @@ async fn new_session(
     bot: &Bot,
     sessions: &SessionWriter,
     input: &TurnInput,
-) -> anyhow::Result<String> {
+) -> Result<String> {
     let session = sessions.load(&input.session_key).await?;
     memory_jobs::archive_on_new(deps, bot, &input.id, &session).await?;
     sessions.clear(&input.session_key).await?;
