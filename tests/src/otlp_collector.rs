@@ -1,6 +1,7 @@
-//! A tiny OTLP collector on loopback, owned by the suite: it accepts `POST /v1/traces`
-//! (OTLP/HTTP, protobuf) and the gRPC `TraceService/Export` on the same port, and records
-//! each request's headers (gRPC metadata), resource attributes and span names. [`OtlpCollector::start_tls`] serves it behind TLS with a server certificate
+//! A tiny OTLP collector on loopback, owned by the suite: it accepts `POST /v1/traces` and
+//! `POST /v1/metrics` (OTLP/HTTP, protobuf) and the gRPC `TraceService/Export` and
+//! `MetricsService/Export` on the same port, and records each request's headers (gRPC
+//! metadata), resource attributes, span names and metrics. [`OtlpCollector::start_tls`] serves it behind TLS with a server certificate
 //! from a CA made in the test ([`TestPki`], rcgen), for `OTEL_EXPORTER_OTLP_CERTIFICATE`;
 //! [`OtlpCollector::start_mtls`] also requires a client certificate that CA signed.
 //!
@@ -21,6 +22,12 @@ use anyhow::Context as _;
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 use axum::routing::post;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -28,6 +35,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::metrics::v1::Metric;
 use prost::Message as _;
 
 /// One export request as received.
@@ -39,6 +47,8 @@ pub struct Export {
     pub resource: BTreeMap<String, String>,
     /// Names of the spans in the request.
     pub span_names: Vec<String>,
+    /// The metrics of a metrics export, as sent.
+    pub metrics: Vec<Metric>,
 }
 
 /// The running collector; stops when dropped.
@@ -135,8 +145,9 @@ impl OtlpCollector {
     )> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let exports = Arc::new(Mutex::new(Vec::new()));
-        let sink = exports.clone();
+        let (sink, metrics_sink) = (exports.clone(), exports.clone());
         let grpc = TraceServiceServer::new(GrpcSink(exports.clone()));
+        let grpc_metrics = MetricsServiceServer::new(GrpcSink(exports.clone()));
         let router = axum::Router::new()
             .route(
                 "/v1/traces",
@@ -145,9 +156,20 @@ impl OtlpCollector {
                     async move { record(&sink, &headers, &body) }
                 }),
             )
+            .route(
+                "/v1/metrics",
+                post(move |headers: HeaderMap, body: Bytes| {
+                    let sink = metrics_sink.clone();
+                    async move { record_metrics(&sink, &headers, &body) }
+                }),
+            )
             .route_service(
                 "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
                 grpc,
+            )
+            .route_service(
+                "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+                grpc_metrics,
             );
         Ok((listener, exports, router))
     }
@@ -198,8 +220,54 @@ impl TraceService for GrpcSink {
     }
 }
 
-fn push(sink: &Mutex<Vec<Export>>, headers: &HeaderMap, request: ExportTraceServiceRequest) {
-    let mut export = Export {
+fn record_metrics(
+    sink: &Mutex<Vec<Export>>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (
+    axum::http::StatusCode,
+    [(&'static str, &'static str); 1],
+    Vec<u8>,
+) {
+    let proto = [("content-type", "application/x-protobuf")];
+    let Ok(request) = ExportMetricsServiceRequest::decode(body) else {
+        return (axum::http::StatusCode::BAD_REQUEST, proto, Vec::new());
+    };
+    push_metrics(sink, headers, request);
+    let ok = ExportMetricsServiceResponse::default().encode_to_vec();
+    (axum::http::StatusCode::OK, proto, ok)
+}
+
+#[tonic::async_trait]
+impl MetricsService for GrpcSink {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        let headers = request.metadata().clone().into_headers();
+        push_metrics(&self.0, &headers, request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+fn push_metrics(
+    sink: &Mutex<Vec<Export>>,
+    headers: &HeaderMap,
+    request: ExportMetricsServiceRequest,
+) {
+    let mut export = empty_export(headers);
+    for resource_metrics in request.resource_metrics {
+        let attributes = resource_metrics.resource.map(|r| r.attributes);
+        add_resource(&mut export, attributes.unwrap_or_default());
+        for scope in resource_metrics.scope_metrics {
+            export.metrics.extend(scope.metrics);
+        }
+    }
+    sink.lock().unwrap().push(export);
+}
+
+fn empty_export(headers: &HeaderMap) -> Export {
+    Export {
         headers: headers
             .iter()
             .map(|(k, v)| {
@@ -211,13 +279,28 @@ fn push(sink: &Mutex<Vec<Export>>, headers: &HeaderMap, request: ExportTraceServ
             .collect(),
         resource: BTreeMap::new(),
         span_names: Vec::new(),
-    };
-    for spans in request.resource_spans {
-        for kv in spans.resource.map(|r| r.attributes).unwrap_or_default() {
-            if let Some(Value::StringValue(s)) = kv.value.and_then(|v| v.value) {
-                export.resource.insert(kv.key, s);
-            }
+        metrics: Vec::new(),
+    }
+}
+
+fn add_resource(
+    export: &mut Export,
+    attributes: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+) {
+    for kv in attributes {
+        if let Some(Value::StringValue(s)) = kv.value.and_then(|v| v.value) {
+            export.resource.insert(kv.key, s);
         }
+    }
+}
+
+fn push(sink: &Mutex<Vec<Export>>, headers: &HeaderMap, request: ExportTraceServiceRequest) {
+    let mut export = empty_export(headers);
+    for spans in request.resource_spans {
+        add_resource(
+            &mut export,
+            spans.resource.map(|r| r.attributes).unwrap_or_default(),
+        );
         for scope in spans.scope_spans {
             export
                 .span_names

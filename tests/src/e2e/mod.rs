@@ -33,6 +33,7 @@ mod monitoring;
 mod napcat;
 mod observability;
 mod otlp_export;
+mod otlp_metrics;
 mod qq;
 mod replication;
 mod repo;
