@@ -6,6 +6,7 @@ mod api;
 mod background;
 mod backpressure;
 mod bot_isolation;
+mod bots_api;
 mod bots_live;
 mod chaos;
 mod chaos_gateway;
