@@ -2,17 +2,19 @@
 //! ([`nanobot_runtime::bot_registry`]) the running roles watch. Secrets are given as `${VAR}`
 //! references, resolved by each role from its own environment.
 //!
+//! The changes and their checks are [`admin`]'s, shared with the HTTP API's `/v1/bots`.
+//!
 //! SIGKILL: each change is one atomic KV write of one bot (`update` a compare-and-set on the
 //! revision it read); a CLI killed mid-way changed that bot or nothing.
 
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
-use async_nats::jetstream::{self, kv};
+use async_nats::jetstream;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use nanobot_runtime::bot_registry;
+use nanobot_runtime::bot_registry::{self, admin, admin::AdminError, admin::Edit};
 
 /// What `nanobot bots` does.
 #[derive(Debug, Subcommand)]
@@ -79,21 +81,9 @@ impl BotArgs {
         }
         if let Some(token) = &self.telegram_token {
             let tg = json!({"channels": {"telegram": {"enabled": true, "token": token}}});
-            merge(&mut out, tg);
+            admin::merge(&mut out, tg);
         }
         Ok(out)
-    }
-}
-
-/// Lays `over` onto `base`, objects key by key.
-fn merge(base: &mut Value, over: Value) {
-    match (base, over) {
-        (Value::Object(base), Value::Object(over)) => {
-            for (k, v) in over {
-                merge(base.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (base, over) => *base = over,
     }
 }
 
@@ -108,42 +98,21 @@ pub async fn run(
     let store = bot_registry::init(js, replicas).await?;
     bot_registry::seed(&store, &bot_registry::raw_bots(config_path)?).await?;
     match action {
-        BotsAction::Add(args) => {
-            let raw = args.overlay()?;
-            let bytes = bot_registry::entry(&args.id, &raw).map_err(anyhow::Error::msg)?;
-            match store.create(&args.id, bytes.into()).await {
-                Ok(_) => println!("bot {} added", args.id),
-                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                    bail!("bot {} exists; use `nanobot bots update`", args.id)
-                }
-                Err(e) => return Err(e).context("write the bot"),
-            }
-        }
+        BotsAction::Add(args) => match admin::add(&store, &args.id, &args.overlay()?).await {
+            Ok(()) => println!("bot {} added", args.id),
+            Err(AdminError::Exists(id)) => bail!("bot {id} exists; use `nanobot bots update`"),
+            Err(e) => return Err(e.into()),
+        },
         BotsAction::Update(args) => {
-            let Some(current) = store.entry(&args.id).await.context("read the bot")? else {
-                bail!("no bot {}", args.id);
-            };
-            if current.operation != kv::Operation::Put {
-                bail!("no bot {}", args.id);
-            }
-            let mut raw: Value = serde_json::from_slice(&current.value).unwrap_or(json!({}));
-            merge(&mut raw, args.overlay()?);
-            let bytes = bot_registry::entry(&args.id, &raw).map_err(anyhow::Error::msg)?;
-            store
-                .update(&args.id, bytes.into(), current.revision)
-                .await
-                .context("write the bot (changed meanwhile? run it again)")?;
+            admin::update(&store, &args.id, Edit::Merge(args.overlay()?)).await?;
             println!("bot {} updated", args.id);
         }
         BotsAction::Remove { id } => {
-            if store.get(id).await.context("read the bot")?.is_none() {
-                bail!("no bot {id}");
-            }
-            store.delete(id).await.context("remove the bot")?;
+            admin::remove(&store, id).await?;
             println!("bot {id} removed (its sessions and workspace are kept)");
         }
         BotsAction::List => {
-            for (id, raw) in bot_registry::list(&store).await? {
+            for (id, raw) in admin::list(&store).await? {
                 let channels: Vec<&String> = raw
                     .get("channels")
                     .and_then(Value::as_object)
@@ -153,13 +122,10 @@ pub async fn run(
                 println!("{id}\tmodel={model}\tchannels={channels:?}");
             }
         }
-        BotsAction::Show { id } => match store.get(id).await.context("read the bot")? {
-            Some(bytes) => {
-                let raw: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                println!("{}", serde_json::to_string_pretty(&raw)?);
-            }
-            None => bail!("no bot {id}"),
-        },
+        BotsAction::Show { id } => {
+            let raw = admin::masked(&admin::get(&store, id).await?);
+            println!("{}", serde_json::to_string_pretty(&raw)?);
+        }
     }
     Ok(0)
 }
