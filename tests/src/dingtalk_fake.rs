@@ -27,10 +27,9 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use axum::Router;
 use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Multipart, Path, Query, State};
@@ -38,7 +37,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+
+use crate::fake_server::{self, ServerTask, Watched};
 
 /// How long the `wait_*` helpers wait by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -184,20 +185,7 @@ struct Shared {
     client_id: String,
     client_secret: String,
     addr: SocketAddr,
-    inner: Mutex<Inner>,
-    changed: watch::Sender<u64>,
-}
-
-impl Shared {
-    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
-        let out = f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner));
-        self.changed.send_modify(|n| *n += 1);
-        out
-    }
-
-    fn peek<T>(&self, f: impl FnOnce(&Inner) -> T) -> T {
-        f(&self.inner.lock().unwrap_or_else(PoisonError::into_inner))
-    }
+    state: Watched<Inner>,
 }
 
 /// A running fake; cloning shares it. The server stops when the last clone drops.
@@ -207,28 +195,16 @@ pub struct DingTalkFake {
     _server: Arc<ServerTask>,
 }
 
-#[derive(Debug)]
-struct ServerTask(tokio::task::JoinHandle<()>);
-
-impl Drop for ServerTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl DingTalkFake {
     /// Binds a free port of 127.0.0.1 and serves the app `client_id`/`client_secret`.
     pub async fn start(client_id: &str, client_secret: &str) -> anyhow::Result<Self> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .context("bind dingtalk fake")?;
-        let addr = listener.local_addr().context("dingtalk fake address")?;
+        let listener = fake_server::bind("dingtalk fake").await?;
+        let addr = listener.addr;
         let shared = Arc::new(Shared {
             client_id: client_id.into(),
             client_secret: client_secret.into(),
             addr,
-            inner: Mutex::default(),
-            changed: watch::channel(0).0,
+            state: Watched::default(),
         });
         let app = Router::new()
             .route("/v1.0/oauth2/accessToken", post(access_token))
@@ -240,19 +216,10 @@ impl DingTalkFake {
             .route("/files/{code}", get(file))
             .route("/media/upload", post(upload))
             .with_state(shared.clone());
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .await
-            {
-                tracing::warn!(error = %e, "dingtalk fake server stopped");
-            }
-        });
+        let server = listener.serve_with_peers(app);
         Ok(Self {
             shared,
-            _server: Arc::new(ServerTask(task)),
+            _server: server,
         })
     }
 
@@ -270,7 +237,7 @@ impl DingTalkFake {
     /// Delivers a CALLBACK frame whose `data` is `data` as given (possibly not JSON); returns
     /// the frame's message id.
     pub fn inject_data(&self, data: &str) -> String {
-        self.shared.with(|inner| {
+        self.shared.state.with(|inner| {
             let id = format!("frame-{}", inner.next());
             let frame = json!({
                 "specVersion": "1.0", "type": "CALLBACK",
@@ -287,52 +254,53 @@ impl DingTalkFake {
     /// Makes a file downloadable by `code`.
     pub fn add_file(&self, code: &str, bytes: &[u8]) {
         self.shared
+            .state
             .with(|inner| inner.files.insert(code.into(), bytes.to_vec()));
     }
 
     /// Holds every file download (`GET /files/…`) until called with false.
     pub fn hold_files(&self, hold: bool) {
-        self.shared.with(|i| i.hold_files = hold);
+        self.shared.state.with(|i| i.hold_files = hold);
     }
 
     /// Revokes every access token issued so far (calls with them get a 401).
     pub fn revoke_tokens(&self) {
-        self.shared.with(|i| i.tokens.clear());
+        self.shared.state.with(|i| i.tokens.clear());
     }
 
     /// Returns how many access tokens were issued.
     pub fn tokens_issued(&self) -> usize {
-        self.shared.peek(|i| i.issued)
+        self.shared.state.peek(|i| i.issued)
     }
 
     /// Answers the next `n` `connections/open` with a 503.
     pub fn fail_opens(&self, n: usize) {
-        self.shared.with(|i| i.fail_opens = n);
+        self.shared.state.with(|i| i.fail_opens = n);
     }
 
     /// Returns how many `connections/open` calls were made.
     pub fn opens(&self) -> usize {
-        self.shared.peek(|i| i.opens)
+        self.shared.state.peek(|i| i.opens)
     }
 
     /// Holds the `n`-th robot send (counting from 1) forever: it is never answered nor recorded.
     pub fn hold_send(&self, n: usize) {
-        self.shared.with(|i| i.hold_send = Some(n));
+        self.shared.state.with(|i| i.hold_send = Some(n));
     }
 
     /// Returns the client address of the held send, once it arrived.
     pub fn held_peer(&self) -> Option<SocketAddr> {
-        self.shared.peek(|i| i.held_peer)
+        self.shared.state.peek(|i| i.held_peer)
     }
 
     /// Returns how many file downloads were asked for.
     pub fn file_requests(&self) -> usize {
-        self.shared.peek(|i| i.file_requests)
+        self.shared.state.peek(|i| i.file_requests)
     }
 
     /// Sends a SYSTEM frame of `topic` to every connection; returns its message id.
     fn system(&self, topic: &str, data: Value) -> String {
-        self.shared.with(|inner| {
+        self.shared.state.with(|inner| {
             let id = format!("sys-{}", inner.next());
             let frame = json!({"specVersion": "1.0", "type": "SYSTEM",
                 "headers": {"contentType": "application/json", "messageId": id, "topic": topic},
@@ -357,7 +325,7 @@ impl DingTalkFake {
 
     /// Returns the ACK frames received, in order.
     pub fn acks(&self) -> Vec<Value> {
-        self.shared.peek(|i| i.acks.clone())
+        self.shared.state.peek(|i| i.acks.clone())
     }
 
     /// Returns the ACK of frame `id`, if any.
@@ -369,7 +337,7 @@ impl DingTalkFake {
 
     /// Returns every message the bot sent, in order.
     pub fn sent(&self) -> Vec<Sent> {
-        self.shared.peek(|i| i.sent.clone())
+        self.shared.state.peek(|i| i.sent.clone())
     }
 
     /// Returns the messages the bot sent to `chat`.
@@ -379,17 +347,17 @@ impl DingTalkFake {
 
     /// Returns the files the bot uploaded.
     pub fn uploads(&self) -> Vec<Upload> {
-        self.shared.peek(|i| i.uploads.clone())
+        self.shared.state.peek(|i| i.uploads.clone())
     }
 
     /// Returns the Stream connections now, at peak and in total.
     pub fn conns(&self) -> Conns {
-        self.shared.peek(|i| i.stats)
+        self.shared.state.peek(|i| i.stats)
     }
 
     /// Returns how many calls presented refused credentials.
     pub fn refused(&self) -> usize {
-        self.shared.peek(|i| i.refused)
+        self.shared.state.peek(|i| i.refused)
     }
 
     /// Waits until a Stream connection is up.
@@ -417,7 +385,7 @@ impl DingTalkFake {
         timeout: Duration,
         mut check: impl FnMut(&DingTalkFake) -> Option<T>,
     ) -> anyhow::Result<T> {
-        let found = crate::harness::wait_for_change(&self.shared.changed, timeout, || check(self));
+        let found = self.shared.state.wait(timeout, || check(self));
         if let Some(found) = found.await {
             return Ok(found);
         }
@@ -439,14 +407,14 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response {
 
 async fn access_token(State(s): State<Arc<Shared>>, axum::Json(b): axum::Json<Value>) -> Response {
     if b["appKey"] != s.client_id.as_str() || b["appSecret"] != s.client_secret.as_str() {
-        s.with(|i| i.refused += 1);
+        s.state.with(|i| i.refused += 1);
         return error(
             StatusCode::BAD_REQUEST,
             "invalidClientIdOrSecret",
             "无效的clientId或者clientSecret",
         );
     }
-    let token = s.with(|i| {
+    let token = s.state.with(|i| {
         let token = format!("at-{}", i.next());
         i.tokens.insert(token.clone());
         i.issued += 1;
@@ -460,14 +428,14 @@ async fn open_connection(
     axum::Json(b): axum::Json<Value>,
 ) -> Response {
     if b["clientId"] != s.client_id.as_str() || b["clientSecret"] != s.client_secret.as_str() {
-        s.with(|i| i.refused += 1);
+        s.state.with(|i| i.refused += 1);
         return error(
             StatusCode::UNAUTHORIZED,
             "InvalidAuthentication",
             "clientId or clientSecret invalid",
         );
     }
-    let failing = s.with(|i| {
+    let failing = s.state.with(|i| {
         i.opens += 1;
         let failing = i.fail_opens > 0;
         i.fail_opens = i.fail_opens.saturating_sub(1);
@@ -492,7 +460,7 @@ async fn open_connection(
             "no robot message subscription",
         );
     }
-    let ticket = s.with(|i| {
+    let ticket = s.state.with(|i| {
         let ticket = format!("tk+{}/{}=", i.next(), uuid::Uuid::new_v4().simple());
         i.tickets.insert(ticket.clone());
         ticket
@@ -507,7 +475,7 @@ async fn connect(
     ws: WebSocketUpgrade,
 ) -> Response {
     let ticket = q.get("ticket").cloned().unwrap_or_default();
-    if !s.with(|i| i.tickets.remove(&ticket)) {
+    if !s.state.with(|i| i.tickets.remove(&ticket)) {
         return error(
             StatusCode::UNAUTHORIZED,
             "invalidTicket",
@@ -519,7 +487,7 @@ async fn connect(
 
 async fn serve_socket(s: Arc<Shared>, mut socket: WebSocket) {
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-    let conn = s.with(|i| {
+    let conn = s.state.with(|i| {
         let conn = i.next();
         i.conns.push((conn, tx));
         i.stats.now += 1;
@@ -537,7 +505,7 @@ async fn serve_socket(s: Arc<Shared>, mut socket: WebSocket) {
             incoming = socket.recv() => match incoming {
                 Some(Ok(WsMessage::Text(text))) => {
                     let ack: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                    s.with(|i| {
+                    s.state.with(|i| {
                         if let Some(id) = ack["headers"]["messageId"].as_str() {
                             i.unacked.remove(id);
                         }
@@ -549,7 +517,7 @@ async fn serve_socket(s: Arc<Shared>, mut socket: WebSocket) {
             },
         }
     }
-    s.with(|i| {
+    s.state.with(|i| {
         i.conns.retain(|(c, _)| *c != conn);
         i.stats.now -= 1;
         let mut again: Vec<(String, String)> = i
@@ -572,7 +540,7 @@ fn token_ok(s: &Shared, headers: &HeaderMap) -> bool {
         .get("x-acs-dingtalk-access-token")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    s.peek(|i| i.tokens.contains(token))
+    s.state.peek(|i| i.tokens.contains(token))
 }
 
 async fn record(
@@ -582,7 +550,7 @@ async fn record(
     chat: String,
     b: &Value,
 ) -> Response {
-    let held = s.with(|i| {
+    let held = s.state.with(|i| {
         i.sends += 1;
         let held = i.hold_send == Some(i.sends);
         if held {
@@ -626,7 +594,7 @@ async fn record(
             "text too long",
         );
     }
-    s.with(|i| i.sent.push(Sent { chat, key, param }));
+    s.state.with(|i| i.sent.push(Sent { chat, key, param }));
     axum::Json(json!({"processQueryKey": uuid::Uuid::new_v4().to_string()})).into_response()
 }
 
@@ -674,7 +642,7 @@ async fn download_url(
         );
     }
     let code = b["downloadCode"].as_str().unwrap_or_default();
-    if !s.peek(|i| i.files.contains_key(code)) {
+    if !s.state.peek(|i| i.files.contains_key(code)) {
         return error(
             StatusCode::BAD_REQUEST,
             "invalidParameter.downloadCode",
@@ -686,14 +654,14 @@ async fn download_url(
 }
 
 async fn file(State(s): State<Arc<Shared>>, Path(code): Path<String>) -> Response {
-    s.with(|i| i.file_requests += 1);
-    let mut changed = s.changed.subscribe();
-    while s.peek(|i| i.hold_files) {
+    s.state.with(|i| i.file_requests += 1);
+    let mut changed = s.state.subscribe();
+    while s.state.peek(|i| i.hold_files) {
         if changed.changed().await.is_err() {
             break;
         }
     }
-    match s.peek(|i| i.files.get(&code).cloned()) {
+    match s.state.peek(|i| i.files.get(&code).cloned()) {
         Some(bytes) => bytes.into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }
@@ -705,7 +673,7 @@ async fn upload(
     mut form: Multipart,
 ) -> Response {
     let token = q.get("access_token").cloned().unwrap_or_default();
-    if !s.peek(|i| i.tokens.contains(&token)) {
+    if !s.state.peek(|i| i.tokens.contains(&token)) {
         return axum::Json(json!({"errcode": 40014, "errmsg": "不合法的access_token"}))
             .into_response();
     }
@@ -718,7 +686,7 @@ async fn upload(
         let Ok(bytes) = field.bytes().await else {
             break;
         };
-        let id = s.with(|i| {
+        let id = s.state.with(|i| {
             i.uploads.push(Upload {
                 kind: kind.clone(),
                 name,

@@ -24,10 +24,9 @@
 //! connection change (a `watch` channel), never sleeps.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
@@ -36,7 +35,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post, put};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+
+use crate::fake_server::{self, ServerTask, Watched};
 
 /// How long the `wait_*` helpers wait by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -141,22 +142,10 @@ struct Inner {
 struct Shared {
     token: String,
     addr: SocketAddr,
-    inner: Mutex<Inner>,
-    changed: watch::Sender<u64>,
+    state: Watched<Inner>,
 }
 
 impl Shared {
-    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
-        let out = f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner));
-        self.changed.send_modify(|n| *n += 1);
-        out
-    }
-
-    /// Reads without waking waiters (the getters run inside `wait_until` checks).
-    fn peek<T>(&self, f: impl FnOnce(&Inner) -> T) -> T {
-        f(&self.inner.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
     fn next_id(inner: &mut Inner) -> u64 {
         inner.next_id += 1;
         1_300_000_000_000_000_000 + inner.next_id
@@ -177,27 +166,15 @@ pub struct DiscordFake {
     _server: Arc<ServerTask>,
 }
 
-#[derive(Debug)]
-struct ServerTask(tokio::task::JoinHandle<()>);
-
-impl Drop for ServerTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl DiscordFake {
     /// Binds a free port of 127.0.0.1 and serves the bot with `token`.
     pub async fn start(token: &str) -> anyhow::Result<Self> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .context("bind discord fake")?;
-        let addr = listener.local_addr().context("discord fake address")?;
+        let listener = fake_server::bind("discord fake").await?;
+        let addr = listener.addr;
         let shared = Arc::new(Shared {
             token: token.into(),
             addr,
-            inner: Mutex::default(),
-            changed: watch::channel(0).0,
+            state: Watched::default(),
         });
         let app = Router::new()
             .route("/gateway", get(gateway))
@@ -216,14 +193,10 @@ impl DiscordFake {
             )
             .route("/attachments/{id}/{name}", get(attachment))
             .with_state(shared.clone());
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "discord fake server stopped");
-            }
-        });
+        let server = listener.serve(app);
         Ok(Self {
             shared,
-            _server: Arc::new(ServerTask(task)),
+            _server: server,
         })
     }
 
@@ -239,7 +212,7 @@ impl DiscordFake {
 
     /// Dispatches `msg` as MESSAGE_CREATE to every identified session; returns its id.
     pub fn inject(&self, msg: DcMessage) -> u64 {
-        self.shared.with(|inner| {
+        self.shared.state.with(|inner| {
             let id = Shared::next_id(inner);
             let attachments: Vec<Value> = msg
                 .file
@@ -290,12 +263,13 @@ impl DiscordFake {
     /// Returns the id of the last file a user attached (none yet: 0).
     pub fn last_attachment_id(&self) -> u64 {
         self.shared
+            .state
             .peek(|i| i.files.last().map_or(0, |(id, _, _)| *id))
     }
 
     /// Returns every message the bot posted, in order.
     pub fn sent(&self) -> Vec<Sent> {
-        self.shared.peek(|i| i.sent.clone())
+        self.shared.state.peek(|i| i.sent.clone())
     }
 
     /// Returns the messages the bot posted in `channel`.
@@ -309,12 +283,13 @@ impl DiscordFake {
     /// Returns the typing triggers of `channel`.
     pub fn typing_in(&self, channel: u64) -> usize {
         self.shared
+            .state
             .peek(|i| i.typing.iter().filter(|c| **c == channel).count())
     }
 
     /// Returns the reactions set (true) and removed (false) on `message`.
     pub fn reactions_on(&self, message: u64) -> Vec<(String, bool)> {
-        self.shared.peek(|i| {
+        self.shared.state.peek(|i| {
             i.reactions
                 .iter()
                 .filter(|(m, _, _)| *m == message)
@@ -325,7 +300,7 @@ impl DiscordFake {
 
     /// Returns the identified sessions now and at peak.
     pub fn sessions(&self) -> Sessions {
-        self.shared.peek(|i| i.stats)
+        self.shared.state.peek(|i| i.stats)
     }
 
     /// Waits until a session is identified.
@@ -344,7 +319,7 @@ impl DiscordFake {
         timeout: Duration,
         mut check: impl FnMut(&DiscordFake) -> Option<T>,
     ) -> anyhow::Result<T> {
-        let found = crate::harness::wait_for_change(&self.shared.changed, timeout, || check(self));
+        let found = self.shared.state.wait(timeout, || check(self));
         if let Some(found) = found.await {
             return Ok(found);
         }
@@ -382,7 +357,7 @@ async fn users_me(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response 
     if !s.authorized(&headers) {
         return unauthorized();
     }
-    s.with(|_| ());
+    s.state.with(|_| ());
     let mut me = user(BOT_ID);
     me["username"] = json!("nano_test_bot");
     me["mfa_enabled"] = json!(false);
@@ -447,7 +422,7 @@ async fn create_message(
         .as_str()
         .and_then(|m| m.parse().ok())
         .or_else(|| payload["message_reference"]["message_id"].as_u64());
-    let sent = s.with(|inner| {
+    let sent = s.state.with(|inner| {
         let sent = Sent {
             id: Shared::next_id(inner),
             channel,
@@ -486,7 +461,7 @@ async fn edit_message(
     if content.chars().count() > 2000 {
         return bad_form("Must be 2000 or fewer in length.");
     }
-    let edited = s.with(|inner| {
+    let edited = s.state.with(|inner| {
         let sent = inner
             .sent
             .iter_mut()
@@ -522,7 +497,7 @@ async fn typing(
     if !s.authorized(&headers) {
         return unauthorized();
     }
-    s.with(|i| i.typing.push(channel));
+    s.state.with(|i| i.typing.push(channel));
     StatusCode::NO_CONTENT.into_response()
 }
 
@@ -536,7 +511,7 @@ async fn reaction(
     if !s.authorized(headers) {
         return unauthorized();
     }
-    s.with(|i| i.reactions.push((message, emoji, set)));
+    s.state.with(|i| i.reactions.push((message, emoji, set)));
     StatusCode::NO_CONTENT.into_response()
 }
 
@@ -560,7 +535,9 @@ async fn attachment(
     State(s): State<Arc<Shared>>,
     Path((id, _name)): Path<(u64, String)>,
 ) -> Response {
-    let file = s.peek(|i| i.files.iter().find(|(f, _, _)| *f == id).cloned());
+    let file = s
+        .state
+        .peek(|i| i.files.iter().find(|(f, _, _)| *f == id).cloned());
     match file {
         Some((_, _, bytes)) => bytes.into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
@@ -603,7 +580,7 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
                             let _ = socket.send(WsMessage::Close(Some(close))).await;
                             break;
                         }
-                        let id = s.with(|inner| {
+                        let id = s.state.with(|inner| {
                             let id = Shared::next_id(inner);
                             inner.sessions.push((id, tx.clone()));
                             inner.stats.now = inner.sessions.len();
@@ -631,7 +608,7 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
         }
     }
     if let Some(id) = identified {
-        s.with(|inner| {
+        s.state.with(|inner| {
             inner.sessions.retain(|(sid, _)| *sid != id);
             inner.stats.now = inner.sessions.len();
         });

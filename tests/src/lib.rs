@@ -17,6 +17,8 @@
 //!   Events API requests ([`slack_fake::signed_post`]).
 //! - [`discord_fake`]: a Discord fake ([`discord_fake::DiscordFake`]): REST and the gateway
 //!   WebSocket of one bot token, recorded posts and sessions.
+//! - [`fake_server`]: what the platform fakes share: a loopback server stopped with the last
+//!   clone of its fake, and state behind one lock whose changes wake the waiters.
 //! - [`drip`]: response bodies sent 1 to 3 bytes at a time (the scripted LLM's and the
 //!   Telegram fake's, when asked).
 //! - [`harness`]: real processes killed on drop ([`harness::Nats`], [`harness::Redis`],
@@ -28,6 +30,7 @@
 pub mod dingtalk_fake;
 pub mod discord_fake;
 pub mod drip;
+pub mod fake_server;
 pub mod feishu_fake;
 pub mod harness;
 pub mod mail_servers;

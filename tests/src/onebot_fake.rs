@@ -24,10 +24,9 @@
 //! every change, never sleeps.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
@@ -36,7 +35,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+
+use crate::fake_server::{self, ServerTask, Watched};
 
 /// How long the `wait_*` helpers wait by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -227,20 +228,7 @@ impl Inner {
 struct Shared {
     token: String,
     addr: SocketAddr,
-    inner: Mutex<Inner>,
-    changed: watch::Sender<u64>,
-}
-
-impl Shared {
-    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
-        let out = f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner));
-        self.changed.send_modify(|n| *n += 1);
-        out
-    }
-
-    fn peek<T>(&self, f: impl FnOnce(&Inner) -> T) -> T {
-        f(&self.inner.lock().unwrap_or_else(PoisonError::into_inner))
-    }
+    state: Watched<Inner>,
 }
 
 /// A running fake; cloning shares it. The server stops when the last clone drops.
@@ -250,44 +238,28 @@ pub struct OneBotFake {
     _server: Arc<ServerTask>,
 }
 
-#[derive(Debug)]
-struct ServerTask(tokio::task::JoinHandle<()>);
-
-impl Drop for ServerTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl OneBotFake {
     /// Binds a free port of 127.0.0.1 and accepts `token` (empty: no token required).
     pub async fn start(token: &str) -> anyhow::Result<Self> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .context("bind onebot fake")?;
-        let addr = listener.local_addr().context("onebot fake address")?;
+        let listener = fake_server::bind("onebot fake").await?;
+        let addr = listener.addr;
         let shared = Arc::new(Shared {
             token: token.into(),
             addr,
-            inner: Mutex::new(Inner {
+            state: Watched::new(Inner {
                 next_id: 1_000,
                 ..Inner::default()
             }),
-            changed: watch::channel(0).0,
         });
         let app = Router::new()
             .route("/", get(upgrade))
             .route("/api", get(upgrade_api))
             .route("/images/{name}", get(image))
             .with_state(shared.clone());
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "onebot fake server stopped");
-            }
-        });
+        let server = listener.serve(app);
         Ok(Self {
             shared,
-            _server: Arc::new(ServerTask(task)),
+            _server: server,
         })
     }
 
@@ -299,6 +271,7 @@ impl OneBotFake {
     /// Serves `bytes` at `/images/{name}`; returns its URL.
     pub fn host_image(&self, name: &str, bytes: &[u8]) -> String {
         self.shared
+            .state
             .with(|i| i.images.push((name.to_string(), bytes.to_vec())));
         let encoded: String = url::form_urlencoded::byte_serialize(name.as_bytes()).collect();
         format!("http://{}/images/{encoded}", self.shared.addr)
@@ -306,7 +279,7 @@ impl OneBotFake {
 
     /// Sends `msg` as a message event to every connection; returns its `message_id`.
     pub fn inject(&self, msg: QqMessage) -> i64 {
-        self.shared.with(|inner| {
+        self.shared.state.with(|inner| {
             inner.next_id += 1;
             let id = inner.next_id;
             inner.authors.push((id, msg.user));
@@ -334,7 +307,7 @@ impl OneBotFake {
 
     /// Sends `text` as is (any frame, valid or not) to every event connection.
     pub fn send_raw(&self, text: &str) {
-        self.shared.with(|inner| {
+        self.shared.state.with(|inner| {
             for c in inner.conns.iter().filter(|c| !c.api) {
                 let _ = c.tx.send(Some(text.to_string()));
             }
@@ -343,7 +316,7 @@ impl OneBotFake {
 
     /// Sends message event `id` again, unchanged (as two overlapping connections would see it).
     pub fn send_again(&self, id: i64) {
-        self.shared.with(|inner| {
+        self.shared.state.with(|inner| {
             let ev = inner
                 .events
                 .iter()
@@ -357,7 +330,7 @@ impl OneBotFake {
 
     /// Sends a `group_increase` notice (user joined group) to every connection.
     pub fn inject_join(&self, group: u64, user: u64) {
-        self.shared.with(|inner| {
+        self.shared.state.with(|inner| {
             let ev = json!({"time": 1_790_000_001, "self_id": SELF_ID, "post_type": "notice",
                 "notice_type": "group_increase", "sub_type": "approve", "group_id": group,
                 "operator_id": 0, "user_id": user});
@@ -367,39 +340,39 @@ impl OneBotFake {
 
     /// Answers the next `n` upgrades on `/` with 503 (NapCat down).
     pub fn refuse_next_upgrades(&self, n: usize) {
-        self.shared.with(|i| i.unavailable = n);
+        self.shared.state.with(|i| i.unavailable = n);
     }
 
     /// Returns when each upgrade on `/` was attempted.
     pub fn attempts(&self) -> Vec<std::time::Instant> {
-        self.shared.peek(|i| i.attempts.clone())
+        self.shared.state.peek(|i| i.attempts.clone())
     }
 
     /// Refuses a wrong token as NapCat does (upgrade, a retcode 1403 frame, close) instead of
     /// the spec's 401/403.
     pub fn refuse_like_napcat(&self) {
-        self.shared.with(|i| i.refuse_like_napcat = true);
+        self.shared.state.with(|i| i.refuse_like_napcat = true);
     }
 
     /// Leaves every send after the first `n` recorded ones unanswered and unrecorded, as if
     /// it never reached QQ (the sender is to be killed while it waits).
     pub fn hold_sends_after(&self, n: usize) {
-        self.shared.with(|i| i.hold_after = Some(n));
+        self.shared.state.with(|i| i.hold_after = Some(n));
     }
 
     /// Lets sends through again.
     pub fn release_sends(&self) {
-        self.shared.with(|i| i.hold_after = None);
+        self.shared.state.with(|i| i.hold_after = None);
     }
 
     /// Returns how many sends were held.
     pub fn held(&self) -> usize {
-        self.shared.peek(|i| i.held)
+        self.shared.state.peek(|i| i.held)
     }
 
     /// Closes every connection (NapCat restarting).
     pub fn drop_connections(&self) {
-        self.shared.with(|inner| {
+        self.shared.state.with(|inner| {
             for c in &inner.conns {
                 let _ = c.tx.send(None);
             }
@@ -408,7 +381,7 @@ impl OneBotFake {
 
     /// Returns every message the bot sent, in order.
     pub fn sent(&self) -> Vec<Sent> {
-        self.shared.peek(|i| i.sent.clone())
+        self.shared.state.peek(|i| i.sent.clone())
     }
 
     /// Returns the messages the bot sent to `chat` (`private:1`, `group:2`).
@@ -418,12 +391,12 @@ impl OneBotFake {
 
     /// Returns the actions called, in order.
     pub fn actions(&self) -> Vec<String> {
-        self.shared.peek(|i| i.actions.clone())
+        self.shared.state.peek(|i| i.actions.clone())
     }
 
     /// Returns the connection counts.
     pub fn connections(&self) -> Connections {
-        self.shared.peek(|i| i.stats)
+        self.shared.state.peek(|i| i.stats)
     }
 
     /// Waits until a connection has logged in.
@@ -442,7 +415,7 @@ impl OneBotFake {
         timeout: Duration,
         mut check: impl FnMut(&OneBotFake) -> Option<T>,
     ) -> anyhow::Result<T> {
-        let found = crate::harness::wait_for_change(&self.shared.changed, timeout, || check(self));
+        let found = self.shared.state.wait(timeout, || check(self));
         if let Some(found) = found.await {
             return Ok(found);
         }
@@ -487,7 +460,7 @@ fn accept(
     api: bool,
 ) -> Response {
     if !api {
-        let down = s.with(|i| {
+        let down = s.state.with(|i| {
             i.attempts.push(std::time::Instant::now());
             let down = i.unavailable > 0;
             i.unavailable = i.unavailable.saturating_sub(1);
@@ -509,8 +482,8 @@ fn accept(
             Some(_) => None,
         };
         if let Some(status) = status {
-            s.with(|i| i.stats.refused += 1);
-            if s.peek(|i| i.refuse_like_napcat) {
+            s.state.with(|i| i.stats.refused += 1);
+            if s.state.peek(|i| i.refuse_like_napcat) {
                 return ws.on_upgrade(|mut socket| async move {
                     let no = json!({"status": "failed", "retcode": 1403, "data": null,
                                     "message": "token验证失败", "wording": "token验证失败"});
@@ -526,7 +499,7 @@ fn accept(
 
 async fn serve(s: Arc<Shared>, mut socket: WebSocket, api: bool) {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let id = s.with(|inner| {
+    let id = s.state.with(|inner| {
         inner.stats.accepted += 1;
         let id = inner.stats.accepted as u64;
         inner.conns.push(Conn {
@@ -562,7 +535,7 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket, api: bool) {
             },
         }
     }
-    s.with(|inner| {
+    s.state.with(|inner| {
         inner.conns.retain(|c| c.id != id);
         inner.recount();
     });
@@ -578,7 +551,7 @@ fn act(s: &Shared, conn: u64, text: &str) -> Option<Value> {
     let action = req["action"].as_str().unwrap_or_default().to_string();
     let params = &req["params"];
     let ok = |data: Value| json!({"status": "ok", "retcode": 0, "data": data, "echo": req["echo"]});
-    s.with(|inner| {
+    s.state.with(|inner| {
         inner.actions.push(action.clone());
         let is_send = action.starts_with("send_");
         if is_send && inner.hold_after.is_some_and(|n| inner.sent.len() >= n) {
@@ -644,7 +617,7 @@ fn act(s: &Shared, conn: u64, text: &str) -> Option<Value> {
 }
 
 async fn image(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> Response {
-    let Some(bytes) = s.peek(|i| {
+    let Some(bytes) = s.state.peek(|i| {
         i.images
             .iter()
             .find(|(n, _)| *n == name)

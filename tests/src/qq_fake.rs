@@ -27,10 +27,9 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use axum::Router;
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
@@ -38,7 +37,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+
+use crate::fake_server::{self, ServerTask, Watched};
 
 /// How long the `wait_*` helpers wait by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -149,24 +150,14 @@ struct Shared {
     app_id: String,
     secret: String,
     addr: SocketAddr,
-    inner: Mutex<Inner>,
-    changed: watch::Sender<u64>,
+    state: Watched<Inner>,
     released: tokio::sync::Notify,
 }
 
 impl Shared {
-    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
-        let out = f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner));
-        self.changed.send_modify(|n| *n += 1);
-        out
-    }
-
-    fn peek<T>(&self, f: impl FnOnce(&Inner) -> T) -> T {
-        f(&self.inner.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
     fn token_ok(&self, token: &str) -> bool {
-        self.peek(|i| i.valid_tokens.iter().any(|t| t == token))
+        self.state
+            .peek(|i| i.valid_tokens.iter().any(|t| t == token))
     }
 
     fn authorized(&self, headers: &HeaderMap) -> bool {
@@ -185,31 +176,19 @@ pub struct QqFake {
     _server: Arc<ServerTask>,
 }
 
-#[derive(Debug)]
-struct ServerTask(tokio::task::JoinHandle<()>);
-
-impl Drop for ServerTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl QqFake {
     /// Binds a free port of 127.0.0.1 and serves the app `app_id` with `secret`.
     pub async fn start(app_id: &str, secret: &str) -> anyhow::Result<Self> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .context("bind qq fake")?;
-        let addr = listener.local_addr().context("qq fake address")?;
+        let listener = fake_server::bind("qq fake").await?;
+        let addr = listener.addr;
         let shared = Arc::new(Shared {
             app_id: app_id.into(),
             secret: secret.into(),
             addr,
-            inner: Mutex::new(Inner {
+            state: Watched::new(Inner {
                 token_ttl_secs: 7200,
                 ..Inner::default()
             }),
-            changed: watch::channel(0).0,
             released: tokio::sync::Notify::new(),
         });
         let app = Router::new()
@@ -222,14 +201,10 @@ impl QqFake {
             .route("/v2/groups/{chat}/files", post(upload))
             .route("/files/{id}/{name}", get(attachment))
             .with_state(shared.clone());
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "qq fake server stopped");
-            }
-        });
+        let server = listener.serve(app);
         Ok(Self {
             shared,
-            _server: Arc::new(ServerTask(task)),
+            _server: server,
         })
     }
 
@@ -251,7 +226,7 @@ impl QqFake {
     /// While `on`, message sends are accepted (recorded) and their answers held until the
     /// client gives up (a gateway killed mid-send never hears back).
     pub fn hold_responses(&self, on: bool) {
-        self.shared.with(|i| i.hold = on);
+        self.shared.state.with(|i| i.hold = on);
         if !on {
             self.shared.released.notify_waiters();
         }
@@ -259,14 +234,14 @@ impl QqFake {
 
     /// Makes the next `n` message sends be accepted (recorded) but answered with a 500.
     pub fn lose_next_responses(&self, n: usize) {
-        self.shared.with(|i| i.lose = n);
+        self.shared.state.with(|i| i.lose = n);
     }
 
     /// Sends `msg` as C2C_MESSAGE_CREATE or GROUP_AT_MESSAGE_CREATE to every live session
     /// (and keeps it for resumed ones); returns its message id.
     pub fn inject(&self, msg: QqMessage) -> String {
         let addr = self.shared.addr;
-        self.shared.with(|inner| {
+        self.shared.state.with(|inner| {
             inner.next_id += 1;
             let id = format!("ROBOT1.0_msg-{}_测!", inner.next_id);
             let attachments: Vec<Value> = msg
@@ -311,7 +286,7 @@ impl QqFake {
     /// Sends `frame` as it is (any text, JSON or not) on every live gateway connection; as an
     /// event (with the next sequence number) when it is a DISPATCH.
     pub fn send_raw(&self, frame: &str) {
-        self.shared.with(|i| {
+        self.shared.state.with(|i| {
             let frame = match serde_json::from_str::<Value>(frame) {
                 Ok(mut v) if v["op"] == 0 => {
                     i.seq += 1;
@@ -330,7 +305,7 @@ impl QqFake {
 
     /// Returns every message the bot posted and QQ kept, in order.
     pub fn sent(&self) -> Vec<Sent> {
-        self.shared.peek(|i| i.sent.clone())
+        self.shared.state.peek(|i| i.sent.clone())
     }
 
     /// Returns the messages the bot posted to `chat` (a user's or a group's openid).
@@ -340,18 +315,18 @@ impl QqFake {
 
     /// Returns how many sends were refused as duplicates (40054005).
     pub fn duplicates(&self) -> usize {
-        self.shared.peek(|i| i.duplicates)
+        self.shared.state.peek(|i| i.duplicates)
     }
 
     /// Returns how many access tokens were handed out (a new one each time one expired).
     pub fn tokens_issued(&self) -> usize {
-        self.shared.peek(|i| i.tokens_issued)
+        self.shared.state.peek(|i| i.tokens_issued)
     }
 
     /// Closes every live gateway connection with close `code` (QQ's 4009: session timed out,
     /// resumable; 4006/4007: session invalid, identify anew).
     pub fn close_connections(&self, code: u16) {
-        self.shared.with(|i| {
+        self.shared.state.with(|i| {
             for (_, tx) in &i.live {
                 let _ = tx.send(format!("{CLOSE}{code}"));
             }
@@ -360,17 +335,17 @@ impl QqFake {
 
     /// Answers the next `n` WebSocket upgrades with 503 (QQ's gateway unavailable).
     pub fn refuse_connections(&self, n: usize) {
-        self.shared.with(|i| i.refuse = n);
+        self.shared.state.with(|i| i.refuse = n);
     }
 
     /// Returns when each gateway connection was attempted.
     pub fn connection_attempts(&self) -> Vec<Instant> {
-        self.shared.peek(|i| i.attempts.clone())
+        self.shared.state.peek(|i| i.attempts.clone())
     }
 
     /// Sends RECONNECT (op 7) on every live gateway connection.
     pub fn ask_reconnect(&self) {
-        self.shared.with(|i| {
+        self.shared.state.with(|i| {
             for (_, tx) in &i.live {
                 let _ = tx.send(json!({"op": 7}).to_string());
             }
@@ -380,7 +355,7 @@ impl QqFake {
     /// Makes every token handed out so far invalid (as when they expire): REST calls with
     /// them get a 401 until a new one is fetched.
     pub fn expire_tokens(&self) {
-        self.shared.with(|i| {
+        self.shared.state.with(|i| {
             i.valid_tokens.clear();
             i.token = None;
         });
@@ -388,7 +363,7 @@ impl QqFake {
 
     /// Returns the gateway sessions.
     pub fn sessions(&self) -> Sessions {
-        self.shared.peek(|i| i.stats)
+        self.shared.state.peek(|i| i.stats)
     }
 
     /// Waits until a session is live.
@@ -407,7 +382,7 @@ impl QqFake {
         timeout: Duration,
         mut check: impl FnMut(&QqFake) -> Option<T>,
     ) -> anyhow::Result<T> {
-        let found = crate::harness::wait_for_change(&self.shared.changed, timeout, || check(self));
+        let found = self.shared.state.wait(timeout, || check(self));
         if let Some(found) = found.await {
             return Ok(found);
         }
@@ -432,11 +407,11 @@ async fn access_token(
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
     if body["appId"] != s.app_id.as_str() || body["clientSecret"] != s.secret.as_str() {
-        s.with(|_| ());
+        s.state.with(|_| ());
         return axum::Json(json!({"code": 100016, "message": "invalid appid or secret"}))
             .into_response();
     }
-    let (token, left) = s.with(|i| {
+    let (token, left) = s.state.with(|i| {
         let now = Instant::now();
         let fresh = i
             .token
@@ -488,7 +463,7 @@ async fn group_message(
 /// Returns `response`, after [`QqFake::hold_responses`] ends when it is on.
 async fn held(s: &Shared, response: Response) -> Response {
     let released = s.released.notified();
-    if s.peek(|i| i.hold) {
+    if s.state.peek(|i| i.hold) {
         released.await;
     }
     response
@@ -512,14 +487,14 @@ fn message(s: &Shared, chat: String, group: bool, headers: &HeaderMap, body: &Va
     let msg_seq = body["msg_seq"].as_i64();
     let file = body["media"]["file_info"].as_str().and_then(|info| {
         let id: u64 = info.strip_prefix("file-info-")?.parse().ok()?;
-        s.peek(|i| {
+        s.state.peek(|i| {
             i.uploads
                 .iter()
                 .find(|(u, _)| *u == id)
                 .map(|(_, n)| n.clone())
         })?
     });
-    let outcome = s.with(|i| {
+    let outcome = s.state.with(|i| {
         if let Some(id) = &msg_id
             && !i.replied.insert((id.clone(), msg_seq.unwrap_or(1)))
         {
@@ -570,7 +545,7 @@ async fn upload(
         return refused(StatusCode::BAD_REQUEST, 40034001, "file_data is not base64");
     }
     let name = body["file_name"].as_str().map(str::to_string);
-    let id = s.with(|i| {
+    let id = s.state.with(|i| {
         i.next_id += 1;
         i.uploads.push((i.next_id, name));
         i.next_id
@@ -580,7 +555,9 @@ async fn upload(
 }
 
 async fn attachment(State(s): State<Arc<Shared>>, Path((id, _)): Path<(u64, String)>) -> Response {
-    let file = s.peek(|i| i.files.iter().find(|(f, _, _)| *f == id).cloned());
+    let file = s
+        .state
+        .peek(|i| i.files.iter().find(|(f, _, _)| *f == id).cloned());
     match file {
         Some((_, _, bytes)) => bytes.into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
@@ -588,7 +565,7 @@ async fn attachment(State(s): State<Arc<Shared>>, Path((id, _)): Path<(u64, Stri
 }
 
 async fn websocket(State(s): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
-    let refused = s.with(|i| {
+    let refused = s.state.with(|i| {
         i.attempts.push(Instant::now());
         let refused = i.refuse > 0;
         i.refuse = i.refuse.saturating_sub(1);
@@ -615,7 +592,7 @@ fn answer(s: &Shared, conn: u64, tx: &mpsc::UnboundedSender<String>, frame: &Val
     match frame["op"].as_u64() {
         Some(1) => Answer::Send(vec![json!({"op": 11}).to_string()]),
         Some(2) if !token_ok => Answer::Close(4004),
-        Some(2) => s.with(|i| {
+        Some(2) => s.state.with(|i| {
             i.next_id += 1;
             let session_id = format!("session-{}", i.next_id);
             i.known_sessions.insert(session_id.clone());
@@ -627,7 +604,7 @@ fn answer(s: &Shared, conn: u64, tx: &mpsc::UnboundedSender<String>, frame: &Val
             Answer::Send(vec![ready.to_string()])
         }),
         Some(6) if !token_ok => Answer::Close(4004),
-        Some(6) => s.with(|i| {
+        Some(6) => s.state.with(|i| {
             let session_id = frame["d"]["session_id"].as_str().unwrap_or_default();
             if !i.known_sessions.contains(session_id) {
                 return Answer::Send(vec![json!({"op": 9, "d": false}).to_string()]);
@@ -661,7 +638,7 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
     if socket.send(WsMessage::Text(hello.into())).await.is_err() {
         return;
     }
-    let conn = s.with(|i| {
+    let conn = s.state.with(|i| {
         i.next_id += 1;
         i.next_id
     });
@@ -703,7 +680,7 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
             }
         }
     }
-    s.with(|i| {
+    s.state.with(|i| {
         i.live.retain(|(c, _)| *c != conn);
         i.stats.now = i.live.len();
     });

@@ -35,11 +35,10 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aes::cipher::{BlockEncryptMut as _, KeyIvInit as _, block_padding::NoPadding};
-use anyhow::Context as _;
 use axum::Router;
 use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
@@ -48,7 +47,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine as _;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+
+use crate::fake_server::{self, ServerTask, Watched};
 
 /// How long the `wait_*` helpers wait by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -124,20 +125,7 @@ struct Shared {
     bot_id: String,
     secret: String,
     addr: SocketAddr,
-    inner: Mutex<Inner>,
-    changed: watch::Sender<u64>,
-}
-
-impl Shared {
-    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
-        let out = f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner));
-        self.changed.send_modify(|n| *n += 1);
-        out
-    }
-
-    fn peek<T>(&self, f: impl FnOnce(&Inner) -> T) -> T {
-        f(&self.inner.lock().unwrap_or_else(PoisonError::into_inner))
-    }
+    state: Watched<Inner>,
 }
 
 /// A running fake; cloning shares it. The server stops when the last clone drops.
@@ -147,41 +135,25 @@ pub struct WeComFake {
     _server: Arc<ServerTask>,
 }
 
-#[derive(Debug)]
-struct ServerTask(tokio::task::JoinHandle<()>);
-
-impl Drop for ServerTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl WeComFake {
     /// Binds a free port of 127.0.0.1 and serves the bot `bot_id` with `secret`.
     pub async fn start(bot_id: &str, secret: &str) -> anyhow::Result<Self> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .context("bind wecom fake")?;
-        let addr = listener.local_addr().context("wecom fake address")?;
+        let listener = fake_server::bind("wecom fake").await?;
+        let addr = listener.addr;
         let shared = Arc::new(Shared {
             bot_id: bot_id.into(),
             secret: secret.into(),
             addr,
-            inner: Mutex::default(),
-            changed: watch::channel(0).0,
+            state: Watched::default(),
         });
         let app = Router::new()
             .route("/", get(upgrade))
             .route("/media/{id}", get(media))
             .with_state(shared.clone());
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "wecom fake server stopped");
-            }
-        });
+        let server = listener.serve(app);
         Ok(Self {
             shared,
-            _server: Arc::new(ServerTask(task)),
+            _server: server,
         })
     }
 
@@ -223,6 +195,7 @@ impl WeComFake {
     pub fn push_raw(&self, text: &str) {
         let tx = self
             .shared
+            .state
             .peek(|i| i.live.as_ref().map(|(_, tx)| tx.clone()));
         tx.expect("a live connection")
             .send(text.into())
@@ -241,6 +214,7 @@ impl WeComFake {
     pub fn push_again(&self, msgid: &str) {
         let body: Value = self
             .shared
+            .state
             .peek(|i| i.frames.get(msgid).cloned())
             .and_then(|f| serde_json::from_str(&f).ok())
             .expect("a pushed msgid");
@@ -254,7 +228,7 @@ impl WeComFake {
 
     /// Keeps (true) or answers (false, answering those held) the bot's replies.
     pub fn hold_answers(&self, hold: bool) {
-        let held = self.shared.with(|i| {
+        let held = self.shared.state.with(|i| {
             i.hold = hold;
             if hold {
                 Vec::new()
@@ -269,7 +243,7 @@ impl WeComFake {
 
     /// Closes the bot's live connection (as a network failure or WeCom's restart would).
     pub fn drop_connection(&self) {
-        if let Some((_, tx)) = self.shared.peek(|i| i.live.clone()) {
+        if let Some((_, tx)) = self.shared.state.peek(|i| i.live.clone()) {
             let _ = tx.send(CLOSE.into());
         }
     }
@@ -277,17 +251,17 @@ impl WeComFake {
     /// Forgets every `req_id` pushed so far: answers to them are refused (846605), as
     /// WeCom refuses an expired one.
     pub fn expire_req_ids(&self) {
-        self.shared.with(|i| i.pushed.clear());
+        self.shared.state.with(|i| i.pushed.clear());
     }
 
     /// Returns how many reply frames are held unanswered.
     pub fn held(&self) -> usize {
-        self.shared.peek(|i| i.held.len())
+        self.shared.state.peek(|i| i.held.len())
     }
 
     /// Returns what the users see, in order.
     pub fn messages(&self) -> Vec<Shown> {
-        self.shared.peek(|i| i.shown.clone())
+        self.shared.state.peek(|i| i.shown.clone())
     }
 
     /// Returns what `chat` sees.
@@ -300,18 +274,18 @@ impl WeComFake {
 
     /// Returns every frame the bot sent.
     pub fn frames_in(&self) -> Vec<Value> {
-        self.shared.peek(|i| i.frames_in.clone())
+        self.shared.state.peek(|i| i.frames_in.clone())
     }
 
     /// Returns the bot's connections.
     pub fn sessions(&self) -> Sessions {
-        self.shared.peek(|i| i.stats)
+        self.shared.state.peek(|i| i.stats)
     }
 
     /// Waits until the bot has a live connection.
     pub async fn wait_connected(&self) -> anyhow::Result<()> {
         self.wait_until("a subscribed connection", DEFAULT_WAIT, |f| {
-            (f.shared.peek(|i| i.live.is_some())).then_some(())
+            (f.shared.state.peek(|i| i.live.is_some())).then_some(())
         })
         .await
     }
@@ -324,7 +298,7 @@ impl WeComFake {
         timeout: Duration,
         mut check: impl FnMut(&WeComFake) -> Option<T>,
     ) -> anyhow::Result<T> {
-        let found = crate::harness::wait_for_change(&self.shared.changed, timeout, || check(self));
+        let found = self.shared.state.wait(timeout, || check(self));
         if let Some(found) = found.await {
             return Ok(found);
         }
@@ -336,7 +310,7 @@ impl WeComFake {
     }
 
     fn next_id(&self, prefix: &str) -> String {
-        self.shared.with(|i| {
+        self.shared.state.with(|i| {
             i.next += 1;
             format!("{prefix}{:08}", i.next)
         })
@@ -349,6 +323,7 @@ impl WeComFake {
             std::array::from_fn(|n| (n as u8).wrapping_mul(7).wrapping_add(id.len() as u8 + 3));
         let data = encrypt(bytes, &key);
         self.shared
+            .state
             .with(|i| i.media.insert(id.clone(), (name.to_string(), data)));
         let aeskey = base64::engine::general_purpose::STANDARD.encode(key);
         json!({"url": format!("http://{}/media/{id}", self.shared.addr),
@@ -367,6 +342,7 @@ impl WeComFake {
             b.extend(c);
         }
         self.shared
+            .state
             .with(|i| i.frames.insert(msgid.clone(), body.to_string()));
         self.deliver("aibot_msg_callback", body, group.unwrap_or(user));
         msgid
@@ -377,7 +353,7 @@ impl WeComFake {
         let req_id = self.next_id("req");
         let msgid = body["msgid"].as_str().unwrap_or_default().to_string();
         let frame = json!({"cmd": cmd, "headers": {"req_id": req_id}, "body": body}).to_string();
-        let tx = self.shared.with(|i| {
+        let tx = self.shared.state.with(|i| {
             i.pushed.insert(req_id.clone(), (msgid, chat.to_string()));
             i.live.as_ref().map(|(_, tx)| tx.clone())
         });
@@ -399,7 +375,7 @@ fn encrypt(plain: &[u8], key: &[u8; 32]) -> Vec<u8> {
 }
 
 async fn media(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
-    match s.peek(|i| i.media.get(&id).cloned()) {
+    match s.state.peek(|i| i.media.get(&id).cloned()) {
         Some((name, data)) => {
             let encoded: String = url::form_urlencoded::byte_serialize(name.as_bytes()).collect();
             let disposition = format!(
@@ -423,7 +399,7 @@ fn answer(req_id: &str, errcode: i64, errmsg: &str) -> String {
 /// One connection: subscribe, then heartbeats, replies and pushes.
 async fn session(s: Arc<Shared>, mut socket: WebSocket) {
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-    let id = s.with(|i| {
+    let id = s.state.with(|i| {
         i.next += 1;
         i.next
     });
@@ -457,12 +433,12 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
                 if cmd == "aibot_subscribe" {
                     let ok = frame["body"]["bot_id"] == s.bot_id.as_str() && frame["body"]["secret"] == s.secret.as_str();
                     if !ok {
-                        s.with(|i| i.stats.refused += 1);
+                        s.state.with(|i| i.stats.refused += 1);
                         let _ = socket.send(WsMessage::Text(answer(&req_id, 40058, "invalid bot_id or secret").into())).await;
                         break;
                     }
                     subscribed = true;
-                    let old = s.with(|i| {
+                    let old = s.state.with(|i| {
                         let old = i.live.replace((id, tx.clone()));
                         i.open += 1;
                         i.stats.subscribed += 1;
@@ -492,7 +468,7 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
         }
     }
     if subscribed {
-        s.with(|i| {
+        s.state.with(|i| {
             i.open -= 1;
             i.stats.now = i.open;
             if i.live.as_ref().is_some_and(|(live, _)| *live == id) {
@@ -511,17 +487,17 @@ fn handle(
     cmd: &str,
 ) -> Option<String> {
     if cmd == "ping" {
-        s.with(|i| i.stats.pings += 1);
+        s.state.with(|i| i.stats.pings += 1);
         return Some(answer(req_id, 0, "ok"));
     }
     let body = &frame["body"];
     if cmd.starts_with("aibot_upload_media_") {
-        return Some(s.with(|i| {
+        return Some(s.state.with(|i| {
             i.frames_in.push(frame.clone());
             upload(i, cmd, req_id, body)
         }));
     }
-    let outcome = s.with(|i| {
+    let outcome = s.state.with(|i| {
         i.frames_in.push(frame.clone());
         let result = record(i, cmd, req_id, body);
         if result.0 == 0 && i.hold && cmd == "aibot_respond_msg" {

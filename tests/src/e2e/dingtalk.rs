@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::chat_fleet;
 use crate::dingtalk_fake::{DEFAULT_WAIT, DingTalkFake, RobotMsg};
 use crate::harness::{Fleet, overlay};
 use crate::scripted_llm::Reply;
-use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
 
 /// The app's credentials the fake accepts.
 const CLIENT_ID: &str = "dingclientid0001";
@@ -53,18 +53,8 @@ async fn dingtalk_fleet_from(
     let fake = DingTalkFake::start(CLIENT_ID, CLIENT_SECRET)
         .await
         .expect("dingtalk fake");
-    let mut fleet = builder
-        .roles(&["gateway", "agent", "tools"])
-        .config(json!({"channels": {"dingtalk": section(&fake, extra)}}))
-        .start()
-        .await
-        .expect("fleet");
-    if let Err(e) = fake.wait_connected().await {
-        panic!(
-            "{e}; gateway log:\n{}",
-            fleet.service("gateway").log_tail(40)
-        );
-    }
+    let section = section(&fake, extra);
+    let fleet = chat_fleet::serving(builder, "dingtalk", section, fake.wait_connected()).await;
     (fleet, fake)
 }
 
@@ -237,9 +227,7 @@ async fn with_two_gateway_replicas_one_holds_the_stream_and_the_other_takes_over
     for u in &users {
         wait_sent(&fake, u, 1).await;
     }
-    let holder = fleet
-        .replica_logging("gateway", LEASE_TAKEN)
-        .expect("a replica holds the stream lease");
+    let holder = chat_fleet::lease_holder(&mut fleet, LEASE_TAKEN);
     assert_eq!(fake.conns().now, 1);
     let opened = fake.conns().opened;
     fleet.service_at("gateway", holder).sigkill().unwrap();
@@ -260,24 +248,13 @@ async fn with_two_gateway_replicas_one_holds_the_stream_and_the_other_takes_over
         let sent = wait_sent(&fake, u, 2).await;
         assert_eq!(sent[1].text(), format!("echo: 之后 {u}"));
     }
-    let survivor = 1 - holder;
-    assert!(
-        fleet
-            .service_at("gateway", survivor)
-            .logs()
-            .contains(LEASE_TAKEN),
-        "the other replica took the lease over"
-    );
+    chat_fleet::assert_took_over(&mut fleet, holder, LEASE_TAKEN);
     fake.inject(&RobotMsg::dm(ALICE, "爱丽丝", "last"));
     wait_sent(&fake, ALICE, 1).await;
     for u in &users {
         assert_eq!(fake.sent_to(u).len(), 2, "{:#?}", fake.sent_to(u));
     }
-    assert_eq!(
-        fleet.llm.request_count(),
-        users.len() * 2 + 1,
-        "no message ran twice"
-    );
+    chat_fleet::assert_ran_once(&fleet, users.len() * 2 + 1);
     assert_eq!(
         fake.conns().peak,
         1,
@@ -290,44 +267,15 @@ async fn refused_credentials_are_one_clear_error_and_the_other_channels_keep_ser
     let dingtalk = DingTalkFake::start(CLIENT_ID, "the-real-secret")
         .await
         .unwrap();
-    let telegram = TelegramFake::start().await.unwrap();
-    let tg_token = "444444:telegram-token";
-    let bot = telegram.add_bot(tg_token, "nano_test_bot");
-    let mut fleet = Fleet::builder()
-        .roles(&["gateway", "agent", "tools"])
-        .config(json!({"channels": {
-            "dingtalk": section(&dingtalk, json!({})),
-            "telegram": {"enabled": true, "token": tg_token, "apiBase": telegram.api_url(),
-                         "allowFrom": ["42"], "streaming": false, "leaseSecs": 2},
-        }}))
-        .start()
-        .await
-        .expect("fleet");
-    fleet.llm.push(Reply::text("telegram still works"));
-    bot.wait_polling().await.unwrap();
-    bot.inject(Incoming::text_from(&TgUser::new(42, "alice"), "hello"));
-    bot.wait_for_call("sendMessage", |c| c.chat_id() == Some(42))
-        .await
-        .unwrap();
-    let gateway = fleet.service("gateway");
-    assert!(gateway.is_running());
-    let log = gateway.log_path().to_path_buf();
-    let read = || std::fs::read_to_string(&log).unwrap_or_default();
-    nanobot_runtime::testsuite::wait_until(
-        || async { read().contains("dingtalk refused the clientId/clientSecret of bot default") },
-        DEFAULT_WAIT,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {}", read()));
-    let errors = read()
+    let refusal = "dingtalk refused the clientId/clientSecret of bot default";
+    let section = section(&dingtalk, json!({}));
+    let (_fleet, log) =
+        chat_fleet::refused_beside_telegram("dingtalk", section, refusal, CLIENT_SECRET).await;
+    let errors = log
         .lines()
         .filter(|l| l.contains("ERROR") && l.contains("dingtalk"))
         .count();
-    assert_eq!(errors, 1, "one error line: {}", read());
-    assert!(
-        !read().contains(CLIENT_SECRET),
-        "the secret is never logged"
-    );
+    assert_eq!(errors, 1, "one error line: {log}");
     assert_eq!(dingtalk.conns().opened, 0);
     assert_eq!(dingtalk.refused(), 1, "refused credentials are not retried");
 }
@@ -419,9 +367,7 @@ async fn a_message_whose_holder_is_sigkilled_mid_handling_is_delivered_again_and
     })
     .await
     .unwrap();
-    let holder = fleet
-        .replica_logging("gateway", LEASE_TAKEN)
-        .expect("a replica holds the stream lease");
+    let holder = chat_fleet::lease_holder(&mut fleet, LEASE_TAKEN);
     let opened = fake.conns().opened;
     fleet.service_at("gateway", holder).sigkill().unwrap();
     fake.wait_until(

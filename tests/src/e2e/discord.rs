@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::chat_fleet;
 use crate::discord_fake::{DEFAULT_WAIT, DcMessage, DiscordFake, Sent};
 use crate::harness::{Fleet, overlay};
 use crate::scripted_llm::{Gate, Reply};
-use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
 
 /// The bot token the fake accepts.
 const TOKEN: &str = "discord-first-secret-token";
@@ -52,18 +52,8 @@ pub(crate) async fn discord_fleet_from(
     extra: Value,
 ) -> (Fleet, DiscordFake) {
     let fake = DiscordFake::start(TOKEN).await.expect("discord fake");
-    let mut fleet = builder
-        .roles(&["gateway", "agent", "tools"])
-        .config(json!({"channels": {"discord": section(&fake, extra)}}))
-        .start()
-        .await
-        .expect("fleet");
-    if let Err(e) = fake.wait_connected().await {
-        panic!(
-            "{e}; gateway log:\n{}",
-            fleet.service("gateway").log_tail(40)
-        );
-    }
+    let section = section(&fake, extra);
+    let fleet = chat_fleet::serving(builder, "discord", section, fake.wait_connected()).await;
     (fleet, fake)
 }
 
@@ -375,9 +365,7 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_the_other_takes_
     for u in &users {
         wait_sent(&fake, dm(*u), 1).await;
     }
-    let holder = fleet
-        .replica_logging("gateway", LEASE_TAKEN)
-        .expect("a replica holds the gateway lease");
+    let holder = chat_fleet::lease_holder(&mut fleet, LEASE_TAKEN);
     assert_eq!(fake.sessions().now, 1);
 
     fleet.service_at("gateway", holder).sigkill().unwrap();
@@ -399,25 +387,14 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_the_other_takes_
         let sent = wait_sent(&fake, dm(*u), 2).await;
         assert_eq!(sent[1].content, format!("echo: after {u}"));
     }
-    let survivor = 1 - holder;
-    assert!(
-        fleet
-            .service_at("gateway", survivor)
-            .logs()
-            .contains(LEASE_TAKEN),
-        "the other replica took the lease over"
-    );
+    chat_fleet::assert_took_over(&mut fleet, holder, LEASE_TAKEN);
     // One more round as the barrier for late doubles.
     fake.inject(DcMessage::dm(ALICE, ALICE_DM, "last"));
     wait_sent(&fake, ALICE_DM, 1).await;
     for u in &users {
         assert_eq!(fake.sent_in(dm(*u)).len(), 2, "{:#?}", fake.sent_in(dm(*u)));
     }
-    assert_eq!(
-        fleet.llm.request_count(),
-        users.len() * 2 + 1,
-        "no message ran twice"
-    );
+    chat_fleet::assert_ran_once(&fleet, users.len() * 2 + 1);
     assert_eq!(
         fake.sessions().peak,
         1,
@@ -428,41 +405,10 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_the_other_takes_
 #[tokio::test]
 async fn a_rejected_discord_token_is_a_clear_error_and_the_other_channels_keep_working() {
     let discord = DiscordFake::start(TOKEN).await.unwrap();
-    let telegram = TelegramFake::start().await.unwrap();
-    let tg_token = "333333:telegram-token";
-    let bot = telegram.add_bot(tg_token, "nano_test_bot");
     let mut dc = section(&discord, json!({}));
     dc["token"] = json!("not-the-token");
-    let mut fleet = Fleet::builder()
-        .roles(&["gateway", "agent", "tools"])
-        .config(json!({"channels": {
-            "discord": dc,
-            "telegram": {"enabled": true, "token": tg_token, "apiBase": telegram.api_url(),
-                         "allowFrom": ["42"], "streaming": false, "leaseSecs": 2},
-        }}))
-        .start()
-        .await
-        .expect("fleet");
-    fleet.llm.push(Reply::text("telegram still works"));
-    bot.wait_polling().await.unwrap();
-    bot.inject(Incoming::text_from(&TgUser::new(42, "alice"), "hello"));
-    bot.wait_for_call("sendMessage", |c| c.chat_id() == Some(42))
-        .await
-        .unwrap();
-    let gateway = fleet.service("gateway");
-    assert!(gateway.is_running());
-    let log = gateway.log_path().to_path_buf();
-    let read = || std::fs::read_to_string(&log).unwrap_or_default();
-    nanobot_runtime::testsuite::wait_until(
-        || async { read().contains("discord rejected the bot token") },
-        DEFAULT_WAIT,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {}", read()));
-    assert!(
-        !read().contains("not-the-token"),
-        "the token is never logged"
-    );
+    let refusal = "discord rejected the bot token";
+    let _fleet = chat_fleet::refused_beside_telegram("discord", dc, refusal, "not-the-token").await;
     assert_eq!(discord.sessions().identified, 0);
 }
 

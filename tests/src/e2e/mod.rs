@@ -10,6 +10,7 @@ mod bots_api;
 mod bots_live;
 mod chaos;
 mod chaos_gateway;
+mod chat_fleet;
 mod cli;
 mod compose;
 mod compose_smoke;

@@ -6,10 +6,10 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use super::chat_fleet;
 use crate::harness::Fleet;
 use crate::onebot_fake::{DEFAULT_WAIT, OneBotFake, QqMessage, Sent};
 use crate::scripted_llm::Reply;
-use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
 
 /// The access token the fake accepts.
 const TOKEN: &str = "napcat-access-令牌-secret";
@@ -60,18 +60,8 @@ async fn napcat_fleet_from(
     extra: Value,
 ) -> (Fleet, OneBotFake) {
     let fake = OneBotFake::start(TOKEN).await.expect("onebot fake");
-    let mut fleet = builder
-        .roles(&["gateway", "agent", "tools"])
-        .config(json!({"channels": {"napcat": section(&fake, extra)}}))
-        .start()
-        .await
-        .expect("fleet");
-    if let Err(e) = fake.wait_receiving().await {
-        panic!(
-            "{e}; gateway log:\n{}",
-            fleet.service("gateway").log_tail(40)
-        );
-    }
+    let section = section(&fake, extra);
+    let fleet = chat_fleet::serving(builder, "napcat", section, fake.wait_receiving()).await;
     (fleet, fake)
 }
 
@@ -309,11 +299,7 @@ async fn with_two_gateway_replicas_one_receives_and_the_other_takes_over_after_a
     for u in &users {
         wait_sent(&mut fleet, &fake, &private(*u), 1).await;
     }
-    let holder = fleet
-        .replicas("gateway")
-        .iter()
-        .position(|p| p.logs().contains(LEASE_TAKEN))
-        .expect("a replica holds the connection lease");
+    let holder = chat_fleet::lease_holder(&mut fleet, LEASE_TAKEN);
     fleet.service_at("gateway", holder).sigkill().unwrap();
     fake.wait_until(
         "the other replica logged in",
@@ -338,14 +324,7 @@ async fn with_two_gateway_replicas_one_receives_and_the_other_takes_over_after_a
         let sent = wait_sent(&mut fleet, &fake, &private(*u), 2).await;
         assert_eq!(sent[1].text, format!("echo: 之后 {u}"));
     }
-    let survivor = 1 - holder;
-    assert!(
-        fleet
-            .service_at("gateway", survivor)
-            .logs()
-            .contains(LEASE_TAKEN),
-        "the other replica took the lease over"
-    );
+    chat_fleet::assert_took_over(&mut fleet, holder, LEASE_TAKEN);
     fake.inject(QqMessage::private(ALICE, "最后"));
     wait_sent(&mut fleet, &fake, &private(ALICE), 1).await;
     for u in &users {
@@ -356,11 +335,7 @@ async fn with_two_gateway_replicas_one_receives_and_the_other_takes_over_after_a
             fake.sent_to(&private(*u))
         );
     }
-    assert_eq!(
-        fleet.llm.request_count(),
-        users.len() * 2 + 1,
-        "no message ran twice"
-    );
+    chat_fleet::assert_ran_once(&fleet, users.len() * 2 + 1);
     assert_eq!(
         fake.connections().receiving_peak,
         1,
@@ -384,42 +359,11 @@ async fn refused_token_is_one_clear_error(napcat_style: bool) {
     if napcat_style {
         napcat.refuse_like_napcat();
     }
-    let telegram = TelegramFake::start().await.unwrap();
-    let tg_token = "444444:telegram-token";
-    let bot = telegram.add_bot(tg_token, "nano_test_bot");
     let mut nc = section(&napcat, json!({}));
     nc["accessToken"] = json!("wrong-令牌-token");
-    let mut fleet = Fleet::builder()
-        .roles(&["gateway", "agent", "tools"])
-        .config(json!({"channels": {
-            "napcat": nc,
-            "telegram": {"enabled": true, "token": tg_token, "apiBase": telegram.api_url(),
-                         "allowFrom": ["42"], "streaming": false, "leaseSecs": 2},
-        }}))
-        .start()
-        .await
-        .expect("fleet");
-    fleet.llm.push(Reply::text("telegram still works"));
-    bot.wait_polling().await.unwrap();
-    bot.inject(Incoming::text_from(&TgUser::new(42, "alice"), "hello"));
-    bot.wait_for_call("sendMessage", |c| c.chat_id() == Some(42))
-        .await
-        .unwrap();
-    let gateway = fleet.service("gateway");
-    assert!(gateway.is_running());
-    let log = gateway.log_path().to_path_buf();
-    let read = || std::fs::read_to_string(&log).unwrap_or_default();
-    nanobot_runtime::testsuite::wait_until(
-        || async { read().contains("refused the access token of bot default") },
-        DEFAULT_WAIT,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {}", read()));
-    let text = read();
-    assert!(
-        !text.contains("wrong-令牌-token"),
-        "the token is never logged"
-    );
+    let refusal = "refused the access token of bot default";
+    let (_fleet, text) =
+        chat_fleet::refused_beside_telegram("napcat", nc, refusal, "wrong-令牌-token").await;
     let errors = text
         .lines()
         .filter(|l| l.contains("refused the access token"))

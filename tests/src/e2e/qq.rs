@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::chat_fleet;
 use crate::harness::Fleet;
 use crate::qq_fake::{DEFAULT_WAIT, QqFake, QqMessage, Sent};
 use crate::scripted_llm::{Gate, Reply};
-use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
 
 const APP_ID: &str = "1020304050";
 const SECRET: &str = "qq-app-secret-canary-7f3a";
@@ -49,18 +49,8 @@ async fn qq_fleet(extra: Value) -> (Fleet, QqFake) {
 /// [`qq_fleet`] from a builder with more settings (telemetry, ...).
 async fn qq_fleet_from(builder: crate::harness::FleetBuilder, extra: Value) -> (Fleet, QqFake) {
     let fake = QqFake::start(APP_ID, SECRET).await.expect("qq fake");
-    let mut fleet = builder
-        .roles(&["gateway", "agent", "tools"])
-        .config(json!({"channels": {"qq": section(&fake, extra)}}))
-        .start()
-        .await
-        .expect("fleet");
-    if let Err(e) = fake.wait_connected().await {
-        panic!(
-            "{e}; gateway log:\n{}",
-            fleet.service("gateway").log_tail(40)
-        );
-    }
+    let section = section(&fake, extra);
+    let fleet = chat_fleet::serving(builder, "qq", section, fake.wait_connected()).await;
     (fleet, fake)
 }
 
@@ -235,11 +225,7 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_the_other_resume
     for u in &users {
         wait_replies(&fake, u, 1).await;
     }
-    let holder = fleet
-        .replicas("gateway")
-        .iter()
-        .position(|p| p.logs().contains(LEASE_TAKEN))
-        .expect("a replica holds the gateway lease");
+    let holder = chat_fleet::lease_holder(&mut fleet, LEASE_TAKEN);
     assert_eq!(fake.sessions().now, 1);
     fleet.service_at("gateway", holder).sigkill().unwrap();
     fake.wait_until("the killed holder's connection closed", DEFAULT_WAIT, |f| {
@@ -261,23 +247,13 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_the_other_resume
         (1, 1),
         "{sessions:?}"
     );
-    let survivor = 1 - holder;
-    assert!(
-        fleet
-            .service_at("gateway", survivor)
-            .logs()
-            .contains(LEASE_TAKEN)
-    );
+    chat_fleet::assert_took_over(&mut fleet, holder, LEASE_TAKEN);
     fake.inject(QqMessage::c2c(&users[0], "最后"));
     wait_replies(&fake, &users[0], 3).await;
     for u in &users[1..] {
         assert_eq!(fake.sent_to(u).len(), 2, "{:#?}", fake.sent_to(u));
     }
-    assert_eq!(
-        fleet.llm.request_count(),
-        users.len() * 2 + 1,
-        "no message ran twice"
-    );
+    chat_fleet::assert_ran_once(&fleet, users.len() * 2 + 1);
     assert_eq!(
         fake.sessions().peak,
         1,
@@ -289,46 +265,16 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_the_other_resume
 async fn refused_credentials_are_one_clear_error_the_secret_is_never_logged_and_telegram_keeps_working()
  {
     let fake = QqFake::start(APP_ID, SECRET).await.unwrap();
-    let telegram = TelegramFake::start().await.unwrap();
-    let tg_token = "444444:telegram-token";
-    let bot = telegram.add_bot(tg_token, "nano_test_bot");
     let mut qq = section(&fake, json!({}));
     qq["secret"] = json!("wrong-secret-canary-91b2");
-    let mut fleet = Fleet::builder()
-        .roles(&["gateway", "agent", "tools"])
-        .config(json!({"channels": {
-            "qq": qq,
-            "telegram": {"enabled": true, "token": tg_token, "apiBase": telegram.api_url(),
-                         "allowFrom": ["42"], "streaming": false, "leaseSecs": 2},
-        }}))
-        .start()
-        .await
-        .expect("fleet");
-    fleet.llm.push(Reply::text("telegram 还在 ✅"));
-    bot.wait_polling().await.unwrap();
-    bot.inject(Incoming::text_from(&TgUser::new(42, "alice"), "你好"));
-    bot.wait_for_call("sendMessage", |c| c.chat_id() == Some(42))
-        .await
-        .unwrap();
-    let gateway = fleet.service("gateway");
-    let log = gateway.log_path().to_path_buf();
-    let read = || std::fs::read_to_string(&log).unwrap_or_default();
-    nanobot_runtime::testsuite::wait_until(
-        || async { read().contains("qq refused the app credentials of bot default") },
-        DEFAULT_WAIT,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {}", read()));
-    assert!(gateway.is_running(), "the gateway keeps serving");
-    let errors = read()
+    let refusal = "qq refused the app credentials of bot default";
+    let (_fleet, log) =
+        chat_fleet::refused_beside_telegram("qq", qq, refusal, "wrong-secret-canary").await;
+    let errors = log
         .lines()
         .filter(|l| l.contains("qq refused the app credentials"))
         .count();
-    assert_eq!(errors, 1, "one line: {}", read());
-    assert!(
-        !read().contains("wrong-secret-canary"),
-        "the secret is never logged"
-    );
+    assert_eq!(errors, 1, "one line: {log}");
     assert_eq!(fake.sessions().identified, 0);
 }
 

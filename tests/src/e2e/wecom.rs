@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::chat_fleet;
 use crate::harness::Fleet;
 use crate::scripted_llm::{Gate, Reply};
-use crate::telegram_fake::{Incoming, TelegramFake, TgUser};
 use crate::wecom_fake::{DEFAULT_WAIT, MAX_BYTES, Shown, WeComFake};
 
 /// The bot id and secret the fake accepts.
@@ -48,18 +48,8 @@ async fn wecom_fleet_from(
     extra: Value,
 ) -> (Fleet, WeComFake) {
     let fake = WeComFake::start(BOT_ID, SECRET).await.expect("wecom fake");
-    let mut fleet = builder
-        .roles(&["gateway", "agent", "tools"])
-        .config(json!({"channels": {"wecom": section(&fake, extra)}}))
-        .start()
-        .await
-        .expect("fleet");
-    if let Err(e) = fake.wait_connected().await {
-        panic!(
-            "{e}; gateway log:\n{}",
-            fleet.service("gateway").log_tail(40)
-        );
-    }
+    let section = section(&fake, extra);
+    let fleet = chat_fleet::serving(builder, "wecom", section, fake.wait_connected()).await;
     (fleet, fake)
 }
 
@@ -397,11 +387,7 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_a_sigkill_mid_re
     for u in &users {
         wait_shown(&fake, u, 1).await;
     }
-    let holder = fleet
-        .replicas("gateway")
-        .iter()
-        .position(|p| p.logs().contains(LEASE_TAKEN))
-        .expect("a replica holds the connection");
+    let holder = chat_fleet::lease_holder(&mut fleet, LEASE_TAKEN);
     assert_eq!(
         fake.sessions().subscribed,
         1,
@@ -460,71 +446,27 @@ async fn with_two_gateway_replicas_one_holds_the_connection_and_a_sigkill_mid_re
     for u in &users[1..] {
         assert_eq!(fake.messages_in(u).len(), 2, "{:#?}", fake.messages_in(u));
     }
-    assert_eq!(
-        fleet.llm.request_count(),
-        users.len() * 2 + 2,
-        "no message ran twice"
-    );
+    chat_fleet::assert_ran_once(&fleet, users.len() * 2 + 2);
     assert_eq!(
         fake.sessions().peak,
         1,
         "two connections of the bot never overlapped"
     );
-    let survivor = 1 - holder;
-    assert!(
-        fleet
-            .service_at("gateway", survivor)
-            .logs()
-            .contains(LEASE_TAKEN)
-    );
+    chat_fleet::assert_took_over(&mut fleet, holder, LEASE_TAKEN);
 }
 
 #[tokio::test]
 async fn a_rejected_secret_is_a_clear_error_and_the_other_channels_keep_working() {
     let wecom = WeComFake::start(BOT_ID, SECRET).await.unwrap();
-    let telegram = TelegramFake::start().await.unwrap();
-    let tg_token = "444444:telegram-token";
-    let bot = telegram.add_bot(tg_token, "nano_test_bot");
     let mut wc = section(&wecom, json!({}));
     wc["secret"] = json!("not-the-wecom-secret");
-    let mut fleet = Fleet::builder()
-        .roles(&["gateway", "agent", "tools"])
-        .config(json!({"channels": {
-            "wecom": wc,
-            "telegram": {"enabled": true, "token": tg_token, "apiBase": telegram.api_url(),
-                         "allowFrom": ["42"], "streaming": false, "leaseSecs": 2},
-        }}))
-        .start()
-        .await
-        .expect("fleet");
-    fleet.llm.push(Reply::text("telegram still works"));
-    bot.wait_polling().await.unwrap();
-    bot.inject(Incoming::text_from(&TgUser::new(42, "alice"), "hello"));
-    bot.wait_for_call("sendMessage", |c| c.chat_id() == Some(42))
-        .await
-        .unwrap();
-    let gateway = fleet.service("gateway");
-    assert!(gateway.is_running());
-    let log = gateway.log_path().to_path_buf();
-    let read = || std::fs::read_to_string(&log).unwrap_or_default();
-    nanobot_runtime::testsuite::wait_until(
-        || async { read().contains("wecom rejected the bot id or secret") },
-        DEFAULT_WAIT,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {}", read()));
-    let line = read()
-        .lines()
-        .find(|l| l.contains("wecom rejected"))
-        .unwrap()
-        .to_string();
+    let refusal = "wecom rejected the bot id or secret";
+    let (_fleet, log) =
+        chat_fleet::refused_beside_telegram("wecom", wc, refusal, "not-the-wecom-secret").await;
+    let line = log.lines().find(|l| l.contains("wecom rejected")).unwrap();
     assert!(
         line.contains("wecom") && line.contains("default"),
         "names the channel and bot: {line}"
-    );
-    assert!(
-        !read().contains("not-the-wecom-secret"),
-        "the secret is never logged"
     );
     assert_eq!(wecom.sessions().refused, 1, "one attempt, then a pause");
     assert_eq!(wecom.sessions().subscribed, 0);
