@@ -70,6 +70,12 @@ impl DependencyMetrics {
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
         out
     }
+
+    /// Returns the families as data, for the OTLP metrics export (as
+    /// [`crate::metrics::Metrics::snapshot`]).
+    pub fn snapshot(&self) -> Vec<crate::metrics::data_model::MetricFamily> {
+        prometheus_client::encoding::prometheus_protobuf::encode(&self.registry).unwrap_or_default()
+    }
 }
 
 /// Whether `e` is the connection's fault rather than the command's (a script missing from the

@@ -156,13 +156,20 @@ async fn a_turns_counter_and_latency_reach_an_otlp_http_collector_with_the_auth_
     let point = latency.iter().find(|p| p.count >= 1).unwrap();
     assert_eq!(point.bucket_counts.len(), point.explicit_bounds.len() + 1);
     assert_eq!(point.bucket_counts.iter().sum::<u64>(), point.count);
-    // The gateway sends its own (its gauges at least), under its own role.
+    // The gateway sends its own, under its own role, the dependency families included.
+    let bus_up = |exports: &[Export]| {
+        of_role(exports, "gateway").any(|m| {
+            m.name == "nanobot_bus_connected"
+                && matches!(&m.data, Some(metric::Data::Gauge(g))
+                    if g.data_points.iter().any(|p| p.value == Some(Number::AsDouble(1.0))))
+        })
+    };
     wait_until(
-        || async { of_role(&collector.exports(), "gateway").next().is_some() },
+        || async { bus_up(&collector.exports()) },
         Duration::from_secs(20),
     )
     .await
-    .expect("the gateway exports metrics too");
+    .expect("the gateway exports nanobot_bus_connected 1");
     let bearer = format!("Bearer {KEY}");
     for export in metric_exports(&collector.exports()) {
         assert_eq!(export.headers.get("authorization"), Some(&bearer));
@@ -197,6 +204,30 @@ async fn a_turns_counter_and_latency_reach_a_grpc_collector_behind_tls_verified_
     let exports = wait_turn_exported(&collector).await;
     for export in metric_exports(&exports) {
         assert_eq!(export.headers["content-type"], "application/grpc");
+        assert_eq!(
+            export.headers.get("x-api-key").map(String::as_str),
+            Some(KEY)
+        );
+    }
+    assert_no_key_in_logs(&mut fleet);
+}
+
+/// The `telemetry` keys (CA, client certificate and key) serve metrics as they serve spans.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turns_counter_reaches_a_collector_requiring_a_client_certificate_from_the_config_keys() {
+    let pki = TestPki::new().unwrap();
+    let collector = OtlpCollector::start_mtls(&pki).await.unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let telemetry = json!({"telemetry": {
+        "otlpCertificate": path(&pki.ca_path),
+        "otlpClientCertificate": path(&pki.client_cert_path),
+        "otlpClientKey": path(&pki.client_key_path),
+        "otlpHeaders": {"x-api-key": KEY},
+    }});
+    let mut fleet = fleet(&collector.endpoint(), "200", &[], telemetry).await;
+    turn(&mut fleet, "双向 📈").await;
+    let exports = wait_turn_exported(&collector).await;
+    for export in metric_exports(&exports) {
         assert_eq!(
             export.headers.get("x-api-key").map(String::as_str),
             Some(KEY)

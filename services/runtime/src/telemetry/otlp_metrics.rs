@@ -1,7 +1,8 @@
 //! Metrics over OTLP, beside `/metrics`: every `OTEL_METRIC_EXPORT_INTERVAL` (60 s) a task
-//! reads the registry `/metrics` serves ([`crate::metrics::Metrics::snapshot`]) and sends it
-//! to the collector ([`convert`]: same names and labels, cumulative temporality), over the
-//! transport, TLS and headers of the span exporter ([`super::otlp_export`]).
+//! reads the registries `/metrics` serves ([`crate::metrics::Metrics::snapshot`],
+//! [`crate::dependency_metrics`]) and sends them to the collector ([`convert`]: same names and
+//! labels, cumulative temporality), over the transport, TLS and headers of the span exporter
+//! ([`super::otlp_export`]).
 //!
 //! Settings follow the span exporter's ([`OtlpSettings`]) with the metrics variables
 //! (`OTEL_EXPORTER_OTLP_METRICS_*`, path `/v1/metrics`); `OTEL_METRICS_EXPORTER=none` turns
@@ -133,7 +134,9 @@ impl MetricsExporter {
 
     /// Sends the process's metrics now; a failure is logged (endpoint and error) and returned.
     pub async fn export(&self) -> anyhow::Result<()> {
-        let snapshot = crate::metrics::get().snapshot();
+        // Everything `/metrics` shows: the fleet's families, then the dependency ones.
+        let mut snapshot = crate::metrics::get().snapshot();
+        snapshot.extend(crate::dependency_metrics::get().snapshot());
         let request = convert::request(snapshot, &self.resource, self.start, SystemTime::now());
         let result = self.send(request).await;
         if let Err(error) = &result {
