@@ -16,7 +16,8 @@
 //!   recovery of interrupted turns.
 //! - [`memory`]: `memory/history.jsonl` and the raw archive format.
 //! - [`heartbeat`]: the heartbeat's rules (active tasks, target chat, prompt, notification gate).
-//! - [`subagent`]: the `spawn` tool's rules (task ids, texts, a subagent's prompt and tools).
+//! - [`subagent`]: the `spawn` tool's rules (task ids, texts, a subagent's prompt and tools);
+//!   [`message_tool`]: the `message` tool's spec (both tools are served by the agent runner).
 //! - [`clock`]: the rows' timestamp.
 //! - [`pairing`]: pairing codes and approvals of chat-channel senders (Redis, per bot).
 #![forbid(unsafe_code)]
@@ -31,6 +32,7 @@ pub mod heartbeat;
 pub mod history;
 pub mod hooks;
 pub mod memory;
+pub mod message_tool;
 pub mod pairing;
 pub mod provider;
 pub mod registry;

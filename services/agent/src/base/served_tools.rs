@@ -1,5 +1,5 @@
-//! The specs of the tools a turn's runner serves itself, in front of the executors: `message`,
-//! `spawn` (its spec is core's), `create_goal` and `update_goal`. The bots offer them
+//! The specs of the tools a turn's runner serves itself, in front of the executors: `message`
+//! and `spawn` (their specs are core's), `create_goal` and `update_goal`. The bots offer them
 //! ([`super::bots`]); `crate::turn` serves them.
 
 use serde_json::{Value, json};
@@ -9,36 +9,13 @@ use nanobot_proto::ToolSpec;
 
 /// Every tool the runner serves itself.
 pub fn all() -> Vec<ToolSpec> {
-    [message_spec(), nanobot_core::subagent::spec()]
-        .into_iter()
-        .chain(goal_specs())
-        .collect()
-}
-
-/// The `message` tool's name.
-pub const MESSAGE: &str = "message";
-
-/// Returns the `message` tool's spec.
-pub fn message_spec() -> ToolSpec {
-    let parameters = json!({
-        "type": "object",
-        "properties": {
-            "content": {"type": "string", "description": "The message content to send"},
-            "channel": {"type": "string", "description": "Optional: target channel (telegram, discord, etc.)"},
-            "chat_id": {"type": "string", "description": "Optional: target chat/user ID"},
-            "media": {"type": "array", "items": {"type": "string"}, "description": "Optional: list of file paths to attach (images, audio, documents)"}
-        },
-        "required": ["content"]
-    });
-    ToolSpec {
-        name: MESSAGE.into(),
-        description: "Send a message to the user, optionally with file attachments. Use this \
-                      when you want to communicate something."
-            .into(),
-        parameters_json: parameters.to_string(),
-        read_only: false,
-        exclusive: false,
-    }
+    [
+        nanobot_core::message_tool::spec(),
+        nanobot_core::subagent::spec(),
+    ]
+    .into_iter()
+    .chain(goal_specs())
+    .collect()
 }
 
 /// The name of the tool recording a goal.

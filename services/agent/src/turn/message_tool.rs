@@ -17,9 +17,9 @@ use nanobot_core::tools::{ToolExecutor, ToolOutcome, ToolScope};
 use nanobot_proto::{OutboundKind, OutboundMessage};
 
 use crate::base::outbox::{self, Outbox};
-use crate::base::served_tools::MESSAGE as NAME;
 use crate::turn::goal_tools::GoalTools;
 use crate::turn::subagent::Spawner;
+use nanobot_core::message_tool::NAME;
 
 /// The executors plus the `message` tool for one turn.
 pub struct TurnTools<'a> {
