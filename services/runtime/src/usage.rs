@@ -84,6 +84,11 @@ pub fn since(arg: Option<&str>) -> Result<NaiveDate, String> {
     }
 }
 
+/// Days from `since` to today (UTC); negative when `since` is in the future.
+pub fn days_until_today(since: NaiveDate) -> i64 {
+    (Utc::now().date_naive() - since).num_days()
+}
+
 /// One row of a usage report.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Row {
@@ -100,20 +105,35 @@ pub struct Row {
 }
 
 /// The usage of each of `bots` on each day from `since` to `until` (inclusive), one row per
-/// bot, day and model that used tokens.
+/// bot, day and model that used tokens. One round trip per bot (its days' `HGETALL`s in one
+/// pipeline; a bot's keys share its hash tag, so one cluster slot).
 pub async fn report(
     redis: &Store,
     bots: &[String],
     since: NaiveDate,
     until: NaiveDate,
 ) -> redis::RedisResult<Vec<Row>> {
+    let days: Vec<String> = since
+        .iter_days()
+        .take_while(|d| *d <= until)
+        .map(|d| d.format("%Y-%m-%d").to_string())
+        .collect();
     let mut rows = Vec::new();
+    if days.is_empty() {
+        return Ok(rows);
+    }
+    let mut conn = redis.clone();
     for bot in bots {
-        for day in since.iter_days().take_while(|d| *d <= until) {
-            for (model, (input, output)) in read_day(redis, bot, day).await? {
+        let mut pipe = redis::pipe();
+        for day in &days {
+            pipe.hgetall(keys::usage_day(bot, day));
+        }
+        let hashes: Vec<HashMap<String, u64>> = pipe.query_async(&mut conn).await?;
+        for (day, fields) in days.iter().zip(hashes) {
+            for (model, (input, output)) in fold(fields) {
                 rows.push(Row {
                     bot: bot.clone(),
-                    day: day.format("%Y-%m-%d").to_string(),
+                    day: day.clone(),
                     model,
                     input_tokens: input,
                     output_tokens: output,

@@ -398,4 +398,8 @@ async fn usage_over_the_api_shows_both_bots_tokens_as_the_cli_does() {
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
     assert!(error_text(&bad).contains("since"), "{bad}");
+    let path = "/v1/usage?since=1900-01-01";
+    let (status, bad) = call(&fleet, reqwest::Method::GET, path, None, true).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    assert!(error_text(&bad).contains("at most 400 days"), "{bad}");
 }

@@ -1,7 +1,8 @@
 //! `GET /v1/usage?bot=&since=`: tokens in/out per bot, model and UTC day, the numbers of
 //! `nanobot usage` (the same [`nanobot_runtime::usage::report`]), with the API key.
 //!
-//! `since` is a UTC day `YYYY-MM-DD` (default: the first day of this month); without `bot`
+//! `since` is a UTC day `YYYY-MM-DD` (default: the first day of this month; at most 400 days
+//! back, so one request reads a bounded number of hashes); without `bot`
 //! the report covers the config's and the registry's bots. The gateway's Redis user reads
 //! the usage hashes only (read-only ACL); nothing is written. SIGKILL: nothing to lose.
 
@@ -17,6 +18,9 @@ use nanobot_runtime::usage;
 
 use super::AppState;
 use super::error::ApiError;
+
+/// How far back one request may ask (each day is one `HGETALL` per bot).
+const MAX_DAYS: i64 = 400;
 
 /// The query of `GET /v1/usage`.
 #[derive(Debug, Default, Deserialize)]
@@ -34,6 +38,11 @@ pub(super) async fn handle(
     let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let since = usage::since(query.since.as_deref().filter(|s| !s.is_empty()))
         .map_err(|e| ApiError::BadRequest(format!("since: {e}")))?;
+    if usage::days_until_today(since) > MAX_DAYS {
+        return Err(ApiError::BadRequest(format!(
+            "since: at most {MAX_DAYS} days back; use nanobot usage for longer reports"
+        )));
+    }
     let bots = state
         .usage_bots(query.bot.as_deref().filter(|b| !b.is_empty()))
         .await?;
