@@ -88,13 +88,19 @@ impl Config {
         }
         self.bots
             .iter()
-            .map(|(id, b)| BotSpec {
-                id: id.clone(),
-                workspace: expand_home(b.workspace.as_deref().unwrap_or(&d.workspace)),
-                model: b.model.clone().unwrap_or_else(|| d.model.clone()),
-                provider: b.provider.clone().unwrap_or_else(|| d.provider.clone()),
-            })
+            .map(|(id, b)| self.spec_of(id, b))
             .collect()
+    }
+
+    /// The resolved spec of bot `id` of `bots`, its own settings over the defaults.
+    fn spec_of(&self, id: &str, b: &BotConfig) -> BotSpec {
+        let d = &self.agents.defaults;
+        BotSpec {
+            id: id.to_string(),
+            workspace: expand_home(b.workspace.as_deref().unwrap_or(&d.workspace)),
+            model: b.model.clone().unwrap_or_else(|| d.model.clone()),
+            provider: b.provider.clone().unwrap_or_else(|| d.provider.clone()),
+        }
     }
 
     /// Keeps only bot `id` (`--bot`): the process then serves that bot alone (its channels,
@@ -115,7 +121,10 @@ impl Config {
 
     /// Returns the bot with id `id`.
     pub fn bot(&self, id: &str) -> Option<BotSpec> {
-        self.bots().into_iter().find(|b| b.id == id)
+        if self.bots.is_empty() {
+            return self.bots().into_iter().find(|b| b.id == id);
+        }
+        self.bots.get(id).map(|b| self.spec_of(id, b))
     }
 
     /// Returns the directory of runtime data (the config file's parent), as upstream.
@@ -138,34 +147,50 @@ impl Config {
     /// Returns the chat channels `bot` serves (`telegram`, `slack`): where its `message` tool
     /// and heartbeat may deliver.
     pub fn chat_channels(&self, bot: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        if self.telegram_bots().iter().any(|t| t.bot == bot) {
-            out.push("telegram".to_string());
-        }
-        if self.slack_bots().iter().any(|s| s.bot == bot) {
-            out.push("slack".to_string());
-        }
-        if self.email_bots().iter().any(|e| e.bot == bot) {
-            out.push("email".to_string());
-        }
-        if self.discord_bots().iter().any(|d| d.bot == bot) {
-            out.push("discord".to_string());
-        }
-        if self.feishu_bots().iter().any(|b| b.bot == bot) {
-            out.push("feishu".to_string());
-        }
-        if self.dingtalk_bots().iter().any(|b| b.bot == bot) {
-            out.push("dingtalk".to_string());
-        }
-        if self.wecom_bots().iter().any(|b| b.bot == bot) {
-            out.push("wecom".to_string());
-        }
-        if self.qq_bots().iter().any(|b| b.bot == bot) {
-            out.push("qq".to_string());
-        }
-        if self.napcat_bots().iter().any(|b| b.bot == bot) {
-            out.push("napcat".to_string());
-        }
+        // One bot's sections only: resolving every bot's per bot made building many bots
+        // cubic in the bots.
+        use sections::enabled_for as on;
+        let c = &self.channels;
+        let served = [
+            (
+                "telegram",
+                on(self, bot, "telegram", c.telegram.clone(), |x| x.enabled),
+            ),
+            (
+                "slack",
+                on(self, bot, "slack", c.slack.clone(), |x| x.enabled),
+            ),
+            (
+                "email",
+                on(self, bot, "email", c.email.clone(), |x| x.enabled),
+            ),
+            (
+                "discord",
+                on(self, bot, "discord", c.discord.clone(), |x| x.enabled),
+            ),
+            (
+                "feishu",
+                on(self, bot, "feishu", c.feishu.clone(), |x| x.enabled),
+            ),
+            (
+                "dingtalk",
+                on(self, bot, "dingtalk", c.dingtalk.clone(), |x| x.enabled),
+            ),
+            (
+                "wecom",
+                on(self, bot, "wecom", c.wecom.clone(), |x| x.enabled),
+            ),
+            ("qq", on(self, bot, "qq", c.qq.clone(), |x| x.enabled)),
+            (
+                "napcat",
+                on(self, bot, "napcat", c.napcat.clone(), |x| x.enabled),
+            ),
+        ];
+        let mut out: Vec<String> = served
+            .into_iter()
+            .filter(|(_, on)| *on)
+            .map(|(name, _)| name.to_string())
+            .collect();
         // The WebSocket channel serves the single bot of a config without `bots`.
         if self.websocket().is_some() && self.bots.is_empty() {
             out.push("websocket".to_string());
@@ -261,6 +286,59 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         load_str(Some(json), Path::new("config.json"), &env)
+    }
+
+    /// A runner asks each bot it builds for its chat channels: with 2,000 bots that stays
+    /// linear (resolving every bot's sections per bot made 1,000 bots take minutes to start).
+    #[test]
+    fn chat_channels_of_each_of_two_thousand_bots_are_answered_one_bot_at_a_time() {
+        let mut bots = serde_json::Map::new();
+        for i in 0..2000 {
+            let telegram =
+                serde_json::json!({"enabled": i % 2 == 0, "token": format!("{i}:t-{i}")});
+            let section = serde_json::json!({"channels": {"telegram": telegram}});
+            bots.insert(format!("bot-{i}"), section);
+        }
+        let config = serde_json::json!({"bots": bots}).to_string();
+        let c = parse(&config, &[]).unwrap();
+        let started = std::time::Instant::now();
+        let served = c
+            .bots()
+            .iter()
+            .filter(|b| c.chat_channels(&b.id) == ["telegram"])
+            .count();
+        let took = started.elapsed();
+        assert_eq!(served, 1000, "the bots whose own section enables telegram");
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "2,000 bots' chat channels took {took:?}"
+        );
+        assert!(c.chat_channels("no-such-bot").is_empty());
+        let spec = c.bot("bot-7").unwrap();
+        assert_eq!(Some(&spec), c.bots().iter().find(|b| b.id == "bot-7"));
+        assert!(c.bot("bot-2000").is_none());
+    }
+
+    #[test]
+    fn a_bots_channel_section_merges_over_the_global_one_for_its_chat_channels() {
+        let c = parse(
+            r#"{"channels": {"telegram": {"enabled": true, "token": "1:global"}},
+                "bots": {"on": {"channels": {"telegram": {"token": "2:own"}}},
+                         "off": {"channels": {"telegram": {"enabled": false, "token": "3:own"}}},
+                         "none": {}}}"#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.chat_channels("on"), ["telegram"]);
+        assert!(c.chat_channels("off").is_empty());
+        assert!(c.chat_channels("none").is_empty());
+        let single = parse(
+            r#"{"channels": {"telegram": {"enabled": true, "token": "1:x"}}}"#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(single.chat_channels("default"), ["telegram"]);
+        assert!(single.chat_channels("other").is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::load::norm;
-use super::schema::Config;
+use super::schema::{BotConfig, Config};
 use super::telegram::merge;
 use super::{DEFAULT_BOT, expand_home};
 
@@ -51,25 +51,59 @@ where
     let base = serde_json::to_value(global.unwrap_or_default()).unwrap_or(Value::Null);
     let mut out = Vec::new();
     for (id, bot) in &config.bots {
-        let Some((_, own)) = bot.channels.iter().find(|(k, _)| norm(k) == name) else {
-            continue;
-        };
-        let mut merged = base.clone();
-        merge(&mut merged, own.clone());
-        match serde_json::from_value::<T>(merged) {
-            Ok(c) if enabled(&c) => out.push(Section {
+        match merged::<T>(&base, bot, name) {
+            Some(Ok(c)) if enabled(&c) => out.push(Section {
                 bot: id.clone(),
-                workspace: config
-                    .bot(id)
-                    .map(|b| b.workspace)
-                    .unwrap_or_else(default_workspace),
+                // The bot's own workspace, as `Config::bot` gives it (not looked up by id: that
+                // made resolving every bot's sections quadratic in the bots).
+                workspace: expand_home(
+                    bot.workspace
+                        .as_deref()
+                        .unwrap_or(&config.agents.defaults.workspace),
+                ),
                 config: c,
             }),
-            Ok(_) => {}
-            Err(e) => problems.push(format!("bots.{id}.channels.{name}: {e}")),
+            Some(Ok(_)) | None => {}
+            Some(Err(e)) => problems.push(format!("bots.{id}.channels.{name}: {e}")),
         }
     }
     out
+}
+
+/// Whether bot `id` has an enabled section of channel `name`: [`resolve`] for that one bot
+/// (the runner asks this of every bot it builds; resolving every bot each time made building
+/// 1,000 bots take minutes). A section that does not parse is not enabled.
+pub(crate) fn enabled_for<T>(
+    config: &Config,
+    id: &str,
+    name: &str,
+    global: Option<T>,
+    enabled: impl Fn(&T) -> bool,
+) -> bool
+where
+    T: Serialize + DeserializeOwned + Default,
+{
+    if config.bots.is_empty() {
+        return id == DEFAULT_BOT && global.is_some_and(|c| enabled(&c));
+    }
+    let Some(bot) = config.bots.get(id) else {
+        return false;
+    };
+    let base = serde_json::to_value(global.unwrap_or_default()).unwrap_or(Value::Null);
+    matches!(merged::<T>(&base, bot, name), Some(Ok(c)) if enabled(&c))
+}
+
+/// `bot`'s own `channels.<name>` merged over `base` (the global section), typed; `None` when
+/// the bot has no such section.
+fn merged<T: DeserializeOwned>(
+    base: &Value,
+    bot: &BotConfig,
+    name: &str,
+) -> Option<Result<T, serde_json::Error>> {
+    let (_, own) = bot.channels.iter().find(|(k, _)| norm(k) == name)?;
+    let mut merged = base.clone();
+    merge(&mut merged, own.clone());
+    Some(serde_json::from_value::<T>(merged))
 }
 
 /// Where `bot`'s section of channel `name` is, for problem messages.
