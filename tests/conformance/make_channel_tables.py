@@ -108,6 +108,72 @@ DISCORD_SPLIT = [
 ]
 
 
+FEISHU_EXTRA = [
+    ("heading_then_table_then_text", "# 报告\n\n| 项目 | 状态 |\n|---|---|\n| **构建** | ✅ |\n| 测试 | ~~失败~~ 通过 |\n\n总结：一切正常 🎉"),
+    ("two_tables_two_cards", "| a | b |\n|---|---|\n| 1 | 2 |\n\n中间\n\n| c |\n|---|\n| 3 |"),
+    ("table_with_two_lines_only", "| a | b |\n|---|---|\n"),
+    ("indented_table", "  | 名 | 值 |\n  |:--|--:|\n  | *x* | 1 |"),
+    ("heading_inside_code_stays", "```md\n# not a heading\n| a |\n|---|\n| 1 |\n```\n\n## 真标题"),
+    ("heading_with_markup", "### **粗体** 和 *斜体* 和 ~~删~~"),
+    ("empty_heading_marker_runs_on", "#\n\n下一行"),
+    ("link_only_short", "看 [文档](https://open.feishu.cn/document) 吧"),
+    ("two_links_on_lines", "[甲](https://a.cn)和[乙](http://b.cn/x?y=1)\n\n第二行 [丙](https://c.cn)"),
+    ("non_http_link_is_text", "[本地](file:///tmp/a) 和 [相对](/p)"),
+    ("long_plain_text", "飞书消息。" * 50),
+    ("very_long_plain_text", "飞" * 2001),
+    ("single_star_italic_across_lines", "a *b\nc* d"),
+    ("lone_stars_are_plain", "5 * 3 = 15"),
+    ("bullet_with_leading_blank_line", "\n  - 项目"),
+    ("ordered_item", "1. 第一"),
+    ("emoji_rtl_plain", "مرحبا 👋 שלום 🇨🇳"),
+]
+
+FEISHU_HINTS = [
+    ("one_call", 'read_file("a.md")'),
+    ("two_calls", 'read_file("a.md"), exec("ls -la, pwd")'),
+    ("nested_commas", 'web_search("猫, 狗"), grep(pattern=\'a, b\', path="x")'),
+    ("multiline_hint", "exec(\"echo 1\")\nweb_fetch(\"https://x.cn\")"),
+    ("blank_hint", "   "),
+]
+
+DINGTALK_NAMES = [
+    ("plain_cjk_name", "张三"),
+    ("markdown_specials", "张 三\n[x](y) *a* #1 <b> a.b-c!d|e~f`g_h{i}j+k"),
+    ("long_name_cut_at_80", "王" * 100),
+    ("emoji_and_rtl", "👩\u200d💻 مريم"),
+    ("whitespace_runs", "  a\t\tb\u3000c  "),
+]
+
+DINGTALK_TEXTS = [
+    ("group_reply_headed", "  你好 👋  ", "group:cid1", "李四"),
+    ("group_reply_escaped_name", "答复", "group:cid1", "*管理员* [x]"),
+    ("private_reply_plain", "\n答复\n", "user1", "李四"),
+    ("group_without_name", "答复", "group:cid1", None),
+    ("group_blank_name", "答复", "group:cid1", "   "),
+    ("group_blank_reply", "   ", "group:cid1", "李四"),
+]
+
+EMAIL_SUBJECTS = [
+    ("plain_subject", "周报", "Re: "),
+    ("already_re", "RE: 周报", "Re: "),
+    ("re_without_space", "re:周报", "Re: "),
+    ("blank_subject", "   ", "Re: "),
+    ("custom_prefix", "Plans 🚀", "回复："),
+    ("empty_prefix_uses_re", "Plans", ""),
+]
+
+EMAIL_BODIES = [
+    ("cjk_emoji_reply", "你好，世界！🐈 naïve café\n第二行", []),
+    ("crlf_lines", "line one\r\nline two", []),
+    ("lone_cr", "a\rb", []),
+    ("ends_with_newline", "done\n", []),
+    ("empty_reply", "", []),
+    ("reply_and_failed_files", "附件如下：\n\n", ["[attachment: 报告.pdf - too large]", "[attachment: b.png - send failed]"]),
+    ("blank_reply_and_failed_file", "  \n", ["[attachment: a.txt - send failed]"]),
+    ("long_line", "很长的一行" * 100, []),
+]
+
+
 def keep_notes(path: str, cases: list) -> list:
     """Carries each existing case's `deliberate` note over to its new version."""
     if not os.path.exists(path):
@@ -150,6 +216,44 @@ def main() -> None:
             "chunks": "adapters_channels:slack_chunks",
         },
         slack,
+    )
+    corpus_texts = corpus()
+    feishu = [case(f"format_{n}", "format", t) for n, t in corpus_texts + FEISHU_EXTRA]
+    feishu += [case(f"cards_{n}", "cards", t) for n, t in corpus_texts + FEISHU_EXTRA if t.strip()]
+    feishu += [case(f"post_{n}", "post", t) for n, t in corpus_texts + FEISHU_EXTRA if "](" in t]
+    feishu += [case(f"tool_hint_{n}", "tool_hint", t) for n, t in FEISHU_HINTS]
+    write(
+        "feishu_text.json",
+        "Feishu: message type, post body, card elements and tool-hint card (FeishuChannel)",
+        {
+            "format": "adapters_channels:feishu_format",
+            "post": "adapters_channels:feishu_post",
+            "cards": "adapters_channels:feishu_cards",
+            "tool_hint": "adapters_channels:feishu_tool_hint",
+        },
+        feishu,
+    )
+    dingtalk = [case(f"name_{n}", "sender_name", t) for n, t in DINGTALK_NAMES]
+    dingtalk += [case(n, "text", c, chat, who) for n, c, chat, who in DINGTALK_TEXTS]
+    write(
+        "dingtalk_text.json",
+        "DingTalk: the Markdown a reply is sent as (its group header and escaped sender name)",
+        {
+            "sender_name": "adapters_channels:dingtalk_sender_name",
+            "text": "adapters_channels:dingtalk_text",
+        },
+        dingtalk,
+    )
+    email = [case(f"subject_{n}", "subject", s_, p) for n, s_, p in EMAIL_SUBJECTS]
+    email += [case(f"body_{n}", "body", c, f) for n, c, f in EMAIL_BODIES]
+    write(
+        "email_text.json",
+        "Email: the reply's subject and plain body (EmailChannel._reply_subject, send)",
+        {
+            "subject": "adapters_channels:email_subject",
+            "body": "adapters_channels:email_body",
+        },
+        email,
     )
     write(
         "discord_split.json",

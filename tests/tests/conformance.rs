@@ -43,3 +43,12 @@ mod slack_mrkdwn;
 
 #[path = "../conformance/discord_split.rs"]
 mod discord_split;
+
+#[path = "../conformance/feishu_text.rs"]
+mod feishu_text;
+
+#[path = "../conformance/dingtalk_text.rs"]
+mod dingtalk_text;
+
+#[path = "../conformance/email_text.rs"]
+mod email_text;

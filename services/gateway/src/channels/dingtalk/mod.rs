@@ -25,6 +25,8 @@ mod outbound;
 mod receive;
 mod stream;
 
+pub use self::outbound::{escape_sender_name, reply_text};
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

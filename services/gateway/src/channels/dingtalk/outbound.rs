@@ -36,14 +36,11 @@ pub(super) async fn send(
     progress: &mut Progress,
 ) -> Result<(), SendError> {
     let chat = msg.chat_id.as_str();
-    let mut content = msg.content.trim().to_string();
-    if chat.starts_with("group:")
-        && !content.is_empty()
-        && let Some(name) = sender_of(ch, &msg.reply_to).await
-    {
-        content = format!("# @{}\n\n{content}", escape_sender_name(&name));
-    }
-    let chunks = split(&content);
+    let sender = match chat.starts_with("group:") {
+        true => sender_of(ch, &msg.reply_to).await,
+        false => None,
+    };
+    let chunks = split(&reply_text(&msg.content, chat, sender.as_deref()));
     for (i, chunk) in chunks.iter().enumerate() {
         if i < progress.done() {
             continue;
@@ -106,9 +103,25 @@ async fn sender_of(ch: &DingTalkChannel, reply_to: &str) -> Option<String> {
     conn.get::<_, Option<String>>(&key).await.ok().flatten()
 }
 
+/// Returns the Markdown 0.3.5 sends for `content` in `chat`: trimmed, and in a group headed
+/// by `# @{sender}` (the asker's display name, escaped) when there is text and a name.
+pub fn reply_text(content: &str, chat: &str, sender: Option<&str>) -> String {
+    let content = content.trim_matches(crate::render::message::is_py_space);
+    match sender.map(escape_sender_name) {
+        Some(name) if chat.starts_with("group:") && !content.is_empty() && !name.is_empty() => {
+            format!("# @{name}\n\n{content}")
+        }
+        _ => content.to_string(),
+    }
+}
+
 /// Returns an untrusted display name as one bounded Markdown-safe line, as 0.3.5.
-pub(super) fn escape_sender_name(name: &str) -> String {
-    let one_line = name.split_whitespace().collect::<Vec<_>>().join(" ");
+pub fn escape_sender_name(name: &str) -> String {
+    let one_line = name
+        .split(crate::render::message::is_py_space)
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
     one_line
         .chars()
         .take(SENDER_NAME_MAX_CHARS)

@@ -28,6 +28,8 @@ pub mod parse;
 mod poller;
 mod receive;
 
+pub use self::outbound::{body_of, reply_subject};
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

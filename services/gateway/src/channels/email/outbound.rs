@@ -109,7 +109,7 @@ pub(super) async fn send(
 
 /// Returns upstream's reply subject: the subject as is when it starts with `Re:`, else the
 /// prefix before it (`nanobot reply` when there is none).
-pub(super) fn reply_subject(subject: &str, prefix: &str) -> String {
+pub fn reply_subject(subject: &str, prefix: &str) -> String {
     let subject = match subject.trim() {
         "" => DEFAULT_SUBJECT,
         s => s,
@@ -163,22 +163,31 @@ async fn build(
             .references(references.join(" "));
     }
     let (files, notes) = attachments(ch, &msg.media).await;
-    let mut text = msg.content.clone();
-    if !notes.is_empty() {
-        let notes = notes.join("\n");
-        text = match text.trim().is_empty() {
-            true => notes,
-            false => format!("{}\n\n{notes}", text.trim_end()),
-        };
-    }
-    assemble(builder, body_text(text), files)
+    assemble(builder, body_of(&msg.content, &notes), files)
         .map_err(|e| SendError::Permanent(format!("build the mail: {e}")))
 }
 
-/// Returns the plain body as 0.3.5's `EmailMessage.set_content` writes it: `\r\n` read as a
-/// line end and the body ending with one (an empty reply is a lone line end).
+/// Returns the plain body of a reply as 0.3.5 writes it: the reply, then the notes of the
+/// files left out after a blank line (the notes alone when the reply is blank), as
+/// `EmailMessage.set_content` stores it ([`body_text`]).
+pub fn body_of(content: &str, notes: &[String]) -> String {
+    let is_space = crate::render::message::is_py_space;
+    let text = match (notes.is_empty(), content.trim_matches(is_space).is_empty()) {
+        (true, _) => content.to_string(),
+        (false, true) => notes.join("\n"),
+        (false, false) => format!(
+            "{}\n\n{}",
+            content.trim_end_matches(is_space),
+            notes.join("\n")
+        ),
+    };
+    body_text(text)
+}
+
+/// Returns the plain body as 0.3.5's `EmailMessage.set_content` writes it: `\r\n` and a lone
+/// `\r` read as line ends and the body ending with one (an empty reply is a lone line end).
 fn body_text(text: String) -> String {
-    let mut body = text.replace("\r\n", "\n");
+    let mut body = text.replace("\r\n", "\n").replace('\r', "\n");
     if !body.ends_with('\n') {
         body.push('\n');
     }

@@ -32,6 +32,7 @@
 mod api;
 mod crypto;
 mod events;
+pub mod format;
 pub mod frame;
 mod inbound;
 mod outbound;

@@ -22,8 +22,9 @@ use redis::AsyncCommands as _;
 
 use super::FeishuChannel;
 use super::api::ApiError;
+use super::format::tool_hint;
 use super::receive::topic_mark;
-use super::render::{MAX_CONTENT_BYTES, card_of, content_of, format_of, split_within_bytes};
+use super::render::{MAX_CONTENT_BYTES, card_of, format_of, messages_of, split_within_bytes};
 use crate::channels::media;
 use crate::channels::stream::Editor;
 use crate::channels::{Progress, SendError};
@@ -40,46 +41,59 @@ pub(super) async fn send(
 ) -> Result<(), SendError> {
     let kind = OutboundKind::try_from(msg.kind).unwrap_or(OutboundKind::Final);
     let chunks = match kind {
-        OutboundKind::ToolHint => vec![format!(
-            "{} {}",
-            ch.cfg.tool_hint_prefix,
-            msg.content.trim()
-        )],
+        OutboundKind::ToolHint => {
+            let hint = tool_hint(msg.content.trim(), &ch.cfg.tool_hint_prefix);
+            [hint].into_iter().filter(|h| !h.is_empty()).collect()
+        }
         _ => split_within_bytes(&msg.content, MAX_CONTENT_BYTES),
     };
     let last = matches!(kind, OutboundKind::Final | OutboundKind::Error);
+    // One type for the whole reply, as 0.3.5 picks it (a long reply is all cards).
+    let format = format_of(&msg.content);
+    let parts: Vec<(&str, String)> = match kind {
+        // As 0.3.5: a card of one markdown element, the prefix before each call.
+        OutboundKind::ToolHint => chunks
+            .iter()
+            .map(|hint| ("interactive", card_of(hint).to_string()))
+            .collect(),
+        _ => chunks
+            .iter()
+            .flat_map(|chunk| messages_of(format, chunk))
+            .collect(),
+    };
     if ch.cfg.streaming
         && last
-        && let Some(first) = chunks.first()
+        && let (Some(chunk), Some((msg_type, content))) = (chunks.first(), parts.first())
         && let Some(id) = ch.streams.finish(msg).await?
         && progress.done() == 0
     {
-        match patch_card(ch, &id, first).await {
+        let card = match *msg_type {
+            "interactive" => content.clone(),
+            _ => card_of(chunk).to_string(),
+        };
+        match patch_content(ch, &id, &card).await {
             Ok(_) => {}
             Err(e) if e.is_transient() => return Err(classify(e)),
             Err(e) => {
                 tracing::warn!(bot = %ch.bot_id, error = %e, "feishu streaming card not updated; posting the reply");
-                post(ch, msg, 0, "interactive", first)
+                create(ch, msg, 0, "interactive", card)
                     .await
                     .map_err(classify)?;
             }
         }
         progress.part_done().await;
     }
-    // One type for the whole reply, as 0.3.5 picks it (a long reply is all cards).
-    let format = match kind {
-        OutboundKind::ToolHint => "text",
-        _ => format_of(&msg.content),
-    };
-    for (i, chunk) in chunks.iter().enumerate() {
+    for (i, (msg_type, content)) in parts.iter().enumerate() {
         if i < progress.done() {
             continue;
         }
-        post(ch, msg, i, format, chunk).await.map_err(classify)?;
+        create(ch, msg, i, msg_type, content.clone())
+            .await
+            .map_err(classify)?;
         progress.part_done().await;
     }
     for (i, path) in msg.media.iter().enumerate() {
-        let part = chunks.len() + i;
+        let part = parts.len() + i;
         if part < progress.done() {
             continue;
         }
@@ -92,7 +106,7 @@ pub(super) async fn send(
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            post(ch, msg, part, "text", &format!("[Failed to send: {name}]"))
+            post_text(ch, msg, part, &format!("[Failed to send: {name}]"))
                 .await
                 .map_err(classify)?;
         }
@@ -115,17 +129,15 @@ fn uuid_of(id: &str, part: usize) -> String {
     format!("{}-{part}", &digest[..40])
 }
 
-/// Posts one chunk as part `part` of `msg` in `format` (the first quoting the user with
-/// `replyToMessage`).
-async fn post(
+/// Posts a short text as part `part` of `msg`.
+async fn post_text(
     ch: &FeishuChannel,
     msg: &OutboundMessage,
     part: usize,
-    format: &str,
-    chunk: &str,
+    text: &str,
 ) -> Result<Value, ApiError> {
-    let (msg_type, content) = content_of(format, chunk);
-    create(ch, msg, part, msg_type, content).await
+    let content = json!({"text": text}).to_string();
+    create(ch, msg, part, "text", content).await
 }
 
 async fn create(
@@ -174,8 +186,13 @@ async fn in_topic(ch: &FeishuChannel, message_id: &str) -> Result<bool, ApiError
 
 /// Replaces message `id`'s card with a card of `markdown`.
 async fn patch_card(ch: &FeishuChannel, id: &str, markdown: &str) -> Result<Value, ApiError> {
+    patch_content(ch, id, &card_of(markdown).to_string()).await
+}
+
+/// Replaces the card of message `id` with `card` (its JSON).
+async fn patch_content(ch: &FeishuChannel, id: &str, card: &str) -> Result<Value, ApiError> {
     let path = format!("/open-apis/im/v1/messages/{}", media::safe_id(id));
-    let body = json!({"content": card_of(markdown).to_string()});
+    let body = json!({"content": card});
     ch.api.call(Method::PATCH, &path, Some(&body)).await
 }
 

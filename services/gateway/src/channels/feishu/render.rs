@@ -1,20 +1,19 @@
-//! How a reply looks on Feishu, as 0.3.5 renders it: one message type per reply
-//! ([`format_of`]: `text` for short plain text, `post` for text with links, a markdown card for
-//! anything with markdown or longer than 2,000 characters), cut in chunks whose JSON-escaped
-//! UTF-8 fits Feishu's byte limits ([`split_within_bytes`]: between grapheme clusters, code
-//! fences balanced).
+//! How a reply looks on Feishu, as 0.3.5 renders it ([`super::format`]): one message type per
+//! reply ([`format_of`]: `text` for short plain text, `post` for text with links, cards for
+//! anything with markdown or longer than 2,000 characters), the cards' headings and tables as
+//! Feishu elements ([`messages_of`]). Deliberately safer than 0.3.5 (which sends any length
+//! whole): a reply is first cut in chunks whose JSON-escaped UTF-8 fits Feishu's byte limits
+//! ([`split_within_bytes`]: between grapheme clusters, code fences balanced).
 
 use serde_json::{Value, json};
 
+pub use super::format::format_of;
+use super::format::{by_table_limit, card_elements, post_of};
 use crate::render::measure::Limit;
 use crate::render::split::split_markdown;
 
 /// Most bytes of one chunk's JSON-escaped text (a card may be 30 KB; the rest is its frame).
 pub const MAX_CONTENT_BYTES: usize = 28_000;
-/// Plain text this short (in characters) goes as a `text` message (0.3.5's `_TEXT_MAX_LEN`).
-const TEXT_MAX_CHARS: usize = 200;
-/// Longer than this (in characters) always goes as a card (0.3.5's `_POST_MAX_LEN`).
-const POST_MAX_CHARS: usize = 2000;
 
 /// Returns `text` in chunks whose JSON-escaped UTF-8 is at most `max_bytes`, cut as
 /// [`split_markdown`] cuts (between grapheme clusters, fences balanced).
@@ -45,92 +44,28 @@ fn escaped_len(text: &str) -> usize {
     serde_json::to_string(text).map_or(text.len(), |s| s.len() - 2)
 }
 
-/// Which message type 0.3.5 picks for `content`: `text`, `post` or `interactive`.
-pub(super) fn format_of(content: &str) -> &'static str {
-    let s = content.trim();
-    let lines = || s.lines().map(str::trim_start);
-    let complex = s.contains("```")
-        || lines().any(|l| {
-            let hashes = l.chars().take_while(|c| *c == '#').count();
-            (1..=6).contains(&hashes) && l[hashes..].starts_with(' ')
-        })
-        || lines().any(|l| l.starts_with('|') && l.contains("---"));
-    let emphasis = ["**", "__", "~~"].iter().any(|m| s.contains(m));
-    let list = lines().any(|l| {
-        let digits = l.chars().take_while(char::is_ascii_digit).count();
-        ["- ", "* ", "+ "].iter().any(|p| l.starts_with(p))
-            || (digits > 0 && l[digits..].starts_with(". "))
-    });
-    let chars = s.chars().count();
-    if complex || chars > POST_MAX_CHARS || emphasis || list {
-        "interactive"
-    } else if has_link(s) {
-        "post"
-    } else if chars <= TEXT_MAX_CHARS {
-        "text"
-    } else {
-        "post"
-    }
-}
-
-fn has_link(s: &str) -> bool {
-    s.find('[').is_some_and(|at| {
-        s[at..]
-            .find("](")
-            .is_some_and(|m| s[at + m..].contains(')'))
-    })
-}
-
-/// Returns `(msg_type, content)` of one chunk sent as `format` ([`format_of`]).
-pub(super) fn content_of(format: &str, chunk: &str) -> (&'static str, String) {
+/// Returns the messages `(msg_type, content JSON)` one chunk becomes when sent as `format`
+/// ([`format_of`]): a `text`, a `post`, or (as 0.3.5) one card per table, its headings bold
+/// `div` lines, its tables Feishu `table` elements. Cards are updatable (`update_multi`), so a
+/// streaming preview can become the reply; otherwise as 0.3.5's `{"wide_screen_mode": true}`.
+pub(super) fn messages_of(format: &str, chunk: &str) -> Vec<(&'static str, String)> {
     match format {
-        "text" => ("text", json!({"text": chunk.trim()}).to_string()),
-        "post" => ("post", post_of(chunk).to_string()),
-        _ => ("interactive", card_of(chunk).to_string()),
+        "text" => vec![("text", json!({"text": chunk.trim()}).to_string())],
+        "post" => vec![("post", post_of(chunk).to_string())],
+        _ => by_table_limit(card_elements(chunk))
+            .into_iter()
+            .map(|elements| ("interactive", card(elements).to_string()))
+            .collect(),
     }
 }
 
-/// A markdown card (updatable, so a streaming preview can become the reply).
+fn card(elements: Vec<Value>) -> Value {
+    json!({"config": {"wide_screen_mode": true, "update_multi": true}, "elements": elements})
+}
+
+/// A markdown card (a streaming preview).
 pub(super) fn card_of(markdown: &str) -> Value {
-    json!({"config": {"wide_screen_mode": true, "update_multi": true},
-        "elements": [{"tag": "markdown", "content": markdown}]})
-}
-
-/// A rich-text post: one paragraph per line, `[text](url)` as links, the rest as text.
-fn post_of(content: &str) -> Value {
-    let paragraphs: Vec<Value> = content
-        .trim()
-        .lines()
-        .map(|line| {
-            let mut els = Vec::new();
-            let mut rest = line;
-            while let Some((before, text, href, after)) = next_link(rest) {
-                if !before.is_empty() {
-                    els.push(json!({"tag": "text", "text": before}));
-                }
-                els.push(json!({"tag": "a", "text": text, "href": href}));
-                rest = after;
-            }
-            if !rest.is_empty() || els.is_empty() {
-                els.push(json!({"tag": "text", "text": rest}));
-            }
-            Value::Array(els)
-        })
-        .collect();
-    json!({"zh_cn": {"content": paragraphs}})
-}
-
-/// Splits `s` around its first `[text](url)`.
-fn next_link(s: &str) -> Option<(&str, &str, &str, &str)> {
-    let open = s.find('[')?;
-    let mid = open + s[open..].find("](")?;
-    let close = mid + 2 + s[mid + 2..].find(')')?;
-    let text = &s[open + 1..mid];
-    let href = &s[mid + 2..close];
-    if text.contains('[') || href.contains(char::is_whitespace) || href.is_empty() {
-        return None;
-    }
-    Some((&s[..open], text, href, &s[close + 1..]))
+    card(vec![json!({"tag": "markdown", "content": markdown})])
 }
 
 #[cfg(test)]
@@ -181,9 +116,11 @@ mod tests {
         ] {
             assert_eq!(format_of(md), "interactive", "{md}");
         }
-        let (kind, content) = content_of("post", "看 [文档](https://x.io) 吧");
-        assert_eq!(kind, "post");
-        let post: Value = serde_json::from_str(&content).unwrap();
+        let [(kind, content)] = &messages_of("post", "看 [文档](https://x.io) 吧")[..] else {
+            panic!("one message");
+        };
+        assert_eq!(*kind, "post");
+        let post: Value = serde_json::from_str(content).unwrap();
         assert_eq!(
             post["zh_cn"]["content"][0],
             json!([{"tag": "text", "text": "看 "}, {"tag": "a", "text": "文档", "href": "https://x.io"},
