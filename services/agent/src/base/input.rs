@@ -56,7 +56,8 @@ pub struct TurnInput {
     /// A user's `/goal <task>` started the turn: the goal guidance is in the model's input
     /// and `create_goal` may run.
     pub goal_requested: bool,
-    /// An internal goal continuation ([`goal_turn::continuation`]): its text is not stored.
+    /// An internal goal continuation (made by `crate::turn::goal::continuation`): its text is
+    /// not stored.
     pub continuation: bool,
     /// The chat message (goal continuations are made from it).
     pub message: Option<nanobot_proto::InboundMessage>,

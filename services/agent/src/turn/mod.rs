@@ -2,14 +2,18 @@
 //! and classified when it was read ([`crate::base::input::Incoming`]); the caller holds the
 //! session's lease and counted the attempt ([`crate::session`]). Then:
 //!
-//! 1. **command**: a command is answered without the model ([`commands`]);
+//! 1. **command**: a command is answered without the model ([`Turn::answer_command`], in
+//!    `commands/`);
 //! 2. **load**: the session's replayable tail, read once, when the attempt started
 //!    ([`crate::session::attempts::start`]: in the round trip that checked and counted it);
-//! 3. **recover**: an interrupted turn's rows are restored, or resumed ([`recovery`]);
-//! 4. **limits**: a message over one of the bot's limits is refused without the model
-//!    ([`limits`]);
-//! 5. **run**: the model, with tools, hooks and checkpoints ([`model`]);
-//! 6. **commit** and 7. **publish**: one fenced write, then the reply ([`commit`]).
+//! 3. **limits**: a message over one of the bot's limits is refused without the model
+//!    ([`limits::refusal`]);
+//! 4. **recover**: an interrupted turn's rows are restored, or resumed ([`Turn::recover`], in
+//!    `recovery.rs`);
+//! 5. **model**: persist the input, build the prompt, run the model with tools, hooks and
+//!    checkpoints, finish the run ([`Turn::model`], in `model.rs`);
+//! 6. **commit** and 7. **publish**: one fenced write, then the reply ([`Turn::commit`], in
+//!    `commit.rs`).
 //!
 //! May import: `crate::base` only. Imported by `crate::session` and `crate::handlers`.
 //!
