@@ -22,6 +22,7 @@
 //!   state lives in the generic `keys::channel_*` family.
 
 pub mod acl;
+mod backoff;
 pub mod delivery;
 pub mod dingtalk;
 pub mod discord;

@@ -27,6 +27,7 @@ use nanobot_runtime::lease::Lease;
 use super::api::{ApiError, BOT_MESSAGE_TOPIC};
 use super::{CHANNEL, DingTalkChannel, receive};
 use crate::channels::Inbound;
+use crate::channels::backoff::Backoff;
 use crate::channels::poison::{self, Failure};
 
 /// A connection silent this long (pings included) is dropped and reopened.
@@ -80,7 +81,7 @@ async fn serve(
     lease: &Lease,
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut delay = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
     loop {
         let opened = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
@@ -93,7 +94,7 @@ async fn serve(
                     Ok(Ended::Stop) => return Ok(()),
                     Ok(Ended::Reconnect(reason)) => {
                         tracing::info!(bot = %ch.bot_id, reason = %reason, "dingtalk stream reconnecting");
-                        delay = Duration::from_millis(200);
+                        backoff.reset();
                         continue;
                     }
                     Err(e) => format!("{e:#}"),
@@ -106,13 +107,12 @@ async fn serve(
             ),
             Err(e) => e.to_string(),
         };
-        tracing::warn!(bot = %ch.bot_id, error = %error, retry_in = ?delay, "dingtalk stream connection failed");
+        tracing::warn!(bot = %ch.bot_id, error = %error, retry_in = ?backoff.current(), "dingtalk stream connection failed");
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
             _ = lease.lost().cancelled() => return Ok(()),
-            _ = tokio::time::sleep(delay) => {}
+            _ = backoff.sleep() => {}
         }
-        delay = (delay * 2).min(Duration::from_secs(30));
     }
 }
 
@@ -232,7 +232,7 @@ async fn handle(
     lease: &Lease,
     cancel: &CancellationToken,
 ) -> bool {
-    let mut delay = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         match poison::guard(receive::handle(ch, inbound, message)).await {
             Ok(()) => return true,
@@ -241,15 +241,14 @@ async fn handle(
                 return true;
             }
             Err(Failure::Retry(e)) => {
-                tracing::warn!(bot = %ch.bot_id, message_id, error = format!("{e:#}"), retry_in = ?delay, "dingtalk message not handled yet");
+                tracing::warn!(bot = %ch.bot_id, message_id, error = format!("{e:#}"), retry_in = ?backoff.current(), "dingtalk message not handled yet");
             }
         }
         tokio::select! {
             _ = cancel.cancelled() => return false,
             _ = lease.lost().cancelled() => return false,
-            _ = tokio::time::sleep(delay) => {}
+            _ = backoff.sleep() => {}
         }
-        delay = (delay * 2).min(Duration::from_secs(10));
     }
 }
 

@@ -59,6 +59,7 @@ use nanobot_runtime::store::Store;
 
 use super::stream::Streamer;
 use super::{Channel, ChannelDeps, ChannelSettings, Inbound, Progress, SendError};
+use crate::channels::backoff::Backoff;
 
 pub use self::render::split_within_bytes;
 
@@ -130,7 +131,7 @@ impl FeishuChannel {
     /// Fetches a tenant token and the bot's open id, retrying network failures with backoff
     /// until `cancel`; refused credentials are an error (this channel stops, others go on).
     async fn identify(&self, cancel: &CancellationToken) -> anyhow::Result<Option<String>> {
-        let mut delay = Duration::from_millis(200);
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
         loop {
             let info = self
                 .api
@@ -151,14 +152,13 @@ impl FeishuChannel {
                     );
                 }
                 Err(e) => {
-                    tracing::warn!(bot = %self.bot_id, error = %e, retry_in = ?delay, "feishu bot info failed")
+                    tracing::warn!(bot = %self.bot_id, error = %e, retry_in = ?backoff.current(), "feishu bot info failed")
                 }
             }
             tokio::select! {
                 _ = cancel.cancelled() => return Ok(None),
-                _ = tokio::time::sleep(delay) => {}
+                _ = backoff.sleep() => {}
             }
-            delay = (delay * 2).min(Duration::from_secs(30));
         }
     }
 }

@@ -28,6 +28,7 @@ use nanobot_runtime::lease::Lease;
 use super::frame::{CONTROL, DATA, Frame, Parts};
 use super::{CHANNEL, FeishuChannel, receive};
 use crate::channels::Inbound;
+use crate::channels::backoff::Backoff;
 use crate::channels::media;
 use crate::channels::poison::{self, Failure};
 
@@ -75,27 +76,26 @@ pub(super) async fn run(
 
 /// Keeps a connection open while the lease is held, reconnecting with backoff.
 async fn hold(ch: &FeishuChannel, inbound: &Inbound, lease: &Lease, cancel: &CancellationToken) {
-    let mut delay = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
     loop {
         let error = match endpoint(ch).await {
             Ok((url, ping)) => match connection(ch, inbound, &url, ping, lease, cancel).await {
                 Ok(Ended::Stop) => return,
                 Ok(Ended::Reconnect(reason)) => {
                     tracing::info!(bot = %ch.bot_id, reason = %reason, "feishu long connection reconnecting");
-                    delay = Duration::from_millis(200);
+                    backoff.reset();
                     reason
                 }
                 Err(e) => format!("{e:#}"),
             },
             Err(e) => format!("{e:#}"),
         };
-        tracing::warn!(bot = %ch.bot_id, error = %error, retry_in = ?delay, "feishu long connection failed");
+        tracing::warn!(bot = %ch.bot_id, error = %error, retry_in = ?backoff.current(), "feishu long connection failed");
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = lease.lost().cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
+            _ = backoff.sleep() => {}
         }
-        delay = (delay * 2).min(Duration::from_secs(30));
     }
 }
 
@@ -242,7 +242,7 @@ async fn handle(
         tracing::warn!(bot = %ch.bot_id, "undecodable feishu event acknowledged and dropped");
         return true;
     };
-    let mut delay = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         match poison::guard(receive::handle(ch, inbound, &doc)).await {
             Ok(()) => return true,
@@ -251,15 +251,14 @@ async fn handle(
                 return true;
             }
             Err(Failure::Retry(e)) => {
-                tracing::warn!(bot = %ch.bot_id, error = format!("{e:#}"), retry_in = ?delay, "feishu event not handled yet");
+                tracing::warn!(bot = %ch.bot_id, error = format!("{e:#}"), retry_in = ?backoff.current(), "feishu event not handled yet");
             }
         }
         tokio::select! {
             _ = cancel.cancelled() => return false,
             _ = lease.lost().cancelled() => return false,
-            _ = tokio::time::sleep(delay) => {}
+            _ = backoff.sleep() => {}
         }
-        delay = (delay * 2).min(Duration::from_secs(10));
     }
 }
 

@@ -46,6 +46,7 @@ use nanobot_runtime::config::{Config, SlackBot, SlackConfig};
 
 use super::stream::Streamer;
 use super::{Channel, ChannelDeps, ChannelSettings, Inbound, Progress, SendError};
+use crate::channels::backoff::Backoff;
 
 pub use self::inbound::{FileRef, Parsed, inbound_id, parse, session_key, thread_of};
 
@@ -117,7 +118,7 @@ impl SlackChannel {
     /// Reads the bot's user id (`auth.test`) once, retrying network failures with backoff
     /// until `cancel`; a refused token is an error (the channel cannot work).
     async fn identify(&self, cancel: &CancellationToken) -> anyhow::Result<Option<String>> {
-        let mut delay = Duration::from_millis(200);
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
         loop {
             match self.api.call("auth.test", &serde_json::json!({})).await {
                 Ok(me) => {
@@ -132,14 +133,13 @@ impl SlackChannel {
                     );
                 }
                 Err(e) => {
-                    tracing::warn!(bot = %self.bot_id, error = %e, retry_in = ?delay, "slack auth.test failed")
+                    tracing::warn!(bot = %self.bot_id, error = %e, retry_in = ?backoff.current(), "slack auth.test failed")
                 }
             }
             tokio::select! {
                 _ = cancel.cancelled() => return Ok(None),
-                _ = tokio::time::sleep(delay) => {}
+                _ = backoff.sleep() => {}
             }
-            delay = (delay * 2).min(Duration::from_secs(30));
         }
     }
 }

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{SlackChannel, receive};
 use crate::channels::Inbound;
+use crate::channels::backoff::Backoff;
 use crate::channels::poison::{self, Failure};
 
 /// A connection silent for this long (Slack pings about every 10 s) is dropped and reopened.
@@ -38,7 +39,7 @@ pub(super) async fn run(
     inbound: Inbound,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut delay = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
     let no_args = json!({});
     loop {
         let opened = tokio::select! {
@@ -51,7 +52,7 @@ pub(super) async fn run(
                     Ok(Ended::Cancelled) => return Ok(()),
                     Ok(Ended::Reconnect(reason)) => {
                         tracing::info!(bot = %ch.bot_id, reason = %reason, "slack socket mode reconnecting");
-                        delay = Duration::from_millis(200);
+                        backoff.reset();
                         continue;
                     }
                     Err(e) => format!("{e:#}"),
@@ -66,12 +67,11 @@ pub(super) async fn run(
             }
             Err(e) => e.to_string(),
         };
-        tracing::warn!(bot = %ch.bot_id, error = %error, retry_in = ?delay, "slack socket mode connection failed");
+        tracing::warn!(bot = %ch.bot_id, error = %error, retry_in = ?backoff.current(), "slack socket mode connection failed");
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(delay) => {}
+            _ = backoff.sleep() => {}
         }
-        delay = (delay * 2).min(Duration::from_secs(30));
     }
 }
 
