@@ -25,7 +25,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// name, the model owner in `/v1/models`, the CLI's name, the binary's name, the skill
 /// metadata namespace, the local fleet's NATS user, the metrics' name prefix, the client tag
 /// some web-search APIs ask for.
-const NOT_A_SUBJECT: [&str; 12] = [
+const NOT_A_SUBJECT: [&str; 13] = [
+    "SCOPE: &str = \"nanobot\"",
     "(\"nanobot\", \"nanobot@dream\")",
     "bot_name: \"nanobot\"",
     "\"owned_by\": \"nanobot\"",
