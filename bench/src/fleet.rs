@@ -36,6 +36,11 @@ pub struct FleetOptions {
     pub clusters: bool,
     /// Serve a Telegram bot ([`TELEGRAM_TOKEN`]) against this Bot API base URL.
     pub telegram_api: Option<String>,
+    /// The config's `bots` section (each bot's channels and limits) instead of the single
+    /// Telegram bot; `telegram_api` is then every bot's Bot API base URL.
+    pub bots: Option<serde_json::Value>,
+    /// Gateway replicas (0 or 1: one).
+    pub gateways: usize,
 }
 
 /// The token of the bench's Telegram bot.
@@ -95,7 +100,12 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
         config["runner"] = json!({"maxConcurrentTurns": opts.max_concurrent_turns});
     }
     config["bus"]["streamReplicas"] = json!(replicas);
-    if let Some(api) = &opts.telegram_api {
+    if let Some(bots) = &opts.bots {
+        config["bots"] = bots.clone();
+        if let Some(api) = &opts.telegram_api {
+            config["channels"] = json!({"telegram": {"apiBase": api}});
+        }
+    } else if let Some(api) = &opts.telegram_api {
         config["channels"] = json!({"telegram": {
             "enabled": true, "token": TELEGRAM_TOKEN, "apiBase": api, "allowFrom": ["*"],
             "streaming": false,
@@ -108,6 +118,9 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
     std::fs::write(workspace.join(TOOL_FILE), tool_file_text()).context("write the tool file")?;
 
     let mut roles = vec![("gateway".to_string(), "nanobot-gateway")];
+    for i in 2..=opts.gateways {
+        roles.push((format!("gateway#{i}"), "nanobot-gateway"));
+    }
     for i in 1..=opts.agents.max(1) {
         roles.push((format!("agent#{i}"), "nanobot-agent"));
     }
@@ -118,9 +131,19 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
     ]);
     let rust_log = format!("{},nanobot_runtime::service=info", opts.log_level);
     let config_arg = config_path.display().to_string();
-    let starts = roles
-        .iter()
-        .map(|(name, bin)| start_role(name, bin, &config_arg, &rust_log));
+    // A further gateway replica serves the API on its own port (the first keeps `api_base`).
+    let mut api_ports = Vec::new();
+    for (name, _) in &roles {
+        let port = (name.starts_with("gateway#")).then(free_port).transpose()?;
+        api_ports.push(port.map(|p| p.to_string()));
+    }
+    let starts = roles.iter().zip(&api_ports).map(|((name, bin), api_port)| {
+        let env: Vec<(&str, &str)> = api_port
+            .iter()
+            .map(|p| ("NANOBOT_API__PORT", p.as_str()))
+            .collect();
+        start_role(name, bin, &config_arg, &rust_log, env)
+    });
     let started = try_join_all(starts).await?;
     let mut members = infra_members;
     members.extend(mock);
@@ -182,7 +205,13 @@ async fn infrastructure(dir: &std::path::Path, clusters: bool) -> anyhow::Result
 }
 
 /// Spawns one role with its own health port and waits for `/ready`.
-async fn start_role(name: &str, bin: &str, config: &str, rust_log: &str) -> anyhow::Result<Member> {
+async fn start_role(
+    name: &str,
+    bin: &str,
+    config: &str,
+    rust_log: &str,
+    extra_env: Vec<(&str, &str)>,
+) -> anyhow::Result<Member> {
     let program = bin_path(bin)?;
     let health = format!("127.0.0.1:{}", free_port()?);
     let args = vec![
@@ -193,7 +222,8 @@ async fn start_role(name: &str, bin: &str, config: &str, rust_log: &str) -> anyh
     ];
     let http = servers::probe_client()?;
     let url = format!("http://{health}/ready");
-    let env = [("RUST_LOG", rust_log), ("NO_COLOR", "1")];
+    let mut env = vec![("RUST_LOG", rust_log), ("NO_COLOR", "1")];
+    env.extend(extra_env);
     let mut member = servers::spawn_ready(name, &program, &args, &env, || {
         servers::http_ok(&http, &url)
     })
@@ -201,6 +231,7 @@ async fn start_role(name: &str, bin: &str, config: &str, rust_log: &str) -> anyh
     member.startup.connect_to_ready_ms = connected_at(&member.proc.logs())
         .and_then(|at| member.ready_at.duration_since(at).ok())
         .map(servers::ms);
+    member.health_addr = Some(health);
     Ok(member)
 }
 

@@ -14,6 +14,8 @@
 //! - [`toolrtt`]: tool round trip over NATS and in-process.
 //! - [`history`]: turn cost against stored history, and the cost of archiving.
 //! - [`telegram`]: the Telegram channel against the Bot API fake.
+//! - [`scale`]: many Telegram bots on one fleet, one and two gateways; [`noisy`]: a bot at its
+//!   limits next to a quiet one.
 //! - [`breakdown`], [`probe`]: per-hop timing from client, NATS, Redis and LLM timestamps.
 //! - [`procinfo`]: `/proc` readings; [`stats`]: percentiles.
 //! - [`report`], [`resources`]: the comparison rows; [`render`]: Markdown tables and the
@@ -24,6 +26,7 @@ pub mod breakdown;
 pub mod fleet;
 pub mod history;
 pub mod load;
+pub mod noisy;
 pub mod opts;
 pub mod plan;
 pub mod probe;
@@ -31,6 +34,7 @@ pub mod procinfo;
 pub mod render;
 pub mod report;
 pub mod resources;
+pub mod scale;
 pub mod scenarios;
 pub mod servers;
 pub mod stats;

@@ -20,7 +20,7 @@ pub struct Options {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Runs only these scenarios (comma separated: latency, max, slow, tools, replicas, rtt,
-    /// breakdown, clusters, history, telegram, runner); default all.
+    /// breakdown, clusters, history, telegram, runner, bots = scale + noisy); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// `RUST_LOG` level of the fleet's roles.
@@ -57,6 +57,14 @@ pub struct Sizes {
     pub breakdown_turns: usize,
     /// Chats of the Telegram throughput scenario (one update each).
     pub telegram_chats: usize,
+    /// Telegram bots of the bots-at-scale scenario.
+    pub scale_bots: usize,
+    /// Gateway replica counts of the bots-at-scale scenario.
+    pub scale_gateways: Vec<usize>,
+    /// How long idle CPU is measured in the bots-at-scale scenario.
+    pub idle_window: std::time::Duration,
+    /// The noisy-next-to-quiet scenario.
+    pub noisy: crate::noisy::NoisySizes,
     /// Wall-clock window of every load phase.
     pub window: std::time::Duration,
     /// Request cap of the throughput phases (the window usually ends them first).
@@ -80,6 +88,16 @@ impl Sizes {
             one_runner_sessions: 200,
             breakdown_turns: 100,
             telegram_chats: 1_000,
+            scale_bots: 1_000,
+            scale_gateways: vec![1, 2],
+            idle_window: std::time::Duration::from_secs(10),
+            noisy: crate::noisy::NoisySizes {
+                quiet_messages: 60,
+                quiet_interval: std::time::Duration::from_millis(250),
+                senders: 20,
+                per_sender: 30,
+                per_minute: 20,
+            },
             window: std::time::Duration::from_secs(15),
             throughput_requests: 100_000,
         }
@@ -101,6 +119,16 @@ impl Sizes {
             one_runner_sessions: 200,
             breakdown_turns: 10,
             telegram_chats: 1_000,
+            scale_bots: 50,
+            scale_gateways: vec![1, 2],
+            idle_window: std::time::Duration::from_secs(3),
+            noisy: crate::noisy::NoisySizes {
+                quiet_messages: 20,
+                quiet_interval: std::time::Duration::from_millis(250),
+                senders: 10,
+                per_sender: 15,
+                per_minute: 10,
+            },
             window: std::time::Duration::from_secs(2),
             throughput_requests: 100_000,
         }

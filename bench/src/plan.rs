@@ -52,6 +52,10 @@ pub struct Figures {
     pub history: Option<crate::history::HistoryFigures>,
     /// The Telegram channel against the Bot API fake (fleet).
     pub telegram: Option<crate::telegram::TelegramFigures>,
+    /// Many Telegram bots on one fleet, by gateway replicas (fleet).
+    pub bots_at_scale: Vec<crate::scale::ScaleRun>,
+    /// A noisy bot at its limits next to a quiet one (fleet).
+    pub noisy_neighbour: Option<crate::noisy::NoisyFigures>,
 }
 
 impl Figures {
@@ -258,6 +262,22 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
         match measured.await {
             Ok(t) => figures.telegram = Some(t),
             Err(e) => suite.errors.push(format!("telegram (fleet): {e:#}")),
+        }
+    }
+    // `bots` is both parts of the bots-at-scale scenario; `scale` and `noisy` each part.
+    if wanted("bots") || wanted("scale") {
+        figures.bots_at_scale = crate::scale::run(
+            suite,
+            sizes.scale_bots,
+            &sizes.scale_gateways,
+            sizes.idle_window,
+        )
+        .await;
+    }
+    if wanted("bots") || wanted("noisy") {
+        match crate::noisy::run(suite, sizes.noisy).await {
+            Ok(n) => figures.noisy_neighbour = Some(n),
+            Err(e) => suite.errors.push(format!("noisy bot (fleet): {e:#}")),
         }
     }
     if wanted("rtt") {

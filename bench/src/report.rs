@@ -235,6 +235,10 @@ pub fn rows(figures: &Figures, suite: &Suite) -> Vec<Row> {
     if let Some(telegram) = &figures.telegram {
         rows.extend(crate::telegram::rows(telegram));
     }
+    rows.extend(crate::scale::rows(&figures.bots_at_scale));
+    if let Some(noisy) = &figures.noisy_neighbour {
+        rows.extend(crate::noisy::rows(noisy));
+    }
     rows
 }
 

@@ -42,6 +42,10 @@ pub struct Setup {
     pub clusters: bool,
     /// The fleet serves a Telegram bot against this Bot API (the fake).
     pub telegram_api: Option<String>,
+    /// The fleet's `bots` section (see [`FleetOptions::bots`]).
+    pub bots: Option<serde_json::Value>,
+    /// Gateway replicas (fleet; 0 or 1: one).
+    pub gateways: usize,
 }
 
 impl Setup {
@@ -120,6 +124,8 @@ impl Suite {
                         .unwrap_or_else(|| self.fleet_log_level.clone()),
                     clusters: setup.clusters,
                     telegram_api: setup.telegram_api.clone(),
+                    bots: setup.bots.clone(),
+                    gateways: setup.gateways,
                 };
                 fleet::start(&opts).await?
             }

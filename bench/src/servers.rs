@@ -37,6 +37,8 @@ pub struct Member {
     pub startup: Startup,
     /// Wall-clock time at which it was seen ready.
     pub ready_at: SystemTime,
+    /// `host:port` of its health server (`/ready`, `/metrics`; fleet roles only).
+    pub health_addr: Option<String>,
 }
 
 impl Member {
@@ -70,6 +72,7 @@ where
             connect_to_ready_ms: None,
         },
         ready_at: SystemTime::now(),
+        health_addr: None,
         proc,
     })
 }

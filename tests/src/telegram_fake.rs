@@ -315,6 +315,13 @@ impl TelegramFake {
         self.shared.calls.lock().expect("call log poisoned").clone()
     }
 
+    /// Returns the calls completed after the first `start` (a caller scanning a long log,
+    /// such as the benchmark's 1,000 bots, copies only what is new since its last look).
+    pub fn calls_from(&self, start: usize) -> Vec<Call> {
+        let calls = self.shared.calls.lock().expect("call log poisoned");
+        calls.get(start..).map(<[Call]>::to_vec).unwrap_or_default()
+    }
+
     /// Waits until `check` returns `Some`, re-checking after every recorded call and poll
     /// start; fails after `timeout` naming `what`.
     pub async fn wait_until<T>(

@@ -497,3 +497,18 @@ async fn a_dripped_get_updates_answer_arrives_in_many_reads_and_reads_back_byte_
     };
     assert_eq!(message.text(), Some(text));
 }
+
+#[tokio::test]
+async fn calls_from_returns_only_the_calls_after_the_first_n() {
+    let (fake, handle, bot) = fake_and_bot().await;
+    bot.send_message(ChatId(42), "第一条 🥇").await.unwrap();
+    bot.send_message(ChatId(42), "第二条 🥈").await.unwrap();
+    let tail = fake.calls_from(1);
+    assert_eq!(tail.len(), 1);
+    assert_eq!(tail[0].text(), Some("第二条 🥈"));
+    assert_eq!(fake.calls_from(0).len(), handle.calls().len());
+    assert!(
+        fake.calls_from(5).is_empty(),
+        "past the end is empty, not a panic"
+    );
+}
