@@ -47,7 +47,7 @@ pub async fn run(
     let redis = nanobot_runtime::store::connect(&cfg.store, &cancel)
         .await
         .context("connect to redis")?;
-    let live = registry::Live::start(&started.bus.js, cfg.clone(), &cancel).await;
+    let live = registry::Live::follow(&started.bus.js, cfg.clone(), &cancel).await;
     started.health.set_ready(true);
     let instance = started.health.instance.clone();
     tracing::info!(%instance, "cron scheduler ready");

@@ -31,7 +31,7 @@ use crate::config::{BotConfig, Config};
 pub mod admin;
 
 mod follow;
-pub use follow::{Applied, Follower};
+pub use follow::{Applied, Follower, LiveConfig};
 
 /// One change of the registry, as a role applies it.
 #[derive(Debug, Clone, PartialEq)]

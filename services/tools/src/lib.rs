@@ -128,9 +128,16 @@ pub async fn run(
         .await
         .context("subscribe to exec session listings")?;
     let mut reap = tokio::time::interval(REAP_EVERY);
+    let bots = nanobot_runtime::bot_registry::LiveConfig::follow(
+        &started.bus.js,
+        cfg.clone(),
+        &started.cancel,
+    )
+    .await;
     let deps = Arc::new(Deps {
         client: client.clone(),
         registry: Arc::new(registry),
+        bots,
         cfg: Arc::new(cfg),
         health: started.health.clone(),
     });

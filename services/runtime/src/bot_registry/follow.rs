@@ -1,8 +1,10 @@
 //! One follower of the registry for every role: opens the bucket, watches it, resolves each
-//! change against the role's config and says whether it changed the bot. The gateway, the
-//! memory workers and the cron scheduler act on what it yields.
+//! change against the role's config and says whether it changed the bot. The gateway and the
+//! memory workers act on what it yields; the cron scheduler and the tool executors read a
+//! [`LiveConfig`] it keeps.
 
 use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use async_nats::jetstream::{self, kv};
 use futures::StreamExt as _;
@@ -124,5 +126,64 @@ impl Follower {
             self.cfg = next;
             return Some(Applied { change, changed });
         }
+    }
+}
+
+/// The config as the registry has it now, followed in the background: for a role that reads
+/// its bots when it needs them (the cron leader each tick, the executors each call). Cheap to
+/// read and to clone.
+#[derive(Debug, Clone)]
+pub struct LiveConfig(Arc<RwLock<Arc<Config>>>);
+
+impl LiveConfig {
+    /// Returns `cfg`, never changing (a fleet without the registry).
+    pub fn fixed(cfg: Config) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(cfg))))
+    }
+
+    /// Returns the config now.
+    pub fn now(&self) -> Arc<Config> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Lays the registry's bots over `cfg` and follows the registry until `cancel`; without
+    /// the registry, `cfg` as it is.
+    pub async fn follow(
+        js: &jetstream::Context,
+        cfg: Config,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Self {
+        let Some(mut follower) = Follower::open(js, cfg.clone()).await else {
+            return Self::fixed(cfg);
+        };
+        if let Err(e) = follower.catch_up().await {
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "bot registry not read; its changes follow"
+            );
+        }
+        let live = Self::fixed(follower.config().clone());
+        let (out, cancel) = (live.clone(), cancel.clone());
+        tokio::spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    next = follower.next() => next,
+                };
+                let Some(applied) = next else { break };
+                if !applied.changed {
+                    continue;
+                }
+                *live.0.write().unwrap_or_else(|e| e.into_inner()) =
+                    Arc::new(follower.config().clone());
+                match applied.change {
+                    Change::Put(bot, _) => {
+                        tracing::info!(%bot, "bot added or changed from the registry")
+                    }
+                    Change::Removed(bot) => tracing::info!(%bot, "bot removed from the registry"),
+                }
+            }
+        });
+        out
     }
 }

@@ -124,7 +124,7 @@ async fn call(
     subject: &str,
     request: ToolCallRequest,
 ) -> Result<ToolCallResult, ServiceError> {
-    let spec = bot_spec(&deps.cfg, bot_id(&request.bot, subject))?;
+    let spec = bot_spec(&deps.bots.now(), bot_id(&request.bot, subject))?;
     if request.deadline_ms > 0 {
         let late_ms = now_ms() - request.deadline_ms;
         if late_ms > 0 {

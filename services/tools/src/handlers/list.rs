@@ -25,7 +25,7 @@ fn list(deps: &Deps, subject: &str, payload: &[u8]) -> Result<ToolListResponse, 
         subject: subject.to_string(),
         reason: format!("cannot decode ToolListRequest: {e}"),
     })?;
-    bot_spec(&deps.cfg, bot_id(&request.bot, subject))?;
+    bot_spec(&deps.bots.now(), bot_id(&request.bot, subject))?;
     // MCP servers down so far are retried now; their tools are listed once they answer.
     deps.registry.pending_mcp().reach_in_background();
     Ok(ToolListResponse {

@@ -22,8 +22,10 @@ pub struct Deps {
     pub client: async_nats::Client,
     /// The tools this executor serves.
     pub registry: Arc<Registry>,
-    /// The fleet config (bots, tool settings).
+    /// The fleet config (tool settings).
     pub cfg: Arc<Config>,
+    /// The bots as the registry has them now (a bot added live gets its tools at once).
+    pub bots: nanobot_runtime::bot_registry::LiveConfig,
     /// This instance's health (in-flight tracking, instance id).
     pub health: Arc<Health>,
 }
