@@ -23,10 +23,19 @@ pub enum BotsAction {
     Add(BotArgs),
     /// Change a bot: the given fields are laid over its entry.
     Update(BotArgs),
-    /// Remove a bot: its channels stop and its messages are refused; its data is kept.
+    /// Remove a bot: its channels stop and its messages are refused; its data is kept unless
+    /// `--purge`.
     Remove {
         /// Bot id.
         id: String,
+        /// Also delete its data: its Redis keys (sessions, markers, pairing, channel state),
+        /// its cron jobs and its workspace when only it uses it and it is found here. Run again
+        /// to complete a purge that was interrupted.
+        #[arg(long)]
+        purge: bool,
+        /// With `--purge`, delete its token usage too (kept by default: billing data).
+        #[arg(long, requires = "purge")]
+        purge_usage: bool,
     },
     /// List the bots.
     List,
@@ -90,6 +99,7 @@ impl BotArgs {
 /// Runs `action` against the registry over `js`, seeding it first from the config file at
 /// `config_path` (create-if-absent). Returns the exit code.
 pub async fn run(
+    cfg: &nanobot_runtime::config::Config,
     js: &jetstream::Context,
     replicas: usize,
     config_path: &Path,
@@ -107,9 +117,35 @@ pub async fn run(
             admin::update(&store, &args.id, Edit::Merge(args.overlay()?)).await?;
             println!("bot {} updated", args.id);
         }
-        BotsAction::Remove { id } => {
-            admin::remove(&store, id).await?;
-            println!("bot {id} removed (its sessions and workspace are kept)");
+        BotsAction::Remove {
+            id,
+            purge,
+            purge_usage,
+        } => {
+            match admin::remove(&store, id).await {
+                Ok(()) if *purge => println!("bot {id} removed"),
+                Ok(()) => println!("bot {id} removed (its sessions and workspace are kept)"),
+                // A purge run again completes the one a SIGKILL interrupted.
+                Err(AdminError::NotFound(_)) if *purge => {
+                    println!("bot {id} is not in the registry; purging what is left of it")
+                }
+                Err(e) => return Err(e.into()),
+            }
+            if *purge {
+                let config = bot_registry::raw_bots(config_path)?;
+                let done = crate::purge::purge(cfg, &store, &config, id, *purge_usage).await?;
+                println!(
+                    "bot {id} purged: {} redis keys{}, {} cron jobs; workspace {}",
+                    done.keys,
+                    if *purge_usage {
+                        " (usage included)"
+                    } else {
+                        " (its usage kept)"
+                    },
+                    done.cron_jobs,
+                    done.workspace
+                );
+            }
         }
         BotsAction::List => {
             for (id, raw) in admin::list(&store).await? {

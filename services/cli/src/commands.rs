@@ -281,7 +281,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             let env: HashMap<String, String> = std::env::vars().collect();
             let path = config::resolve_path(cli.config.as_deref(), &env);
             let bus = connect(&cfg).await?;
-            crate::bots::run(&bus.js, cfg.bus.stream_replicas, &path, action).await
+            crate::bots::run(&cfg, &bus.js, cfg.bus.stream_replicas, &path, action).await
         }
         Command::Sessions { bot, action } => {
             let cfg = load(&cli)?;
@@ -290,7 +290,13 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             crate::sessions::run(&cfg, &path, bot.as_deref(), action).await
         }
         Command::Cron { bot, action } => {
-            let cfg = load(&cli)?;
+            let mut cfg = load(&cli)?;
+            if let Some(id) = bot.as_deref()
+                && cfg.bot(id).is_none()
+            {
+                let bus = connect(&cfg).await?;
+                crate::cron::with_live_bot(&mut cfg, &bus.js, id).await?;
+            }
             crate::cron::run(&cfg, bot.as_deref(), action)
         }
         Command::Deploy { command } => {

@@ -28,7 +28,8 @@ pub enum CronAction {
         #[arg(long, short = 'e')]
         every: Option<i64>,
         /// Cron expression (five fields, or six with the seconds last).
-        #[arg(long = "cron", short = 'c')]
+        // No `-c`: that is `--config` (global, as upstream); clap panics on the clash.
+        #[arg(long = "cron")]
         cron_expr: Option<String>,
         /// IANA time zone of `--cron` (default `agents.defaults.timezone`).
         #[arg(long)]
@@ -65,6 +66,30 @@ pub enum CronAction {
         /// Job id.
         id: String,
     },
+}
+
+/// Lays bot `id`'s registry entry over `cfg` when the config file does not have it (a bot
+/// added live): its workspace and model; its channels, and their secret references, are left
+/// out (the cron commands need none of them). A bot the registry does not hold is left to
+/// [`run`] to refuse.
+pub async fn with_live_bot(
+    cfg: &mut Config,
+    js: &async_nats::jetstream::Context,
+    id: &str,
+) -> anyhow::Result<()> {
+    use nanobot_runtime::bot_registry::{self, Change};
+    let store = bot_registry::open(js).await?;
+    let Some(bytes) = store.get(id).await? else {
+        return Ok(());
+    };
+    let mut raw: Value = serde_json::from_slice(&bytes)?;
+    if let Some(map) = raw.as_object_mut() {
+        map.remove("channels");
+    }
+    let env = std::env::vars().collect();
+    *cfg =
+        bot_registry::apply(cfg, &Change::Put(id.into(), raw), &env).map_err(anyhow::Error::msg)?;
+    Ok(())
 }
 
 /// Runs `action` on `bot`'s jobs (default: the first bot); prints the result, returns the

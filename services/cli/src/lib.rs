@@ -22,6 +22,7 @@ pub mod deploy;
 pub mod fleet;
 pub mod onboard;
 pub mod pairing;
+pub mod purge;
 pub mod sessions;
 pub mod status;
 pub mod usage;

@@ -8,6 +8,7 @@ mod backpressure;
 mod bot_isolation;
 mod bots_api;
 mod bots_live;
+mod bots_live_roles;
 mod chaos;
 mod chaos_gateway;
 mod chat_fleet;
