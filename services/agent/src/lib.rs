@@ -22,6 +22,9 @@ pub mod handlers;
 pub mod session;
 pub mod turn;
 
+#[cfg(test)]
+mod layers_tests;
+
 pub use base::{bots, error, lease, restart, stop};
 pub use turn::{checkpoints, commands, goal_tools};
 
