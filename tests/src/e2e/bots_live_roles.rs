@@ -326,3 +326,67 @@ async fn remove_keeps_a_bots_data_and_purge_deletes_its_keys_jobs_and_workspace_
         .unwrap();
     assert!(!out.status.success(), "an unknown bot is an error");
 }
+
+/// Calls `list_dir` of the workspace root as `bot`, straight on the executors' subject:
+/// the listing, or `None` when refused.
+async fn list_root(nats: &async_nats::Client, bot: &str) -> Option<String> {
+    let request = nanobot_proto::ToolCallRequest {
+        bot: bot.into(),
+        call_id: "live-list".into(),
+        name: "list_dir".into(),
+        arguments_json: json!({"path": "."}).to_string(),
+        ..Default::default()
+    };
+    let subject = nanobot_proto::subjects::tool_call(bot, "list_dir");
+    let payload = prost::Message::encode_to_vec(&request);
+    let reply = tokio::time::timeout(TURN, nats.request(subject, payload.into()))
+        .await
+        .expect("the executors answer")
+        .expect("a reply");
+    let result: nanobot_proto::ToolCallResult = prost::Message::decode(reply.payload).ok()?;
+    (!result.is_error && !result.content.is_empty()).then_some(result.content)
+}
+
+#[tokio::test]
+async fn the_executors_serve_a_bot_added_live_in_its_workspace_and_refuse_it_once_removed() {
+    let fleet = Fleet::builder()
+        .roles(&["tools"])
+        .config(json!({"bots": {"alpha": {}}}))
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("beta-ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("笔记 📝.md"), "beta").unwrap();
+    let nats = fleet.nats_client().await.unwrap();
+    assert_eq!(
+        list_root(&nats, "beta").await,
+        None,
+        "unknown before it is added"
+    );
+    let entry = add_beta_entry(&ws, false);
+    cli_ok(&fleet, &["bots", "add", "beta", "--json", &entry]).await;
+    wait_until(
+        || {
+            let nats = nats.clone();
+            async move { list_root(&nats, "beta").await.is_some() }
+        },
+        TURN,
+    )
+    .await
+    .expect("the executors serve beta");
+    let listing = list_root(&nats, "beta").await.unwrap();
+    assert!(listing.contains("笔记 📝.md"), "{listing}");
+    cli_ok(&fleet, &["bots", "remove", "beta"]).await;
+    wait_until(
+        || {
+            let nats = nats.clone();
+            async move { list_root(&nats, "beta").await.is_none() }
+        },
+        TURN,
+    )
+    .await
+    .expect("the executors refuse beta once removed");
+    assert!(list_root(&nats, "alpha").await.is_some(), "alpha is served");
+}
