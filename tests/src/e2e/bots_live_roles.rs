@@ -286,7 +286,7 @@ async fn remove_keeps_a_bots_data_and_purge_deletes_its_keys_jobs_and_workspace_
     let usage = keys::usage_day("beta", "2026-11-27");
     assert_eq!(
         existing(&fleet, &beta).await,
-        [usage.clone()],
+        [usage],
         "usage is kept"
     );
     assert!(!beta_ws.exists() && !aside.exists(), "{out}");
