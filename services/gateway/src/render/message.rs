@@ -120,4 +120,18 @@ mod tests {
         });
         assert_eq!(moved, ["ab", "&amp", ";cd"]);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn every_message_fits_and_keeps_every_cluster_of_cjk_emoji_and_rtl_text(
+            text in crate::render::corpus::text(120),
+            max in 8usize..200,
+        ) {
+            let chunks = split(&text, max);
+            for chunk in &chunks {
+                proptest::prop_assert!(chunk.chars().count() <= max, "{chunk:?}");
+            }
+            crate::render::corpus::assert_clusters_kept(&text, &chunks, &[]);
+        }
+    }
 }
