@@ -30,11 +30,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::{self, AckKind, consumer::pull};
-use futures::StreamExt as _;
 use prost::Message as _;
 use tracing::Instrument as _;
 
 use nanobot_proto::{ConsolidationRequest, ConsolidationResult, subjects};
+use nanobot_runtime::bus::work;
 use nanobot_runtime::config::Config;
 use nanobot_runtime::{service, shutdown, store, telemetry};
 
@@ -91,35 +91,13 @@ pub async fn run(
     loop {
         // One job at a time, pulled when this worker is free: nothing waits here that another
         // worker could run.
-        let batch = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break,
-            b = consumer.fetch().max_messages(1).expires(Duration::from_secs(5)).messages() => b,
+        let Some(msg) = work::pull_one(&consumer, &cancel, "memory jobs").await else {
+            break;
         };
-        let mut batch = match batch {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(error = %e, "failed to pull memory jobs, retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-        };
-        let next = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break,
-            n = batch.next() => n,
-        };
-        match next {
-            Some(Ok(msg)) => {
-                let _busy = started.health.track();
-                let keep_alive = keep_alive(&msg, ack_wait);
-                handle(&deps, msg).await;
-                keep_alive.abort();
-                handled += 1;
-            }
-            Some(Err(e)) => tracing::warn!(error = %e, "failed to receive memory job"),
-            None => {}
-        }
+        let _busy = started.health.track();
+        let every = work::progress_every(ack_wait);
+        work::while_in_progress(&msg, every, handle(&deps, msg.clone())).await;
+        handled += 1;
     }
     let _ = scanner.await;
     if let Some(follower) = follower {
@@ -128,21 +106,6 @@ pub async fn run(
     shutdown::drain("memory worker", async {}).await;
     tracing::info!(handled, "memory worker stopped");
     Ok(())
-}
-
-/// Extends a job's ack deadline every third of it until aborted.
-fn keep_alive(msg: &jetstream::Message, ack_wait: Duration) -> tokio::task::JoinHandle<()> {
-    let acker = msg.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(ack_wait / 3);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            if acker.ack_with(AckKind::Progress).await.is_err() {
-                break;
-            }
-        }
-    })
 }
 
 /// The `channel` label of a memory job's metrics.

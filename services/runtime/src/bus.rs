@@ -15,6 +15,7 @@ use crate::config::BusConfig;
 use crate::telemetry;
 
 pub mod retry;
+pub mod work;
 
 /// Header with the JetStream de-duplication id (publish idempotency).
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";

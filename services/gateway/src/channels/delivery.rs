@@ -19,6 +19,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::{AckKind, Message};
 use futures::StreamExt as _;
+use nanobot_runtime::bus::work;
 use nanobot_runtime::payloads;
 use nanobot_runtime::store::Store;
 use prost::Message as _;
@@ -271,20 +272,7 @@ async fn deliver(msg: &Message, bots: &super::LiveBots, deps: &Lane) -> Outcome 
         key: key.clone(),
         done: record.and_then(|r| r.parse().ok()).unwrap_or(0),
     };
-    let sent = {
-        let send = channel.send(&out, &mut progress);
-        tokio::pin!(send);
-        let mut keepalive = tokio::time::interval(KEEPALIVE);
-        keepalive.tick().await;
-        loop {
-            tokio::select! {
-                sent = &mut send => break sent,
-                _ = keepalive.tick() => {
-                    let _ = msg.ack_with(AckKind::Progress).await;
-                }
-            }
-        }
-    };
+    let sent = work::while_in_progress(msg, KEEPALIVE, channel.send(&out, &mut progress)).await;
     let metrics = nanobot_runtime::metrics::get();
     let span = tracing::Span::current();
     match sent {
