@@ -1,7 +1,10 @@
 //! Link URLs as markdown-it writes them (`normalizeLink`, `normalizeLinkText`, `validateLink`):
 //! percent-encoded outside `;/?:@&=+$,-_.!~*'()#`, letters and digits, an existing `%XX` kept;
 //! an autolink's text with its escapes decoded; `javascript:`, `vbscript:`, `file:` and
-//! `data:` (but images) refused. Hostnames are not converted to punycode (markdown-it does).
+//! `data:` (but images) refused. A non-ASCII hostname of an `http`, `https` or `mailto` URL is
+//! written in punycode, label by label (markdown-it's `_punycode.to_ascii`; through the `url`
+//! crate's IDNA, which also lowercases: `Bücher` is `xn--bcher-kva` where markdown-it keeps
+//! `xn--Bcher-kva`).
 
 use std::fmt::Write as _;
 
@@ -9,8 +12,9 @@ const KEEP: &str = ";/?:@&=+$,-_.!~*'()#";
 /// What decoding an autolink's text leaves encoded (mdurl's defaults, and `%`).
 const STAY_ENCODED: &str = ";/?:@&=+$,#%";
 
-/// markdown-it's `normalizeLink`: `url` percent-encoded.
+/// markdown-it's `normalizeLink`: the hostname in punycode, then `url` percent-encoded.
 pub fn normalize_link(url: &str) -> String {
+    let url = &ascii_host(url);
     let bytes = url.as_bytes();
     let mut out = String::with_capacity(url.len());
     let mut i = 0;
@@ -35,6 +39,61 @@ pub fn normalize_link(url: &str) -> String {
         }
     }
     out
+}
+
+/// Characters that end a hostname (mdurl's `NON_HOST_CHARS`).
+const NON_HOST: &[char] = &[
+    '%', '/', '?', ';', '#', ' ', '"', '\'', '<', '>', '`', '{', '}', '|', '\\', '^', '\t', '\r',
+    '\n',
+];
+
+/// Returns `url` with a non-ASCII hostname in punycode (`http:`, `https:` and `mailto:` only).
+fn ascii_host(url: &str) -> String {
+    let Some(colon) = url.find(':') else {
+        return url.to_string();
+    };
+    let scheme = url[..colon].to_ascii_lowercase();
+    let rest = &url[colon + 1..];
+    let (lead, rest) = match scheme.as_str() {
+        "http" | "https" => match rest.strip_prefix("//") {
+            Some(r) => ("//", r),
+            None => return url.to_string(),
+        },
+        "mailto" => ("", rest),
+        _ => return url.to_string(),
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let host_start = rest[..end].rfind('@').map_or(0, |at| at + 1);
+    let after = &rest[host_start..];
+    let mut host_end = after.find(NON_HOST).unwrap_or(after.len());
+    if let Some(port) = after[..host_end].rfind(':')
+        && after[port + 1..host_end]
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+    {
+        host_end = port;
+    }
+    let host = &after[..host_end];
+    if host.is_ascii() {
+        return url.to_string();
+    }
+    let labels: Vec<String> = host
+        .split(['.', '\u{3002}', '\u{ff0e}', '\u{ff61}'])
+        .map(|label| match label.is_ascii() {
+            true => label.to_string(),
+            false => match url::Host::parse(label) {
+                Ok(url::Host::Domain(ascii)) => ascii,
+                _ => label.to_string(),
+            },
+        })
+        .collect();
+    format!(
+        "{}:{lead}{}{}{}",
+        &url[..colon],
+        &rest[..host_start],
+        labels.join("."),
+        &after[host_end..]
+    )
 }
 
 /// markdown-it's `normalizeLinkText`: the escapes of `url` decoded where they make text.
@@ -106,6 +165,14 @@ mod tests {
         assert_eq!(
             normalize_link_text("https://x.io/a%20b%2F%E7%8C%AB"),
             "https://x.io/a b%2F猫"
+        );
+        assert_eq!(
+            normalize_link("https://user@bücher.de:8080/x"),
+            "https://user@xn--bcher-kva.de:8080/x"
+        );
+        assert_eq!(
+            normalize_link("mailto:张@例子。cn"),
+            "mailto:%E5%BC%A0@xn--fsqu00a.cn"
         );
         assert!(!valid_link("JavaScript:alert(1)"));
         assert!(valid_link("data:image/png;base64,AA"));
