@@ -50,7 +50,10 @@ fn escaped_len(text: &str) -> usize {
 /// streaming preview can become the reply; otherwise as 0.3.5's `{"wide_screen_mode": true}`.
 pub(super) fn messages_of(format: &str, chunk: &str) -> Vec<(&'static str, String)> {
     match format {
-        "text" => vec![("text", json!({"text": chunk.trim()}).to_string())],
+        "text" => {
+            let text = chunk.trim_matches(crate::render::message::is_py_space);
+            vec![("text", json!({"text": text}).to_string())]
+        }
         "post" => vec![("post", post_of(chunk).to_string())],
         _ => by_table_limit(card_elements(chunk))
             .into_iter()
