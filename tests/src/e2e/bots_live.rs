@@ -1,7 +1,7 @@
 //! The bot registry live: `nanobot bots add|remove` against a running fleet — the added bot
 //! answers on Telegram within 10 s and stops within 10 s of its removal, with no role
-//! restarting and the first bot answering throughout; the registry's seeding never
-//! overwrites a live change.
+//! restarting and the first bot answering throughout (in webhook mode too, on the running
+//! listener); the registry's seeding never overwrites a live change.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -230,4 +230,81 @@ async fn a_message_to_a_removed_bot_gets_a_clear_refusal_and_the_other_bot_answe
     assert_eq!(ask("alpha", "alpha 🌏").await, "echo: alpha 🌏");
     let rows = crate::e2e::session_rows(&fleet, "beta", "api:s1").await;
     assert!(!rows.is_empty(), "the removed bot's data is kept");
+}
+
+#[tokio::test]
+async fn a_webhook_mode_bot_added_live_is_served_on_the_running_listener_and_refused_once_removed()
+{
+    let fake = TelegramFake::start().await.unwrap();
+    let first = fake.add_bot(TOKEN, "first_bot");
+    let second = fake.add_bot(TOKEN_B, "second_bot");
+    let port = crate::harness::free_port().unwrap();
+    let fleet = Fleet::builder()
+        .roles(&["gateway", "agent", "tools"])
+        .env("TG_TOKEN_LIVE", TOKEN_B)
+        .env("TG_SECRET_LIVE", "beta-secret")
+        .config(json!({
+            "channels": {"telegram": {
+                "apiBase": fake.api_url(), "leaseSecs": 2,
+                "webhookUrl": format!("http://127.0.0.1:{port}/telegram"),
+                "webhookListenPort": port,
+            }},
+            "bots": {"alpha": {"channels": {"telegram": {
+                "enabled": true, "token": TOKEN, "allowFrom": ["*"], "streaming": false,
+                "mode": "webhook", "webhookSecretToken": "alpha-secret",
+            }}}},
+        }))
+        .start()
+        .await
+        .unwrap();
+    fleet.llm.set_fallback(Reply::echo());
+    let entry = r#"{"channels":{"telegram":{"enabled":true,"token":"${TG_TOKEN_LIVE}","allowFrom":["*"],"streaming":false,"mode":"webhook","webhookSecretToken":"${TG_SECRET_LIVE}"}}}"#;
+    let out = fleet
+        .cli(&["bots", "add", "beta", "--json", entry])
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (bot, secret) in [(&first, "alpha-secret"), (&second, "beta-secret")] {
+        fake.wait_until("the webhook is set", LIVE, |_| {
+            bot.webhook()
+                .filter(|(url, s)| url.ends_with("/telegram") && s.as_deref() == Some(secret))
+        })
+        .await
+        .unwrap();
+    }
+    let alice = TgUser::new(ALICE, "alice");
+    second.inject(Incoming::text_from(&alice, "网络钩子 beta 🪝"));
+    wait_echo(&fake, &second, "网络钩子 beta 🪝").await;
+    first.inject(Incoming::text_from(&alice, "alpha 🪝"));
+    wait_echo(&fake, &first, "alpha 🪝").await;
+
+    let out = fleet.cli(&["bots", "remove", "beta"]).await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Once removed, the listener refuses beta's updates; alpha's still reach it.
+    let post = |secret: &'static str, id: i64| {
+        let body = json!({"update_id": id, "message": {
+            "message_id": id, "date": 1_790_000_000,
+            "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
+            "from": {"id": ALICE, "is_bot": false, "first_name": "Alice", "username": "alice"},
+            "text": "还在吗 🪝",
+        }});
+        reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}/telegram"))
+            .header("X-Telegram-Bot-Api-Secret-Token", secret)
+            .json(&body)
+            .send()
+    };
+    let refused = || async { post("beta-secret", 900_001).await.unwrap().status() == 401 };
+    crate::harness::wait_until(refused, LIVE)
+        .await
+        .expect("beta's route ends with its removal");
+    assert_eq!(post("alpha-secret", 900_002).await.unwrap().status(), 200);
 }

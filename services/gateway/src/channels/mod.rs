@@ -198,6 +198,7 @@ fn live_get(bots: &LiveBots, bot: &str) -> Option<Arc<dyn Channel>> {
 pub struct Channels {
     by_name: BTreeMap<&'static str, LiveBots>,
     receivers: BTreeMap<String, CancellationToken>,
+    webhooks: telegram::webhook::Webhooks,
 }
 
 impl std::fmt::Debug for Channels {
@@ -237,6 +238,7 @@ impl Channels {
         if let Some(token) = self.receivers.remove(bot) {
             token.cancel();
         }
+        self.webhooks.forget(bot);
         for bots in self.by_name.values() {
             bots.write().unwrap_or_else(|e| e.into_inner()).remove(bot);
         }
@@ -255,8 +257,13 @@ impl Channels {
         tasks: &mut JoinSet<()>,
     ) -> anyhow::Result<()> {
         let mut built = Channels::default();
-        build(cfg, deps, &mut built)?;
+        let telegram = build(cfg, deps, &mut built)?;
         self.stop_bot(bot);
+        let telegram: Vec<_> = telegram.into_iter().filter(|c| c.bot() == bot).collect();
+        let inbound = Inbound::new(deps.js.clone());
+        self.webhooks
+            .serve(&telegram, &inbound, cancel, tasks)
+            .await?;
         let token = cancel.child_token();
         for (name, bots) in built.by_name {
             let channels: Vec<_> = bots
@@ -381,7 +388,10 @@ pub async fn start(
     let telegram = build(cfg, deps, &mut channels)?;
     let mut tasks = JoinSet::new();
     let inbound = Inbound::new(deps.js.clone());
-    telegram::webhook::listen(&telegram, &inbound, cancel, &mut tasks).await?;
+    channels
+        .webhooks
+        .serve(&telegram, &inbound, cancel, &mut tasks)
+        .await?;
     for (name, bots) in &channels.by_name.clone() {
         let all: Vec<_> = bots
             .read()

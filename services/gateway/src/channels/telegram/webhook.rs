@@ -2,7 +2,8 @@
 //! (behind whatever balances `webhookUrl` over them), so any replica can receive. One listener
 //! per `webhookListenHost:webhookListenPort` serves every bot configured on it: a request is
 //! matched to its bot by `webhookPath` and the `X-Telegram-Bot-Api-Secret-Token` header
-//! (compared in constant time); anything else is refused. An update is answered 200 only once
+//! (compared in constant time); anything else is refused. The routes follow the bot registry
+//! ([`Webhooks`]): a bot added live is served, on a listener bound then if its address is new. An update is answered 200 only once
 //! its inbound message was accepted by JetStream (else 500, and Telegram delivers it again);
 //! one that can never be handled (undecodable, or its handler panics) is logged and answered
 //! 200, so Telegram does not keep posting it ahead of the next ones;
@@ -11,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -33,50 +34,94 @@ pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 /// How long a webhook request may take to arrive.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The bots one listener serves.
+/// The bots one listener serves now.
 #[derive(Clone)]
 struct Routes {
-    bots: Arc<Vec<Arc<TelegramChannel>>>,
+    bots: Arc<RwLock<Vec<Arc<TelegramChannel>>>>,
     inbound: Inbound,
 }
 
-/// Starts one listener per address for the webhook-mode channels among `channels`; returns
-/// the addresses bound (a port of 0 binds a free one).
-pub(crate) async fn listen(
-    channels: &[Arc<TelegramChannel>],
-    inbound: &Inbound,
+/// The webhook listeners of one replica, by address, each with the bots routed to it now: a
+/// bot added or changed live joins its address's listener (bound then when the address is
+/// new), a removed one leaves it. A listener stays bound until the gateway stops.
+#[derive(Clone, Default)]
+pub(crate) struct Webhooks {
+    by_addr: Arc<Mutex<BTreeMap<String, Routes>>>,
+}
+
+impl Webhooks {
+    /// Routes the webhook-mode channels among `channels` (each replacing its bot's earlier
+    /// route), binding a listener for each new address; returns the addresses bound now (a
+    /// port of 0 binds a free one).
+    pub(crate) async fn serve(
+        &self,
+        channels: &[Arc<TelegramChannel>],
+        inbound: &Inbound,
+        cancel: &CancellationToken,
+        tasks: &mut tokio::task::JoinSet<()>,
+    ) -> anyhow::Result<Vec<SocketAddr>> {
+        let mut bound = Vec::new();
+        for ch in channels.iter().filter(|c| c.cfg.mode == "webhook") {
+            self.forget(&ch.bot_id);
+            let addr = format!(
+                "{}:{}",
+                ch.cfg.webhook_listen_host, ch.cfg.webhook_listen_port
+            );
+            let known = self.lock().get(&addr).cloned();
+            let routes = match known {
+                Some(routes) => routes,
+                None => {
+                    let routes = Routes {
+                        bots: Arc::default(),
+                        inbound: inbound.clone(),
+                    };
+                    bound.push(bind(&addr, routes.clone(), cancel, tasks).await?);
+                    self.lock().insert(addr, routes.clone());
+                    routes
+                }
+            };
+            routes
+                .bots
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(ch.clone());
+        }
+        Ok(bound)
+    }
+
+    /// Takes bot `bot`'s routes out of every listener: its updates are refused from now on.
+    pub(crate) fn forget(&self, bot: &str) {
+        for routes in self.lock().values() {
+            let mut bots = routes.bots.write().unwrap_or_else(|e| e.into_inner());
+            bots.retain(|ch| ch.bot_id != bot);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Routes>> {
+        self.by_addr.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Binds the listener of `addr` serving `routes`.
+async fn bind(
+    addr: &str,
+    routes: Routes,
     cancel: &CancellationToken,
     tasks: &mut tokio::task::JoinSet<()>,
-) -> anyhow::Result<Vec<SocketAddr>> {
-    let mut by_addr: BTreeMap<String, Vec<Arc<TelegramChannel>>> = BTreeMap::new();
-    for ch in channels.iter().filter(|c| c.cfg.mode == "webhook") {
-        let addr = format!(
-            "{}:{}",
-            ch.cfg.webhook_listen_host, ch.cfg.webhook_listen_port
-        );
-        by_addr.entry(addr).or_default().push(ch.clone());
-    }
-    let mut bound = Vec::new();
-    for (addr, bots) in by_addr {
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .with_context(|| format!("bind the telegram webhook listener {addr}"))?;
-        let local = listener.local_addr()?;
-        tracing::info!(addr = %local, bots = bots.len(), "telegram webhook listener ready");
-        let routes = Routes {
-            bots: Arc::new(bots),
-            inbound: inbound.clone(),
-        };
-        let router = Router::new().fallback(receive_update).with_state(routes);
-        tasks.spawn(crate::api::serve(
-            listener,
-            router,
-            READ_TIMEOUT,
-            cancel.clone(),
-        ));
-        bound.push(local);
-    }
-    Ok(bound)
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("bind the telegram webhook listener {addr}"))?;
+    let local = listener.local_addr()?;
+    tracing::info!(addr = %local, "telegram webhook listener ready");
+    let router = Router::new().fallback(receive_update).with_state(routes);
+    tasks.spawn(crate::api::serve(
+        listener,
+        router,
+        READ_TIMEOUT,
+        cancel.clone(),
+    ));
+    Ok(local)
 }
 
 /// Answers one webhook request.
@@ -90,10 +135,17 @@ async fn receive_update(
         .get(SECRET_HEADER)
         .map(|v| v.as_bytes())
         .unwrap_or_default();
-    let Some(ch) = routes.bots.iter().find(|ch| {
-        ch.cfg.webhook_path == uri.path()
-            && constant_time_eq(ch.cfg.webhook_secret_token.as_bytes(), secret)
-    }) else {
+    let found = routes
+        .bots
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|ch| {
+            ch.cfg.webhook_path == uri.path()
+                && constant_time_eq(ch.cfg.webhook_secret_token.as_bytes(), secret)
+        })
+        .cloned();
+    let Some(ch) = found else {
         tracing::warn!(
             path = uri.path(),
             "telegram webhook request refused (unknown path or secret)"
@@ -110,8 +162,8 @@ async fn receive_update(
     };
     let handled = poison::guard(async {
         match album::Album::of(&update) {
-            Some(album) => album::buffer(ch, &routes.inbound, &update, album).await,
-            None => receive::handle(ch, &routes.inbound, std::slice::from_ref(&update)).await,
+            Some(album) => album::buffer(&ch, &routes.inbound, &update, album).await,
+            None => receive::handle(&ch, &routes.inbound, std::slice::from_ref(&update)).await,
         }
     });
     match handled.await {
