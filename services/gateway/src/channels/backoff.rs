@@ -32,7 +32,8 @@ impl Backoff {
         tokio::time::sleep(self.next_wait())
     }
 
-    fn next_wait(&mut self) -> Duration {
+    /// Returns the current wait, for a caller that sleeps it itself; the next is doubled.
+    pub(crate) fn next_wait(&mut self) -> Duration {
         let now = self.next;
         self.next = self.next.saturating_mul(2).min(self.cap);
         now

@@ -19,6 +19,7 @@ use nanobot_runtime::lease::Lease;
 
 use super::{DiscordChannel, receive};
 use crate::channels::Inbound;
+use crate::channels::backoff::Backoff;
 use crate::channels::poison::{self, Failure};
 
 /// Connects while this replica holds the token's lease; otherwise keeps trying to take it.
@@ -113,7 +114,7 @@ async fn handle(
     lease: &Lease,
     cancel: &CancellationToken,
 ) -> bool {
-    let mut delay = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         match poison::guard(receive::handle(ch, inbound, message)).await {
             Ok(()) => return true,
@@ -122,14 +123,13 @@ async fn handle(
                 return true;
             }
             Err(Failure::Retry(e)) => {
-                tracing::warn!(bot = %ch.bot_id, message_id = %message.id, error = format!("{e:#}"), retry_in = ?delay, "discord message not handled yet");
+                tracing::warn!(bot = %ch.bot_id, message_id = %message.id, error = format!("{e:#}"), retry_in = ?backoff.current(), "discord message not handled yet");
             }
         }
         tokio::select! {
             _ = cancel.cancelled() => return false,
             _ = lease.lost().cancelled() => return false,
-            _ = tokio::time::sleep(delay) => {}
+            _ = backoff.sleep() => {}
         }
-        delay = (delay * 2).min(Duration::from_secs(10));
     }
 }

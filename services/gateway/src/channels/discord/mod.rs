@@ -46,6 +46,7 @@ use nanobot_runtime::lease::Leases;
 use super::stream::Streamer;
 use super::telegram::token_id;
 use super::{Channel, ChannelDeps, ChannelSettings, Inbound, Progress, SendError};
+use crate::channels::backoff::Backoff;
 
 /// Channel name (subject token, session prefix).
 pub const CHANNEL: &str = "discord";
@@ -149,7 +150,7 @@ impl DiscordChannel {
         if let Some(me) = self.me.get() {
             return Ok(Some(*me));
         }
-        let mut delay = Duration::from_millis(200);
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
         loop {
             let user = match self.http.current_user().await {
                 Ok(response) => response.model().await.map_err(anyhow::Error::from),
@@ -169,14 +170,13 @@ impl DiscordChannel {
                     );
                 }
                 Err(e) => {
-                    tracing::warn!(bot = %self.bot_id, token_id = %self.token_id, error = %e, retry_in = ?delay, "discord users/@me failed")
+                    tracing::warn!(bot = %self.bot_id, token_id = %self.token_id, error = %e, retry_in = ?backoff.current(), "discord users/@me failed")
                 }
             }
             tokio::select! {
                 _ = cancel.cancelled() => return Ok(None),
-                _ = tokio::time::sleep(delay) => {}
+                _ = backoff.sleep() => {}
             }
-            delay = (delay * 2).min(Duration::from_secs(30));
         }
     }
 }

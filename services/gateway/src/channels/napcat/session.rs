@@ -20,6 +20,7 @@ use nanobot_runtime::lease::Lease;
 use super::onebot::{Conn, ConnectError};
 use super::{CHANNEL, NapcatChannel, receive};
 use crate::channels::Inbound;
+use crate::channels::backoff::Backoff;
 use crate::channels::poison::{self, Failure};
 
 /// First reconnect delay; doubled per failure up to [`MAX_BACKOFF`].
@@ -74,7 +75,7 @@ async fn hold(
     lease: &Lease,
     cancel: &CancellationToken,
 ) -> bool {
-    let mut delay = FIRST_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
     loop {
         let (tx, rx) = mpsc::channel(256);
         let opened = tokio::select! {
@@ -84,21 +85,20 @@ async fn hold(
         };
         match opened {
             Ok(conn) => match serve(ch, inbound, lease, cancel, conn, rx).await {
-                Served::LoggedIn => delay = FIRST_BACKOFF,
+                Served::LoggedIn => backoff.reset(),
                 Served::Failed => {}
                 Served::Refused => return true,
             },
             Err(ConnectError::Unauthorized) => return true,
             Err(ConnectError::Other(e)) => {
-                tracing::warn!(bot = %ch.bot_id, ws_url = %ch.url_for_logs, error = %e, retry_in = ?delay, "napcat connection failed");
+                tracing::warn!(bot = %ch.bot_id, ws_url = %ch.url_for_logs, error = %e, retry_in = ?backoff.current(), "napcat connection failed");
             }
         }
         tokio::select! {
             _ = cancel.cancelled() => return false,
             _ = lease.lost().cancelled() => return false,
-            _ = tokio::time::sleep(delay) => {}
+            _ = backoff.sleep() => {}
         }
-        delay = (delay * 2).min(MAX_BACKOFF);
     }
 }
 
@@ -166,7 +166,7 @@ async fn handle(
     lease: &Lease,
     cancel: &CancellationToken,
 ) -> bool {
-    let mut delay = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     let message_id = &event["message_id"];
     loop {
         match poison::guard(receive::handle(ch, inbound, conn, me, event)).await {
@@ -176,14 +176,13 @@ async fn handle(
                 return true;
             }
             Err(Failure::Retry(e)) => {
-                tracing::warn!(bot = %ch.bot_id, message_id = %message_id, error = format!("{e:#}"), retry_in = ?delay, "napcat event not handled yet");
+                tracing::warn!(bot = %ch.bot_id, message_id = %message_id, error = format!("{e:#}"), retry_in = ?backoff.current(), "napcat event not handled yet");
             }
         }
         tokio::select! {
             _ = cancel.cancelled() => return false,
             _ = lease.lost().cancelled() => return false,
-            _ = tokio::time::sleep(delay) => {}
+            _ = backoff.sleep() => {}
         }
-        delay = (delay * 2).min(Duration::from_secs(10));
     }
 }

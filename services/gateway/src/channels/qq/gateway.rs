@@ -22,6 +22,7 @@ use nanobot_runtime::lease::Lease;
 use super::session::Saved;
 use super::{CHANNEL, QqChannel, receive};
 use crate::channels::Inbound;
+use crate::channels::backoff::Backoff;
 use crate::channels::poison::{self, Failure};
 
 /// Gateway opcodes.
@@ -80,7 +81,7 @@ pub(super) async fn run(ch: Arc<QqChannel>, inbound: Inbound, cancel: Cancellati
 
 /// Connects and reconnects (with backoff) while the lease is held.
 async fn hold(ch: &QqChannel, inbound: &Inbound, lease: &Lease, cancel: &CancellationToken) {
-    let mut delay = Duration::from_secs(1);
+    let mut backoff = Backoff::new(Duration::from_secs(1), MAX_BACKOFF);
     loop {
         let mut ready = false;
         let ended = tokio::select! {
@@ -90,19 +91,17 @@ async fn hold(ch: &QqChannel, inbound: &Inbound, lease: &Lease, cancel: &Cancell
         };
         if ready {
             // A session that got going starts the backoff over.
-            delay = Duration::from_secs(1);
+            backoff.reset();
         }
         let wait = match ended {
             Ended::Stop => return,
             Ended::Again => {
-                delay = Duration::from_secs(1);
+                backoff.reset();
                 Duration::ZERO
             }
             Ended::Failed(why) => {
-                tracing::warn!(bot = %ch.bot_id, error = %why, retry_in = ?delay, "qq gateway connection failed");
-                let wait = delay;
-                delay = (delay * 2).min(MAX_BACKOFF);
-                wait
+                tracing::warn!(bot = %ch.bot_id, error = %why, retry_in = ?backoff.current(), "qq gateway connection failed");
+                backoff.next_wait()
             }
         };
         tokio::select! {
@@ -253,7 +252,7 @@ async fn handle(
     event: &Value,
     group: bool,
 ) -> bool {
-    let mut delay = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         match poison::guard(receive::handle(ch, inbound, event, group)).await {
             Ok(()) => return true,
@@ -262,15 +261,14 @@ async fn handle(
                 return true;
             }
             Err(Failure::Retry(e)) => {
-                tracing::warn!(bot = %ch.bot_id, message_id = %event["id"], error = format!("{e:#}"), retry_in = ?delay, "qq message not handled yet");
+                tracing::warn!(bot = %ch.bot_id, message_id = %event["id"], error = format!("{e:#}"), retry_in = ?backoff.current(), "qq message not handled yet");
             }
         }
         tokio::select! {
             _ = cancel.cancelled() => return false,
             _ = lease.lost().cancelled() => return false,
-            _ = tokio::time::sleep(delay) => {}
+            _ = backoff.sleep() => {}
         }
-        delay = (delay * 2).min(Duration::from_secs(10));
     }
 }
 

@@ -42,6 +42,7 @@ use nanobot_runtime::store::Store;
 use self::api::{Api, ApiError};
 use self::session::SessionStore;
 use super::{Channel, ChannelDeps, ChannelSettings, Inbound, Progress, SendError};
+use crate::channels::backoff::Backoff;
 
 /// Channel name (subject token, session prefix).
 pub const CHANNEL: &str = "qq";
@@ -111,7 +112,7 @@ impl QqChannel {
     /// Fetches the first access token, retrying network failures with backoff until `cancel`;
     /// refused credentials are an error (this channel stops, the others go on).
     async fn authenticate(&self, cancel: &CancellationToken) -> anyhow::Result<bool> {
-        let mut delay = Duration::from_millis(500);
+        let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(60));
         loop {
             match self.api.token().await {
                 Ok(_) => return Ok(true),
@@ -121,14 +122,13 @@ impl QqChannel {
                     self.cfg.app_id
                 ),
                 Err(e) => {
-                    tracing::warn!(bot = %self.bot_id, error = %e, retry_in = ?delay, "qq access token not fetched yet")
+                    tracing::warn!(bot = %self.bot_id, error = %e, retry_in = ?backoff.current(), "qq access token not fetched yet")
                 }
             }
             tokio::select! {
                 _ = cancel.cancelled() => return Ok(false),
-                _ = tokio::time::sleep(delay) => {}
+                _ = backoff.sleep() => {}
             }
-            delay = (delay * 2).min(Duration::from_secs(60));
         }
     }
 }

@@ -24,6 +24,7 @@ use super::frame::{self, Frame};
 use super::link::Link;
 use super::{CHANNEL, WeComChannel, receive};
 use crate::channels::Inbound;
+use crate::channels::backoff::Backoff;
 
 /// Heartbeat period (0.3.5's SDK: 30 s).
 const HEARTBEAT: Duration = Duration::from_secs(30);
@@ -89,7 +90,7 @@ async fn hold(
     lease: &Lease,
     cancel: &CancellationToken,
 ) -> bool {
-    let mut delay = FIRST_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
     loop {
         match session(ch, inbound, lease, cancel).await {
             Ended::Stopped => return false,
@@ -99,17 +100,16 @@ async fn hold(
             }
             Ended::Dropped { subscribed, why } => {
                 if subscribed {
-                    delay = FIRST_BACKOFF;
+                    backoff.reset();
                 }
-                tracing::warn!(bot = %ch.bot_id, reason = %why, retry_in = ?delay, "wecom connection lost; reconnecting");
+                tracing::warn!(bot = %ch.bot_id, reason = %why, retry_in = ?backoff.current(), "wecom connection lost; reconnecting");
             }
         }
         tokio::select! {
             _ = cancel.cancelled() => return false,
             _ = lease.lost().cancelled() => return false,
-            _ = tokio::time::sleep(delay) => {}
+            _ = backoff.sleep() => {}
         }
-        delay = (delay * 2).min(MAX_BACKOFF);
     }
 }
 

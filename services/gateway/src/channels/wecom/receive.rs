@@ -24,6 +24,7 @@ use nanobot_proto::{InboundMessage, keys};
 use super::frame::{self, Frame};
 use super::link::Link;
 use super::{CHANNEL, WeComChannel, crypto};
+use crate::channels::backoff::Backoff;
 use crate::channels::media::{self, Budget};
 use crate::channels::poison::{self, Failure};
 use crate::channels::{Inbound, acl};
@@ -51,7 +52,7 @@ pub(super) async fn handle_all(
         // The turn's trace starts here: the ACL check, a pairing reply and the media download
         // (every attempt) are in the gateway's receive span.
         let span = crate::channels::receive_span(&ch.bot_id, CHANNEL);
-        let mut delay = Duration::from_millis(200);
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
         loop {
             let attempt = handle(&ch, &inbound, &link, &f).instrument(span.clone());
             match poison::guard(attempt).await {
@@ -61,14 +62,13 @@ pub(super) async fn handle_all(
                     break;
                 }
                 Err(Failure::Retry(e)) => {
-                    tracing::warn!(bot = %ch.bot_id, error = format!("{e:#}"), retry_in = ?delay, "wecom message not handled yet");
+                    tracing::warn!(bot = %ch.bot_id, error = format!("{e:#}"), retry_in = ?backoff.current(), "wecom message not handled yet");
                 }
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
+                _ = backoff.sleep() => {}
             }
-            delay = (delay * 2).min(Duration::from_secs(10));
         }
     }
 }
