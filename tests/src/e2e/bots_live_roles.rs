@@ -182,26 +182,29 @@ async fn a_cron_job_of_a_bot_added_live_fires_and_stops_firing_once_the_bot_is_r
     )
     .await
     .expect("the scheduler heard the removal");
-    let stopped_at = last_run(&ws, "beta");
-    // The scheduler keeps ticking: alpha's job runs twice more, beta's not once.
+    // A tick that read the bots just before the change may still fire beta once (and alpha
+    // in the same tick); ticks run one after another, so alpha's second run comes from a
+    // later tick. From then on, two more runs of alpha's job and none of beta's.
     let alpha_ws = fleet.workspace().to_path_buf();
-    let alpha_then = last_run(&alpha_ws, "alpha");
-    let mut runs = 0;
-    let mut seen = alpha_then;
-    wait_until(
-        || {
-            let now = last_run(&alpha_ws, "alpha");
-            if now != seen {
-                seen = now;
-                runs += 1;
-            }
-            let done = runs >= 2;
-            async move { done }
-        },
-        TURN,
-    )
-    .await
-    .expect("alpha's job keeps firing");
+    let alpha_runs = |n: usize| {
+        let alpha_ws = alpha_ws.clone();
+        let (mut runs, mut seen) = (0, last_run(&alpha_ws, "alpha"));
+        wait_until(
+            move || {
+                let now = last_run(&alpha_ws, "alpha");
+                if now != seen {
+                    seen = now;
+                    runs += 1;
+                }
+                let done = runs >= n;
+                async move { done }
+            },
+            TURN,
+        )
+    };
+    alpha_runs(2).await.expect("alpha's job keeps firing");
+    let stopped_at = last_run(&ws, "beta");
+    alpha_runs(2).await.expect("alpha's job keeps firing");
     assert_eq!(
         last_run(&ws, "beta"),
         stopped_at,
@@ -284,11 +287,7 @@ async fn remove_keeps_a_bots_data_and_purge_deletes_its_keys_jobs_and_workspace_
     let out = cli_ok(&fleet, &["bots", "remove", "beta", "--purge"]).await;
     assert!(out.contains("purged"), "{out}");
     let usage = keys::usage_day("beta", "2026-11-27");
-    assert_eq!(
-        existing(&fleet, &beta).await,
-        [usage],
-        "usage is kept"
-    );
+    assert_eq!(existing(&fleet, &beta).await, [usage], "usage is kept");
     assert!(!beta_ws.exists() && !aside.exists(), "{out}");
     assert_eq!(
         existing(&fleet, &alpha).await,
