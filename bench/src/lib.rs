@@ -90,7 +90,11 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         Baseline {
             available: false,
             version: None,
-            reason: Some("not requested (smoke run; pass --baseline true)".into()),
+            reason: Some(if opts.smoke {
+                "not requested (smoke run; pass --baseline true)".into()
+            } else {
+                "not requested (--baseline false)".into()
+            }),
         }
     };
     if let Some(reason) = &baseline.reason {
