@@ -264,12 +264,13 @@ async fn consume(
             let _permit = match kind {
                 Kind::Inbound => held,
                 Kind::Cron | Kind::Subagent => {
-                    let alive = handlers::keep_alive(&msg, deps.ack_wait());
-                    let permit = tokio::select! {
-                        _ = deps.cancel.cancelled() => None,
-                        p = permits.acquire_owned() => p.ok(),
+                    let waiting = async {
+                        tokio::select! {
+                            _ = deps.cancel.cancelled() => None,
+                            p = permits.acquire_owned() => p.ok(),
+                        }
                     };
-                    alive.abort();
+                    let permit = handlers::keep_alive(&msg, deps.ack_wait(), waiting).await;
                     let Some(permit) = permit else {
                         handlers::settle(&deps, &msg, Err(anyhow::anyhow!("runner shutting down")))
                             .await;

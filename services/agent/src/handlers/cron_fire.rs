@@ -71,14 +71,16 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
             reply_to: fire.id.clone(),
             session_key: session_key.clone(),
         };
-        let alive = keep_alive(&msg, deps.ack_wait());
         let watch = Watch::new(&fire.id);
         let started = Instant::now();
-        let outcome = crate::session::once::run_once(deps, &bot, &input, &outbox, None).await;
-        if let (Ok(true), Some(ran)) = (&outcome, watch.outcome()) {
-            record_run(&bot, &fire, ran, started.elapsed().as_millis()).await;
-        }
-        alive.abort();
+        let outcome = keep_alive(&msg, deps.ack_wait(), async {
+            let outcome = crate::session::once::run_once(deps, &bot, &input, &outbox, None).await;
+            if let (Ok(true), Some(ran)) = (&outcome, watch.outcome()) {
+                record_run(&bot, &fire, ran, started.elapsed().as_millis()).await;
+            }
+            outcome
+        })
+        .await;
         super::settle(deps, &msg, outcome.map(|_| ()).map_err(Into::into)).await;
     };
     let scope = nanobot_runtime::metrics::Scope::new(&bot.spec.id, "cron");

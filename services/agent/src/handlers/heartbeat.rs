@@ -40,9 +40,7 @@ pub async fn handle(deps: &Deps, bot: &Bot, msg: &jetstream::Message, fire: &Cro
     let root = tags::root_context(&bot.spec.id, HEARTBEAT_CHANNEL);
     tags::in_conversation(&span, root, SESSION);
     let beat = async {
-        let alive = keep_alive(msg, deps.ack_wait());
-        let outcome = beat(deps, bot, fire).await;
-        alive.abort();
+        let outcome = keep_alive(msg, deps.ack_wait(), beat(deps, bot, fire)).await;
         super::settle(deps, msg, outcome).await;
     };
     let scope = nanobot_runtime::metrics::Scope::new(&bot.spec.id, HEARTBEAT_CHANNEL);

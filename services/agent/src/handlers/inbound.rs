@@ -65,9 +65,12 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
                 Err(e) => tracing::warn!("failed to run priority command: {e:#}"),
             }
         }
-        let alive = keep_alive(&msg, deps.ack_wait());
-        let outcome = answer(deps, &bot, &session_key, &subject, seq).await;
-        alive.abort();
+        let outcome = keep_alive(
+            &msg,
+            deps.ack_wait(),
+            answer(deps, &bot, &session_key, &subject, seq),
+        )
+        .await;
         super::settle(deps, &msg, outcome).await;
     }
     .instrument(span)

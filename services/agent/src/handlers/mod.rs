@@ -12,28 +12,24 @@ pub mod inbound;
 pub mod registry;
 pub mod subagent;
 
+use std::future::Future;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
+use nanobot_runtime::bus::work;
 
 use crate::base::deps::Deps;
 
-/// How often an in-progress message extends its JetStream ack deadline, as a fraction of it.
-const PROGRESS_FRACTION: u32 = 3;
-
-/// Keeps a JetStream message's ack deadline extended until dropped.
-pub fn keep_alive(msg: &jetstream::Message, ack_wait: Duration) -> tokio::task::JoinHandle<()> {
-    let acker = msg.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(ack_wait / PROGRESS_FRACTION);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            if acker.ack_with(AckKind::Progress).await.is_err() {
-                break;
-            }
-        }
-    })
+/// Runs `work` with `msg`'s ack deadline (`ack_wait`) kept extended by an in-progress ack
+/// every third of it (`nanobot_runtime::bus::work`, as memory and the gateway's delivery do);
+/// a failed progress ack is skipped and the next one tried. Killed mid-way (SIGKILL), the
+/// acks stop and the message is redelivered once the ack wait passes.
+pub async fn keep_alive<F: Future>(
+    msg: &jetstream::Message,
+    ack_wait: Duration,
+    work: F,
+) -> F::Output {
+    work::while_in_progress(msg, work::progress_every(ack_wait), work).await
 }
 
 /// Terminates a message that can never be processed (undecodable, unknown bot).

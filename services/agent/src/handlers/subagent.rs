@@ -28,9 +28,7 @@ pub async fn handle(deps: &Deps, msg: jetstream::Message) {
     let span = tracing::info_span!("subagent", task_id = %task.id, session_id = %task.origin_session_key, label = %task.label);
     telemetry::set_parent_in_conversation(&span, msg.headers.as_ref(), &task.origin_session_key);
     let work = async {
-        let alive = keep_alive(&msg, deps.ack_wait());
-        let outcome = run(deps, &bot, &task).await;
-        alive.abort();
+        let outcome = keep_alive(&msg, deps.ack_wait(), run(deps, &bot, &task)).await;
         super::settle(deps, &msg, outcome).await;
     };
     let scope = nanobot_runtime::metrics::Scope::new(&bot.spec.id, "subagent");
