@@ -31,6 +31,7 @@ mod hardening;
 mod k8s;
 mod k8s_policy;
 mod limits;
+mod limits_live;
 mod memory;
 mod monitoring;
 mod napcat;

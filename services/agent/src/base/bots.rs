@@ -10,7 +10,7 @@ use nanobot_core::context::ContextBuilder;
 use nanobot_core::resolve;
 use nanobot_core::session::SessionStore;
 use nanobot_core::tools::{Replies, ToolClient};
-use nanobot_runtime::config::{BotSpec, Config};
+use nanobot_runtime::config::{BotLimits, BotSpec, Config};
 
 /// Everything a turn of one bot needs.
 #[derive(Debug)]
@@ -28,6 +28,8 @@ pub struct Bot {
     pub context: ContextBuilder,
     /// Its enabled chat channels (where the `message` tool and the heartbeat may deliver).
     pub chat_channels: Vec<String>,
+    /// Its limits (`bots.<id>.limits`), changed live with the rest of the bot.
+    pub limits: BotLimits,
 }
 
 pub use nanobot_runtime::skills_dir::builtin_skills_dir;
@@ -75,6 +77,7 @@ pub fn build_one(
             nanobot_core::skills::disabled_skills(cfg),
         ),
         chat_channels: cfg.chat_channels(&spec.id),
+        limits: cfg.bot_limits(&spec.id),
         spec,
     }
 }

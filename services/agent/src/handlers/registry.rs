@@ -1,5 +1,5 @@
 //! The runner's side of the bot registry ([`nanobot_runtime::bot_registry`]): a bot added or
-//! changed there gets its workspace, models and tools here within a second; a removed one is
+//! changed there gets its workspace, models, tools and limits here within a second; a removed one is
 //! taken out, so its next messages are refused (terminated, logged). Turns already running
 //! keep the bot state they started with.
 //!

@@ -151,9 +151,12 @@ impl Drop for TurnSlot {
     }
 }
 
-/// `bot`'s limits: the one place the runner reads them from its config.
+/// `bot`'s limits, as the bot registry has them now (a `nanobot bots update` applies to the
+/// next message); the config's for a bot the runner does not serve.
 pub fn of(deps: &Deps, bot: &str) -> BotLimits {
-    deps.cfg.bot_limits(bot)
+    deps.bot(bot)
+        .map(|b| b.limits)
+        .unwrap_or_else(|| deps.cfg.bot_limits(bot))
 }
 
 /// The reply refusing `input` when one of `bot`'s limits is hit (counted in the metrics).
