@@ -21,6 +21,7 @@ mod execute;
 pub mod prompts;
 mod request;
 pub mod snip;
+mod step;
 pub mod stop;
 #[cfg(test)]
 mod tests;
@@ -30,13 +31,14 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::checkpoint::{Checkpoint, CheckpointSink, Phase};
-use crate::hooks::{AgentHook, IterationContext, RunSummary};
+use crate::checkpoint::{Checkpoint, CheckpointSink};
+use crate::hooks::{AgentHook, IterationContext};
 use crate::provider::{ChatModel, ChatResponse, ToolCall, Usage};
 use crate::tools::{Offered, ToolExecutor, ToolScope};
 pub use prompts::{EMPTY_FINAL_RESPONSE_MESSAGE, LLM_ERROR_MESSAGE, max_iterations_message};
 pub use request::traced_chat;
 use request::{Cost, Requester};
+use step::{Progress, Step};
 pub use stop::StopReason;
 
 /// Blank replies before the finalization retry (upstream `_MAX_EMPTY_RETRIES`).
@@ -392,196 +394,23 @@ pub async fn run(deps: RunDeps<'_>, spec: RunSpec) -> RunResult {
 /// Runs the LLM/tool loop.
 pub async fn run_with(deps: RunDeps<'_>, mut spec: RunSpec, options: RunOptions) -> RunResult {
     let messages = std::mem::take(&mut spec.messages);
-    let streaming = deps.hook.wants_streaming();
-    let mut run = Run {
-        deps,
-        spec: &spec,
-        requester: Requester {
-            model: deps.model,
-            spec: &spec,
-            hook: deps.hook,
-            streaming,
-        },
-        definitions: deps.specs.definitions(),
-        compacted: HashSet::new(),
-        tool_tokens: 0,
-        offered: deps.specs.specs().iter().map(|s| s.name.clone()).collect(),
-        concurrent: deps
-            .specs
-            .specs()
-            .iter()
-            .filter(|s| s.read_only && !s.exclusive)
-            .map(|s| s.name.clone())
-            .collect(),
-        lookups: Default::default(),
-        initial: messages.len(),
-        messages,
-        result: RunResult::default(),
-        injection_cycles: 0,
-    };
-    // The byte heuristic of the definitions as one JSON array.
-    run.tool_tokens = deps.specs.definitions_bytes().div_ceil(4) as u64;
+    let mut run = Run::new(deps, &spec, messages);
     let budget = compact::input_budget(
         spec.context_window_tokens,
         spec.max_tokens,
         spec.context_block_limit,
     );
     let _ = deps.hook.before_run(&run.messages);
-    run.result.streamed = streaming;
-    let hook = deps.hook;
-    let mut empty_retries = 0;
-    let mut parts: Vec<String> = Vec::new();
+    let mut progress = Progress::default();
     let mut finished = false;
     for iteration in 0..spec.max_iterations {
-        let _ = hook.before_iteration(&run.iteration_ctx(iteration, None, Usage::default()));
-        let sent = compact::for_model(
-            &run.messages,
-            run.initial,
-            budget,
-            run.tool_tokens,
-            &mut run.compacted,
-        );
-        let sent = snip::for_model(sent, budget, run.tool_tokens);
-        if let Some(error) = snip::still_over(&sent, budget, run.tool_tokens) {
-            drop(sent);
-            run.unfit(error);
+        if let Step::Done = run.iterate(iteration, budget, &mut progress).await {
             finished = true;
             break;
         }
-        let (mut response, cost) = run.requester.with_tools(&sent, run.definitions).await;
-        drop(sent);
-        run.charge(cost);
-        run.answered(&response);
-        let mut usage = cost.usage;
-        let terminal_reason = matches!(
-            response.finish_reason.as_str(),
-            "error" | "length" | "refusal" | "content_filter"
-        );
-        if !response.tool_calls.is_empty() && !terminal_reason {
-            run.tools(iteration, &response).await;
-            run.inject("after tools").await;
-            empty_retries = 0;
-            parts.clear();
-            let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
-            continue;
-        }
-        let mut clean = hook.finalize_content(response.content.clone().unwrap_or_default());
-        if !terminal_reason && is_blank(&clean) {
-            empty_retries += 1;
-            if streaming {
-                let _ = hook.on_stream_end(false);
-            }
-            if empty_retries < MAX_EMPTY_RETRIES {
-                tracing::warn!(iteration, empty_retries, "empty response, retrying");
-                let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
-                continue;
-            }
-            tracing::warn!(
-                iteration,
-                "empty response after retries, attempting finalization"
-            );
-            let (retry, more) = run
-                .requester
-                .finalize(&run.messages, prompts::FINALIZATION_RETRY_PROMPT)
-                .await;
-            run.charge(more);
-            run.answered(&retry);
-            usage.add(&more.usage);
-            response = retry;
-            clean = hook.finalize_content(response.content.clone().unwrap_or_default());
-        }
-        let recover = !spec.capped_replies && parts.len() < MAX_LENGTH_RECOVERIES;
-        if response.finish_reason == "length" && recover {
-            tracing::info!(
-                iteration,
-                recoveries = parts.len() + 1,
-                "output truncated, continuing"
-            );
-            run.messages
-                .push(assistant_message(Some(&clean), &response, &[]));
-            run.messages.push(prompts::length_recovery_message(&clean));
-            parts.push(clean);
-            let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
-            continue;
-        }
-        if streaming {
-            let _ = hook.on_stream_end(false);
-        }
-        if response.finish_reason == "error" {
-            let text = if is_blank(&clean) {
-                LLM_ERROR_MESSAGE.to_string()
-            } else {
-                clean
-            };
-            run.result.stop_reason = StopReason::Error;
-            run.result.error = Some(text.clone());
-            run.result.content = text;
-            let ends_with_reply = run.messages.len() > run.initial
-                && run
-                    .messages
-                    .last()
-                    .is_some_and(|m| m["role"] == "assistant" && m.get("tool_calls").is_none());
-            if !ends_with_reply {
-                run.messages.push(
-                    json!({"role": "assistant", "content": prompts::MODEL_ERROR_PLACEHOLDER}),
-                );
-            }
-        } else if is_blank(&clean) && parts.is_empty() {
-            run.result.stop_reason = StopReason::EmptyFinalResponse;
-            run.result.error = Some(EMPTY_FINAL_RESPONSE_MESSAGE.into());
-            run.result.content = EMPTY_FINAL_RESPONSE_MESSAGE.into();
-            run.append_final(EMPTY_FINAL_RESPONSE_MESSAGE);
-        } else {
-            let reply = assistant_message(Some(&clean), &response, &[]);
-            run.messages.push(reply.clone());
-            if parts.is_empty() && run.inject_or_continue().await {
-                // The reply so far stays in the transcript; the model answers the follow-ups.
-                run.emit(Checkpoint {
-                    phase: Phase::FinalResponse,
-                    iteration,
-                    model: spec.model.clone(),
-                    assistant_message: reply,
-                    completed_tool_results: Vec::new(),
-                    pending_tool_calls: Vec::new(),
-                })
-                .await;
-                empty_retries = 0;
-                let _ = hook.after_iteration(&run.iteration_ctx(iteration, Some(&response), usage));
-                continue;
-            }
-            run.result.stop_reason = StopReason::Completed;
-            run.result.content = if parts.is_empty() {
-                clean
-            } else {
-                format!("{}{clean}", parts.concat()).trim().to_string()
-            };
-        }
-        let mut ctx = run.iteration_ctx(iteration, Some(&response), usage);
-        ctx.final_content = Some(&run.result.content);
-        ctx.stop_reason = Some(run.result.stop_reason);
-        let _ = hook.after_iteration(&ctx);
-        finished = true;
-        break;
     }
     if !finished {
-        match options.on_budget_exhausted {
-            OnBudgetExhausted::Finalize => run.finish_budget_exhausted(&parts, true).await,
-            OnBudgetExhausted::Template => run.finish_budget_exhausted(&parts, false).await,
-            OnBudgetExhausted::Stop => run.result.stop_reason = StopReason::MaxIterations,
-        }
+        run.out_of_iterations(options, &progress.parts).await;
     }
-    if let Some(error) = &run.result.error {
-        let _ = hook.on_error(error);
-    }
-    let mut result = run.result;
-    result.new_messages = run.messages.split_off(run.initial);
-    let _ = hook.after_run(&RunSummary {
-        content: &result.content,
-        stop_reason: result.stop_reason,
-        usage: result.usage,
-        llm_calls: result.llm_calls,
-        tools_used: &result.tools_used,
-        tool_errors: result.tool_errors,
-    });
-    result
+    run.into_result()
 }
