@@ -4,6 +4,7 @@
 
 mod fidelity;
 mod golden;
+mod keep_alive;
 mod models;
 mod recovery;
 
