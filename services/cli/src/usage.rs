@@ -4,12 +4,14 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
+use async_nats::jetstream::kv;
 use chrono::NaiveDate;
 use tokio_util::sync::CancellationToken;
 
+use nanobot_proto::subjects::Role;
 use nanobot_runtime::config::{self, Config};
-use nanobot_runtime::store;
 use nanobot_runtime::usage::{self, Row};
+use nanobot_runtime::{bot_registry, bus, store};
 
 /// Parses `--since`: a UTC day `YYYY-MM-DD` (default: the first day of this month).
 pub fn since(arg: Option<&str>) -> anyhow::Result<NaiveDate> {
@@ -41,7 +43,9 @@ pub fn render(rows: &[Row]) -> Vec<String> {
     lines
 }
 
-/// Prints the usage of `bot` (every configured bot when `None`) since `since`.
+/// Prints the usage of `bot` since `since`; without `bot`, of the config's bots and every bot
+/// in the registry (the same bots `GET /v1/usage` reports). A fleet whose NATS or registry is
+/// not reachable reports the config's bots, saying so on stderr.
 pub async fn run(cfg: &Config, bot: Option<&str>, since_arg: Option<&str>) -> anyhow::Result<i32> {
     let since = since(since_arg)?;
     let cancel = CancellationToken::new();
@@ -55,13 +59,28 @@ pub async fn run(cfg: &Config, bot: Option<&str>, since_arg: Option<&str>) -> an
         .with_context(|| format!("connect to redis at {}", config::redact_url(&cfg.store.url)))?;
     let bots: Vec<String> = match bot {
         Some(b) => vec![b.to_string()],
-        None => cfg.bots().into_iter().map(|b| b.id).collect(),
+        None => {
+            let config_bots = cfg.bots().into_iter().map(|b| b.id).collect();
+            let registry = registry(cfg, &cancel).await;
+            usage::report_bots(config_bots, registry.as_ref()).await?
+        }
     };
     let rows = usage::report_since(&redis, &bots, since).await?;
     for line in render(&rows) {
         println!("{line}");
     }
     Ok(0)
+}
+
+/// The bot registry, or `None` (with a warning) when NATS or the registry is not reachable.
+async fn registry(cfg: &Config, cancel: &CancellationToken) -> Option<kv::Store> {
+    let warn = |e: &anyhow::Error| eprintln!("warning: {e:#}; reporting the config's bots only");
+    let bus = bus::connect(&cfg.bus, Role::Cli, "nanobot-cli", cancel)
+        .await
+        .with_context(|| format!("connect to nats at {}", config::redact_url(&cfg.bus.url)))
+        .inspect_err(warn)
+        .ok()?;
+    bot_registry::open(&bus.js).await.inspect_err(warn).ok()
 }
 
 #[cfg(test)]

@@ -124,7 +124,15 @@ pub async fn run_seeding(
         pending,
         started.health.clone(),
     )
-    .seeding(seed);
+    .seeding(seed)
+    .following(
+        nanobot_runtime::bot_registry::LiveConfig::follow(
+            &started.bus.js,
+            cfg.clone(),
+            &started.cancel,
+        )
+        .await,
+    );
     let server = tokio::spawn(api::serve(
         listener,
         api::router(state),

@@ -154,6 +154,21 @@ pub async fn report_since(
     report(redis, bots, since, Utc::now().date_naive()).await
 }
 
+/// The bots a report without a named bot covers: `config_bots` and every bot `registry` holds
+/// (a fleet without the registry: `config_bots`), sorted, each once. `nanobot usage` and
+/// `GET /v1/usage` both ask this, so a bot added live is in both reports.
+pub async fn report_bots(
+    mut config_bots: Vec<String>,
+    registry: Option<&async_nats::jetstream::kv::Store>,
+) -> anyhow::Result<Vec<String>> {
+    if let Some(store) = registry {
+        config_bots.extend(crate::bot_registry::list(store).await?.into_keys());
+    }
+    config_bots.sort();
+    config_bots.dedup();
+    Ok(config_bots)
+}
+
 /// Folds a usage hash's `in:<model>`/`out:<model>` fields into model → tokens.
 pub fn fold(fields: impl IntoIterator<Item = (String, u64)>) -> BTreeMap<String, Tokens> {
     let mut out = BTreeMap::<String, Tokens>::new();

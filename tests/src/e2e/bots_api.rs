@@ -300,6 +300,114 @@ async fn admin_endpoints_are_refused_with_403_when_no_api_key_is_configured() {
     assert!(!bots.contains_key("gamma"), "{bots:?}");
 }
 
+/// Sends one completion to `bot` with the key (SSE when `stream`); returns the status and
+/// the reply text, or the error's message when the request was refused.
+async fn complete(fleet: &Fleet, bot: &str, text: &str, stream: bool) -> (StatusCode, String) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", fleet.api_base()))
+        .bearer_auth(KEY)
+        .header("x-nanobot-bot", bot)
+        .json(&json!({"stream": stream, "session_id": "实时-🧪",
+            "messages": [{"role": "user", "content": text}]}))
+        .timeout(TURN * 2)
+        .send()
+        .await
+        .expect("send a completion");
+    let status = response.status();
+    let body = response.text().await.expect("a completion body");
+    if status != StatusCode::OK {
+        let error: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{body}"));
+        return (status, error_text(&error).to_string());
+    }
+    if !stream {
+        let reply: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{body}"));
+        let text = reply["choices"][0]["message"]["content"].as_str();
+        return (status, text.unwrap_or_default().to_string());
+    }
+    let text = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str::<Value>(d).expect("a JSON chunk"))
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    (status, text)
+}
+
+/// Waits until a completion to `bot` gets `want` (status and text), streamed and not.
+async fn wait_completion(fleet: &Fleet, bot: &str, text: &str, want: (StatusCode, &str)) {
+    for stream in [false, true] {
+        let last = std::sync::Mutex::new((StatusCode::OK, String::new()));
+        let l = &last;
+        let got = wait_until(
+            move || async move {
+                let got = complete(fleet, bot, text, stream).await;
+                let done = got.0 == want.0 && got.1 == want.1;
+                *l.lock().unwrap() = got;
+                done
+            },
+            LIVE,
+        )
+        .await;
+        let last = last.into_inner().unwrap();
+        assert!(got.is_ok(), "stream {stream}: want {want:?}, last {last:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_bot_added_over_the_api_answers_completions_by_its_header_and_is_unknown_after_its_delete()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = secured_fleet(dir.path(), json!({"bots": {"alpha": {}}}), &[]).await;
+    fleet.llm.set_fallback(Reply::echo());
+    let ask = "你好 gamma 🤖，在吗？";
+    let (status, _) = complete(&fleet, "gamma", ask, false).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "gamma is not a bot yet");
+
+    let (status, body) = call(
+        &fleet,
+        reqwest::Method::POST,
+        "/v1/bots",
+        Some(json!({"id": "gamma", "entry": {"model": "模型-🤖"}})),
+        true,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let echo = format!("echo: {ask}");
+    wait_completion(&fleet, "gamma", ask, (StatusCode::OK, &echo)).await;
+    let models: Value = reqwest::Client::new()
+        .get(format!("{}/v1/models", fleet.api_base()))
+        .bearer_auth(KEY)
+        .header("x-nanobot-bot", "gamma")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "模型-🤖", "{models}");
+
+    let (status, body) = call(
+        &fleet,
+        reqwest::Method::DELETE,
+        "/v1/bots/gamma",
+        None,
+        true,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let unknown = (StatusCode::NOT_FOUND, "Unknown bot 'gamma'");
+    wait_completion(&fleet, "gamma", ask, unknown).await;
+    assert_eq!(
+        complete(&fleet, "alpha", "alpha 还在 🌏", false).await,
+        (StatusCode::OK, "echo: alpha 还在 🌏".to_string())
+    );
+}
+
 /// Sends one completion to `bot` with the key; returns the reply text.
 async fn ask(fleet: &Fleet, bot: &str, text: &str) -> String {
     let response: Value = reqwest::Client::new()
@@ -323,14 +431,27 @@ async fn ask(fleet: &Fleet, bot: &str, text: &str) -> String {
 #[tokio::test]
 async fn usage_over_the_api_shows_both_bots_tokens_as_the_cli_does() {
     let dir = tempfile::tempdir().unwrap();
-    let fleet = secured_fleet(
-        dir.path(),
-        json!({"bots": {"alpha": {}, "beta": {"model": "模型-🤖"}}}),
-        &[],
-    )
-    .await;
+    let fleet = secured_fleet(dir.path(), json!({"bots": {"alpha": {}}}), &[]).await;
     fleet.llm.push(Reply::text("好的 ✅").with_usage(80, 30));
     assert_eq!(ask(&fleet, "alpha", "数一数 🔢").await, "好的 ✅");
+    // beta is added live, so both reports must read the registry's bots, not the config's.
+    let (status, body) = call(
+        &fleet,
+        reqwest::Method::POST,
+        "/v1/bots",
+        Some(json!({"id": "beta", "entry": {"model": "模型-🤖"}})),
+        true,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // Until beta answers: `/help`, which the agent answers without the model (no tokens).
+    let f = &fleet;
+    let known = wait_until(
+        move || async move { complete(f, "beta", "/help", false).await.0 == StatusCode::OK },
+        LIVE,
+    )
+    .await;
+    assert!(known.is_ok(), "beta answers within {LIVE:?} of its POST");
     fleet.llm.push(Reply::text("beta 在此 🐝").with_usage(5, 7));
     assert_eq!(ask(&fleet, "beta", "你好 👋").await, "beta 在此 🐝");
 

@@ -123,17 +123,11 @@ impl AppState {
             bot_registry::check_id(bot).map_err(ApiError::BadRequest)?;
             return Ok(vec![bot.to_string()]);
         }
-        let mut bots = self.inner.admin.config_bots.clone();
-        if let Ok(registry) = self.registry().await {
-            bots.extend(
-                nanobot_runtime::bot_registry::admin::list(registry)
-                    .await?
-                    .into_keys(),
-            );
-        }
-        bots.sort();
-        bots.dedup();
-        Ok(bots)
+        let config_bots = self.inner.admin.config_bots.clone();
+        let registry = self.registry().await.ok();
+        nanobot_runtime::usage::report_bots(config_bots, registry)
+            .await
+            .map_err(|e| ApiError::internal("list the registry's bots", e))
     }
 }
 

@@ -77,7 +77,7 @@ async fn accept(
     nanobot_runtime::telemetry::root(&span, &bot.id, API_CHANNEL);
     span.record("session_key", session_key.as_str());
     span.record("inbound_id", id.as_str());
-    publish(state, bot, req, chat_id, session_key, id, deadline).await
+    publish(state, &bot, req, chat_id, session_key, id, deadline).await
 }
 
 async fn publish(

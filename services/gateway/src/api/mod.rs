@@ -7,7 +7,9 @@
 //! A completion becomes an [`InboundMessage`](nanobot_proto::InboundMessage) on
 //! [`subjects::inbound`](nanobot_proto::subjects::inbound)`(bot, "api")`; its reply comes
 //! back through [`crate::outbound`]. The bot is the first configured one, or the one named by
-//! the `X-Nanobot-Bot` header.
+//! the `X-Nanobot-Bot` header: a bot of the config or of the bot registry, read from a
+//! [`LiveConfig`] that follows the registry, so a bot added over `/v1/bots` or `nanobot bots`
+//! answers here within a second of its change and a removed one is unknown as soon.
 
 mod admin;
 mod auth;
@@ -30,6 +32,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::Value;
 
+use nanobot_runtime::bot_registry::LiveConfig;
 use nanobot_runtime::config::{BotSpec, Config};
 use nanobot_runtime::health::Health;
 
@@ -55,7 +58,9 @@ pub struct AppState {
 
 #[derive(Debug)]
 struct Inner {
-    bots: Vec<BotSpec>,
+    bots: LiveConfig,
+    /// The config's first bot: the bot of requests without [`BOT_HEADER`] while it is served.
+    default_bot: Option<String>,
     api_key: String,
     timeout: Duration,
     timeout_secs: f64,
@@ -80,7 +85,8 @@ impl AppState {
             .filter(|t| !t.is_zero())
             .unwrap_or(FALLBACK_TIMEOUT);
         let inner = Inner {
-            bots: cfg.bots(),
+            bots: LiveConfig::fixed(cfg.clone()),
+            default_bot: cfg.bots().into_iter().next().map(|b| b.id),
             api_key: cfg.api.api_key.clone(),
             timeout,
             timeout_secs: cfg.api.timeout,
@@ -106,20 +112,30 @@ impl AppState {
         self
     }
 
-    /// Returns the bot named by [`BOT_HEADER`], or the first configured bot.
-    fn bot(&self, headers: &HeaderMap) -> Result<&BotSpec, ApiError> {
+    /// Serves the bots `live` has (the config's and the registry's, followed) instead of the
+    /// config's alone. Call before the state is shared.
+    pub fn following(mut self, live: LiveConfig) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.bots = live;
+        }
+        self
+    }
+
+    /// Returns the bot named by [`BOT_HEADER`], or the config's first bot (once that is
+    /// removed, the first bot served), as the bots are now.
+    fn bot(&self, headers: &HeaderMap) -> Result<BotSpec, ApiError> {
+        let cfg = self.inner.bots.now();
         let Some(value) = headers.get(BOT_HEADER) else {
             return self
                 .inner
-                .bots
-                .first()
+                .default_bot
+                .as_deref()
+                .and_then(|id| cfg.bot(id))
+                .or_else(|| cfg.bots().into_iter().next())
                 .ok_or_else(|| ApiError::UnknownBot(String::new()));
         };
         let name = String::from_utf8_lossy(value.as_bytes());
-        self.inner
-            .bots
-            .iter()
-            .find(|b| b.id == name)
+        cfg.bot(&name)
             .ok_or_else(|| ApiError::UnknownBot(name.into_owned()))
     }
 
