@@ -183,14 +183,28 @@ fn model_presets(config: &Config, problems: &mut Vec<String>) {
     }
 }
 
-/// Returns every semantic problem of a parsed config; unknown keys go to `unknown`.
 /// Largest `tools.cron.minIntervalS`: a day.
 const MAX_CRON_MIN_INTERVAL_S: u64 = 86_400;
 /// Largest `tools.cron.maxJobsPerChat`.
 const MAX_CRON_JOBS_PER_CHAT: usize = 10_000;
 
+/// Returns every semantic problem of a parsed config; unknown keys go to `unknown`.
 pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String> {
     let mut problems = Vec::new();
+    agent_defaults(config, &mut problems);
+    limits(config, &mut problems);
+    connection_urls(config, &mut problems);
+    telemetry(config, &mut problems);
+    api_and_runner(config, &mut problems);
+    model_presets(config, &mut problems);
+    provider_bases(config, &mut problems);
+    channels(config, &mut problems, unknown);
+    bot_ids(config, &mut problems);
+    problems
+}
+
+/// `agents.defaults`.
+fn agent_defaults(config: &Config, problems: &mut Vec<String>) {
     let d = &config.agents.defaults;
     if d.model.trim().is_empty() {
         problems.push("agents.defaults.model: must not be empty".into());
@@ -231,6 +245,10 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
     if !(0.0..=1.0).contains(&d.consolidation_ratio) {
         problems.push("agents.defaults.consolidationRatio: must be within 0..=1".into());
     }
+}
+
+/// Retry, replica, SSRF whitelist and cron limits.
+fn limits(config: &Config, problems: &mut Vec<String>) {
     if config.channels.send_max_retries > 10 {
         problems.push("channels.sendMaxRetries: must be within 0..=10".into());
     }
@@ -255,6 +273,10 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
             "tools.cron.maxJobsPerChat: must be within 1..={MAX_CRON_JOBS_PER_CHAT}"
         ));
     }
+}
+
+/// `bus.url` and `store.url`.
+fn connection_urls(config: &Config, problems: &mut Vec<String>) {
     for url in config.bus.url.split(',') {
         if !is_url(url.trim(), &["nats", "tls", "ws", "wss"]) {
             problems.push(format!(
@@ -284,6 +306,10 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
             super::redact_url(&config.store.url)
         ));
     }
+}
+
+/// `telemetry.*`.
+fn telemetry(config: &Config, problems: &mut Vec<String>) {
     if let Some(endpoint) = &config.telemetry.otlp_endpoint
         && !is_url(endpoint, &["http", "https"])
     {
@@ -299,6 +325,10 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
     if !matches!(config.telemetry.log_format.as_str(), "text" | "json") {
         problems.push("telemetry.logFormat: must be \"text\" or \"json\"".into());
     }
+}
+
+/// `api.*` and `runner.*`.
+fn api_and_runner(config: &Config, problems: &mut Vec<String>) {
     if config.api.api_key.is_empty() && binds_every_interface(&config.api.host) {
         problems.push(format!(
             "api.apiKey: required when api.host ({:?}) listens on all interfaces",
@@ -323,7 +353,10 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
     if config.runner.fallback_cooldown_secs.is_nan() || config.runner.fallback_cooldown_secs < 0.0 {
         problems.push("runner.fallbackCooldownSecs: must be 0 or more".into());
     }
-    model_presets(config, &mut problems);
+}
+
+/// `providers.*.apiBase`.
+fn provider_bases(config: &Config, problems: &mut Vec<String>) {
     for (name, provider) in &config.providers {
         if let Some(base) = &provider.api_base
             && !is_url(base, &["http", "https"])
@@ -333,16 +366,24 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
             ));
         }
     }
-    super::telegram::validate(config, &mut problems, unknown);
-    super::email::validate(config, &mut problems, unknown);
-    super::slack::validate(config, &mut problems, unknown);
-    super::discord::validate(config, &mut problems, unknown);
-    super::websocket::validate(config, &mut problems, unknown);
-    super::feishu::validate(config, &mut problems, unknown);
-    super::dingtalk::validate(config, &mut problems, unknown);
-    super::wecom::validate(config, &mut problems, unknown);
-    super::qq::validate(config, &mut problems, unknown);
-    super::napcat::validate(config, &mut problems, unknown);
+}
+
+/// Each channel's section.
+fn channels(config: &Config, problems: &mut Vec<String>, unknown: &mut Vec<String>) {
+    super::telegram::validate(config, problems, unknown);
+    super::email::validate(config, problems, unknown);
+    super::slack::validate(config, problems, unknown);
+    super::discord::validate(config, problems, unknown);
+    super::websocket::validate(config, problems, unknown);
+    super::feishu::validate(config, problems, unknown);
+    super::dingtalk::validate(config, problems, unknown);
+    super::wecom::validate(config, problems, unknown);
+    super::qq::validate(config, problems, unknown);
+    super::napcat::validate(config, problems, unknown);
+}
+
+/// `bots.<id>` names.
+fn bot_ids(config: &Config, problems: &mut Vec<String>) {
     for id in config.bots.keys() {
         let ok = !id.is_empty()
             && id
@@ -354,7 +395,6 @@ pub(crate) fn validate(config: &Config, unknown: &mut Vec<String>) -> Vec<String
             ));
         }
     }
-    problems
 }
 
 /// Returns whether binding `host` listens on every interface: an unspecified address in any
