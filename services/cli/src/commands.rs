@@ -1,7 +1,7 @@
 //! Command-line definitions and dispatch.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -197,44 +197,10 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             message,
             session,
             bot,
-        } => {
-            let cfg = load(&cli)?;
-            let bus = connect(&cfg).await?;
-            bus::verify_streams(&bus.js)
-                .await
-                .context("check the jetstream streams")?;
-            if crate::chat::live(&bus, "agent").await == 0 {
-                eprintln!(
-                    "warning: no nanobot-agent replica answered; the message will wait in JetStream until one starts"
-                );
-            }
-            let mut chat =
-                crate::chat::Chat::open(&cfg, bus, session.as_deref(), bot.as_deref()).await?;
-            match message {
-                Some(text) => crate::chat::one_shot(&mut chat, text).await?,
-                None => crate::chat::interactive(&mut chat).await?,
-            }
-            Ok(0)
-        }
+        } => agent(&cli, message.as_deref(), session.as_deref(), bot.as_deref()).await,
         Command::Bus {
             command: BusCommand::Init,
-        } => {
-            let cfg = load(&cli)?;
-            let bus = connect(&cfg).await?;
-            bus::init_streams(&bus.js, cfg.bus.stream_replicas)
-                .await
-                .context("create the jetstream streams")?;
-            println!(
-                "jetstream streams ready ({} replica{})",
-                cfg.bus.stream_replicas,
-                if cfg.bus.stream_replicas == 1 {
-                    ""
-                } else {
-                    "s"
-                }
-            );
-            Ok(0)
-        }
+        } => bus_init(&cli).await,
         Command::Status => {
             let cfg = load(&cli)?;
             let bus = connect(&cfg).await?;
@@ -244,23 +210,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             run_dir,
             with_model,
             unconfined,
-        } => {
-            let env: HashMap<String, String> = std::env::vars().collect();
-            let secrets_file =
-                config::secrets::path_for(&config::resolve_path(cli.config.as_deref(), &env));
-            let secrets = config::secrets::ensure(&secrets_file, *unconfined)
-                .with_context(|| format!("create {}", secrets_file.display()))?;
-            let cfg = load(&cli)?;
-            let mut opts = crate::fleet::UpOptions::new(cli.config.clone());
-            if let Some(dir) = run_dir {
-                opts.run_dir = dir.clone();
-            }
-            if *with_model {
-                opts.with_model = Some(true);
-            }
-            crate::fleet::up(&opts, &cfg, &secrets).await?;
-            Ok(0)
-        }
+        } => up(&cli, run_dir.as_deref(), *with_model, *unconfined).await,
         Command::Down { run_dir } => {
             let dir = run_dir
                 .clone()
@@ -272,10 +222,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             let cfg = load(&cli)?;
             crate::pairing::run(&cfg, bot.as_deref(), action).await
         }
-        Command::Usage { bot, since } => {
-            let cfg = load(&cli)?;
-            crate::usage::run(&cfg, bot.as_deref(), since.as_deref()).await
-        }
+        Command::Usage { bot, since } => usage(&cli, bot.as_deref(), since.as_deref()).await,
         Command::Bots { action } => {
             let cfg = load(&cli)?;
             let env: HashMap<String, String> = std::env::vars().collect();
@@ -305,25 +252,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Config {
             command: ConfigCommand::Scope { role, out },
-        } => {
-            let role = config::scope::role_named(role).map_err(anyhow::Error::msg)?;
-            let env: HashMap<String, String> = std::env::vars().collect();
-            let (path, text) = config::load::read(cli.config.as_deref(), &env)?;
-            let scoped = config::scope::scoped_text(text.as_deref(), &path, &env, role)?;
-            // Written beside, then renamed: a copy killed mid-write is never read as the config.
-            let mut partial = out.clone().into_os_string();
-            partial.push(".partial");
-            let partial = PathBuf::from(partial);
-            config::secrets::write_private(&partial, &scoped)
-                .with_context(|| format!("write {}", partial.display()))?;
-            std::fs::rename(&partial, out).with_context(|| format!("write {}", out.display()))?;
-            println!(
-                "wrote {} for the {} role (other roles' secrets withheld)",
-                out.display(),
-                role.name()
-            );
-            Ok(0)
-        }
+        } => config_scope(&cli, role, out),
         Command::Probe { url } => {
             let ok = reqwest::Client::new()
                 .get(url)
@@ -334,4 +263,99 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             Ok(if ok { 0 } else { 1 })
         }
     }
+}
+
+/// `nanobot agent`: one message, or a chat, with the fleet.
+async fn agent(
+    cli: &Cli,
+    message: Option<&str>,
+    session: Option<&str>,
+    bot: Option<&str>,
+) -> anyhow::Result<i32> {
+    let cfg = load(cli)?;
+    let bus = connect(&cfg).await?;
+    bus::verify_streams(&bus.js)
+        .await
+        .context("check the jetstream streams")?;
+    if crate::chat::live(&bus, "agent").await == 0 {
+        eprintln!(
+            "warning: no nanobot-agent replica answered; the message will wait in JetStream until one starts"
+        );
+    }
+    let mut chat = crate::chat::Chat::open(&cfg, bus, session, bot).await?;
+    match message {
+        Some(text) => crate::chat::one_shot(&mut chat, text).await?,
+        None => crate::chat::interactive(&mut chat).await?,
+    }
+    Ok(0)
+}
+
+/// `nanobot bus init`: creates the JetStream streams.
+async fn bus_init(cli: &Cli) -> anyhow::Result<i32> {
+    let cfg = load(cli)?;
+    let bus = connect(&cfg).await?;
+    bus::init_streams(&bus.js, cfg.bus.stream_replicas)
+        .await
+        .context("create the jetstream streams")?;
+    println!(
+        "jetstream streams ready ({} replica{})",
+        cfg.bus.stream_replicas,
+        if cfg.bus.stream_replicas == 1 {
+            ""
+        } else {
+            "s"
+        }
+    );
+    Ok(0)
+}
+
+/// `nanobot up`: makes the secrets file if missing and starts the fleet.
+async fn up(
+    cli: &Cli,
+    run_dir: Option<&Path>,
+    with_model: bool,
+    unconfined: bool,
+) -> anyhow::Result<i32> {
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let secrets_file =
+        config::secrets::path_for(&config::resolve_path(cli.config.as_deref(), &env));
+    let secrets = config::secrets::ensure(&secrets_file, unconfined)
+        .with_context(|| format!("create {}", secrets_file.display()))?;
+    let cfg = load(cli)?;
+    let mut opts = crate::fleet::UpOptions::new(cli.config.clone());
+    if let Some(dir) = run_dir {
+        opts.run_dir = dir.to_path_buf();
+    }
+    if with_model {
+        opts.with_model = Some(true);
+    }
+    crate::fleet::up(&opts, &cfg, &secrets).await?;
+    Ok(0)
+}
+
+/// `nanobot usage`.
+async fn usage(cli: &Cli, bot: Option<&str>, since: Option<&str>) -> anyhow::Result<i32> {
+    let cfg = load(cli)?;
+    crate::usage::run(&cfg, bot, since).await
+}
+
+/// `nanobot config scope`: writes the config one role sees.
+fn config_scope(cli: &Cli, role: &str, out: &Path) -> anyhow::Result<i32> {
+    let role = config::scope::role_named(role).map_err(anyhow::Error::msg)?;
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let (path, text) = config::load::read(cli.config.as_deref(), &env)?;
+    let scoped = config::scope::scoped_text(text.as_deref(), &path, &env, role)?;
+    // Written beside, then renamed: a copy killed mid-write is never read as the config.
+    let mut partial = out.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    config::secrets::write_private(&partial, &scoped)
+        .with_context(|| format!("write {}", partial.display()))?;
+    std::fs::rename(&partial, out).with_context(|| format!("write {}", out.display()))?;
+    println!(
+        "wrote {} for the {} role (other roles' secrets withheld)",
+        out.display(),
+        role.name()
+    );
+    Ok(0)
 }
