@@ -94,39 +94,7 @@ pub async fn run(
     }
     registry.set_pending_mcp(pending);
     let client = started.bus.client.clone();
-    let group = subjects::TOOLS_QUEUE_GROUP.to_string();
-    // A role run with `--bot` subscribes to its bot's subjects only (its user may no more).
-    let scoped = |pattern: &str| subjects::scoped(pattern, cfg.scope.as_deref());
-    let mut calls = client
-        .queue_subscribe(scoped(subjects::TOOL_CALL_ALL), group.clone())
-        .await
-        .context("subscribe to tool calls")?;
-    let mut lists = client
-        .queue_subscribe(scoped(subjects::TOOL_LIST_ALL), group)
-        .await
-        .context("subscribe to tool lists")?;
-    // Once here, not per call: a blocking-pool hop on every call cost the round trip more
-    // than the tool itself (`docs/benchmarks.md`).
-    for bot in cfg.bots() {
-        if let Err(e) = std::fs::create_dir_all(&bot.workspace) {
-            tracing::warn!(bot = %bot.id, workspace = %bot.workspace.display(), error = %e, "cannot create workspace");
-        }
-    }
-    // Calls only this executor can serve (exec sessions it runs), and `/stop` of a session.
-    let mut own = client
-        .subscribe(scoped(&subjects::tool_call_on_all(
-            &started.health.instance,
-        )))
-        .await
-        .context("subscribe to this executor's calls")?;
-    let mut stops = client
-        .subscribe(scoped(subjects::STOP_ALL))
-        .await
-        .context("subscribe to stop requests")?;
-    let mut listings = client
-        .subscribe(scoped(subjects::EXEC_SESSIONS_ALL))
-        .await
-        .context("subscribe to exec session listings")?;
+    let mut subs = Subscriptions::open(&client, &cfg, &started.health.instance).await?;
     let mut reap = tokio::time::interval(REAP_EVERY);
     let bots = nanobot_runtime::bot_registry::LiveConfig::follow(
         &started.bus.js,
@@ -149,31 +117,20 @@ pub async fn run(
         tokio::select! {
             biased;
             _ = started.cancel.cancelled() => break,
-            Some(msg) = calls.next() => {
+            Some(msg) = subs.calls.next() => {
                 tracker.spawn(handlers::dispatch(deps.clone(), msg));
             }
-            Some(msg) = lists.next() => {
+            Some(msg) = subs.lists.next() => {
                 tracker.spawn(handlers::dispatch(deps.clone(), msg));
             }
-            Some(msg) = own.next() => {
+            Some(msg) = subs.own.next() => {
                 tracker.spawn(handlers::dispatch(deps.clone(), msg));
             }
-            Some(msg) = stops.next() => {
+            Some(msg) = subs.stops.next() => {
                 let (client, sessions) = (client.clone(), sessions.clone());
-                tracker.spawn(async move {
-                    let ended = sessions.terminate_for_stop(&msg.subject).await;
-                    if ended > 0 {
-                        tracing::info!(ended, subject = %msg.subject, "exec sessions stopped");
-                        // Counted in the `/stop` reply with the runners' turns, as upstream.
-                        if let Some(reply) = msg.reply
-                            && let Err(e) = client.publish(reply, ended.to_string().into()).await
-                        {
-                            tracing::warn!(error = %e, "failed to answer a stop request");
-                        }
-                    }
-                });
+                tracker.spawn(async move { stop_sessions(&client, &sessions, msg).await; });
             }
-            Some(msg) = listings.next() => {
+            Some(msg) = subs.listings.next() => {
                 let (client, sessions) = (client.clone(), sessions.clone());
                 let executor = deps.health.instance.clone();
                 tracker.spawn(async move {
@@ -190,22 +147,120 @@ pub async fn run(
 
     started.health.set_ready(false);
     // Stop pulling: no new message reaches this replica; the queue group routes to others.
-    for sub in [&mut calls, &mut lists, &mut own, &mut stops, &mut listings] {
-        if let Err(e) = sub.unsubscribe().await {
-            tracing::warn!(error = %e, "failed to unsubscribe");
-        }
-    }
+    subs.close().await;
     tracker.close();
     tracing::info!(in_flight = tracker.len(), "draining tool calls");
     shutdown::drain("tool calls", tracker.wait()).await;
     let killed = sessions.close_all().await;
     tracing::info!(killed, "exec sessions ended");
-    // Bounded: with NATS gone (stopped first, unreachable) the flush would wait for a
-    // reconnect forever and the role would outlive its stop timeout (SIGKILL).
+    flush(&client).await;
+    Ok(())
+}
+
+/// The executor's subscriptions.
+struct Subscriptions {
+    /// Tool calls, in the queue group.
+    calls: async_nats::Subscriber,
+    /// Tool list requests, in the queue group.
+    lists: async_nats::Subscriber,
+    /// Calls only this executor can serve (exec sessions it runs).
+    own: async_nats::Subscriber,
+    /// `/stop` of a session.
+    stops: async_nats::Subscriber,
+    /// Exec session listings.
+    listings: async_nats::Subscriber,
+}
+
+impl Subscriptions {
+    /// Subscribes; a role run with `--bot` to its bot's subjects only (its user may no more).
+    async fn open(
+        client: &async_nats::Client,
+        cfg: &Config,
+        instance: &str,
+    ) -> anyhow::Result<Self> {
+        let group = subjects::TOOLS_QUEUE_GROUP.to_string();
+        let scoped = |pattern: &str| subjects::scoped(pattern, cfg.scope.as_deref());
+        let calls = client
+            .queue_subscribe(scoped(subjects::TOOL_CALL_ALL), group.clone())
+            .await
+            .context("subscribe to tool calls")?;
+        let lists = client
+            .queue_subscribe(scoped(subjects::TOOL_LIST_ALL), group)
+            .await
+            .context("subscribe to tool lists")?;
+        ensure_workspaces(cfg);
+        let own = client
+            .subscribe(scoped(&subjects::tool_call_on_all(instance)))
+            .await
+            .context("subscribe to this executor's calls")?;
+        let stops = client
+            .subscribe(scoped(subjects::STOP_ALL))
+            .await
+            .context("subscribe to stop requests")?;
+        let listings = client
+            .subscribe(scoped(subjects::EXEC_SESSIONS_ALL))
+            .await
+            .context("subscribe to exec session listings")?;
+        Ok(Self {
+            calls,
+            lists,
+            own,
+            stops,
+            listings,
+        })
+    }
+
+    /// Stops pulling: no new message reaches this replica; the queue group routes to others.
+    async fn close(&mut self) {
+        let Self {
+            calls,
+            lists,
+            own,
+            stops,
+            listings,
+        } = self;
+        for sub in [calls, lists, own, stops, listings] {
+            if let Err(e) = sub.unsubscribe().await {
+                tracing::warn!(error = %e, "failed to unsubscribe");
+            }
+        }
+    }
+}
+
+/// Creates every bot's workspace. Once here, not per call: a blocking-pool hop on every
+/// call cost the round trip more than the tool itself (`docs/benchmarks.md`).
+fn ensure_workspaces(cfg: &Config) {
+    for bot in cfg.bots() {
+        if let Err(e) = std::fs::create_dir_all(&bot.workspace) {
+            tracing::warn!(bot = %bot.id, workspace = %bot.workspace.display(), error = %e, "cannot create workspace");
+        }
+    }
+}
+
+/// Ends the exec sessions a `/stop` names and answers how many ended.
+async fn stop_sessions(
+    client: &async_nats::Client,
+    sessions: &tools::exec_session::ExecSessions,
+    msg: async_nats::Message,
+) {
+    let ended = sessions.terminate_for_stop(&msg.subject).await;
+    if ended > 0 {
+        tracing::info!(ended, subject = %msg.subject, "exec sessions stopped");
+        // Counted in the `/stop` reply with the runners' turns, as upstream.
+        if let Some(reply) = msg.reply
+            && let Err(e) = client.publish(reply, ended.to_string().into()).await
+        {
+            tracing::warn!(error = %e, "failed to answer a stop request");
+        }
+    }
+}
+
+/// Flushes the replies, bounded: with NATS gone (stopped first, unreachable) the flush would
+/// wait for a reconnect forever and the role would outlive its stop timeout (SIGKILL).
+async fn flush(client: &async_nats::Client) {
     match tokio::time::timeout(FLUSH_TIMEOUT, client.flush()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!(error = %e, "failed to flush replies"),
         Err(_) => tracing::warn!(timeout = ?FLUSH_TIMEOUT, "nats unreachable; replies not flushed"),
     }
-    Ok(())
 }
