@@ -99,11 +99,50 @@ impl Figures {
 pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     let mut figures = Figures::default();
+    throughput(suite, sizes, &wanted, &mut figures).await;
+    llm_bound(suite, sizes, &wanted, &mut figures).await;
+    stored_history_and_telegram(suite, sizes, &wanted, &mut figures).await;
+    // `bots` is both parts of the bots-at-scale scenario; `scale` and `noisy` each part.
+    if wanted("bots") || wanted("scale") {
+        figures.bots_at_scale = crate::scale::run(
+            suite,
+            sizes.scale_bots,
+            &sizes.scale_gateways,
+            sizes.idle_window,
+        )
+        .await;
+    }
+    if wanted("bots") || wanted("noisy") {
+        match crate::noisy::run(suite, sizes.noisy).await {
+            Ok(n) => figures.noisy_neighbour = Some(n),
+            Err(e) => suite.errors.push(format!("noisy bot (fleet): {e:#}")),
+        }
+    }
+    if wanted("rtt") {
+        figures.tool_rtt = tool_rtt(suite, sizes).await;
+    }
+    for kind in suite.kinds().into_iter().filter(|_| wanted("breakdown")) {
+        for calls in [0, TOOL_CALLS as usize] {
+            match breakdown_of(suite, kind, calls, sizes.breakdown_turns).await {
+                Ok(b) => figures.breakdown.push(b),
+                Err(e) => suite.errors.push(format!(
+                    "breakdown ({}, {calls} tools): {e:#}",
+                    kind.label()
+                )),
+            }
+        }
+    }
+    figures
+}
+
+/// The instant-LLM scenarios: latency, max throughput (quiet logs, clusters).
+async fn throughput(
+    suite: &mut Suite,
+    sizes: &Sizes,
+    wanted: &dyn Fn(&str) -> bool,
+    figures: &mut Figures,
+) {
     let instant = LlmMode::default();
-    let slow = LlmMode {
-        latency_ms: SLOW_LLM_MS,
-        tool_calls: 0,
-    };
     let long_window = sizes.window * 2;
     for kind in suite.kinds().into_iter().filter(|_| wanted("latency")) {
         let spec = spec(
@@ -170,6 +209,21 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
             .load("max_throughput_clusters", Kind::Fleet, &setup, spec)
             .await;
     }
+}
+
+/// The scenarios whose turns wait on the LLM or call tools: slow LLM, tool-heavy, replicas,
+/// one runner.
+async fn llm_bound(
+    suite: &mut Suite,
+    sizes: &Sizes,
+    wanted: &dyn Fn(&str) -> bool,
+    figures: &mut Figures,
+) {
+    let slow = LlmMode {
+        latency_ms: SLOW_LLM_MS,
+        tool_calls: 0,
+    };
+    let long_window = sizes.window * 2;
     for &sessions in sizes.llm_sessions.iter().filter(|_| wanted("slow")) {
         for kind in suite.kinds() {
             let name = format!("slow_llm_c{sessions}");
@@ -201,7 +255,7 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
         }
     }
     if wanted("replicas") {
-        replicas(suite, sizes, slow, &mut figures).await;
+        replicas(suite, sizes, slow, figures).await;
     }
     if wanted("runner") {
         // One runner sized for turns that wait on the LLM.
@@ -222,6 +276,16 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
         );
         figures.one_runner = suite.load("one_runner", Kind::Fleet, &setup, spec).await;
     }
+}
+
+/// Stored history and the Telegram channel.
+async fn stored_history_and_telegram(
+    suite: &mut Suite,
+    sizes: &Sizes,
+    wanted: &dyn Fn(&str) -> bool,
+    figures: &mut Figures,
+) {
+    let instant = LlmMode::default();
     if wanted("history") {
         eprintln!(
             "bench: stored history ({} turns per session)",
@@ -264,37 +328,6 @@ pub async fn run(suite: &mut Suite, sizes: &Sizes, only: &[String]) -> Figures {
             Err(e) => suite.errors.push(format!("telegram (fleet): {e:#}")),
         }
     }
-    // `bots` is both parts of the bots-at-scale scenario; `scale` and `noisy` each part.
-    if wanted("bots") || wanted("scale") {
-        figures.bots_at_scale = crate::scale::run(
-            suite,
-            sizes.scale_bots,
-            &sizes.scale_gateways,
-            sizes.idle_window,
-        )
-        .await;
-    }
-    if wanted("bots") || wanted("noisy") {
-        match crate::noisy::run(suite, sizes.noisy).await {
-            Ok(n) => figures.noisy_neighbour = Some(n),
-            Err(e) => suite.errors.push(format!("noisy bot (fleet): {e:#}")),
-        }
-    }
-    if wanted("rtt") {
-        figures.tool_rtt = tool_rtt(suite, sizes).await;
-    }
-    for kind in suite.kinds().into_iter().filter(|_| wanted("breakdown")) {
-        for calls in [0, TOOL_CALLS as usize] {
-            match breakdown_of(suite, kind, calls, sizes.breakdown_turns).await {
-                Ok(b) => figures.breakdown.push(b),
-                Err(e) => suite.errors.push(format!(
-                    "breakdown ({}, {calls} tools): {e:#}",
-                    kind.label()
-                )),
-            }
-        }
-    }
-    figures
 }
 
 async fn replicas(suite: &mut Suite, sizes: &Sizes, slow: LlmMode, figures: &mut Figures) {
