@@ -96,6 +96,70 @@ pub async fn run(
     tool_calls: usize,
     turns: usize,
 ) -> anyhow::Result<Breakdown> {
+    let (windows, redis_reads_per_turn) = drive(system, turns).await?;
+    // Let the observers drain what is already on its way.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let calls = probe::snapshot(&llm.calls);
+    let bus = observers.bus.as_ref().map(|(log, _)| probe::snapshot(log));
+    let redis = observers
+        .redis
+        .as_ref()
+        .map(|(log, _)| probe::snapshot(log));
+
+    let mut hops = Hops::default();
+    let mut totals = Vec::new();
+    let mut first_bytes = Vec::new();
+    let mut redis_counts: BTreeMap<String, usize> = BTreeMap::new();
+    for &(t0, t5) in &windows {
+        let within = |t: SystemTime| t >= t0 && t <= t5;
+        let llm_calls: Vec<LlmCall> = calls.iter().copied().filter(|c| within(c.start)).collect();
+        let Some(first) = llm_calls.first() else {
+            anyhow::bail!("a breakdown turn made no llm call");
+        };
+        totals.push(t5.duration_since(t0).unwrap_or_default());
+        first_bytes.push(first.bytes as f64);
+        let events: Vec<(SystemTime, BusEvent)> = bus
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|(t, _)| within(*t))
+            .collect();
+        add_turn_hops(&mut hops, (t0, t5), &llm_calls, &events);
+        for (at, command) in redis.iter().flatten() {
+            if within(*at) {
+                *redis_counts.entry(command.clone()).or_default() += 1;
+            }
+        }
+    }
+    let measured = windows.len().max(1) as f64;
+    Ok(Breakdown {
+        system: system.kind,
+        tool_calls,
+        turns: windows.len(),
+        total: stats::summarize(&totals),
+        hops: hops
+            .done
+            .into_values()
+            .map(|(name, samples)| Hop {
+                name,
+                latency: stats::summarize(&samples),
+            })
+            .collect(),
+        llm_request_bytes: first_bytes.iter().sum::<f64>() / first_bytes.len().max(1) as f64,
+        redis_commands: redis_counts
+            .into_iter()
+            .map(|(k, v)| (k, v as f64 / measured))
+            .collect(),
+        redis_reads_per_turn,
+    })
+}
+
+/// Sends `turns` sequential turns (after a warm-up) through `system`; returns each measured
+/// turn's window and, with Redis, its reads per turn.
+async fn drive(
+    system: &Running,
+    turns: usize,
+) -> anyhow::Result<(Vec<(SystemTime, SystemTime)>, Option<f64>)> {
     let client = load::client(1)?;
     let url = format!("{}/v1/chat/completions", system.api_base);
     let mut windows = Vec::with_capacity(turns);
@@ -129,116 +193,74 @@ pub async fn run(
         }
         _ => None,
     };
-    // Let the observers drain what is already on its way.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let calls = probe::snapshot(&llm.calls);
-    let bus = observers.bus.as_ref().map(|(log, _)| probe::snapshot(log));
-    let redis = observers
-        .redis
-        .as_ref()
-        .map(|(log, _)| probe::snapshot(log));
+    Ok((windows, redis_reads_per_turn))
+}
 
-    let mut hops = Hops::default();
-    let mut totals = Vec::new();
-    let mut first_bytes = Vec::new();
-    let mut redis_counts: BTreeMap<String, usize> = BTreeMap::new();
-    for &(t0, t5) in &windows {
-        let within = |t: SystemTime| t >= t0 && t <= t5;
-        let llm_calls: Vec<LlmCall> = calls.iter().copied().filter(|c| within(c.start)).collect();
-        let (Some(first), Some(last)) = (llm_calls.first(), llm_calls.last()) else {
-            anyhow::bail!("a breakdown turn made no llm call");
-        };
-        totals.push(t5.duration_since(t0).unwrap_or_default());
-        first_bytes.push(first.bytes as f64);
-        let events: Vec<(SystemTime, BusEvent)> = bus
-            .iter()
-            .flatten()
-            .copied()
-            .filter(|(t, _)| within(*t))
-            .collect();
-        let find = |kind: BusEvent| events.iter().find(|(_, k)| *k == kind).map(|(t, _)| *t);
-        let tool_requests: Vec<SystemTime> = events
-            .iter()
-            .filter(|(_, k)| *k == BusEvent::ToolCall)
-            .map(|(t, _)| *t)
-            .collect();
-        match (find(BusEvent::Inbound), find(BusEvent::Final)) {
-            (Some(t1), Some(t4)) => {
-                hops.add(0, "gateway: http request → inbound on jetstream", t0, t1);
-                hops.add(1, "agent: inbound → first llm request", t1, first.start);
-                hops.add(
-                    7,
-                    "agent: last llm reply → final reply on jetstream",
-                    last.end,
-                    t4,
-                );
-                hops.add(8, "gateway: final reply → http response", t4, t5);
-            }
-            _ => {
-                hops.add(1, "client → first llm request", t0, first.start);
-                hops.add(8, "last llm reply → client", last.end, t5);
-            }
-        }
-        for call in &llm_calls {
+/// Cuts one turn (`window`: request sent, response received) into hops from its LLM calls
+/// (at least one) and bus events.
+fn add_turn_hops(
+    hops: &mut Hops,
+    (t0, t5): (SystemTime, SystemTime),
+    llm_calls: &[LlmCall],
+    events: &[(SystemTime, BusEvent)],
+) {
+    let (first, last) = (&llm_calls[0], &llm_calls[llm_calls.len() - 1]);
+    let find = |kind: BusEvent| events.iter().find(|(_, k)| *k == kind).map(|(t, _)| *t);
+    let tool_requests: Vec<SystemTime> = events
+        .iter()
+        .filter(|(_, k)| *k == BusEvent::ToolCall)
+        .map(|(t, _)| *t)
+        .collect();
+    match (find(BusEvent::Inbound), find(BusEvent::Final)) {
+        (Some(t1), Some(t4)) => {
+            hops.add(0, "gateway: http request → inbound on jetstream", t0, t1);
+            hops.add(1, "agent: inbound → first llm request", t1, first.start);
             hops.add(
-                2,
-                "llm (probe, instant; all calls of the turn)",
-                call.start,
-                call.end,
+                7,
+                "agent: last llm reply → final reply on jetstream",
+                last.end,
+                t4,
             );
+            hops.add(8, "gateway: final reply → http response", t4, t5);
         }
-        for (i, pair) in llm_calls.windows(2).enumerate() {
-            match tool_requests.get(i) {
-                Some(&sent) => {
-                    hops.add(
-                        3,
-                        "agent: llm reply → tool request on nats",
-                        pair[0].end,
-                        sent,
-                    );
-                    hops.add(
-                        4,
-                        "tool round trip + agent → next llm request",
-                        sent,
-                        pair[1].start,
-                    );
-                }
-                None => hops.add(
-                    4,
-                    "tool call + agent → next llm request",
-                    pair[0].end,
-                    pair[1].start,
-                ),
-            }
-        }
-        hops.end_turn();
-        for (at, command) in redis.iter().flatten() {
-            if within(*at) {
-                *redis_counts.entry(command.clone()).or_default() += 1;
-            }
+        _ => {
+            hops.add(1, "client → first llm request", t0, first.start);
+            hops.add(8, "last llm reply → client", last.end, t5);
         }
     }
-    let measured = windows.len().max(1) as f64;
-    Ok(Breakdown {
-        system: system.kind,
-        tool_calls,
-        turns: windows.len(),
-        total: stats::summarize(&totals),
-        hops: hops
-            .done
-            .into_values()
-            .map(|(name, samples)| Hop {
-                name,
-                latency: stats::summarize(&samples),
-            })
-            .collect(),
-        llm_request_bytes: first_bytes.iter().sum::<f64>() / first_bytes.len().max(1) as f64,
-        redis_commands: redis_counts
-            .into_iter()
-            .map(|(k, v)| (k, v as f64 / measured))
-            .collect(),
-        redis_reads_per_turn,
-    })
+    for call in llm_calls {
+        hops.add(
+            2,
+            "llm (probe, instant; all calls of the turn)",
+            call.start,
+            call.end,
+        );
+    }
+    for (i, pair) in llm_calls.windows(2).enumerate() {
+        match tool_requests.get(i) {
+            Some(&sent) => {
+                hops.add(
+                    3,
+                    "agent: llm reply → tool request on nats",
+                    pair[0].end,
+                    sent,
+                );
+                hops.add(
+                    4,
+                    "tool round trip + agent → next llm request",
+                    sent,
+                    pair[1].start,
+                );
+            }
+            None => hops.add(
+                4,
+                "tool call + agent → next llm request",
+                pair[0].end,
+                pair[1].start,
+            ),
+        }
+    }
+    hops.end_turn();
 }
 
 /// Returns how many reads (client requests: a command, a pipeline, a script) the system's
