@@ -63,23 +63,7 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
         redis_url,
         replicas,
     } = infra;
-    // As `nanobot up` does: the streams exist before any role starts (roles only check).
-    let addrs = nats_url
-        .split(',')
-        .map(str::parse)
-        .collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
-    let client = async_nats::connect(addrs)
-        .await
-        .context("connect to nats")?;
-    let js = async_nats::jetstream::new(client);
-    let created = || async {
-        nanobot_runtime::bus::init_streams(&js, replicas)
-            .await
-            .is_ok()
-    };
-    nanobot_tests::harness::wait_until(created, servers::READY_TIMEOUT)
-        .await
-        .context("create the streams")?;
+    create_streams(&nats_url, replicas).await?;
     let (mock, llm_base) = mock;
     let workspace = dir.path().join("workspace");
     let api_port = free_port()?;
@@ -117,18 +101,7 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
     onboard(&config_path).await?;
     std::fs::write(workspace.join(TOOL_FILE), tool_file_text()).context("write the tool file")?;
 
-    let mut roles = vec![("gateway".to_string(), "nanobot-gateway")];
-    for i in 2..=opts.gateways {
-        roles.push((format!("gateway#{i}"), "nanobot-gateway"));
-    }
-    for i in 1..=opts.agents.max(1) {
-        roles.push((format!("agent#{i}"), "nanobot-agent"));
-    }
-    roles.extend([
-        ("tools".to_string(), "nanobot-tools"),
-        ("memory".to_string(), "nanobot-memory"),
-        ("cron".to_string(), "nanobot-cron"),
-    ]);
+    let roles = roles(opts);
     let rust_log = format!("{},nanobot_runtime::service=info", opts.log_level);
     let config_arg = config_path.display().to_string();
     // A further gateway replica serves the API on its own port (the first keeps `api_base`).
@@ -164,6 +137,45 @@ pub async fn start(opts: &FleetOptions) -> anyhow::Result<Running> {
         clusters,
         dir,
     })
+}
+
+/// As `nanobot up` does: the streams exist before any role starts (roles only check).
+async fn create_streams(nats_url: &str, replicas: usize) -> anyhow::Result<()> {
+    let addrs = nats_url
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
+    let client = async_nats::connect(addrs)
+        .await
+        .context("connect to nats")?;
+    let js = async_nats::jetstream::new(client);
+    let created = || async {
+        nanobot_runtime::bus::init_streams(&js, replicas)
+            .await
+            .is_ok()
+    };
+    nanobot_tests::harness::wait_until(created, servers::READY_TIMEOUT)
+        .await
+        .context("create the streams")?;
+    Ok(())
+}
+
+/// The roles to start, each with its binary: `opts.gateways` gateways, `opts.agents` agents
+/// (at least one), tools, memory and cron.
+fn roles(opts: &FleetOptions) -> Vec<(String, &'static str)> {
+    let mut roles = vec![("gateway".to_string(), "nanobot-gateway")];
+    for i in 2..=opts.gateways {
+        roles.push((format!("gateway#{i}"), "nanobot-gateway"));
+    }
+    for i in 1..=opts.agents.max(1) {
+        roles.push((format!("agent#{i}"), "nanobot-agent"));
+    }
+    roles.extend([
+        ("tools".to_string(), "nanobot-tools"),
+        ("memory".to_string(), "nanobot-memory"),
+        ("cron".to_string(), "nanobot-cron"),
+    ]);
+    roles
 }
 
 /// NATS and Redis for one fleet: single servers (measured members) or clusters.
