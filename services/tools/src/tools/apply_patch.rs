@@ -147,27 +147,7 @@ fn plan(
                 let Some(new_text) = text("new_text") else {
                     return Err(refuse(format!("new_text required for add: {path}")));
                 };
-                let existing = match pending {
-                    Some(content) => Some(content),
-                    None if source.exists() => Some(read_text(&source, path)?),
-                    None => None,
-                };
-                match existing {
-                    Some(content) => {
-                        let mut updated = append_text(&content, new_text);
-                        if content.contains("\r\n") {
-                            updated = updated.replace('\n', "\r\n");
-                        }
-                        ("update", content, updated)
-                    }
-                    None => {
-                        let mut created = new_text.replace("\r\n", "\n");
-                        if !created.is_empty() && !created.ends_with('\n') {
-                            created.push('\n');
-                        }
-                        ("add", String::new(), created)
-                    }
-                }
+                add(&source, path, pending, new_text)?
             }
             "replace" => {
                 let old_text = text("old_text").unwrap_or_default();
@@ -177,37 +157,7 @@ fn plan(
                 let Some(new_text) = text("new_text") else {
                     return Err(refuse(format!("new_text required for replace: {path}")));
                 };
-                let content = match pending {
-                    Some(content) => content,
-                    None if !source.exists() => {
-                        return Err(refuse(format!("file to update does not exist: {path}")));
-                    }
-                    None if !source.is_file() => {
-                        return Err(refuse(format!("path to update is not a file: {path}")));
-                    }
-                    None => read_text(&source, path)?,
-                };
-                let norm = content.replace("\r\n", "\n");
-                let old = old_text.replace("\r\n", "\n");
-                let Some(pos) = norm.find(&old) else {
-                    return Err(refuse(format!("old_text not found in {path}")));
-                };
-                if norm[pos + 1..].contains(&old) {
-                    return Err(refuse(format!("old_text appears multiple times in {path}")));
-                }
-                let mut updated = format!(
-                    "{}{}{}",
-                    &norm[..pos],
-                    new_text.replace("\r\n", "\n"),
-                    &norm[pos + old.len()..]
-                );
-                if !updated.is_empty() && !updated.ends_with('\n') {
-                    updated.push('\n');
-                }
-                if content.contains("\r\n") {
-                    updated = updated.replace('\n', "\r\n");
-                }
-                ("update", content, updated)
+                replace(&source, path, pending, old_text, new_text)?
             }
             other => return Err(refuse(format!("unknown action: {other}"))),
         };
@@ -225,6 +175,83 @@ fn plan(
         });
     }
     Ok((writes, summaries))
+}
+
+/// One edit's action, old and new content.
+type Change = (&'static str, String, String);
+
+/// `add`: appends `new_text` to the file (`pending`: its content planned by an earlier edit),
+/// or creates it.
+fn add(
+    source: &Path,
+    path: &str,
+    pending: Option<String>,
+    new_text: &str,
+) -> Result<Change, Refusal> {
+    let existing = match pending {
+        Some(content) => Some(content),
+        None if source.exists() => Some(read_text(source, path)?),
+        None => None,
+    };
+    match existing {
+        Some(content) => {
+            let mut updated = append_text(&content, new_text);
+            if content.contains("\r\n") {
+                updated = updated.replace('\n', "\r\n");
+            }
+            Ok(("update", content, updated))
+        }
+        None => {
+            let mut created = new_text.replace("\r\n", "\n");
+            if !created.is_empty() && !created.ends_with('\n') {
+                created.push('\n');
+            }
+            Ok(("add", String::new(), created))
+        }
+    }
+}
+
+/// `replace`: replaces the one occurrence of `old_text` in the file (`pending`: its content
+/// planned by an earlier edit), keeping its line endings.
+fn replace(
+    source: &Path,
+    path: &str,
+    pending: Option<String>,
+    old_text: &str,
+    new_text: &str,
+) -> Result<Change, Refusal> {
+    let refuse = |reason: String| Refusal::Patch(reason);
+    let content = match pending {
+        Some(content) => content,
+        None if !source.exists() => {
+            return Err(refuse(format!("file to update does not exist: {path}")));
+        }
+        None if !source.is_file() => {
+            return Err(refuse(format!("path to update is not a file: {path}")));
+        }
+        None => read_text(source, path)?,
+    };
+    let norm = content.replace("\r\n", "\n");
+    let old = old_text.replace("\r\n", "\n");
+    let Some(pos) = norm.find(&old) else {
+        return Err(refuse(format!("old_text not found in {path}")));
+    };
+    if norm[pos + 1..].contains(&old) {
+        return Err(refuse(format!("old_text appears multiple times in {path}")));
+    }
+    let mut updated = format!(
+        "{}{}{}",
+        &norm[..pos],
+        new_text.replace("\r\n", "\n"),
+        &norm[pos + old.len()..]
+    );
+    if !updated.is_empty() && !updated.ends_with('\n') {
+        updated.push('\n');
+    }
+    if content.contains("\r\n") {
+        updated = updated.replace('\n', "\r\n");
+    }
+    Ok(("update", content, updated))
 }
 
 fn read_text(source: &Path, path: &str) -> Result<String, Refusal> {
