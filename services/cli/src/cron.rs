@@ -188,37 +188,52 @@ fn execute_with(
                 now,
             )
         }
-        CronAction::Enable { id, disable } => store::update(workspace, |jobs| {
-            let Some(job) = jobs.jobs.iter_mut().find(|j| &j.id == id) else {
-                return (false, format!("Job {id} not found"));
-            };
-            job.enabled = !disable;
-            job.state.next_run_at_ms = if *disable {
-                None
-            } else {
-                schedule::next_run(&job.schedule, now)
-            };
-            job.updated_at_ms = now;
-            let verb = if *disable { "Disabled" } else { "Enabled" };
-            (true, format!("{verb} job {id}"))
-        })?,
-        CronAction::Run { id } => store::update(workspace, |jobs| {
-            let Some(job) = jobs.jobs.iter_mut().find(|j| &j.id == id) else {
-                return (false, format!("Job {id} not found"));
-            };
-            if job.payload.kind == SYSTEM_EVENT {
-                return (
-                    false,
-                    format!("Cannot run job `{id}` here: it is system-managed"),
-                );
-            }
-            job.enabled = true;
-            job.state.next_run_at_ms = Some(now);
-            (
-                true,
-                format!("Job {id} is due now; the cron leader fires it at its next tick"),
-            )
-        })?,
+        CronAction::Enable { id, disable } => set_enabled(workspace, id, *disable, now)?,
+        CronAction::Run { id } => run_now(workspace, id, now)?,
+    })
+}
+
+/// Enables (`disable`: disables) job `id`, computing its next run.
+fn set_enabled(
+    workspace: &std::path::Path,
+    id: &str,
+    disable: bool,
+    now: i64,
+) -> anyhow::Result<String> {
+    store::update(workspace, |jobs| {
+        let Some(job) = jobs.jobs.iter_mut().find(|j| j.id == id) else {
+            return (false, format!("Job {id} not found"));
+        };
+        job.enabled = !disable;
+        job.state.next_run_at_ms = if disable {
+            None
+        } else {
+            schedule::next_run(&job.schedule, now)
+        };
+        job.updated_at_ms = now;
+        let verb = if disable { "Disabled" } else { "Enabled" };
+        (true, format!("{verb} job {id}"))
+    })
+}
+
+/// Makes job `id` due now (a system-managed job is refused).
+fn run_now(workspace: &std::path::Path, id: &str, now: i64) -> anyhow::Result<String> {
+    store::update(workspace, |jobs| {
+        let Some(job) = jobs.jobs.iter_mut().find(|j| j.id == id) else {
+            return (false, format!("Job {id} not found"));
+        };
+        if job.payload.kind == SYSTEM_EVENT {
+            return (
+                false,
+                format!("Cannot run job `{id}` here: it is system-managed"),
+            );
+        }
+        job.enabled = true;
+        job.state.next_run_at_ms = Some(now);
+        (
+            true,
+            format!("Job {id} is due now; the cron leader fires it at its next tick"),
+        )
     })
 }
 
