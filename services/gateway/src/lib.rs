@@ -78,37 +78,7 @@ pub async fn run_seeding(
     let mut channel_tasks = if !cfg.has_chat_channels() {
         tokio::task::JoinSet::new()
     } else {
-        let redis = nanobot_runtime::store::connect(&cfg.store, &started.cancel)
-            .await
-            .context("connect to redis")?;
-        let instance = started.health.instance.clone();
-        let peers = peers::Peers::start(
-            &instance,
-            &started.bus.client,
-            cfg.scope.as_deref(),
-            &channel_cancel,
-        )
-        .await
-        .context("start the gateway beacons")?;
-        let deps = channels::ChannelDeps {
-            js: started.bus.js.clone(),
-            nats: started.bus.client.clone(),
-            redis,
-            instance,
-            placement: Some(peers),
-        };
-        let (running, tasks) = channels::start(&cfg, &deps, &channel_cancel)
-            .await
-            .context("start the chat channels")?;
-        tracing::info!(channels = ?running, "chat channels started");
-        let mut tasks = tasks;
-        tasks.spawn(registry::follow(
-            cfg.clone(),
-            running,
-            deps,
-            channel_cancel.clone(),
-        ));
-        tasks
+        start_channels(&cfg, &started, &channel_cancel).await?
     };
 
     let addr = format!("{}:{}", cfg.api.host, cfg.api.port);
@@ -162,4 +132,34 @@ pub async fn run_seeding(
         tracing::warn!(error = %e, "outbound consumer task failed");
     }
     Ok(())
+}
+
+/// Starts the chat channels, the gateway beacons that place them and the bot registry
+/// follower; returns their tasks.
+async fn start_channels(
+    cfg: &Config,
+    started: &service::Started,
+    cancel: &CancellationToken,
+) -> anyhow::Result<tokio::task::JoinSet<()>> {
+    let redis = nanobot_runtime::store::connect(&cfg.store, &started.cancel)
+        .await
+        .context("connect to redis")?;
+    let instance = started.health.instance.clone();
+    let peers = peers::Peers::start(&instance, &started.bus.client, cfg.scope.as_deref(), cancel)
+        .await
+        .context("start the gateway beacons")?;
+    let deps = channels::ChannelDeps {
+        js: started.bus.js.clone(),
+        nats: started.bus.client.clone(),
+        redis,
+        instance,
+        placement: Some(peers),
+    };
+    let (running, tasks) = channels::start(cfg, &deps, cancel)
+        .await
+        .context("start the chat channels")?;
+    tracing::info!(channels = ?running, "chat channels started");
+    let mut tasks = tasks;
+    tasks.spawn(registry::follow(cfg.clone(), running, deps, cancel.clone()));
+    Ok(tasks)
 }
