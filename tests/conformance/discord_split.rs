@@ -16,17 +16,6 @@ use crate::harness::{self, Case};
 
 const TABLE: &str = include_str!("discord_split.json");
 
-fn arguments(case: &Case) -> (&str, usize) {
-    let args = case.args.as_deref().unwrap_or_default();
-    match (
-        args.first().and_then(Value::as_str),
-        args.get(1).and_then(Value::as_u64),
-    ) {
-        (Some(text), Some(limit)) => (text, usize::try_from(limit).expect("a small limit")),
-        _ => panic!("case {}: args are not [text, limit]", case.name),
-    }
-}
-
 fn split(text: &str, limit: usize) -> Vec<String> {
     split_message(text, Limit::code_points(limit), |_, cut| cut)
 }
@@ -34,7 +23,7 @@ fn split(text: &str, limit: usize) -> Vec<String> {
 fn call(case: &Case) -> Result<Value, String> {
     match case.function.as_str() {
         "split" => {
-            let (text, limit) = arguments(case);
+            let (text, limit) = case.text_and_limit();
             Ok(split(text, limit).into())
         }
         other => Err(format!("no Rust function for {other}")),
@@ -56,7 +45,7 @@ fn where_0_3_5_cuts_inside_an_emoji_family_ours_keep_it_whole() {
         .collect();
     assert!(!deliberate.is_empty(), "no deliberate cases");
     for case in deliberate {
-        let (text, limit) = arguments(case);
+        let (text, limit) = case.text_and_limit();
         let theirs: Vec<String> = serde_json::from_value(case.expected.clone()).expect("chunks");
         let ours = split(text, limit);
         let clusters: Vec<&str> = text.graphemes(true).collect();

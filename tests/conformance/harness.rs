@@ -60,6 +60,21 @@ impl Case {
             .as_str()
             .unwrap_or_else(|| panic!("case {}: input is not a string", self.name))
     }
+
+    /// Returns the case's `args` as `[text, limit]` (the splitters' tables).
+    ///
+    /// # Panics
+    /// If the args are not a string and a small number (a malformed table).
+    pub fn text_and_limit(&self) -> (&str, usize) {
+        let args = self.args.as_deref().unwrap_or_default();
+        match (
+            args.first().and_then(Value::as_str),
+            args.get(1).and_then(Value::as_u64),
+        ) {
+            (Some(text), Some(limit)) => (text, usize::try_from(limit).expect("a small limit")),
+            _ => panic!("case {}: args are not [text, limit]", self.name),
+        }
+    }
 }
 
 /// Parses `json` and checks that it is well formed: cases exist, names are unique, each names

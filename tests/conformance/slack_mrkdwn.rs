@@ -19,22 +19,11 @@ use crate::harness::{self, Case};
 
 const TABLE: &str = include_str!("slack_mrkdwn.json");
 
-fn chunks_args(case: &Case) -> (&str, usize) {
-    let args = case.args.as_deref().unwrap_or_default();
-    match (
-        args.first().and_then(Value::as_str),
-        args.get(1).and_then(Value::as_u64),
-    ) {
-        (Some(text), Some(limit)) => (text, usize::try_from(limit).expect("a small limit")),
-        _ => panic!("case {}: args are not [text, limit]", case.name),
-    }
-}
-
 fn call(case: &Case) -> Result<Value, String> {
     match case.function.as_str() {
         "to_mrkdwn" => Ok(markdown_to_mrkdwn(case.input_str()).into()),
         "chunks" => {
-            let (text, limit) = chunks_args(case);
+            let (text, limit) = case.text_and_limit();
             Ok(split_mrkdwn(text, limit).into())
         }
         other => Err(format!("no Rust function for {other}")),
@@ -56,7 +45,7 @@ fn where_0_3_5_cuts_inside_a_cluster_our_messages_keep_it_whole() {
         .collect();
     assert!(!deliberate.is_empty(), "no deliberate cases");
     for case in deliberate {
-        let (text, limit) = chunks_args(case);
+        let (text, limit) = case.text_and_limit();
         let theirs: Vec<String> = serde_json::from_value(case.expected.clone()).expect("chunks");
         let ours = split_mrkdwn(text, limit);
         let whole = markdown_to_mrkdwn(text);

@@ -17,20 +17,10 @@ use crate::harness::{self, Case};
 
 const TABLE: &str = include_str!("telegram_split.json");
 
-fn arguments(case: &Case) -> (&str, usize) {
-    let args = case.args.as_deref().unwrap_or_default();
-    let content = args.first().and_then(Value::as_str);
-    let limit = args.get(1).and_then(Value::as_u64);
-    match (content, limit) {
-        (Some(content), Some(limit)) => (content, usize::try_from(limit).expect("a small limit")),
-        _ => panic!("case {}: args are not [content, max_len]", case.name),
-    }
-}
-
 fn call(case: &Case) -> Result<Value, String> {
     match case.function.as_str() {
         "split_markdown" => {
-            let (content, limit) = arguments(case);
+            let (content, limit) = case.text_and_limit();
             Ok(split_markdown(content, limit).into())
         }
         other => Err(format!("no Rust function for {other}")),
@@ -65,7 +55,7 @@ fn where_0_3_5_overflows_in_utf16_units_our_chunks_fit() {
         deliberate.len()
     );
     for case in deliberate {
-        let (content, limit) = arguments(case);
+        let (content, limit) = case.text_and_limit();
         let theirs: Vec<String> = serde_json::from_value(case.expected.clone()).expect("chunks");
         let ours = split_markdown(content, limit);
         assert!(
